@@ -1,0 +1,7 @@
+#pragma once
+// The coroutine core: Task, Generator, AsyncGenerator and sync_wait.
+
+#include "coload/coro/async_generator.hpp"
+#include "coload/coro/generator.hpp"
+#include "coload/coro/sync_wait.hpp"
+#include "coload/coro/task.hpp"

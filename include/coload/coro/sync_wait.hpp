@@ -1,0 +1,153 @@
+#pragma once
+// sync_wait: run an awaitable to completion from ordinary (non-coroutine) code.
+
+#include <condition_variable>
+#include <coroutine>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "coload/coro/task.hpp"
+
+namespace coload {
+namespace detail {
+
+/// A queue through which other threads hand a suspended coroutine back to the thread that
+/// runs sync_wait, so that a consumer resumes on its own thread, not on the producer's.
+class ResumeQueue {
+ public:
+  /// Schedules `h` to be resumed by the thread inside run(). Callable from any thread.
+  void post(std::coroutine_handle<> h) {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(h);
+    // NOTE: notify under the lock: run() may return and destroy this queue right after.
+    ready_.notify_one();
+  }
+  /// Makes run() return once the queue is empty.
+  void finish() {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+    ready_.notify_one();
+  }
+  /// Resumes posted coroutines on the calling thread until finish() is called.
+  void run() {
+    for (;;) {
+      std::coroutine_handle<> h;
+      {
+        std::unique_lock lock(mutex_);
+        ready_.wait(lock, [&] { return done_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        h = queue_.front();
+        queue_.pop_front();
+      }
+      h.resume();
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::coroutine_handle<>> queue_;
+  bool done_ = false;
+};
+
+/// The ResumeQueue of the sync_wait running on this thread, or nullptr.
+inline thread_local ResumeQueue* current_resume_queue = nullptr;
+
+/// Resumes `h` on the thread that suspended it when that thread is inside sync_wait;
+/// otherwise resumes it inline on the calling thread.
+inline void resume_on(ResumeQueue* queue, std::coroutine_handle<> h) {
+  if (queue) {
+    queue->post(h);
+  } else {
+    h.resume();
+  }
+}
+
+struct SyncWaitTask {
+  struct promise_type {
+    ResumeQueue* queue = nullptr;
+    SyncWaitTask get_return_object() noexcept {
+      return {std::coroutine_handle<promise_type>::from_promise(*this)};
+    }
+    std::suspend_always initial_suspend() const noexcept { return {}; }
+    auto final_suspend() noexcept {
+      struct Finish {
+        bool await_ready() const noexcept { return false; }
+        void await_suspend(std::coroutine_handle<promise_type> h) noexcept {
+          h.promise().queue->finish();
+        }
+        void await_resume() const noexcept {}
+      };
+      return Finish{};
+    }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+  std::coroutine_handle<promise_type> handle;
+};
+
+template <class A>
+decltype(auto) get_awaiter(A&& a) {
+  if constexpr (requires { std::forward<A>(a).operator co_await(); }) {
+    return std::forward<A>(a).operator co_await();
+  } else if constexpr (requires { operator co_await(std::forward<A>(a)); }) {
+    return operator co_await(std::forward<A>(a));
+  } else {
+    return std::forward<A>(a);
+  }
+}
+
+template <class A>
+using await_result_t = decltype(get_awaiter(std::declval<A>()).await_resume());
+
+}  // namespace detail
+
+/// Runs `awaitable` to completion on the calling thread and returns its result (or rethrows).
+///
+/// Coroutines suspended inside it that another thread completes are resumed back on this
+/// thread (through a queue that this call drains), so a sync_wait caller never runs its
+/// continuation on a worker or driver thread.
+template <class Awaitable>
+decltype(auto) sync_wait(Awaitable&& awaitable) {
+  using R = detail::await_result_t<Awaitable>;
+  using Stored = std::conditional_t<std::is_reference_v<R>,
+                                    std::add_pointer_t<std::remove_reference_t<R>>,
+                                    std::conditional_t<std::is_void_v<R>, char, R>>;
+  std::optional<Stored> value;
+  std::exception_ptr error;
+  detail::ResumeQueue queue;
+  auto body = [&]() -> detail::SyncWaitTask {
+    try {
+      if constexpr (std::is_void_v<R>) {
+        co_await std::forward<Awaitable>(awaitable);
+        value.emplace();
+      } else if constexpr (std::is_reference_v<R>) {
+        decltype(auto) r = co_await std::forward<Awaitable>(awaitable);
+        value.emplace(std::addressof(r));
+      } else {
+        value.emplace(co_await std::forward<Awaitable>(awaitable));
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+  };
+  detail::SyncWaitTask task = body();
+  task.handle.promise().queue = &queue;
+  detail::ResumeQueue* previous = std::exchange(detail::current_resume_queue, &queue);
+  task.handle.resume();
+  queue.run();
+  detail::current_resume_queue = previous;
+  task.handle.destroy();
+  if (error) std::rethrow_exception(error);
+  if constexpr (std::is_reference_v<R>) {
+    return static_cast<R>(**value);
+  } else if constexpr (!std::is_void_v<R>) {
+    return R(std::move(*value));
+  }
+}
+
+}  // namespace coload

@@ -1,0 +1,134 @@
+#pragma once
+// The hand-off between the driver (which delivers batches) and the one consumer of an epoch.
+
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+namespace coload::detail {
+
+/// One delivered item: a batch, or the error that took its place.
+template <class Batch>
+struct Outcome {
+  std::optional<Batch> batch;
+  std::exception_ptr error;
+};
+
+/// What a consumer's poll found.
+enum class Poll { item, end, timeout, wait };
+
+/// Where a waiting consumer receives its result: written under the hand-off's lock before the
+/// consumer is woken, read by the consumer after it resumes.
+template <class Batch>
+struct ConsumerSlot {
+  Poll result = Poll::wait;
+  Outcome<Batch> outcome;
+};
+
+/// A thread-safe, single-consumer queue of delivered outcomes. At most one consumer waits at a
+/// time; the driver wakes it by calling its waker outside the lock.
+template <class Batch>
+class Handoff {
+ public:
+  using Waker = std::function<void()>;
+
+  /// Consumer: fills `slot` at once (returns false) or registers `waker` and returns true, in
+  /// which case `on_wait(generation)` runs under the lock (it must not touch the consumer).
+  template <class OnWait>
+  bool poll_or_wait(ConsumerSlot<Batch>& slot, Waker waker, OnWait&& on_wait) {
+    std::lock_guard lock(mutex_);
+    if (take_locked(slot)) return false;
+    slot.result = Poll::wait;
+    slot_ = &slot;
+    waker_ = std::move(waker);
+    on_wait(++generation_, taken_);
+    return true;
+  }
+
+  /// Driver: appends an outcome and wakes a waiting consumer.
+  void push(Outcome<Batch> outcome) {
+    Waker wake;
+    {
+      std::lock_guard lock(mutex_);
+      ready_.push_back(std::move(outcome));
+      if (slot_) {
+        take_locked(*slot_);
+        wake = release_locked();
+      }
+    }
+    if (wake) wake();
+  }
+
+  /// Driver: no more outcomes will come; wakes a waiting consumer with the end.
+  void finish() {
+    Waker wake;
+    {
+      std::lock_guard lock(mutex_);
+      finished_ = true;
+      if (slot_) {
+        take_locked(*slot_);
+        wake = release_locked();
+      }
+    }
+    if (wake) wake();
+  }
+
+  /// Driver: wakes the consumer with a timeout if it is still in wait `generation`.
+  void expire(std::uint64_t generation) {
+    Waker wake;
+    {
+      std::lock_guard lock(mutex_);
+      if (!slot_ || generation != generation_) return;
+      slot_->result = Poll::timeout;
+      wake = release_locked();
+    }
+    wake();
+  }
+
+  /// How many items the consumer has taken.
+  std::int64_t taken() const {
+    std::lock_guard lock(mutex_);
+    return taken_;
+  }
+  /// True once the consumer has seen the end.
+  bool ended() const {
+    std::lock_guard lock(mutex_);
+    return ended_;
+  }
+
+ private:
+  bool take_locked(ConsumerSlot<Batch>& slot) {
+    if (!ready_.empty()) {
+      slot.outcome = std::move(ready_.front());
+      ready_.pop_front();
+      slot.result = Poll::item;
+      ++taken_;
+      return true;
+    }
+    if (finished_) {
+      slot.result = Poll::end;
+      ended_ = true;
+      return true;
+    }
+    return false;
+  }
+  Waker release_locked() {
+    slot_ = nullptr;
+    return std::exchange(waker_, nullptr);
+  }
+
+  mutable std::mutex mutex_;
+  std::deque<Outcome<Batch>> ready_;
+  bool finished_ = false;
+  bool ended_ = false;
+  std::int64_t taken_ = 0;
+  ConsumerSlot<Batch>* slot_ = nullptr;
+  Waker waker_;
+  std::uint64_t generation_ = 0;
+};
+
+}  // namespace coload::detail

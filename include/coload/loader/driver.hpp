@@ -1,0 +1,48 @@
+#pragma once
+
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+
+#include <coroutine>
+#include <memory>
+
+namespace coload::detail {
+
+/// The loader's driver: one thread running an asio::io_context. Sampling, scheduling,
+/// reordering and the hand-off to the consumer happen on it, so that state needs no locks.
+class Driver {
+ public:
+  /// Starts the thread; it runs until release() has been called and no work is left.
+  Driver();
+  Driver(const Driver&) = delete;
+  Driver& operator=(const Driver&) = delete;
+  /// Releases the keep-alive if still held and joins the thread.
+  ~Driver();
+
+  asio::io_context& context() noexcept;
+  /// True on the driver thread itself.
+  bool on_driver_thread() const noexcept;
+  /// Lets the thread end once the io_context runs out of work. Call on the driver thread.
+  void release() noexcept;
+  /// Waits for the thread to end (after release()).
+  void join();
+
+  /// Awaitable continuing the awaiting coroutine on the driver thread.
+  auto schedule() noexcept {
+    struct Awaiter {
+      asio::io_context* ctx;
+      bool await_ready() const noexcept { return false; }
+      void await_suspend(std::coroutine_handle<> h) const {
+        asio::post(*ctx, [h] { h.resume(); });
+      }
+      void await_resume() const noexcept {}
+    };
+    return Awaiter{&context()};
+  }
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace coload::detail

@@ -1,0 +1,108 @@
+#pragma once
+// Epoch<Batch>: one pass over the data, consumed with `while (auto b = co_await epoch.next())`.
+
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "coload/coro/sync_wait.hpp"
+#include "coload/loader/detail/handoff.hpp"
+
+namespace coload {
+namespace detail {
+
+/// The consumer's view of a running epoch; implemented by the loader.
+template <class Batch>
+class EpochChannel {
+ public:
+  virtual ~EpochChannel() = default;
+  Handoff<Batch> handoff;
+  /// Posts to the driver: the consumer took an item, a slot is free.
+  virtual void consumed() = 0;
+  /// Posts to the driver: arm the timeout for wait `generation` (called under the lock).
+  virtual void arm_timeout(std::uint64_t generation, std::int64_t batch) = 0;
+  /// The timeout error for the batch awaited in the current wait.
+  virtual std::exception_ptr timeout_error() const = 0;
+  /// Stops fetching for this epoch; safe from any thread, idempotent.
+  virtual void cancel() = 0;
+};
+
+/// Turns a slot the consumer received into the value `next()` returns.
+template <class Batch>
+std::optional<Batch> take_outcome(EpochChannel<Batch>& channel, ConsumerSlot<Batch>& slot) {
+  switch (slot.result) {
+    case Poll::item: {
+      channel.consumed();
+      if (slot.outcome.error) std::rethrow_exception(slot.outcome.error);
+      return std::move(slot.outcome.batch);
+    }
+    case Poll::timeout:
+      std::rethrow_exception(channel.timeout_error());
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace detail
+
+/// One epoch of a DataLoader. Move-only; destroying it before the end stops the epoch's
+/// fetching (work already running finishes in the background and is dropped).
+template <class Batch>
+class Epoch {
+ public:
+  explicit Epoch(std::shared_ptr<detail::EpochChannel<Batch>> channel) noexcept
+      : channel_(std::move(channel)) {}
+  Epoch(Epoch&&) noexcept = default;
+  Epoch& operator=(Epoch&& other) noexcept {
+    if (this != &other) {
+      stop();
+      channel_ = std::move(other.channel_);
+    }
+    return *this;
+  }
+  ~Epoch() { stop(); }
+
+  /// Awaitable yielding the next batch, or an empty optional at the end of the epoch.
+  ///
+  /// Rethrows the batch's error (a WorkerError) in its place; the epoch goes on after it.
+  /// Throws TimeoutError when `timeout` is set and no batch came in time; the batch stays in
+  /// flight. A consumer waiting inside sync_wait resumes on its own thread; any other awaiting
+  /// coroutine resumes on the loader's driver thread. One `next()` at a time.
+  auto next() {
+    struct Awaiter {
+      detail::EpochChannel<Batch>* channel;
+      detail::ConsumerSlot<Batch> slot;
+      bool await_ready() const noexcept { return false; }
+      bool await_suspend(std::coroutine_handle<> h) {
+        detail::ResumeQueue* queue = detail::current_resume_queue;
+        detail::EpochChannel<Batch>* ch = channel;
+        // NOTE: once registered, the driver may resume `h` at any moment (even before this
+        // function returns), so nothing of the awaiter is touched after poll_or_wait.
+        return ch->handoff.poll_or_wait(
+            slot, [queue, h] { detail::resume_on(queue, h); },
+            [ch](std::uint64_t generation, std::int64_t batch) {
+              ch->arm_timeout(generation, batch);
+            });
+      }
+      std::optional<Batch> await_resume() { return detail::take_outcome(*channel, slot); }
+    };
+    return Awaiter{channel_.get(), {}};
+  }
+
+  /// True unless moved from.
+  explicit operator bool() const noexcept { return static_cast<bool>(channel_); }
+  /// The shared state behind the epoch (for adapters such as DataLoader::async_next).
+  const std::shared_ptr<detail::EpochChannel<Batch>>& channel() const noexcept { return channel_; }
+
+ private:
+  void stop() noexcept {
+    if (channel_) channel_->cancel();
+    channel_.reset();
+  }
+  std::shared_ptr<detail::EpochChannel<Batch>> channel_;
+};
+
+}  // namespace coload

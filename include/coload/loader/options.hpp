@@ -1,0 +1,61 @@
+#pragma once
+// LoaderOptions: the DataLoader's constructor arguments, as an aggregate.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "coload/collate/collate.hpp"
+#include "coload/exec/worker_info.hpp"
+#include "coload/sampler/sampler.hpp"
+
+namespace coload {
+
+/// What a DataLoader does, set with designated initializers in declaration order, e.g.
+/// `{.batch_size = 64, .shuffle = true, .num_workers = 4}`. Fields follow PyTorch's DataLoader;
+/// combinations PyTorch refuses are refused at construction, with PyTorch's wording.
+template <class CollateFn = DefaultCollate>
+struct LoaderOptions {
+  /// Samples per batch.
+  std::int64_t batch_size = 1;
+  /// Reshuffle every epoch (a RandomSampler seeded from `seed`).
+  bool shuffle = false;
+  /// Where indices come from; exclusive with `shuffle`.
+  AnySampler sampler{};
+  /// Where whole index lists come from; exclusive with batch_size, shuffle, sampler, drop_last.
+  AnyBatchSampler batch_sampler{};
+  /// Worker threads fetching and collating; 0 fetches on the loader's driver thread.
+  int num_workers = 0;
+  /// Turns a std::vector of samples into a batch; must be safe to call from several workers.
+  CollateFn collate{};
+  /// Drop the last batch when it is smaller than batch_size.
+  bool drop_last = false;
+  /// Seconds to wait for a batch before raising TimeoutError; 0 waits forever.
+  double timeout = 0;
+  /// Runs in each worker before its first fetch (each epoch unless persistent_workers).
+  std::function<void(const WorkerInfo&)> worker_init_fn{};
+  /// Batches in flight per worker (default 2); needs num_workers > 0.
+  std::optional<int> prefetch_factor{};
+  /// Keep workers (and their worker_init_fn state) from one epoch to the next.
+  bool persistent_workers = false;
+  /// Deliver batches in sampler order; false delivers each as soon as it is ready.
+  bool in_order = true;
+  /// Seeds the shuffle order and every sample's Rng; unset draws from ATen's default generator.
+  std::optional<std::uint64_t> seed{};
+};
+
+namespace detail {
+/// The checks of torch.utils.data.DataLoader.__init__, over the option values.
+void validate_options(std::int64_t batch_size, bool shuffle, bool has_sampler,
+                      bool has_batch_sampler, int num_workers, bool drop_last, double timeout,
+                      std::optional<int> prefetch_factor, bool persistent_workers);
+
+template <class C>
+void validate_options(const LoaderOptions<C>& o) {
+  validate_options(o.batch_size, o.shuffle, static_cast<bool>(o.sampler),
+                   static_cast<bool>(o.batch_sampler), o.num_workers, o.drop_last, o.timeout,
+                   o.prefetch_factor, o.persistent_workers);
+}
+}  // namespace detail
+
+}  // namespace coload

@@ -1,0 +1,88 @@
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coload/coro/async_generator.hpp"
+#include "coload/coro/generator.hpp"
+#include "coload/sampler/sampler.hpp"
+
+namespace coload {
+
+/// Groups a sampler's indices into lists of `batch_size`, as torch.utils.data.BatchSampler.
+///
+/// `batches()` is synchronous when the inner sampler is, asynchronous otherwise. Each yielded
+/// list is a fresh vector: the consumer may move from it.
+template <IndexSampler S>
+class BatchSampler {
+ public:
+  /// Refuses a non-positive batch size with PyTorch's message.
+  BatchSampler(S sampler, std::int64_t batch_size, bool drop_last)
+      : sampler_(std::move(sampler)), batch_size_(batch_size), drop_last_(drop_last) {
+    if (batch_size <= 0) {
+      throw std::invalid_argument(
+          "batch_size should be a positive integer value, but got batch_size=" +
+          std::to_string(batch_size));
+    }
+  }
+
+  /// The index lists of one epoch.
+  auto batches() {
+    if constexpr (detail::is_async_generator<decltype(sampler_.indices())>) {
+      return async_batches();
+    } else {
+      return sync_batches();
+    }
+  }
+
+  /// The number of batches per epoch, honouring drop_last.
+  std::int64_t size() const
+    requires SizedSampler<S>
+  {
+    const auto n = static_cast<std::int64_t>(sampler_.size());
+    return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+  }
+
+  S& sampler() noexcept { return sampler_; }
+  std::int64_t batch_size() const noexcept { return batch_size_; }
+  bool drop_last() const noexcept { return drop_last_; }
+
+ private:
+  Generator<std::vector<Index>> sync_batches() {
+    auto batch = fresh();
+    for (Index i : sampler_.indices()) {
+      batch.push_back(i);
+      if (static_cast<std::int64_t>(batch.size()) == batch_size_) {
+        co_yield batch;
+        batch = fresh();
+      }
+    }
+    if (!batch.empty() && !drop_last_) co_yield batch;
+  }
+  AsyncGenerator<std::vector<Index>> async_batches() {
+    auto batch = fresh();
+    auto indices = sampler_.indices();
+    while (const Index* i = co_await indices.next()) {
+      batch.push_back(*i);
+      if (static_cast<std::int64_t>(batch.size()) == batch_size_) {
+        co_yield batch;
+        batch = fresh();
+      }
+    }
+    if (!batch.empty() && !drop_last_) co_yield batch;
+  }
+  std::vector<Index> fresh() const {
+    std::vector<Index> v;
+    v.reserve(static_cast<std::size_t>(batch_size_));
+    return v;
+  }
+
+  S sampler_;
+  std::int64_t batch_size_;
+  bool drop_last_;
+};
+
+}  // namespace coload

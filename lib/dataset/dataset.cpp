@@ -1,0 +1,47 @@
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+#include "coload/dataset/sample_context.hpp"
+#include "coload/dataset/tensor_dataset.hpp"
+#include "coload/sampler/random.hpp"
+
+namespace coload {
+
+at::Generator Rng::torch_generator() { return make_generator(next_u64()); }
+
+TensorDataset::TensorDataset(std::vector<at::Tensor> tensors) : tensors_(std::move(tensors)) {
+  if (tensors_.empty()) throw std::invalid_argument("TensorDataset needs at least one tensor");
+  for (const auto& t : tensors_) {
+    if (!t.defined() || t.dim() == 0) {
+      throw std::invalid_argument("TensorDataset: every tensor needs a first dimension");
+    }
+  }
+  size_ = tensors_.front().size(0);
+  for (std::size_t i = 1; i < tensors_.size(); ++i) {
+    if (tensors_[i].size(0) != size_) {
+      throw std::invalid_argument("Size mismatch between tensors: tensor 0 has " +
+                                  std::to_string(size_) + " rows, tensor " + std::to_string(i) +
+                                  " has " + std::to_string(tensors_[i].size(0)));
+    }
+  }
+}
+
+std::vector<at::Tensor> TensorDataset::get(Index index) const {
+  std::vector<at::Tensor> sample;
+  sample.reserve(tensors_.size());
+  for (const auto& t : tensors_) sample.push_back(t.select(0, index));
+  return sample;
+}
+
+std::vector<at::Tensor> TensorDataset::get_batch(std::span<const Index> indices) const {
+  // NOTE: from_blob borrows the caller's indices; index_select copies out before we return.
+  const auto idx = at::from_blob(const_cast<Index*>(indices.data()),
+                                 {static_cast<std::int64_t>(indices.size())}, at::kLong);
+  std::vector<at::Tensor> batch;
+  batch.reserve(tensors_.size());
+  for (const auto& t : tensors_) batch.push_back(t.index_select(0, idx));
+  return batch;
+}
+
+}  // namespace coload

@@ -1,0 +1,83 @@
+#include <pthread.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "coload/exec/thread_executor.hpp"
+#include "coload/exec/worker_info.hpp"
+
+namespace coload {
+
+namespace {
+thread_local const WorkerInfo* t_worker_info = nullptr;
+thread_local int t_worker_id = -1;
+}  // namespace
+
+std::optional<WorkerInfo> get_worker_info() {
+  if (!t_worker_info) return std::nullopt;
+  return *t_worker_info;
+}
+
+void detail::set_worker_info(const WorkerInfo* info) noexcept { t_worker_info = info; }
+const WorkerInfo* detail::current_worker_info() noexcept { return t_worker_info; }
+
+struct ThreadExecutor::State {
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<std::coroutine_handle<>> queue;
+  bool stopping = false;
+  std::vector<std::thread> threads;
+
+  void run(int id) {
+    t_worker_id = id;
+    for (;;) {
+      std::coroutine_handle<> h;
+      {
+        std::unique_lock lock(mutex);
+        ready.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (queue.empty()) return;
+        h = queue.front();
+        queue.pop_front();
+      }
+      h.resume();
+    }
+  }
+};
+
+ThreadExecutor::ThreadExecutor(int num_threads, std::string name)
+    : state_(std::make_unique<State>()) {
+  if (num_threads < 1) num_threads = 1;
+  state_->threads.reserve(static_cast<std::size_t>(num_threads));
+  for (int i = 0; i < num_threads; ++i) {
+    state_->threads.emplace_back([s = state_.get(), i] { s->run(i); });
+    // Linux limits thread names to 15 characters.
+    const std::string thread_name = (name + std::to_string(i)).substr(0, 15);
+    pthread_setname_np(state_->threads.back().native_handle(), thread_name.c_str());
+  }
+}
+
+ThreadExecutor::~ThreadExecutor() {
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->stopping = true;
+  }
+  state_->ready.notify_all();
+  for (auto& t : state_->threads) t.join();
+}
+
+int ThreadExecutor::size() const noexcept { return static_cast<int>(state_->threads.size()); }
+
+void ThreadExecutor::post(std::coroutine_handle<> h) {
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->queue.push_back(h);
+  }
+  state_->ready.notify_one();
+}
+
+int ThreadExecutor::current_worker_id() noexcept { return t_worker_id; }
+
+}  // namespace coload

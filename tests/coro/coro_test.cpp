@@ -1,0 +1,280 @@
+// Specification of the coroutine core: Task, Generator, AsyncGenerator, sync_wait.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <ranges>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coload/coro/coro.hpp"
+
+using namespace coload;
+
+namespace {
+
+// Tallies constructions and destructions so lifetime tests can be exact.
+struct Counted {
+  static inline int constructed = 0;
+  static inline int destroyed = 0;
+  static void reset() { constructed = destroyed = 0; }
+  static int alive() { return constructed - destroyed; }
+  int value;
+  explicit Counted(int v) : value(v) { ++constructed; }
+  Counted(const Counted& o) : value(o.value) { ++constructed; }
+  Counted(Counted&& o) noexcept : value(o.value) { ++constructed; }
+  ~Counted() { ++destroyed; }
+};
+
+Task<int> answer() { co_return 42; }
+Task<int> add_one(Task<int> inner) { co_return co_await std::move(inner) + 1; }
+Task<void> throws_logic() {
+  throw std::logic_error("task failed");
+  co_return;
+}
+Task<int> throws_int() {
+  throw std::runtime_error("int task failed");
+  co_return 0;
+}
+
+// A one-shot event a coroutine can wait on, set from another thread.
+struct ThreadResume {
+  std::thread* thread;
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) {
+    detail::ResumeQueue* q = detail::current_resume_queue;
+    *thread = std::thread([h, q] { detail::resume_on(q, h); });
+  }
+  void await_resume() const noexcept {}
+};
+
+}  // namespace
+
+TEST_SUITE("coro") {
+  TEST_CASE("a task is lazy: its body runs only when awaited") {
+    int runs = 0;
+    // NOTE: a capturing lambda coroutine must outlive its frame, so it is named, not a temporary.
+    auto body = [&]() -> Task<int> {
+      ++runs;
+      co_return 7;
+    };
+    auto t = body();
+    CHECK(runs == 0);
+    CHECK_FALSE(t.is_ready());
+    CHECK(sync_wait(std::move(t)) == 7);
+    CHECK(runs == 1);
+  }
+
+  TEST_CASE("a task chain returns the inner value") {
+    CHECK(sync_wait(add_one(add_one(answer()))) == 44);
+  }
+
+  TEST_CASE("a task's exception is rethrown at the awaiter, with its type and message") {
+    CHECK_THROWS_WITH_AS(sync_wait(throws_logic()), "task failed", std::logic_error);
+    auto outer = []() -> Task<std::string> {
+      try {
+        co_await throws_int();
+      } catch (const std::runtime_error& e) {
+        co_return std::string("caught: ") + e.what();
+      }
+      co_return "not caught";
+    };
+    CHECK(sync_wait(outer()) == "caught: int task failed");
+  }
+
+  TEST_CASE("a million synchronous completions in a loop do not overflow the stack") {
+    auto loop = []() -> Task<long> {
+      long sum = 0;
+      for (int i = 0; i < 1'000'000; ++i) sum += co_await answer();
+      co_return sum;
+    };
+    CHECK(sync_wait(loop()) == 42'000'000L);
+  }
+
+  TEST_CASE("a task holds move-only and reference results") {
+    auto unique = []() -> Task<std::unique_ptr<int>> { co_return std::make_unique<int>(5); };
+    CHECK(*sync_wait(unique()) == 5);
+    int target = 1;
+    auto ref = [&]() -> Task<int&> { co_return target; };
+    int& r = sync_wait(ref());
+    r = 9;
+    CHECK(target == 9);
+  }
+
+  TEST_CASE("a destroyed, never-started task destroys its arguments exactly once") {
+    Counted::reset();
+    {
+      auto t = [](Counted c) -> Task<int> { co_return c.value; }(Counted{3});
+    }
+    CHECK(Counted::alive() == 0);
+    CHECK(Counted::constructed >= 1);
+  }
+
+  TEST_CASE("sync_wait resumes a coroutine completed by another thread on the waiting thread") {
+    std::thread other;
+    const auto waiting = std::this_thread::get_id();
+    auto t = [&]() -> Task<bool> {
+      co_await ThreadResume{&other};
+      co_return std::this_thread::get_id() == waiting;
+    };
+    CHECK(sync_wait(t()));
+    other.join();
+  }
+
+  TEST_CASE("a Generator is an input range that works with std::ranges algorithms") {
+    auto squares = [](int n) -> Generator<int> {
+      for (int i = 0; i < n; ++i) co_yield i * i;
+    };
+    static_assert(std::ranges::input_range<Generator<int>>);
+    static_assert(std::ranges::view<Generator<int>>);
+    std::vector<int> out;
+    std::ranges::copy(squares(5), std::back_inserter(out));
+    CHECK(out == std::vector<int>{0, 1, 4, 9, 16});
+    auto evens = squares(6) | std::views::filter([](int v) { return v % 2 == 0; });
+    std::vector<int> even_out;
+    for (int v : evens) even_out.push_back(v);
+    CHECK(even_out == std::vector<int>{0, 4, 16});
+    auto g = squares(4);
+    CHECK(std::ranges::count_if(g, [](int v) { return v > 1; }) == 2);
+  }
+
+  TEST_CASE("a Generator rethrows the body's exception from the iterator step") {
+    auto g = []() -> Generator<int> {
+      co_yield 1;
+      throw std::runtime_error("generator failed");
+    }();
+    auto it = g.begin();
+    CHECK(*it == 1);
+    CHECK_THROWS_WITH_AS(++it, "generator failed", std::runtime_error);
+  }
+
+  TEST_CASE("a Generator yields by address: references and move-only values") {
+    std::vector<int> data{1, 2, 3};
+    auto refs = [&]() -> Generator<int&> {
+      for (int& v : data) co_yield v;
+    };
+    for (int& v : refs()) v *= 10;
+    CHECK(data == std::vector<int>{10, 20, 30});
+    auto owned = []() -> Generator<std::unique_ptr<int>> {
+      co_yield std::make_unique<int>(4);
+      co_yield std::make_unique<int>(5);
+    };
+    int sum = 0;
+    for (auto& p : owned()) {
+      auto taken = std::move(p);
+      sum += *taken;
+    }
+    CHECK(sum == 9);
+  }
+
+  TEST_CASE("destroying a Generator early destroys the values in scope exactly once") {
+    Counted::reset();
+    {
+      auto g = []() -> Generator<Counted> {
+        Counted local(1);
+        for (int i = 0; i < 100; ++i) co_yield Counted(i);
+      }();
+      int seen = 0;
+      for (auto& c : g) {
+        if (++seen == 3) break;
+        (void)c;
+      }
+      CHECK(Counted::alive() == 2);  // `local` and the yielded temporary at the suspension point
+    }
+    CHECK(Counted::alive() == 0);
+  }
+
+  TEST_CASE("an AsyncGenerator yields values in order, by address, and then nullptr") {
+    auto gen = []() -> AsyncGenerator<int> {
+      for (int i = 0; i < 3; ++i) {
+        co_await answer();
+        co_yield i;
+      }
+    };
+    auto consume = [&]() -> Task<std::vector<int>> {
+      std::vector<int> out;
+      auto g = gen();
+      while (auto v = co_await g.next()) out.push_back(*v);
+      CHECK(co_await g.next() == nullptr);
+      co_return out;
+    };
+    CHECK(sync_wait(consume()) == std::vector<int>{0, 1, 2});
+  }
+
+  TEST_CASE("an AsyncGenerator rethrows the producer's exception at the consumer") {
+    auto consume = []() -> Task<int> {
+      auto g = []() -> AsyncGenerator<int> {
+        co_yield 1;
+        throw std::out_of_range("producer failed");
+      }();
+      int got = 0;
+      try {
+        while (auto v = co_await g.next()) got += *v;
+      } catch (const std::out_of_range& e) {
+        CHECK(std::string(e.what()) == "producer failed");
+        got += 100;
+      }
+      CHECK(co_await g.next() == nullptr);  // finished after the error
+      co_return got;
+    };
+    CHECK(sync_wait(consume()) == 101);
+  }
+
+  TEST_CASE("an AsyncGenerator may be destroyed between next() calls without running further") {
+    Counted::reset();
+    int steps = 0;
+    auto consume = [&]() -> Task<int> {
+      auto producer = [&]() -> AsyncGenerator<Counted> {
+        Counted local(-1);
+        for (int i = 0; i < 10; ++i) {
+          ++steps;
+          co_yield Counted(i);
+        }
+      };
+      auto g = producer();
+      auto v = co_await g.next();
+      int first = v->value;
+      co_await g.next();
+      co_return first;  // g destroyed here, suspended at its second co_yield
+    };
+    CHECK(sync_wait(consume()) == 0);
+    CHECK(steps == 2);
+    CHECK(Counted::alive() == 0);
+    CHECK(Counted::constructed == 3);
+  }
+
+  TEST_CASE("an AsyncGenerator handles references and move-only values") {
+    auto consume = []() -> Task<int> {
+      int a = 1, b = 2;
+      auto make_refs = [&]() -> AsyncGenerator<int&> {
+        co_yield a;
+        co_yield b;
+      };
+      auto refs = make_refs();
+      while (auto v = co_await refs.next()) *v += 10;
+      auto owned = []() -> AsyncGenerator<std::unique_ptr<int>> {
+        co_yield std::make_unique<int>(7);
+      }();
+      auto p = co_await owned.next();
+      auto taken = std::move(*p);
+      co_return a + b + *taken;
+    };
+    CHECK(sync_wait(consume()) == 11 + 12 + 7);
+  }
+
+  TEST_CASE("a million synchronous AsyncGenerator yields do not overflow the stack") {
+    auto consume = []() -> Task<long> {
+      auto g = []() -> AsyncGenerator<int> {
+        for (int i = 0; i < 1'000'000; ++i) co_yield 1;
+      }();
+      long n = 0;
+      while (auto v = co_await g.next()) n += *v;
+      co_return n;
+    };
+    CHECK(sync_wait(consume()) == 1'000'000);
+  }
+}
