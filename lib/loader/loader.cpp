@@ -103,14 +103,22 @@ void warn(const std::string& message) {
   }
 }
 
+namespace {
+std::mutex seen_mutex;
+std::set<std::string> seen_warnings;
+}  // namespace
+
 void warn_once(const std::string& key, const std::string& message) {
-  static std::mutex m;
-  static std::set<std::string> seen;
   {
-    std::lock_guard lock(m);
-    if (!seen.insert(key).second) return;
+    std::lock_guard lock(seen_mutex);
+    if (!seen_warnings.insert(key).second) return;
   }
   warn(message);
+}
+
+void forget_warnings() {
+  std::lock_guard lock(seen_mutex);
+  seen_warnings.clear();
 }
 
 void check_worker_number(int num_workers) {

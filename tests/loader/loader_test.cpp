@@ -1,2 +1,575 @@
+// Specification of the DataLoader: options, order, workers, errors, the three ways to consume.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
+
+#include <ATen/ATen.h>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <numeric>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coload/coload.hpp"
+
+using namespace coload;
+
+namespace {
+
+int thread_count() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+TensorDataset range_dataset(std::int64_t n) { return TensorDataset{at::arange(n, at::kLong)}; }
+
+std::vector<std::int64_t> to_vector(const at::Tensor& t) {
+  auto c = t.contiguous();
+  return {c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel()};
+}
+
+// Samples are their own index; records which worker and seed fetched each.
+struct IndexDataset {
+  std::int64_t n;
+  std::int64_t size() const { return n; }
+  std::int64_t get(Index i) const { return i; }
+};
+
+// A gate the test opens; workers that reach it wait. Counts arrivals without sleeping.
+struct Gate {
+  std::mutex m;
+  std::condition_variable cv;
+  bool open = false;
+  int fetched = 0;
+  std::int64_t max_index = -1;
+  void wait_open() {
+    std::unique_lock l(m);
+    cv.wait(l, [&] { return open; });
+  }
+  void release() {
+    {
+      std::lock_guard l(m);
+      open = true;
+    }
+    cv.notify_all();
+  }
+  void arrived(std::int64_t index) {
+    {
+      std::lock_guard l(m);
+      ++fetched;
+      max_index = std::max(max_index, index);
+    }
+    cv.notify_all();
+  }
+  void wait_fetched(int count) {
+    std::unique_lock l(m);
+    cv.wait(l, [&] { return fetched >= count; });
+  }
+};
+
+// Sample 0 waits at the gate; every other sample is fetched at once.
+struct GatedDataset {
+  std::shared_ptr<Gate> gate;
+  std::int64_t n;
+  std::int64_t size() const { return n; }
+  std::int64_t get(Index i) const {
+    if (i == 0) gate->wait_open();
+    gate->arrived(i);
+    return i;
+  }
+};
+
+// Each get takes a while and counts itself.
+struct SlowDataset {
+  std::shared_ptr<std::atomic<int>> gets;
+  std::int64_t size() const { return 100000; }
+  std::int64_t get(Index i) const {
+    gets->fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the work, not synchronisation
+    return i;
+  }
+};
+
+struct ThrowingDataset {
+  std::int64_t size() const { return 12; }
+  std::int64_t get(Index i) const {
+    if (i == 5) throw std::out_of_range("no sample five here");
+    return i;
+  }
+};
+
+template <class Options>
+std::string refusal(Options options) {
+  try {
+    auto loader = make_data_loader(range_dataset(10), std::move(options));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+template <class Loader>
+std::vector<std::vector<std::int64_t>> epoch_lists(Loader& loader) {
+  std::vector<std::vector<std::int64_t>> out;
+  for (auto& batch : loader) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(batch)>, at::Tensor>) {
+      out.push_back(to_vector(batch));
+    } else {
+      out.push_back(to_vector(batch.at(0)));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("loader") {
+  TEST_CASE("invalid option combinations are refused with PyTorch's wording") {
+    CHECK(refusal(LoaderOptions{.shuffle = true, .sampler = SequentialSampler(10)}) ==
+          "sampler option is mutually exclusive with shuffle");
+    CHECK(refusal(LoaderOptions{.batch_size = 4,
+                                .batch_sampler = BatchSampler(SequentialSampler(10), 2, false)}) ==
+          "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and "
+          "drop_last");
+    CHECK(refusal(LoaderOptions{.num_workers = -1}) ==
+          "num_workers option should be non-negative; use num_workers=0 to disable "
+          "multiprocessing.");
+    CHECK(refusal(LoaderOptions{.prefetch_factor = 4}) ==
+          "prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 "
+          "to enable multiprocessing.");
+    CHECK(refusal(LoaderOptions{.timeout = -1}) == "timeout option should be non-negative");
+    CHECK(refusal(LoaderOptions{.persistent_workers = true}) ==
+          "persistent_workers option needs num_workers > 0");
+    CHECK(refusal(LoaderOptions{.batch_size = 0}) ==
+          "batch_size should be a positive integer value, but got batch_size=0");
+    CHECK(refusal(LoaderOptions{.num_workers = 1, .prefetch_factor = 2}) == "accepted");
+  }
+
+  TEST_CASE("size() counts batches per epoch as len(DataLoader), honouring drop_last") {
+    CHECK(make_data_loader(range_dataset(10), {.batch_size = 3}).size() == 4);
+    CHECK(make_data_loader(range_dataset(10), {.batch_size = 3, .drop_last = true}).size() == 3);
+    CHECK(make_data_loader(range_dataset(9), {.batch_size = 3}).size() == 3);
+  }
+
+  TEST_CASE("a range-for is one epoch of batches in sampler order, and may be repeated") {
+    auto loader = make_data_loader(range_dataset(10), {.batch_size = 4});
+    const std::vector<std::vector<std::int64_t>> expected{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9}};
+    CHECK(epoch_lists(loader) == expected);
+    CHECK(epoch_lists(loader) == expected);
+  }
+
+  TEST_CASE("a seeded shuffle yields PyTorch's order for DataLoader(generator=manual_seed(7))") {
+    // torch 1.13: DataLoader(range(10), batch_size=3, shuffle=True,
+    //                        generator=torch.Generator().manual_seed(7)), two epochs.
+    const std::vector<std::vector<std::int64_t>> first{{1, 3, 5}, {7, 9, 4}, {6, 2, 8}, {0}};
+    const std::vector<std::vector<std::int64_t>> second{{5, 1, 6}, {0, 9, 7}, {8, 4, 3}, {2}};
+    for (int workers : {0, 1, 3}) {
+      CAPTURE(workers);
+      auto loader = make_data_loader(range_dataset(10),
+                                     {.batch_size = 3, .shuffle = true, .num_workers = workers,
+                                      .seed = 7});
+      CHECK(epoch_lists(loader) == first);
+      CHECK(epoch_lists(loader) == second);
+    }
+  }
+
+  TEST_CASE("per-sample get and default_collate build the same batches as get_batch") {
+    struct PerSample {
+      TensorDataset inner;
+      std::int64_t size() const { return inner.size(); }
+      std::vector<at::Tensor> get(Index i) const { return inner.get(i); }
+    };
+    auto data = at::arange(40, at::kFloat).reshape({20, 2});
+    auto labels = at::arange(20, at::kLong) * 10;
+    auto batched = make_data_loader(TensorDataset{data, labels},
+                                    {.batch_size = 6, .shuffle = true, .seed = 3});
+    auto per_sample = make_data_loader(PerSample{TensorDataset{data, labels}},
+                                       {.batch_size = 6, .shuffle = true, .num_workers = 2,
+                                        .seed = 3});
+    std::vector<std::vector<at::Tensor>> a, b;
+    for (auto& batch : batched) a.push_back(batch);
+    for (auto& batch : per_sample) b.push_back(batch);
+    REQUIRE(a.size() == 4);
+    REQUIRE(b.size() == 4);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      CHECK(a[i].size() == 2);
+      CHECK(a[i][0].equal(b[i][0]));
+      CHECK(a[i][1].equal(b[i][1]));
+      CHECK(a[i][1].equal(a[i][0].select(1, 0).div(2).to(at::kLong) * 10));
+    }
+  }
+
+  TEST_CASE("an epoch is consumed with co_await epoch.next()") {
+    auto loader = make_data_loader(IndexDataset{7}, {.batch_size = 2, .num_workers = 2});
+    auto consume = [&]() -> Task<std::vector<std::int64_t>> {
+      std::vector<std::int64_t> seen;
+      auto epoch = loader.epoch();
+      while (auto batch = co_await epoch.next()) {
+        for (auto v : to_vector(*batch)) seen.push_back(v);
+      }
+      co_return seen;
+    };
+    CHECK(sync_wait(consume()) == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6});
+    CHECK(sync_wait(consume()) == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6});
+  }
+
+  TEST_CASE("async_next serves asio::use_awaitable, use_future and a plain callback") {
+    auto loader = make_data_loader(IndexDataset{5}, {.batch_size = 2, .num_workers = 1});
+
+    asio::io_context io;
+    std::vector<std::int64_t> awaited;
+    int epochs_ended = 0;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          for (int e = 0; e < 2; ++e) {
+            while (auto batch = co_await loader.async_next(asio::use_awaitable)) {
+              for (auto v : to_vector(*batch)) awaited.push_back(v);
+            }
+            ++epochs_ended;
+          }
+        },
+        asio::detached);
+    io.run();
+    CHECK(epochs_ended == 2);
+    CHECK(awaited == std::vector<std::int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4});
+
+    std::vector<std::int64_t> from_futures;
+    for (;;) {
+      auto batch = loader.async_next(asio::use_future).get();
+      if (!batch) break;
+      for (auto v : to_vector(*batch)) from_futures.push_back(v);
+    }
+    CHECK(from_futures == std::vector<std::int64_t>{0, 1, 2, 3, 4});
+
+    std::promise<std::vector<std::int64_t>> done;
+    std::vector<std::int64_t> from_callbacks;
+    std::function<void(std::exception_ptr, std::optional<at::Tensor>)> on_batch =
+        [&](std::exception_ptr error, std::optional<at::Tensor> batch) {
+          if (error || !batch) {
+            done.set_value(from_callbacks);
+            return;
+          }
+          for (auto v : to_vector(*batch)) from_callbacks.push_back(v);
+          loader.async_next(on_batch);
+        };
+    const auto caller = std::this_thread::get_id();
+    std::thread::id ran_on;
+    loader.async_next([&](std::exception_ptr e, std::optional<at::Tensor> b) {
+      ran_on = std::this_thread::get_id();
+      on_batch(e, std::move(b));
+    });
+    CHECK(done.get_future().get() == std::vector<std::int64_t>{0, 1, 2, 3, 4});
+    CHECK(ran_on != caller);  // never invoked from within async_next
+  }
+
+  TEST_CASE("a slow batch does not stop the other workers fetching ahead, up to the bound") {
+    auto gate = std::make_shared<Gate>();
+    // 2 workers x prefetch 2: at most 4 batches of 2 in flight; sample 0 (batch 0) is stuck.
+    auto loader = make_data_loader(GatedDataset{gate, 40},
+                                   {.batch_size = 2, .num_workers = 2, .prefetch_factor = 2});
+    auto epoch = loader.epoch();
+    gate->wait_fetched(6);  // batches 1..3 fetched by the free worker while batch 0 waits
+    {
+      std::lock_guard l(gate->m);
+      CHECK(gate->max_index == 7);  // nothing beyond the 4th batch was started
+    }
+    gate->release();
+    std::vector<std::int64_t> seen;
+    while (auto batch = sync_wait(epoch.next())) {
+      for (auto v : to_vector(*batch)) seen.push_back(v);
+    }
+    std::vector<std::int64_t> expected(40);
+    std::iota(expected.begin(), expected.end(), 0);
+    CHECK(seen == expected);  // and still delivered in order
+  }
+
+  TEST_CASE("in_order = false delivers ready batches before a slow one") {
+    auto gate = std::make_shared<Gate>();
+    auto loader = make_data_loader(GatedDataset{gate, 8},
+                                   {.batch_size = 2, .num_workers = 2, .in_order = false});
+    auto epoch = loader.epoch();
+    auto first = sync_wait(epoch.next());
+    gate->release();
+    REQUIRE(first);
+    const auto first_values = to_vector(*first);
+    CHECK(first_values[0] != 0);
+    std::multiset<std::int64_t> all(first_values.begin(), first_values.end());
+    while (auto batch = sync_wait(epoch.next())) {
+      for (auto v : to_vector(*batch)) all.insert(v);
+    }
+    CHECK(all == std::multiset<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+  }
+
+  TEST_CASE("an exception in get reaches the consumer with its message, index and worker") {
+    for (int workers : {0, 2}) {
+      CAPTURE(workers);
+      auto loader = make_data_loader(ThrowingDataset{}, {.batch_size = 4, .num_workers = workers});
+      auto epoch = loader.epoch();
+      auto first = sync_wait(epoch.next());
+      REQUIRE(first);
+      CHECK(to_vector(*first) == std::vector<std::int64_t>{0, 1, 2, 3});
+      try {
+        sync_wait(epoch.next());
+        FAIL("batch 1 should have failed");
+      } catch (const WorkerError& e) {
+        const std::string what = e.what();
+        CHECK(what.find("no sample five here") != std::string::npos);
+        CHECK(what.find("std::out_of_range") != std::string::npos);
+        CHECK(what.find("sample 5 of batch 1") != std::string::npos);
+        CHECK(e.index() == 5);
+        CHECK(e.batch() == 1);
+        CHECK(e.original_message() == "no sample five here");
+        if (workers == 0) {
+          CHECK(e.worker_id() == -1);
+          CHECK(what.find("driver") != std::string::npos);
+        } else {
+          CHECK(e.worker_id() >= 0);
+          CHECK(e.worker_id() < workers);
+          CHECK(what.find("DataLoader worker " + std::to_string(e.worker_id())) !=
+                std::string::npos);
+        }
+        CHECK_THROWS_AS(std::rethrow_exception(e.original()), std::out_of_range);
+      }
+      auto third = sync_wait(epoch.next());  // nothing else is lost
+      REQUIRE(third);
+      CHECK(to_vector(*third) == std::vector<std::int64_t>{8, 9, 10, 11});
+      CHECK_FALSE(sync_wait(epoch.next()));
+    }
+  }
+
+  TEST_CASE("timeout raises an error naming the batch and the seconds, and the batch can still come") {
+    auto gate = std::make_shared<Gate>();
+    const int before = thread_count();
+    {
+      auto loader = make_data_loader(GatedDataset{gate, 4},
+                                     {.batch_size = 2, .num_workers = 1, .timeout = 0.05});
+      auto epoch = loader.epoch();
+      try {
+        sync_wait(epoch.next());
+        FAIL("expected a timeout");
+      } catch (const TimeoutError& e) {
+        CHECK(std::string(e.what()) == "DataLoader timed out after 0.05 seconds waiting for batch 0");
+        CHECK(e.batch() == 0);
+        CHECK(e.seconds() == doctest::Approx(0.05));
+      }
+      gate->release();
+      auto batch = sync_wait(epoch.next());
+      REQUIRE(batch);
+      CHECK(to_vector(*batch) == std::vector<std::int64_t>{0, 1});
+    }
+    CHECK(thread_count() == before);
+  }
+
+  TEST_CASE("get_worker_info is the worker's inside get and empty outside") {
+    struct InfoDataset {
+      std::int64_t size() const { return 64; }
+      std::vector<std::int64_t> get(Index i) const {
+        auto info = get_worker_info();
+        REQUIRE(info);
+        REQUIRE(info->dataset_as<InfoDataset>() != nullptr);
+        return {i, info->id, info->num_workers, static_cast<std::int64_t>(info->seed)};
+      }
+    };
+    CHECK_FALSE(get_worker_info());
+    auto loader = make_data_loader(InfoDataset{}, {.batch_size = 4, .num_workers = 3, .seed = 11});
+    std::set<std::int64_t> base_seeds;
+    for (auto& batch : loader) {
+      REQUIRE(batch.size() == 4);
+      auto ids = to_vector(batch[1]);
+      auto counts = to_vector(batch[2]);
+      auto seeds = to_vector(batch[3]);
+      for (std::size_t k = 0; k < ids.size(); ++k) {
+        CHECK(ids[k] >= 0);
+        CHECK(ids[k] < 3);
+        CHECK(counts[k] == 3);
+        base_seeds.insert(seeds[k] - ids[k]);  // seed = epoch base seed + worker id
+      }
+    }
+    CHECK(base_seeds.size() == 1);
+    CHECK_FALSE(get_worker_info());
+
+    struct MainThreadDataset {
+      std::int64_t size() const { return 3; }
+      std::int64_t get(Index i) const { return get_worker_info() ? -1 : i; }
+    };
+    auto inline_loader = make_data_loader(MainThreadDataset{}, {.batch_size = 3});
+    for (auto& batch : inline_loader) CHECK(to_vector(batch) == std::vector<std::int64_t>{0, 1, 2});
+  }
+
+  TEST_CASE("worker_init_fn runs once per worker before its first fetch") {
+    struct Tally {
+      std::mutex m;
+      std::map<int, int> inits;
+      std::map<int, int> fetched_before_init;
+    };
+    auto tally = std::make_shared<Tally>();
+    struct CheckingDataset {
+      std::shared_ptr<Tally> tally;
+      std::int64_t size() const { return 60; }
+      std::int64_t get(Index i) const {
+        auto info = get_worker_info();
+        std::lock_guard l(tally->m);
+        if (tally->inits[info->id] != 1) ++tally->fetched_before_init[info->id];
+        return i;
+      }
+    };
+    for (bool persistent : {true, false}) {
+      CAPTURE(persistent);
+      tally->inits.clear();
+      auto loader = make_data_loader(
+          CheckingDataset{tally},
+          {.batch_size = 3,
+           .num_workers = 2,
+           .worker_init_fn =
+               [tally](const WorkerInfo& info) {
+                 std::lock_guard l(tally->m);
+                 ++tally->inits[info.id];
+               },
+           .persistent_workers = persistent});
+      std::int64_t batches = 0;
+      for (auto& batch : loader) batches += batch.size(0) > 0;
+      CHECK(batches == 20);
+      std::lock_guard l(tally->m);
+      CHECK(tally->fetched_before_init.empty());
+      CHECK_FALSE(tally->inits.empty());
+      for (auto [id, n] : tally->inits) CHECK(n == 1);
+    }
+  }
+
+  TEST_CASE("get(index, ctx) receives the index, the epoch and a per-sample Rng independent of workers") {
+    struct Augmenting {
+      std::int64_t size() const { return 30; }
+      std::tuple<std::int64_t, std::int64_t, double> get(Index i, SampleContext& ctx) const {
+        REQUIRE(ctx.index == i);
+        return {i, ctx.epoch, ctx.rng.uniform()};
+      }
+    };
+    std::vector<at::Tensor> reference;
+    for (int workers : {0, 1, 3}) {
+      CAPTURE(workers);
+      auto loader = make_data_loader(Augmenting{}, {.batch_size = 5, .shuffle = true,
+                                                    .num_workers = workers, .seed = 99});
+      std::vector<at::Tensor> run;
+      for (int e = 0; e < 2; ++e) {
+        for (auto& [idx, epoch, noise] : loader) {
+          CHECK(to_vector(epoch) == std::vector<std::int64_t>(5, e));
+          run.push_back(at::stack({idx.to(at::kDouble), noise}));
+        }
+      }
+      if (reference.empty()) {
+        reference = run;
+        CHECK_FALSE(reference[0].equal(reference[6]));  // epochs differ
+      } else {
+        REQUIRE(run.size() == reference.size());
+        for (std::size_t k = 0; k < run.size(); ++k) CHECK(run[k].equal(reference[k]));
+      }
+    }
+  }
+
+  TEST_CASE("a user sampler, batch sampler and collate replace the defaults") {
+    struct Backwards {
+      std::int64_t n;
+      AsyncGenerator<Index> indices() const {
+        for (Index i = n - 1; i >= 0; --i) co_yield i;
+      }
+    };
+    auto loader = make_data_loader(IndexDataset{5},
+                                   LoaderOptions{.batch_size = 2, .sampler = Backwards{5},
+                                                 .collate = [](std::vector<std::int64_t> s) {
+                                                   return std::accumulate(s.begin(), s.end(),
+                                                                          std::int64_t{0});
+                                                 }});
+    std::vector<std::int64_t> sums;
+    for (auto& s : loader) sums.push_back(s);
+    CHECK(sums == std::vector<std::int64_t>{4 + 3, 2 + 1, 0});
+    CHECK_THROWS_AS(loader.size(), std::logic_error);  // the sampler has no size()
+
+    struct Pairs {
+      Generator<std::vector<Index>> batches() const {
+        // NOTE: GCC 12 miscompiles braced lists inside coroutines ("array used as initializer").
+        static constexpr Index first[] = {3, 1};
+        co_yield std::vector<Index>(std::begin(first), std::end(first));
+        co_yield std::vector<Index>(1, 0);
+      }
+      std::int64_t size() const { return 2; }
+    };
+    auto by_batch = make_data_loader(IndexDataset{5}, {.batch_sampler = Pairs{}});
+    CHECK(by_batch.size() == 2);
+    std::vector<std::vector<std::int64_t>> lists;
+    for (auto& b : by_batch) lists.push_back(to_vector(b));
+    CHECK(lists == std::vector<std::vector<std::int64_t>>{{3, 1}, {0}});
+  }
+
+  TEST_CASE("one epoch at a time: a second epoch() while one runs is refused") {
+    auto loader = make_data_loader(IndexDataset{10}, {.batch_size = 2});
+    auto epoch = loader.epoch();
+    CHECK_THROWS_WITH_AS(loader.epoch(), doctest::Contains("still in progress"), std::logic_error);
+    while (sync_wait(epoch.next())) {
+    }
+    auto next = loader.epoch();  // the first has ended
+    CHECK(sync_wait(next.next()).has_value());
+  }
+
+  TEST_CASE("destroying a loader mid-epoch returns promptly and leaves no thread behind") {
+    const int before = thread_count();
+    auto gets = std::make_shared<std::atomic<int>>(0);
+    const auto start = std::chrono::steady_clock::now();
+    {
+      auto loader = make_data_loader(SlowDataset{gets},
+                                     {.batch_size = 64, .num_workers = 2, .prefetch_factor = 4});
+      auto epoch = loader.epoch();
+      auto first = sync_wait(epoch.next());
+      REQUIRE(first);
+      CHECK(first->size(0) == 64);
+      CHECK(thread_count() == before + 3);  // the driver and two workers
+    }
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    CHECK(thread_count() == before);
+    // Fetching stops between samples: far fewer gets than the 8 batches x 64 in flight.
+    CHECK(gets->load() < 64 * 4);
+    CHECK(elapsed < std::chrono::seconds(5));
+  }
+
+  TEST_CASE("destroying an epoch early stops it and the next epoch starts cleanly") {
+    auto loader = make_data_loader(IndexDataset{100}, {.batch_size = 10, .num_workers = 2});
+    {
+      auto epoch = loader.epoch();
+      CHECK(to_vector(*sync_wait(epoch.next()))[0] == 0);
+    }
+    auto lists = epoch_lists(loader);
+    CHECK(lists.size() == 10);
+    CHECK(lists.front().front() == 0);
+    CHECK(lists.back().back() == 99);
+  }
+
+  TEST_CASE("more workers than CPUs prints PyTorch's warning once") {
+    std::vector<std::string> warnings;
+    coload::detail::forget_warnings();  // earlier cases may have used more workers than CPUs
+    set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
+    const int too_many = static_cast<int>(std::thread::hardware_concurrency()) + 64;
+    { auto a = make_data_loader(IndexDataset{4}, {.num_workers = too_many}); }
+    { auto b = make_data_loader(IndexDataset{4}, {.num_workers = too_many}); }
+    set_warning_handler(nullptr);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("This DataLoader will create " + std::to_string(too_many) +
+                           " worker processes in total. Our suggested max number of worker in "
+                           "current system is") == 0);
+    CHECK(warnings[0].find("lower the worker number to avoid potential slowness/freeze if "
+                           "necessary.") != std::string::npos);
+  }
+}

@@ -69,6 +69,8 @@ WorkerError wrap_current_exception(int worker_id, std::int64_t batch, std::int64
 void warn(const std::string& message);
 /// Emits a warning the first time `key` is seen in this process.
 void warn_once(const std::string& key, const std::string& message);
+/// Forgets which once-only warnings were given (for tests).
+void forget_warnings();
 /// PyTorch's check that num_workers does not exceed the CPUs this process may use.
 void check_worker_number(int num_workers);
 }  // namespace detail
