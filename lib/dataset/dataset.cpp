@@ -1,5 +1,8 @@
 #include <ATen/ATen.h>
 
+#include <ATen/core/LegacyTypeDispatch.h>
+
+#include <optional>
 #include <stdexcept>
 
 #include "coload/dataset/sample_context.hpp"
@@ -18,6 +21,7 @@ TensorDataset::TensorDataset(std::vector<at::Tensor> tensors) : tensors_(std::mo
     }
   }
   size_ = tensors_.front().size(0);
+  for (const auto& t : tensors_) requires_grad_ = requires_grad_ || t.requires_grad();
   for (std::size_t i = 1; i < tensors_.size(); ++i) {
     if (tensors_[i].size(0) != size_) {
       throw std::invalid_argument("Size mismatch between tensors: tensor 0 has " +
@@ -28,6 +32,10 @@ TensorDataset::TensorDataset(std::vector<at::Tensor> tensors) : tensors_(std::mo
 }
 
 std::vector<at::Tensor> TensorDataset::get(Index index) const {
+  // NOTE: rows are views that collate copies out of. When no tensor needs gradients, making
+  // them below the autograd and view-tracking layers halves the cost of each select.
+  std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
+  if (!requires_grad_) below_autograd.emplace();
   std::vector<at::Tensor> sample;
   sample.reserve(tensors_.size());
   for (const auto& t : tensors_) sample.push_back(t.select(0, index));

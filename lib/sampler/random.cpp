@@ -37,15 +37,13 @@ RandomSampler::RandomSampler(std::int64_t size, bool replacement,
   }
 }
 
-namespace {
-// Yields every element of a 1-D int64 tensor, or its first `count`.
-Generator<Index> yield_all(at::Tensor t, std::int64_t count) {
-  const Index* p = t.data_ptr<Index>();
-  for (std::int64_t i = 0; i < count; ++i) co_yield Index{p[i]};
-}
-}  // namespace
-
 Generator<Index> RandomSampler::indices() {
+  for (std::span<const Index> block : index_blocks()) {
+    for (Index i : block) co_yield i;
+  }
+}
+
+Generator<std::span<const Index>> RandomSampler::index_blocks() {
   at::Generator gen;
   if (generator_) {
     gen = *generator_;
@@ -54,19 +52,26 @@ Generator<Index> RandomSampler::indices() {
     gen = make_generator(detail::draw_seed(std::nullopt));
   }
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  auto first = [](const at::Tensor& t, std::int64_t count) {
+    return std::span<const Index>(t.data_ptr<Index>(), static_cast<std::size_t>(count));
+  };
   if (replacement_) {
     for (std::int64_t chunk = 0; chunk < num_samples_ / 32; ++chunk) {
-      for (Index i : yield_all(at::randint(size_, {32}, gen, long_opts), 32)) co_yield i;
+      const auto draw = at::randint(size_, {32}, gen, long_opts);
+      co_yield first(draw, 32);
     }
     const std::int64_t rest = num_samples_ % 32;
-    for (Index i : yield_all(at::randint(size_, {rest}, gen, long_opts), rest)) co_yield i;
+    const auto draw = at::randint(size_, {rest}, gen, long_opts);
+    if (rest > 0) co_yield first(draw, rest);
   } else {
     for (std::int64_t pass = 0; pass < num_samples_ / size_; ++pass) {
-      for (Index i : yield_all(at::randperm(size_, gen, long_opts), size_)) co_yield i;
+      const auto perm = at::randperm(size_, gen, long_opts);
+      co_yield first(perm, size_);
     }
     const std::int64_t rest = num_samples_ % size_;
     // NOTE: PyTorch draws a whole permutation for the remainder too; so do we, to stay in step.
-    for (Index i : yield_all(at::randperm(size_, gen, long_opts), rest)) co_yield i;
+    const auto perm = at::randperm(size_, gen, long_opts);
+    if (rest > 0) co_yield first(perm, rest);
   }
 }
 

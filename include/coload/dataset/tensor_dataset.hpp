@@ -33,6 +33,7 @@ class TensorDataset {
  private:
   std::vector<at::Tensor> tensors_;
   std::int64_t size_ = 0;
+  bool requires_grad_ = false;
 };
 
 }  // namespace coload

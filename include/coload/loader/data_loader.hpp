@@ -113,8 +113,10 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
         base_seed_(base_seed),
         sample_seed_(core.options.seed.value_or(base_seed)),
         bound_(core.in_flight_bound()),
-        reorder_(static_cast<std::size_t>(bound_)),
-        timer_(core.driver.context()) {
+        reorder_(static_cast<std::size_t>(bound_)) {
+    // NOTE: only a loader with a timeout makes a timer: once a timer exists, Asio's driver
+    // sleeps in epoll rather than on a condition variable, and every post costs a syscall.
+    if (core.options.timeout > 0) timer_.emplace(core.driver.context());
     const int n = core.options.num_workers;
     workers_.reserve(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) {
@@ -128,7 +130,12 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
 
   // --- consumer side (any thread) ---
   void consumed() override {
-    asio::post(core_.driver.context(), [self = this->shared_from_this()] { self->on_consumed(); });
+    consumed_.fetch_add(1);
+    // Only a driver that stopped at the in-flight bound needs telling.
+    if (slot_wanted_.exchange(false)) {
+      asio::post(core_.driver.context(),
+                 [self = this->shared_from_this()] { self->on_slot_freed(); });
+    }
   }
   void arm_timeout(std::uint64_t generation, std::int64_t batch) override {
     if (core_.options.timeout <= 0) return;
@@ -154,13 +161,15 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
     try {
       auto batches = core.batch_sampler.batches();
       for (;;) {
-        if (self->in_flight_ >= self->bound_ && !self->cancelled()) {
-          co_await SlotAwaiter{self.get()};
+        while (self->full() && !self->cancelled()) {
+          self->slot_wanted_.store(true);
+          // Re-check after announcing: a consumer that took a batch in between either is
+          // seen here or sees the announcement and posts on_slot_freed.
+          if (self->full() && !self->cancelled()) co_await SlotAwaiter{self.get()};
         }
         if (self->cancelled()) break;
         std::vector<Index>* indices = co_await batches.next();
         if (!indices) break;
-        ++self->in_flight_;
         fetch(self, self->dispatched_++, std::move(*indices));
       }
     } catch (...) {
@@ -231,31 +240,33 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
     maybe_finish();
   }
 
+  /// Driver: true when `bound_` batches are between dispatch and the consumer.
+  bool full() const noexcept { return dispatched_ - consumed_.load() >= bound_; }
+
   void maybe_finish() {
     if (finished_ || !sampler_done_) return;
     if (cancelled() ? completed_ != dispatched_ : delivered_ != dispatched_) return;
     finished_ = true;
-    timer_.cancel();
+    if (timer_) timer_->cancel();
     if (sampler_error_ && !cancelled()) {
       this->handoff.push(Outcome<Batch>{std::nullopt, sampler_error_});
     }
     this->handoff.finish();
   }
 
-  void on_consumed() {
-    --in_flight_;
+  void on_slot_freed() {
     if (slot_waiter_) std::exchange(slot_waiter_, nullptr).resume();
   }
   void on_arm(std::uint64_t generation) {
-    if (finished_) return;
-    timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+    if (finished_ || !timer_) return;
+    timer_->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(core_.options.timeout)));
-    timer_.async_wait([self = this->shared_from_this(), generation](std::error_code ec) {
+    timer_->async_wait([self = this->shared_from_this(), generation](std::error_code ec) {
       if (!ec) self->handoff.expire(generation);
     });
   }
   void on_cancel() {
-    timer_.cancel();
+    if (timer_) timer_->cancel();
     if (slot_waiter_) std::exchange(slot_waiter_, nullptr).resume();
     maybe_finish();
   }
@@ -269,8 +280,9 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
   std::vector<WorkerInfo> workers_;
   std::atomic<bool> cancelled_{false};
   std::atomic<std::int64_t> waited_batch_{0};
+  std::atomic<std::int64_t> consumed_{0};
+  std::atomic<bool> slot_wanted_{false};
   // driver
-  std::int64_t in_flight_ = 0;
   std::int64_t dispatched_ = 0;
   std::int64_t completed_ = 0;
   std::int64_t delivered_ = 0;
@@ -279,7 +291,7 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
   std::exception_ptr sampler_error_;
   std::vector<std::optional<Outcome<Batch>>> reorder_;
   std::coroutine_handle<> slot_waiter_;
-  asio::steady_timer timer_;
+  std::optional<asio::steady_timer> timer_;
 };
 
 /// What a DataLoader owns, at a stable address that its coroutines can refer to.

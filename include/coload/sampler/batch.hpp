@@ -1,6 +1,8 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -53,6 +55,23 @@ class BatchSampler {
  private:
   Generator<std::vector<Index>> sync_batches() {
     auto batch = fresh();
+    if constexpr (BlockSampler<S>) {
+      // Slice whole blocks: a memcpy per batch instead of a resume per index.
+      for (std::span<const Index> block : sampler_.index_blocks()) {
+        while (!block.empty()) {
+          const auto room = static_cast<std::size_t>(batch_size_) - batch.size();
+          const auto take = std::min(room, block.size());
+          batch.insert(batch.end(), block.begin(), block.begin() + static_cast<std::ptrdiff_t>(take));
+          block = block.subspan(take);
+          if (static_cast<std::int64_t>(batch.size()) == batch_size_) {
+            co_yield batch;
+            batch = fresh();
+          }
+        }
+      }
+      if (!batch.empty() && !drop_last_) co_yield batch;
+      co_return;
+    }
     for (Index i : sampler_.indices()) {
       batch.push_back(i);
       if (static_cast<std::int64_t>(batch.size()) == batch_size_) {

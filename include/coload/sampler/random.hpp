@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 
 #include "coload/coro/generator.hpp"
 #include "coload/sampler/sampler.hpp"
@@ -34,6 +35,8 @@ class RandomSampler {
 
   /// The indices of one epoch.
   Generator<Index> indices();
+  /// The same indices, one block per `randperm`/`randint` draw.
+  Generator<std::span<const Index>> index_blocks();
   /// The number of indices per epoch (`num_samples`, or the dataset size).
   std::int64_t size() const noexcept { return num_samples_; }
 

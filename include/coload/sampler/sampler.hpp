@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -31,6 +32,14 @@ inline constexpr bool is_async_generator<AsyncGenerator<T>> = true;
 template <class S>
 concept IndexSampler = requires(S& s) {
   requires detail::is_generator_of<decltype(s.indices()), Index>;
+};
+
+/// A sampler that can also hand out its indices in contiguous blocks through
+/// `index_blocks()` (a Generator<std::span<const Index>>), which BatchSampler slices instead
+/// of taking one index at a time. The blocks hold exactly the indices of `indices()`.
+template <class S>
+concept BlockSampler = IndexSampler<S> && requires(S& s) {
+  { s.index_blocks() } -> std::same_as<Generator<std::span<const Index>>>;
 };
 
 /// A batch sampler: `batches()` yields one std::vector<Index> per batch, sync or async.

@@ -1,6 +1,10 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
+#include <span>
+#include <vector>
 
 #include "coload/coro/generator.hpp"
 #include "coload/sampler/sampler.hpp"
@@ -15,6 +19,15 @@ class SequentialSampler {
   /// The indices of one epoch, in order.
   Generator<Index> indices() const {
     for (Index i = 0; i < size_; ++i) co_yield i;
+  }
+  /// The same indices in blocks of up to 4096.
+  Generator<std::span<const Index>> index_blocks() const {
+    std::vector<Index> block;
+    for (Index start = 0; start < size_; start += 4096) {
+      block.resize(static_cast<std::size_t>(std::min<Index>(4096, size_ - start)));
+      std::iota(block.begin(), block.end(), start);
+      co_yield std::span<const Index>(block);
+    }
   }
   std::int64_t size() const noexcept { return size_; }
 
