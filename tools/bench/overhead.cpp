@@ -1,0 +1,409 @@
+// tools/bench/overhead: per-batch overhead of coload's DataLoader against libtorch's torch::data
+// loader, PyTorch's DataLoader and a bare index_select loop, on one in-memory workload:
+// 200,000 samples of 64 float32 plus an int64 label, batch 256, shuffled, one thread.
+//
+//   overhead [--epochs N] [--samples N] [--json] [--no-pytorch] [--only LIST]
+//
+// Each measurement runs one warm-up epoch, then times N epochs (default 3); samples/s is the
+// number of samples delivered divided by the seconds the timed epochs took. Without --json it
+// prints a table with the rates and the target ratios; with --json exactly one JSON object on
+// stdout (progress goes to stderr). The PyTorch figure comes from overhead_pytorch.py, run with
+// /usr/bin/python3; it is null when that or torch is missing. --only runs a subset (handy under
+// perf); the others are null.
+//
+// Measurements: coload_batch (TensorDataset::get_batch), coload_sample (get per sample +
+// default_collate), libtorch (torch::data + Stack<>), pytorch (torch.utils.data.DataLoader),
+// index_select (a bare randperm + index_select loop: the floor for a shuffled batch).
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/data.h>  // libtorch's own loader: heavy, only here
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "coload/dataset/tensor_dataset.hpp"
+#include "coload/loader/data_loader.hpp"
+#include "coload/sampler/random.hpp"
+
+#ifndef COLOAD_BENCH_DIR
+#error "COLOAD_BENCH_DIR (the directory of overhead_pytorch.py) must be defined by the build"
+#endif
+
+namespace {
+
+constexpr std::int64_t kFeatures = 64;
+constexpr std::int64_t kBatch = 256;
+constexpr std::uint64_t kSeed = 0;
+constexpr const char* kPython = "/usr/bin/python3";
+
+struct Args {
+  int epochs = 3;
+  std::int64_t samples = 200'000;
+  bool json = false;
+  bool pytorch = true;
+  std::string only;  // comma-separated measurement names; empty runs all
+
+  bool wants(std::string_view name) const {
+    if (only.empty()) return true;
+    std::string_view rest = only;
+    while (!rest.empty()) {
+      const auto comma = rest.find(',');
+      if (rest.substr(0, comma) == name) return true;
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    return false;
+  }
+};
+
+[[noreturn]] void usage(const char* argv0, int rc) {
+  std::fprintf(rc ? stderr : stdout,
+               "usage: %s [--epochs N] [--samples N] [--json] [--no-pytorch] [--only LIST]\n"
+               "  --epochs N    timed epochs per measurement, after one warm-up (default 3)\n"
+               "  --samples N   dataset size (default 200000)\n"
+               "  --json        print one JSON object instead of the table\n"
+               "  --no-pytorch  skip the PyTorch measurement (reported as null)\n"
+               "  --only LIST   run only these comma-separated measurements (coload_batch,\n"
+               "                coload_sample, libtorch, pytorch, index_select); others are null\n",
+               argv0);
+  std::exit(rc);
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view s = argv[i];
+    auto value = [&]() -> long long {
+      if (i + 1 >= argc) usage(argv[0], 2);
+      char* end = nullptr;
+      const long long v = std::strtoll(argv[++i], &end, 10);
+      if (!end || *end != '\0' || v <= 0) usage(argv[0], 2);
+      return v;
+    };
+    if (s == "--epochs")
+      a.epochs = static_cast<int>(value());
+    else if (s == "--samples")
+      a.samples = value();
+    else if (s == "--json")
+      a.json = true;
+    else if (s == "--no-pytorch")
+      a.pytorch = false;
+    else if (s == "--only" && i + 1 < argc)
+      a.only = argv[++i];
+    else if (s == "-h" || s == "--help")
+      usage(argv[0], 0);
+    else
+      usage(argv[0], 2);
+  }
+  return a;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// One warm-up epoch, then `epochs` timed ones; returns samples/s, or nothing when `name` is
+// not selected (--only). `setup()` builds the loader (untimed) and returns the epoch function,
+// which returns the samples it delivered; each epoch must deliver the whole dataset.
+template <class Setup>
+std::optional<double> measure(const char* name, const Args& args, Setup&& setup) {
+  if (!args.wants(name)) return std::nullopt;
+  auto epoch = setup();
+  std::fprintf(stderr, "overhead: %-14s warm-up...", name);
+  std::fflush(stderr);
+  auto check = [&](std::int64_t got) {
+    if (got != args.samples) {
+      std::fprintf(stderr, "\noverhead: %s delivered %lld samples in an epoch, expected %lld\n",
+                   name, static_cast<long long>(got), static_cast<long long>(args.samples));
+      std::exit(1);
+    }
+    return got;
+  };
+  check(epoch());
+  std::fprintf(stderr, " timing %d epochs...", args.epochs);
+  std::fflush(stderr);
+  std::int64_t samples = 0;
+  const auto t0 = Clock::now();
+  for (int e = 0; e < args.epochs; ++e) samples += check(epoch());
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double rate = static_cast<double>(samples) / seconds;
+  std::fprintf(stderr, " %.0f samples/s\n", rate);
+  return rate;
+}
+
+// --- 2. coload, per-sample path: a dataset with only size() and get() ----------------------
+struct PerSampleDataset {
+  coload::TensorDataset inner;
+  std::int64_t size() const noexcept { return inner.size(); }
+  std::vector<at::Tensor> get(coload::Index i) const { return inner.get(i); }
+};
+static_assert(coload::MapDataset<PerSampleDataset>);
+static_assert(!coload::BatchedDataset<PerSampleDataset>);
+static_assert(coload::BatchedDataset<coload::TensorDataset>);
+// Both coload loaders deliver {data [B, 64], labels [B]}: get_batch's result, or default_collate's.
+static_assert(
+    std::is_same_v<coload::DataLoader<coload::TensorDataset>::batch_type, std::vector<at::Tensor>>);
+static_assert(
+    std::is_same_v<coload::DataLoader<PerSampleDataset>::batch_type, std::vector<at::Tensor>>);
+
+// --- 3. libtorch's torch::data ----------------------------------------------------------------
+struct TorchDataset : torch::data::datasets::Dataset<TorchDataset> {
+  TorchDataset(at::Tensor d, at::Tensor l) : data(std::move(d)), labels(std::move(l)) {}
+  torch::data::Example<> get(size_t i) override {
+    const auto index = static_cast<std::int64_t>(i);
+    return {data[index], labels[index]};
+  }
+  torch::optional<size_t> size() const override { return static_cast<size_t>(data.size(0)); }
+  at::Tensor data, labels;
+};
+
+// --- 4. PyTorch, through overhead_pytorch.py ------------------------------------------------
+struct PyResult {
+  std::optional<double> rate;
+  std::string note;  // why rate is null, or the torch version
+};
+
+std::optional<std::string> json_field(const std::string& line, const std::string& key) {
+  const std::string k = "\"" + key + "\"";
+  auto p = line.find(k);
+  if (p == std::string::npos) return std::nullopt;
+  p = line.find(':', p + k.size());
+  if (p == std::string::npos) return std::nullopt;
+  ++p;
+  while (p < line.size() && line[p] == ' ') ++p;
+  if (p < line.size() && line[p] == '"') {
+    const auto q = line.find('"', p + 1);
+    if (q == std::string::npos) return std::nullopt;
+    return line.substr(p + 1, q - p - 1);
+  }
+  const auto q = line.find_first_of(",}", p);
+  return line.substr(p, q == std::string::npos ? std::string::npos : q - p);
+}
+
+PyResult run_pytorch(const Args& args) {
+  if (!args.pytorch) return {std::nullopt, "skipped (--no-pytorch)"};
+  if (::access(kPython, X_OK) != 0) return {std::nullopt, std::string(kPython) + " not found"};
+  const std::string script = std::string(COLOAD_BENCH_DIR) + "/overhead_pytorch.py";
+  if (::access(script.c_str(), R_OK) != 0) return {std::nullopt, script + " not found"};
+  const std::string cmd =
+      std::string(kPython) + " '" + script + "' --json --epochs " + std::to_string(args.epochs) +
+      " --samples " + std::to_string(args.samples) + " --features " + std::to_string(kFeatures) +
+      " --batch-size " + std::to_string(kBatch) + " --seed " + std::to_string(kSeed);
+  std::fprintf(stderr, "overhead: %-14s running %s\n", "pytorch", cmd.c_str());
+  std::fflush(stderr);
+  std::FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return {std::nullopt, std::string("popen failed: ") + std::strerror(errno)};
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  const int status = ::pclose(pipe);
+  // The last non-empty line is the JSON one.
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  const auto nl = out.rfind('\n');
+  const std::string line = nl == std::string::npos ? out : out.substr(nl + 1);
+  if (status != 0) {
+    return {std::nullopt, "overhead_pytorch.py failed (status " + std::to_string(status) + ")"};
+  }
+  const auto rate = json_field(line, "pytorch");
+  if (!rate || *rate == "null") {
+    return {std::nullopt, json_field(line, "error").value_or("no result from overhead_pytorch.py")};
+  }
+  char* end = nullptr;
+  const double v = std::strtod(rate->c_str(), &end);
+  if (end == rate->c_str() || !std::isfinite(v) || v <= 0) {
+    return {std::nullopt, "unparsable output from overhead_pytorch.py: " + line};
+  }
+  const std::string version = json_field(line, "torch_version").value_or("?");
+  std::fprintf(stderr, "overhead: %-14s %.0f samples/s (torch %s)\n", "pytorch", v,
+               version.c_str());
+  return {v, "torch " + version};
+}
+
+// --- reporting ---------------------------------------------------------------------------------
+struct Ratio {
+  const char* name;
+  std::optional<double> value;
+  std::optional<double> target;  // value >= target
+};
+
+std::string json_number(std::optional<double> v) {
+  if (!v || !std::isfinite(*v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.10g", *v);
+  return buf;
+}
+
+std::string with_commas(double v) {
+  std::string digits = std::to_string(static_cast<long long>(std::llround(v)));
+  std::string out;
+  const int n = static_cast<int>(digits.size());
+  for (int i = 0; i < n; ++i) {
+    if (i > 0 && (n - i) % 3 == 0) out += ',';
+    out += digits[static_cast<std::size_t>(i)];
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse_args(argc, argv);
+  at::set_num_threads(1);
+
+  // Fixed-seed data: 64 standard-normal floats and a label in [0, 10) per sample.
+  auto data_gen = coload::make_generator(kSeed);
+  const at::Tensor data = at::randn({args.samples, kFeatures}, data_gen, at::kFloat);
+  const at::Tensor labels = at::randint(0, 10, {args.samples}, data_gen, at::kLong);
+
+  // --- 5. index_select: the floor, a bare loop over a seeded permutation ---------------------
+  const auto index_select = measure("index_select", args, [&] {
+    return [&, gen = coload::make_generator(kSeed)]() mutable {
+      std::int64_t delivered = 0;
+      const at::Tensor perm = at::randperm(args.samples, gen, at::kLong);
+      for (std::int64_t b = 0; b < args.samples; b += kBatch) {
+        const at::Tensor idx = perm.slice(0, b, std::min(b + kBatch, args.samples));
+        const at::Tensor x = data.index_select(0, idx);
+        const at::Tensor y = labels.index_select(0, idx);
+        delivered += x.size(0);
+        (void)y;
+      }
+      return delivered;
+    };
+  });
+
+  // --- 1. coload, whole-batch path: TensorDataset::get_batch (one index_select per tensor) ---
+  const auto coload_batch = measure("coload_batch", args, [&] {
+    auto loader = std::make_shared<coload::DataLoader<coload::TensorDataset>>(
+        coload::make_data_loader(coload::TensorDataset{data, labels},
+                                 {.batch_size = kBatch, .shuffle = true, .seed = kSeed}));
+    return [loader] {
+      std::int64_t delivered = 0;
+      for (auto& batch : *loader) delivered += batch[0].size(0);
+      return delivered;
+    };
+  });
+
+  // --- 2. coload, per-sample path: get() per index, then default_collate stacks ------------
+  const auto coload_sample = measure("coload_sample", args, [&] {
+    auto loader = std::make_shared<coload::DataLoader<PerSampleDataset>>(
+        coload::make_data_loader(PerSampleDataset{coload::TensorDataset{data, labels}},
+                                 {.batch_size = kBatch, .shuffle = true, .seed = kSeed}));
+    return [loader] {
+      std::int64_t delivered = 0;
+      for (auto& batch : *loader) delivered += batch[0].size(0);
+      return delivered;
+    };
+  });
+
+  // --- 3. libtorch's torch::data loader ------------------------------------------------------
+  const auto libtorch = measure("libtorch", args, [&] {
+    at::manual_seed(kSeed);  // torch::data's RandomSampler draws from the default generator
+    std::shared_ptr loader = torch::data::make_data_loader(
+        TorchDataset(data, labels).map(torch::data::transforms::Stack<>()),
+        torch::data::samplers::RandomSampler(args.samples),
+        torch::data::DataLoaderOptions().batch_size(kBatch).workers(0));
+    return [loader] {
+      std::int64_t delivered = 0;
+      for (auto& batch : *loader) delivered += batch.data.size(0);
+      return delivered;
+    };
+  });
+
+  // --- 4. PyTorch's DataLoader, in a child process ------------------------------------------
+  PyResult pytorch{std::nullopt, "not selected (--only)"};
+  if (args.wants("pytorch")) pytorch = run_pytorch(args);
+  if (!pytorch.rate) std::fprintf(stderr, "overhead: pytorch is null: %s\n", pytorch.note.c_str());
+
+  auto ratio = [](std::optional<double> a, std::optional<double> b) -> std::optional<double> {
+    if (!a || !b) return std::nullopt;
+    return *a / *b;
+  };
+  const std::vector<Ratio> ratios = {
+      {"coload_batch/libtorch", ratio(coload_batch, libtorch), 10.0},
+      {"coload_batch/index_select", ratio(coload_batch, index_select), 0.5},
+      {"coload_sample/libtorch", ratio(coload_sample, libtorch), 1.5},
+      {"coload_batch/pytorch", ratio(coload_batch, pytorch.rate), std::nullopt},
+      {"coload_sample/pytorch", ratio(coload_sample, pytorch.rate), std::nullopt},
+  };
+
+  if (args.json) {
+    std::string j = "{";
+    j += "\"coload_batch\": " + json_number(coload_batch);
+    j += ", \"coload_sample\": " + json_number(coload_sample);
+    j += ", \"libtorch\": " + json_number(libtorch);
+    j += ", \"pytorch\": " + json_number(pytorch.rate);
+    j += ", \"index_select\": " + json_number(index_select);
+    j += ", \"ratios\": {";
+    for (std::size_t i = 0; i < ratios.size(); ++i) {
+      if (i) j += ", ";
+      j += "\"" + std::string(ratios[i].name) + "\": " + json_number(ratios[i].value);
+    }
+    j += "}}";
+    std::printf("%s\n", j.c_str());
+    return 0;
+  }
+
+  std::printf(
+      "coload overhead: %lld samples x (%lld float32 + int64 label), batch %lld, shuffled, "
+      "1 thread\n(at::set_num_threads(1), num_workers = 0); 1 warm-up + %d timed epochs each\n\n",
+      static_cast<long long>(args.samples), static_cast<long long>(kFeatures),
+      static_cast<long long>(kBatch), args.epochs);
+  std::printf("%-14s %14s %10s\n", "loader", "samples/s", "ms/epoch");
+  auto row = [&](const char* name, std::optional<double> rate, const std::string& note) {
+    if (!rate) {
+      std::printf("%-14s %14s %10s   %s\n", name, "null", "-",
+                  args.wants(name) ? note.c_str() : "not selected (--only)");
+      return;
+    }
+    const double ms = 1e3 * static_cast<double>(args.samples) / *rate;
+    std::printf("%-14s %14s %10.2f%s%s\n", name, with_commas(*rate).c_str(), ms,
+                note.empty() ? "" : "   ", note.c_str());
+  };
+  row("coload_batch", coload_batch, "get_batch (index_select)");
+  row("coload_sample", coload_sample, "get per sample + default_collate");
+  row("libtorch", libtorch, "torch::data, Stack<>, RandomSampler");
+  row("pytorch", pytorch.rate,
+      pytorch.rate ? "torch.utils.data.DataLoader, " + pytorch.note : pytorch.note);
+  row("index_select", index_select, "bare randperm + index_select loop");
+
+  std::printf("\n%-28s %9s %8s  %s\n", "ratio", "value", "target", "status");
+  int met = 0, missed = 0, unknown = 0;
+  for (const auto& r : ratios) {
+    char value[32] = "null";
+    if (r.value) std::snprintf(value, sizeof value, "%.2f", *r.value);
+    char target[32] = "-";
+    if (r.target) std::snprintf(target, sizeof target, ">= %g", *r.target);
+    const char* status = "(no target)";
+    if (r.target) {
+      if (!r.value) {
+        status = "unknown";
+        ++unknown;
+      } else if (*r.value >= *r.target) {
+        status = "met";
+        ++met;
+      } else {
+        status = "MISSED";
+        ++missed;
+      }
+    }
+    std::string name = r.name;
+    const auto slash = name.find('/');
+    name = name.substr(0, slash) + " / " + name.substr(slash + 1);
+    std::printf("%-28s %9s %8s  %s\n", name.c_str(), value, target, status);
+  }
+  std::printf("\ntargets: %d met, %d missed, %d unknown\n", met, missed, unknown);
+  return 0;
+}

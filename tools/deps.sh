@@ -1,0 +1,18 @@
+# Sourced by tools/run and tools/test: installs the Debian packages coload needs, if missing.
+# usage: ensure_packages pkg...
+ensure_packages() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "coload: installing ${missing[*]}" >&2
+  local sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+}
+
+COLOAD_BUILD_PACKAGES=(g++ meson ninja-build pkg-config libtorch-dev libasio-dev liburing-dev
+                       doctest-dev)
