@@ -13,7 +13,9 @@ bool stackable_by_copy(const std::vector<at::Tensor>& samples) {
     return false;
   }
   for (const auto& t : samples) {
-    if (!t.defined() || !t.device().is_cpu() || t.scalar_type() != first.scalar_type() ||
+    // Conjugate and negative views store bytes that differ from their values: let stack resolve.
+    if (!t.defined() || !t.device().is_cpu() || t.is_conj() || t.is_neg() ||
+        t.scalar_type() != first.scalar_type() ||
         t.sizes() != first.sizes() || t.layout() != first.layout() || t.is_sparse()) {
       return false;
     }

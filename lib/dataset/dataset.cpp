@@ -2,6 +2,7 @@
 
 #include <ATen/core/LegacyTypeDispatch.h>
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 
@@ -44,8 +45,12 @@ std::vector<at::Tensor> TensorDataset::get(Index index) const {
 
 std::vector<at::Tensor> TensorDataset::get_batch(std::span<const Index> indices) const {
   // NOTE: from_blob borrows the caller's indices; index_select copies out before we return.
-  const auto idx = at::from_blob(const_cast<Index*>(indices.data()),
+  at::Tensor idx = at::from_blob(const_cast<Index*>(indices.data()),
                                  {static_cast<std::int64_t>(indices.size())}, at::kLong);
+  // index_select refuses negative indices; get() counts them from the end, so wrap them here.
+  if (std::any_of(indices.begin(), indices.end(), [](Index i) { return i < 0; })) {
+    idx = at::where(idx < 0, idx + size_, idx);
+  }
   std::vector<at::Tensor> batch;
   batch.reserve(tensors_.size());
   for (const auto& t : tensors_) batch.push_back(t.index_select(0, idx));
