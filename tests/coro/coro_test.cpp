@@ -17,6 +17,15 @@ using namespace coload;
 
 namespace {
 
+// NOTE: GCC emits symmetric transfer as a tail call only when it may optimise sibling calls;
+// AddressSanitizer's instrumentation prevents that, so under ASan each synchronous completion
+// nests a stack frame. The stack-depth cases are skipped there (they run in every other build).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kNoTailCalls = true;
+#else
+constexpr bool kNoTailCalls = false;
+#endif
+
 // Tallies constructions and destructions so lifetime tests can be exact.
 struct Counted {
   static inline int constructed = 0;
@@ -86,7 +95,8 @@ TEST_SUITE("coro") {
     CHECK(sync_wait(outer()) == "caught: int task failed");
   }
 
-  TEST_CASE("a million synchronous completions in a loop do not overflow the stack") {
+  TEST_CASE("a million synchronous completions in a loop do not overflow the stack" *
+            doctest::skip(kNoTailCalls)) {
     auto loop = []() -> Task<long> {
       long sum = 0;
       for (int i = 0; i < 1'000'000; ++i) sum += co_await answer();
@@ -266,7 +276,8 @@ TEST_SUITE("coro") {
     CHECK(sync_wait(consume()) == 11 + 12 + 7);
   }
 
-  TEST_CASE("a million synchronous AsyncGenerator yields do not overflow the stack") {
+  TEST_CASE("a million synchronous AsyncGenerator yields do not overflow the stack" *
+            doctest::skip(kNoTailCalls)) {
     auto consume = []() -> Task<long> {
       auto g = []() -> AsyncGenerator<int> {
         for (int i = 0; i < 1'000'000; ++i) co_yield 1;
