@@ -18,9 +18,9 @@ using namespace coload;
 namespace {
 
 // NOTE: GCC emits symmetric transfer as a tail call only when it may optimise sibling calls;
-// AddressSanitizer's instrumentation prevents that, so under ASan each synchronous completion
+// ASan and TSan instrumentation prevents that, so under them each synchronous completion
 // nests a stack frame. The stack-depth cases are skipped there (they run in every other build).
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kNoTailCalls = true;
 #else
 constexpr bool kNoTailCalls = false;
