@@ -1,6 +1,8 @@
 #pragma once
 // sync_wait: run an awaitable to completion from ordinary (non-coroutine) code.
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <coroutine>
 #include <deque>
@@ -23,6 +25,7 @@ class ResumeQueue {
   void post(std::coroutine_handle<> h) {
     std::lock_guard lock(mutex_);
     queue_.push_back(h);
+    pending_.store(true, std::memory_order_release);
     // NOTE: notify under the lock: run() may return and destroy this queue right after.
     ready_.notify_one();
   }
@@ -30,11 +33,13 @@ class ResumeQueue {
   void finish() {
     std::lock_guard lock(mutex_);
     done_ = true;
+    pending_.store(true, std::memory_order_release);
     ready_.notify_one();
   }
   /// Resumes posted coroutines on the calling thread until finish() is called.
   void run() {
     for (;;) {
+      spin_briefly();
       std::coroutine_handle<> h;
       {
         std::unique_lock lock(mutex_);
@@ -42,12 +47,28 @@ class ResumeQueue {
         if (queue_.empty()) return;
         h = queue_.front();
         queue_.pop_front();
+        pending_.store(!queue_.empty() || done_, std::memory_order_relaxed);
       }
       h.resume();
     }
   }
 
  private:
+  // NOTE: a consumer usually waits only microseconds for the next batch. Sleeping on the
+  // condition variable then costs a futex wake-up on both sides (an inter-processor interrupt
+  // on a VM), which alone can halve a fast loader's throughput; a spin bounded in time avoids
+  // it, and a longer wait still sleeps.
+  void spin_briefly() const noexcept {
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + std::chrono::microseconds(50);
+    for (int i = 1; !pending_.load(std::memory_order_acquire); ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      if (i % 64 == 0 && clock::now() > deadline) return;
+    }
+  }
+  std::atomic<bool> pending_{false};
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<std::coroutine_handle<>> queue_;
