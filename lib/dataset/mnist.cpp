@@ -1,0 +1,1 @@
+// Built from lib/meson.build; the MNIST reader.
