@@ -1,5 +1,9 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
+
+#include <array>
+#include <optional>
+#include <unordered_map>
 // Specification of default_collate and the Collate<T> customisation point, checked against
 // torch.utils.data.default_collate where PyTorch has an equivalent.
 
@@ -185,11 +189,12 @@ TEST_SUITE("collate") {
     CHECK(same(l, longs({1, -2, std::int64_t{1} << 40}, {3})));
     CHECK(dtype(l) == "Long");
 
+    // Every integer type becomes int64, as Python ints do; bool stays bool.
     at::Tensor i = default_collate(std::vector<std::int32_t>{7, -2147483647 - 1});
-    CHECK(dtype(i) == "Int");
+    CHECK(dtype(i) == "Long");
     CHECK(i.sizes() == at::IntArrayRef{2});
-    CHECK(i[0].item<std::int32_t>() == 7);
-    CHECK(i[1].item<std::int32_t>() == -2147483647 - 1);
+    CHECK(i[0].item<std::int64_t>() == 7);
+    CHECK(i[1].item<std::int64_t>() == -2147483647 - 1);
 
     at::Tensor b = default_collate(std::vector<bool>{true, false, true});
     CHECK(dtype(b) == "Bool");
@@ -199,17 +204,14 @@ TEST_SUITE("collate") {
     CHECK(b[2].item<bool>());
 
     at::Tensor u = default_collate(std::vector<std::uint8_t>{0, 255, 7});
-    CHECK(dtype(u) == "Byte");
-    CHECK(u[1].item<std::uint8_t>() == 255);
-    CHECK(u[2].item<std::uint8_t>() == 7);
-
+    CHECK(dtype(u) == "Long");
+    CHECK(u[1].item<std::int64_t>() == 255);
     at::Tensor c = default_collate(std::vector<std::int8_t>{-128, 5});
-    CHECK(dtype(c) == "Char");
-    CHECK(c[0].item<std::int8_t>() == -128);
+    CHECK(dtype(c) == "Long");
+    CHECK(c[0].item<std::int64_t>() == -128);
     at::Tensor s = default_collate(std::vector<std::int16_t>{-300, 300});
-    CHECK(dtype(s) == "Short");
-    CHECK(s[0].item<std::int16_t>() == -300);
-    // Unsigned types wider than 8 bits have no ATen dtype: they become int64.
+    CHECK(dtype(s) == "Long");
+    CHECK(s[0].item<std::int64_t>() == -300);
     at::Tensor w = default_collate(std::vector<std::uint32_t>{4000000000u, 1u});
     CHECK(dtype(w) == "Long");
     CHECK(w[0].item<std::int64_t>() == 4000000000LL);
@@ -287,6 +289,34 @@ TEST_SUITE("collate") {
     CHECK(msg.find("sample 1") != std::string::npos);
   }
 
+  TEST_CASE("arrays, hash maps and optionals collate element by element") {
+    using Arr = std::array<std::int64_t, 3>;
+    static_assert(std::same_as<collated_t<Arr>, std::array<at::Tensor, 3>>);
+    auto cols = default_collate(std::vector<Arr>{{1, 2, 3}, {4, 5, 6}});
+    CHECK(same(cols[0], longs({1, 4}, {2})));
+    CHECK(same(cols[2], longs({3, 6}, {2})));
+
+    using Dict = std::unordered_map<std::string, double>;
+    static_assert(std::same_as<collated_t<Dict>, std::unordered_map<std::string, at::Tensor>>);
+    auto by_key = default_collate(std::vector<Dict>{{{"x", 1.0}, {"y", 2.0}},
+                                                    {{"x", 3.0}, {"y", 4.0}}});
+    REQUIRE(by_key.size() == 2);
+    CHECK(dtype(by_key.at("x")) == "Double");
+    CHECK(by_key.at("x")[1].item<double>() == 3.0);
+    CHECK(by_key.at("y")[0].item<double>() == 2.0);
+    CHECK_THROWS_WITH_AS(default_collate(std::vector<Dict>{{{"x", 1.0}}, {{"z", 2.0}}}),
+                         "default_collate: sample 1 has no key 'x' that sample 0 has",
+                         std::runtime_error);
+
+    static_assert(std::same_as<collated_t<std::optional<float>>, at::Tensor>);
+    auto present = default_collate(std::vector<std::optional<float>>{1.5f, 2.5f});
+    CHECK(same(present, at::tensor(std::vector<float>{1.5f, 2.5f})));
+    CHECK_THROWS_WITH_AS(
+        default_collate(std::vector<std::optional<float>>{1.5f, std::nullopt}),
+        "default_collate: sample 1 is an empty std::optional; every sample must hold a value",
+        std::runtime_error);
+  }
+
   TEST_CASE("strings are kept as a vector of strings") {
     static_assert(std::same_as<collated_t<std::string>, std::vector<std::string>>);
     auto names = default_collate(std::vector<std::string>{"cat", "", "dog"});
@@ -297,8 +327,8 @@ TEST_SUITE("collate") {
         std::same_as<collated_t<Sample>, std::tuple<std::vector<std::string>, at::Tensor>>);
     auto [labels, ids] = default_collate(std::vector<Sample>{{"a", 1}, {"b", 2}});
     CHECK(labels == std::vector<std::string>{"a", "b"});
-    CHECK(dtype(ids) == "Int");
-    CHECK(ids[1].item<std::int32_t>() == 2);
+    CHECK(dtype(ids) == "Long");
+    CHECK(ids[1].item<std::int64_t>() == 2);
   }
 
   TEST_CASE("a user type opts in through a Collate specialisation, used by DefaultCollate") {

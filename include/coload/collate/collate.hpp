@@ -6,10 +6,13 @@
 
 #include <concepts>
 #include <cstdint>
+#include <array>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -35,8 +38,8 @@ template <Collatable T>
 using collated_t = decltype(Collate<T>::collate(std::declval<std::vector<T>&&>()));
 
 /// Batches samples as torch.utils.data.default_collate does: tensors are stacked along a new
-/// first dimension, numbers become a 1-D tensor, tuples, pairs, vectors and string-keyed maps
-/// are collated element by element, strings are kept as a vector.
+/// first dimension, numbers become a 1-D tensor, tuples, pairs, arrays, vectors, optionals and
+/// string-keyed maps are collated element by element, strings are kept as a vector.
 template <Collatable T>
 collated_t<T> default_collate(std::vector<T> samples) {
   return Collate<T>::collate(std::move(samples));
@@ -60,13 +63,8 @@ template <class T>
 constexpr c10::ScalarType scalar_type_of() {
   if constexpr (std::is_same_v<T, bool>) return c10::ScalarType::Bool;
   else if constexpr (std::is_same_v<T, float>) return c10::ScalarType::Float;
-  else if constexpr (std::is_same_v<T, double>) return c10::ScalarType::Double;
   else if constexpr (std::is_floating_point_v<T>) return c10::ScalarType::Double;
-  else if constexpr (std::is_unsigned_v<T> && sizeof(T) == 1) return c10::ScalarType::Byte;
-  else if constexpr (sizeof(T) == 1) return c10::ScalarType::Char;
-  else if constexpr (std::is_signed_v<T> && sizeof(T) == 2) return c10::ScalarType::Short;
-  else if constexpr (std::is_signed_v<T> && sizeof(T) == 4) return c10::ScalarType::Int;
-  else return c10::ScalarType::Long;  // int64 and wider unsigned types (ATen has no uint16+)
+  else return c10::ScalarType::Long;  // every integer, as Python ints become int64
 }
 
 template <class Column, class Samples, class Get>
@@ -86,8 +84,8 @@ struct Collate<at::Tensor> {
   }
 };
 
-/// Numbers: a 1-D tensor of the matching dtype (float → float32, double → float64,
-/// signed integers → the same width, bool → bool; unsigned wider than 8 bits → int64).
+/// Numbers: a 1-D tensor, with PyTorch's dtypes: double → float64, every integer → int64,
+/// bool → bool; float stays float32 (as a NumPy float32 does).
 template <class T>
   requires std::is_arithmetic_v<T>
 struct Collate<T> {
@@ -95,7 +93,7 @@ struct Collate<T> {
     constexpr auto dtype = detail::scalar_type_of<T>();
     using Stored = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t,
                    std::conditional_t<dtype == c10::ScalarType::Long, std::int64_t,
-                   std::conditional_t<dtype == c10::ScalarType::Double, double, T>>>;
+                   std::conditional_t<dtype == c10::ScalarType::Double, double, float>>>;
     std::vector<Stored> values(samples.begin(), samples.end());
     return detail::tensor_from_values(values.data(), static_cast<std::int64_t>(values.size()),
                                       dtype);
@@ -156,27 +154,75 @@ struct Collate<std::vector<T>> {
   }
 };
 
+/// Fixed-size arrays: each position collated across the batch.
+template <Collatable T, std::size_t N>
+struct Collate<std::array<T, N>> {
+  static std::array<collated_t<T>, N> collate(std::vector<std::array<T, N>>&& samples) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::array<collated_t<T>, N>{Collate<T>::collate(
+          detail::column<T>(samples, [](auto& s) -> auto& { return s[I]; }))...};
+    }(std::make_index_sequence<N>{});
+  }
+};
+
+/// Optionals: collated as their values when every sample holds one; an empty one is an error
+/// naming its position (PyTorch cannot collate None either).
+template <Collatable T>
+struct Collate<std::optional<T>> {
+  static collated_t<T> collate(std::vector<std::optional<T>>&& samples) {
+    std::vector<T> values;
+    values.reserve(samples.size());
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      if (!samples[i]) {
+        throw std::runtime_error("default_collate: sample " + std::to_string(i) +
+                                 " is an empty std::optional; every sample must hold a value");
+      }
+      values.push_back(std::move(*samples[i]));
+    }
+    return Collate<T>::collate(std::move(values));
+  }
+};
+
+namespace detail {
+/// Collates a batch of string-keyed maps key by key; keys come from sample 0.
+template <class OutMap, class InMap>
+OutMap collate_by_key(std::vector<InMap>&& samples) {
+  using T = typename InMap::mapped_type;
+  OutMap out;
+  if (samples.empty()) return out;
+  for (const auto& [key, unused] : samples.front()) {
+    std::vector<T> col;
+    col.reserve(samples.size());
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      auto it = samples[i].find(key);
+      if (it == samples[i].end()) {
+        throw std::runtime_error("default_collate: sample " + std::to_string(i) +
+                                 " has no key '" + key + "' that sample 0 has");
+      }
+      col.push_back(std::move(it->second));
+    }
+    out.emplace(key, Collate<T>::collate(std::move(col)));
+  }
+  return out;
+}
+}  // namespace detail
+
+/// String-keyed hash maps (dicts): each key collated across the batch.
+template <Collatable T>
+struct Collate<std::unordered_map<std::string, T>> {
+  static std::unordered_map<std::string, collated_t<T>> collate(
+      std::vector<std::unordered_map<std::string, T>>&& samples) {
+    return detail::collate_by_key<std::unordered_map<std::string, collated_t<T>>>(
+        std::move(samples));
+  }
+};
+
 /// String-keyed maps (dicts): each key collated across the batch; keys come from sample 0.
 template <Collatable T>
 struct Collate<std::map<std::string, T>> {
   static std::map<std::string, collated_t<T>> collate(
       std::vector<std::map<std::string, T>>&& samples) {
-    std::map<std::string, collated_t<T>> out;
-    if (samples.empty()) return out;
-    for (const auto& [key, unused] : samples.front()) {
-      std::vector<T> col;
-      col.reserve(samples.size());
-      for (std::size_t i = 0; i < samples.size(); ++i) {
-        auto it = samples[i].find(key);
-        if (it == samples[i].end()) {
-          throw std::runtime_error("default_collate: sample " + std::to_string(i) +
-                                   " has no key '" + key + "' that sample 0 has");
-        }
-        col.push_back(std::move(it->second));
-      }
-      out.emplace(key, Collate<T>::collate(std::move(col)));
-    }
-    return out;
+    return detail::collate_by_key<std::map<std::string, collated_t<T>>>(std::move(samples));
   }
 };
 
