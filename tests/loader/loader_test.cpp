@@ -411,6 +411,28 @@ TEST_SUITE("loader") {
     for (auto& batch : inline_loader) CHECK(to_vector(batch) == std::vector<std::int64_t>{0, 1, 2});
   }
 
+  TEST_CASE("worker seeds are PyTorch's: base_seed drawn from the loader's seed, plus the id") {
+    // torch 1.13: torch.empty((), dtype=torch.int64).random_(
+    //     generator=torch.Generator().manual_seed(7)).item() == 1407639518939636932
+    const std::int64_t base_seed = 1407639518939636932;
+    auto seen = std::make_shared<std::map<int, std::uint64_t>>();
+    auto m = std::make_shared<std::mutex>();
+    auto loader = make_data_loader(
+        IndexDataset{8}, {.batch_size = 2,
+                          .num_workers = 2,
+                          .worker_init_fn =
+                              [seen, m](const WorkerInfo& info) {
+                                std::lock_guard l(*m);
+                                (*seen)[info.id] = info.seed;
+                              },
+                          .seed = 7});
+    for ([[maybe_unused]] auto& batch : loader) {
+    }
+    std::lock_guard l(*m);
+    REQUIRE_FALSE(seen->empty());
+    for (auto [id, seed] : *seen) CHECK(seed == static_cast<std::uint64_t>(base_seed + id));
+  }
+
   TEST_CASE("worker_init_fn runs once per worker before its first fetch") {
     struct Tally {
       std::mutex m;
