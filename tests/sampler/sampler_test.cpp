@@ -1,25 +1,36 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
-// Specification of the samplers: SequentialSampler, RandomSampler (bit-for-bit parity with
-// torch.utils.data.RandomSampler of PyTorch 1.13), BatchSampler, AnySampler, AnyBatchSampler.
+// Specification of the samplers: SequentialSampler, RandomSampler, SubsetRandomSampler,
+// WeightedRandomSampler and DistributedSampler (bit-for-bit parity with PyTorch 1.13's, checked
+// against tests/sampler/golden.txt, which tools/golden/sampler_golden.py writes), BatchSampler,
+// AnySampler, AnyBatchSampler.
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <concepts>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "coload/coro/coro.hpp"
+#include "coload/loader/options.hpp"
 #include "coload/sampler/batch.hpp"
+#include "coload/sampler/distributed.hpp"
 #include "coload/sampler/random.hpp"
 #include "coload/sampler/sampler.hpp"
 #include "coload/sampler/sequential.hpp"
+#include "coload/sampler/subset_random.hpp"
+#include "coload/sampler/weighted_random.hpp"
 
 using namespace coload;
 
@@ -109,6 +120,180 @@ std::string invalid_argument_of(F f) {
     return e.what();
   }
   return "";
+}
+
+// Lends a sampler to a BatchSampler without copying it, keeping its index_blocks() if any.
+template <class S>
+struct RefSampler {
+  S* s;
+  auto indices() { return s->indices(); }
+  auto index_blocks()
+    requires BlockSampler<S>
+  {
+    return s->index_blocks();
+  }
+};
+
+// The flattened batches of one epoch of BatchSampler(sampler, 7, keep last): the index_blocks()
+// path for samplers that have one.
+template <class S>
+Indices batched_epoch_of(S& sampler) {
+  BatchSampler batches(RefSampler<S>{&sampler}, 7, false);
+  Indices out;
+  for (auto& b : batches.batches()) out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+// Sets environment variable `name` to `value` (unsets it when nullopt) for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    set(value);
+  }
+  ~ScopedEnv() { set(old_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  void set(const std::optional<std::string>& value) {
+    if (value) {
+      ::setenv(name_, value->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// One line of tests/sampler/golden.txt (format in tools/golden/sampler_golden.py):
+// `<kind> key=value ... | count=C sum=S wsum=W | <all indices, or the first few>`.
+struct GoldenCase {
+  std::string id;
+  std::string kind;
+  std::map<std::string, std::string> params;
+  std::int64_t count = -1;
+  std::int64_t sum = 0;
+  std::int64_t wsum = 0;
+  Indices shown;
+
+  std::int64_t integer(const std::string& key) const { return std::stoll(params.at(key)); }
+  bool flag(const std::string& key) const { return integer(key) != 0; }
+  std::optional<std::int64_t> optional_integer(const std::string& key) const {
+    if (params.at(key) == "none") return std::nullopt;
+    return integer(key);
+  }
+};
+
+// Where the fixture is: next to this source file. __FILE__ is absolute or relative to the
+// build directory, which is where `meson test` runs us; MESON_SOURCE_ROOT is the fallback.
+std::filesystem::path golden_path() {
+  const auto beside = std::filesystem::path(__FILE__).parent_path() / "golden.txt";
+  if (std::filesystem::exists(beside)) return beside;
+  if (const char* root = std::getenv("MESON_SOURCE_ROOT")) {
+    const auto in_root = std::filesystem::path(root) / "tests" / "sampler" / "golden.txt";
+    if (std::filesystem::exists(in_root)) return in_root;
+  }
+  return beside;
+}
+
+std::vector<GoldenCase> read_golden(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::vector<GoldenCase> cases;
+  std::string text;
+  while (std::getline(in, text)) {
+    if (text.empty() || text[0] == '#') continue;
+    const auto bar1 = text.find(" | ");
+    const auto bar2 = text.find(" | ", bar1 + 3);
+    if (bar1 == std::string::npos || bar2 == std::string::npos) {
+      throw std::runtime_error("malformed golden line: " + text);
+    }
+    GoldenCase c;
+    c.id = text.substr(0, bar1);
+    std::istringstream id(c.id);
+    id >> c.kind;
+    for (std::string kv; id >> kv;) {
+      const auto eq = kv.find('=');
+      c.params[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    std::istringstream sums(text.substr(bar1 + 3, bar2 - bar1 - 3));
+    for (std::string kv; sums >> kv;) {
+      const auto eq = kv.find('=');
+      const auto key = kv.substr(0, eq);
+      const std::int64_t value = std::stoll(kv.substr(eq + 1));
+      (key == "count" ? c.count : key == "sum" ? c.sum : c.wsum) = value;
+    }
+    std::istringstream shown(text.substr(bar2 + 3));
+    for (Index i; shown >> i;) c.shown.push_back(i);
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// The parameters the golden script gives its subset and weighted cases.
+std::vector<Index> golden_subset(std::int64_t n) {
+  std::vector<Index> v;
+  for (std::int64_t k = 0; k < n; ++k) v.push_back((k * 7919) % 10007);
+  return v;
+}
+std::vector<double> golden_weights(std::int64_t n) {
+  std::vector<double> w;
+  for (std::int64_t k = 0; k < n; ++k) w.push_back(static_cast<double>((k * 37) % 11 + 1) * 0.25);
+  return w;
+}
+
+// Pass number `epoch` (from 0) of a sampler reused across epochs; each pass through `run`.
+template <class S, class Run>
+Indices pass_of(S& sampler, std::int64_t epoch, Run run) {
+  Indices out;
+  for (std::int64_t e = 0; e <= epoch; ++e) out = run(sampler);
+  return out;
+}
+
+// What coload yields for a golden case; `batched` goes through BatchSampler instead.
+Indices coload_indices(const GoldenCase& c, bool batched) {
+  auto run = [batched](auto& s) { return batched ? batched_epoch_of(s) : epoch_of(s); };
+  const std::int64_t n = c.integer("n");
+  const std::int64_t epoch = c.integer("epoch");
+  if (c.kind == "random") {
+    RandomSampler s(n, c.flag("replacement"), c.optional_integer("num_samples"),
+                    make_generator(static_cast<std::uint64_t>(c.integer("seed"))));
+    return pass_of(s, epoch, run);
+  }
+  if (c.kind == "subset") {
+    SubsetRandomSampler s(golden_subset(n),
+                          make_generator(static_cast<std::uint64_t>(c.integer("seed"))));
+    return pass_of(s, epoch, run);
+  }
+  if (c.kind == "weighted") {
+    WeightedRandomSampler s(golden_weights(n), c.integer("num_samples"), c.flag("replacement"),
+                            make_generator(static_cast<std::uint64_t>(c.integer("seed"))));
+    return pass_of(s, epoch, run);
+  }
+  if (c.kind == "distributed") {
+    DistributedSampler s(n, c.integer("num_replicas"), c.integer("rank"), c.flag("shuffle"),
+                         static_cast<std::uint64_t>(c.integer("seed")), c.flag("drop_last"));
+    s.set_epoch(epoch);
+    return run(s);
+  }
+  throw std::runtime_error("unknown golden case kind: " + c.kind);
+}
+
+// Checks coload's indices against one golden case: count, checksums and the stored indices.
+void check_golden(const GoldenCase& c, const Indices& got) {
+  CHECK(static_cast<std::int64_t>(got.size()) == c.count);
+  std::int64_t sum = 0;
+  std::int64_t wsum = 0;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    sum += got[k];
+    wsum += static_cast<std::int64_t>(k + 1) * got[k];
+  }
+  CHECK(sum == c.sum);
+  CHECK(wsum == c.wsum);
+  const Indices head(got.begin(),
+                     got.begin() + static_cast<std::ptrdiff_t>(std::min(got.size(), c.shown.size())));
+  CHECK(head == c.shown);
 }
 
 }  // namespace
@@ -371,5 +556,216 @@ TEST_SUITE("sampler") {
     AnyBatchSampler sized_any = sized;
     CHECK(sized_any.size() == std::optional<std::int64_t>(2));
     CHECK(sync_wait(drain(sized_any.batches())) == Batches{{0, 1}, {2, 3}});
+  }
+
+  TEST_CASE("every sampler yields PyTorch 1.13's indices for every golden case") {
+    const auto path = golden_path();
+    INFO("fixture: " << path.string());
+    REQUIRE(std::filesystem::exists(path));
+    const auto cases = read_golden(path);
+    REQUIRE(cases.size() >= 30);
+    std::map<std::string, int> per_kind;
+    for (const GoldenCase& c : cases) {
+      CAPTURE(c.id);
+      ++per_kind[c.kind];
+      check_golden(c, coload_indices(c, false));
+      check_golden(c, coload_indices(c, true));  // through BatchSampler and index_blocks()
+    }
+    CHECK(per_kind.size() == 4);
+    for (const auto& [kind, count] : per_kind) {
+      CAPTURE(kind);
+      CHECK(count >= 30);
+    }
+  }
+
+  TEST_CASE("the new samplers are sized block samplers") {
+    static_assert(BlockSampler<SubsetRandomSampler>);
+    static_assert(BlockSampler<WeightedRandomSampler>);
+    static_assert(BlockSampler<DistributedSampler>);
+    static_assert(SizedSampler<SubsetRandomSampler>);
+    static_assert(SizedSampler<WeightedRandomSampler>);
+    static_assert(SizedSampler<DistributedSampler>);
+    static_assert(BlockSampler<RefSampler<DistributedSampler>>);
+    static_assert(BlockSampler<RefSampler<RandomSampler>>);
+    static_assert(!BlockSampler<RefSampler<CountingSampler>>);
+    static_assert(std::same_as<decltype(std::declval<SubsetRandomSampler&>().indices()),
+                               Generator<Index>>);
+    static_assert(std::same_as<decltype(std::declval<WeightedRandomSampler&>().indices()),
+                               Generator<Index>>);
+    static_assert(std::same_as<decltype(std::declval<DistributedSampler&>().indices()),
+                               Generator<Index>>);
+  }
+
+  TEST_CASE("SubsetRandomSampler permutes the given indices as PyTorch does") {
+    // SubsetRandomSampler([10, 20, 30, 40, 50], generator=seed 1) through BatchSampler(2).
+    SubsetRandomSampler s({10, 20, 30, 40, 50}, make_generator(1));
+    CHECK(s.size() == 5);
+    CHECK(s.subset() == Indices{10, 20, 30, 40, 50});
+    BatchSampler batches(std::move(s), 2, false);
+    CHECK(batches.size() == 3);
+    CHECK(batches_of(batches) == Batches{{10, 50}, {30, 40}, {20}});
+    // Without a generator: torch.manual_seed(3); list(s); list(s)
+    SubsetRandomSampler plain({10, 20, 30, 40, 50});
+    at::manual_seed(3);
+    CHECK(epoch_of(plain) == Indices{20, 10, 40, 50, 30});
+    CHECK(epoch_of(plain) == Indices{10, 20, 30, 50, 40});
+    // An empty subset yields nothing.
+    SubsetRandomSampler empty({}, make_generator(0));
+    CHECK(empty.size() == 0);
+    CHECK(epoch_of(empty).empty());
+    CHECK(batched_epoch_of(empty).empty());
+  }
+
+  TEST_CASE("WeightedRandomSampler draws as torch.multinomial") {
+    // list(WeightedRandomSampler([.9, .4, .05, .2, .3, .1], 5, replacement=False, seed 8)), twice
+    WeightedRandomSampler no_repl({0.9, 0.4, 0.05, 0.2, 0.3, 0.1}, 5, false, make_generator(8));
+    CHECK(no_repl.size() == 5);
+    CHECK_FALSE(no_repl.replacement());
+    CHECK(epoch_of(no_repl) == Indices{3, 0, 1, 2, 4});
+    CHECK(epoch_of(no_repl) == Indices{1, 0, 4, 3, 2});
+    // Zero weights are never drawn.
+    WeightedRandomSampler zeros({0.0, 1.0, 0.0, 2.0}, 8, true, make_generator(2));
+    CHECK(zeros.replacement());
+    CHECK(epoch_of(zeros) == Indices{3, 1, 3, 3, 3, 3, 1, 1});
+    // A float32 tensor is converted to float64, as torch.as_tensor(weights, dtype=double).
+    WeightedRandomSampler tensor(at::tensor({1.0f, 2.0f, 3.0f}), 4, true, make_generator(4));
+    CHECK(tensor.weights().dtype() == at::kDouble);
+    CHECK(tensor.weights().dim() == 1);
+    CHECK(tensor.weights().size(0) == 3);
+    CHECK(epoch_of(tensor) == Indices{1, 2, 0, 2});
+    // Without a generator: torch.manual_seed(5); list(s); list(s)
+    WeightedRandomSampler plain({0.1, 0.9, 0.4, 0.7, 3.0, 0.6}, 6);
+    at::manual_seed(5);
+    CHECK(epoch_of(plain) == Indices{4, 3, 3, 3, 3, 4});
+    CHECK(epoch_of(plain) == Indices{4, 4, 4, 4, 3, 3});
+    // Through BatchSampler(3, drop_last).
+    BatchSampler batches(WeightedRandomSampler({0.1, 0.9, 0.4, 0.7, 3.0, 0.6}, 7, true,
+                                               make_generator(1)),
+                         3, true);
+    CHECK(batches.size() == 2);
+    CHECK(batches_of(batches) == Batches{{1, 2, 2}, {2, 4, 1}});
+  }
+
+  TEST_CASE("WeightedRandomSampler refuses what PyTorch refuses, with its messages") {
+    CHECK(invalid_argument_of([] { WeightedRandomSampler s({1.0, 2.0}, 0); }) ==
+          "num_samples should be a positive integer value, but got num_samples=0");
+    CHECK(invalid_argument_of([] { WeightedRandomSampler s(at::ones({2}), -4, false); }) ==
+          "num_samples should be a positive integer value, but got num_samples=-4");
+    CHECK(invalid_argument_of([] { WeightedRandomSampler s(at::ones({2, 3}), 3); }) ==
+          "weights should be a 1d sequence but given weights have shape (2, 3)");
+    CHECK(invalid_argument_of([] { WeightedRandomSampler s(at::ones({}), 3); }) ==
+          "weights should be a 1d sequence but given weights have shape ()");
+    CHECK(invalid_argument_of([] { WeightedRandomSampler s(at::ones({1, 2, 3}), 3); }) ==
+          "weights should be a 1d sequence but given weights have shape (1, 2, 3)");
+    CHECK(invalid_argument_of([] { WeightedRandomSampler s(at::ones({2}), 3); }) == "");
+    // More samples than categories without replacement: ATen refuses when the epoch starts.
+    WeightedRandomSampler too_many({1.0, 2.0}, 3, false, make_generator(0));
+    std::string message;
+    try {
+      epoch_of(too_many);
+    } catch (const c10::Error& e) {
+      message = e.what_without_backtrace();
+    }
+    CHECK(message.find("cannot sample n_sample > prob_dist.size(-1) samples without replacement") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("DistributedSampler shares out a shuffled, padded order as PyTorch does") {
+    // DistributedSampler(range(10), num_replicas=3, rank=1, seed=7)
+    DistributedSampler s(10, 3, 1, true, 7);
+    CHECK(s.size() == 4);
+    CHECK(s.total_size() == 12);
+    CHECK(s.num_replicas() == 3);
+    CHECK(s.rank() == 1);
+    CHECK(s.epoch() == 0);
+    CHECK(epoch_of(s) == Indices{0, 1, 6, 5});
+    CHECK(epoch_of(s) == Indices{0, 1, 6, 5});  // the same until set_epoch
+    s.set_epoch(1);
+    CHECK(s.epoch() == 1);
+    CHECK(epoch_of(s) == Indices{5, 2, 7, 3});
+    s.set_epoch(0);
+    BatchSampler pairs(RefSampler<DistributedSampler>{&s}, 2, false);
+    CHECK(batches_of(pairs) == Batches{{0, 1}, {6, 5}});
+    // drop_last cuts the tail instead: 9 of 10 indices, 3 per replica.
+    DistributedSampler cut(10, 3, 1, true, 7, true);
+    CHECK(cut.size() == 3);
+    CHECK(cut.total_size() == 9);
+    CHECK(epoch_of(cut) == Indices{0, 1, 6});
+    // Padding longer than the dataset repeats it: 2 indices over 5 replicas.
+    for (std::int64_t rank = 0; rank < 5; ++rank) {
+      CAPTURE(rank);
+      DistributedSampler pad(2, 5, rank, false);
+      CHECK(pad.size() == 1);
+      CHECK(epoch_of(pad) == Indices{rank % 2});
+      DistributedSampler none(2, 5, rank, false, 0, true);
+      CHECK(none.size() == 0);
+      CHECK(epoch_of(none).empty());
+      CHECK(batched_epoch_of(none).empty());
+    }
+    DistributedSampler empty(0, 2, 1);
+    CHECK(empty.size() == 0);
+    CHECK(epoch_of(empty).empty());
+  }
+
+  TEST_CASE("DistributedSampler refuses a rank outside [0, num_replicas) with PyTorch's message") {
+    CHECK(invalid_argument_of([] { DistributedSampler s(4, 3, 3); }) ==
+          "Invalid rank 3, rank should be in the interval [0, 2]");
+    CHECK(invalid_argument_of([] { DistributedSampler s(4, 3, -1); }) ==
+          "Invalid rank -1, rank should be in the interval [0, 2]");
+    CHECK(invalid_argument_of([] { DistributedSampler s(4, 0, 0); }) ==
+          "Invalid rank 0, rank should be in the interval [0, -1]");
+    CHECK(invalid_argument_of([] { DistributedSampler s(4, 3, 2); }) == "");
+  }
+
+  TEST_CASE("DistributedSampler reads num_replicas and rank from torchrun's environment") {
+    {
+      ScopedEnv world("WORLD_SIZE", std::nullopt);
+      ScopedEnv rank("RANK", std::nullopt);
+      DistributedSampler s(5);
+      CHECK(s.num_replicas() == 1);
+      CHECK(s.rank() == 0);
+      CHECK(s.size() == 5);
+    }
+    {
+      ScopedEnv world("WORLD_SIZE", "4");
+      ScopedEnv rank("RANK", "2");
+      DistributedSampler s(10, std::nullopt, std::nullopt, false);
+      CHECK(s.num_replicas() == 4);
+      CHECK(s.rank() == 2);
+      CHECK(epoch_of(s) == Indices{2, 6, 0});
+      // Explicit arguments win over the environment.
+      DistributedSampler t(10, 2, 1, false);
+      CHECK(t.num_replicas() == 2);
+      CHECK(t.rank() == 1);
+      // The rank from the environment is checked too.
+      ScopedEnv bad_rank("RANK", "4");
+      CHECK(invalid_argument_of([] { DistributedSampler u(10); }) ==
+            "Invalid rank 4, rank should be in the interval [0, 3]");
+    }
+    {
+      ScopedEnv world("WORLD_SIZE", "four");
+      ScopedEnv rank("RANK", "0");
+      CHECK(invalid_argument_of([] { DistributedSampler s(10); }) ==
+            "environment variable WORLD_SIZE should be an integer, but got WORLD_SIZE=four");
+    }
+  }
+
+  TEST_CASE("the new samplers go into LoaderOptions::sampler, by value or shared") {
+    LoaderOptions<> subset{.sampler = SubsetRandomSampler({10, 20, 30, 40, 50}, make_generator(1))};
+    CHECK(subset.sampler.size() == std::optional<std::int64_t>(5));
+    CHECK(sync_wait(drain(subset.sampler.indices())) == Indices{10, 50, 30, 40, 20});
+
+    LoaderOptions<> weighted{
+        .sampler = WeightedRandomSampler({0.0, 1.0, 0.0, 2.0}, 8, true, make_generator(2))};
+    CHECK(weighted.sampler.size() == std::optional<std::int64_t>(8));
+    CHECK(sync_wait(drain(weighted.sampler.indices())) == Indices{3, 1, 3, 3, 3, 3, 1, 1});
+
+    // Shared, so the training loop can call set_epoch between epochs.
+    auto distributed = std::make_shared<DistributedSampler>(10, 3, 1, true, 7);
+    LoaderOptions<> options{.batch_size = 2, .sampler = distributed};
+    CHECK(options.sampler.size() == std::optional<std::int64_t>(4));
+    CHECK(sync_wait(drain(options.sampler.indices())) == Indices{0, 1, 6, 5});
+    distributed->set_epoch(1);
+    CHECK(sync_wait(drain(options.sampler.indices())) == Indices{5, 2, 7, 3});
   }
 }
