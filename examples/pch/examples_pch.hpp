@@ -1,3 +1,0 @@
-// Precompiled header for the examples: libtorch's C++ frontend is the slow part.
-#include <torch/torch.h>
-#include <asio.hpp>
