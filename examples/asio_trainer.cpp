@@ -1,136 +1,45 @@
-// examples/asio_trainer: a trainer written as an asio::awaitable, for programs that already
-// run an Asio event loop (a server that also trains, a job that reports over the network).
+// examples/asio_trainer: an asio::awaitable trainer consuming the loader with a completion
+// token, for programs whose training loop already lives on an Asio io_context.
 //
 //   asio_trainer [--epochs N] [--workers N] [--batch-size N] [--samples N]
 //
-// Trains a 2-layer MLP on a synthetic classification set (labels from a fixed linear rule, so
-// the loss visibly falls) and prints, per epoch, the mean loss, the batches and samples/s.
+// loader.async_next(asio::use_awaitable) yields the next batch of the current epoch, or an
+// empty optional at the end of each epoch; the next call then starts the following epoch.
 
-#include <torch/torch.h>
-
-#include <asio/awaitable.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
 #include <asio/use_awaitable.hpp>
 
-#include <charconv>
-#include <chrono>
-#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
-#include <string_view>
 
-#include "coload/coload.hpp"
+#include "example_support.hpp"
 
 namespace {
 
-constexpr std::int64_t kFeatures = 32;
-constexpr std::int64_t kClasses = 4;
-
-struct Args {
-  std::int64_t epochs = 2;
-  std::int64_t workers = 2;
-  std::int64_t batch_size = 256;
-  std::int64_t samples = 20'000;
-};
-
-[[noreturn]] void usage(const char* argv0, int rc) {
-  std::fprintf(rc ? stderr : stdout,
-               "usage: %s [--epochs N] [--workers N] [--batch-size N] [--samples N]\n"
-               "  --epochs N      passes over the data (default 2)\n"
-               "  --workers N     loader worker threads, 0 fetches on the driver (default 2)\n"
-               "  --batch-size N  samples per batch (default 256)\n"
-               "  --samples N     synthetic dataset size (default 20000)\n",
-               argv0);
-  std::exit(rc);
-}
-
-Args parse_args(int argc, char** argv) {
-  Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    if (flag == "--help" || flag == "-h") usage(argv[0], 0);
-    std::int64_t* target = flag == "--epochs"       ? &args.epochs
-                           : flag == "--workers"    ? &args.workers
-                           : flag == "--batch-size" ? &args.batch_size
-                           : flag == "--samples"    ? &args.samples
-                                                    : nullptr;
-    if (!target || i + 1 == argc) usage(argv[0], 2);
-    const std::string_view value = argv[++i];
-    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), *target);
-    // Every count must be positive, except workers, where 0 means "no worker threads".
-    const std::int64_t min = target == &args.workers ? 0 : 1;
-    if (ec != std::errc{} || end != value.data() + value.size() || *target < min) {
-      usage(argv[0], 2);
-    }
-  }
-  return args;
-}
-
-// Features ~ N(0, 1); the label is the argmax of a fixed random projection, so a model can
-// learn it exactly and the loss has somewhere to fall to.
-coload::TensorDataset make_dataset(std::int64_t samples) {
-  auto x = torch::randn({samples, kFeatures});
-  auto projection = torch::randn({kFeatures, kClasses});
-  auto y = x.matmul(projection).argmax(1);  // int64 class ids, what cross_entropy wants
-  return coload::TensorDataset{x, y};
-}
-
-using Loader = coload::DataLoader<coload::TensorDataset>;
-
-// References are safe here: main runs io.run() to completion before any of them goes away.
-asio::awaitable<void> train(Loader& loader, torch::nn::Sequential& model,
-                            torch::optim::Optimizer& optimizer, std::int64_t epochs) {
-  for (std::int64_t e = 1; e <= epochs; ++e) {
-    const auto start = std::chrono::steady_clock::now();
-    double loss_sum = 0;
-    std::int64_t batches = 0, samples = 0;
-    // async_next starts an epoch when none is running and yields an empty optional at its end.
-    // use_awaitable's handler carries this coroutine's executor, so we resume on the thread
-    // running io.run(), never on a loader thread, and other work on `io` interleaves freely.
+// References are safe here: main runs io.run() until this coroutine has finished.
+asio::awaitable<void> train(example::Loader& loader, example::Trainer& trainer,
+                            std::int64_t epochs) {
+  for (std::int64_t epoch = 1; epoch <= epochs; ++epoch) {
+    example::EpochMeter meter;
+    // The handler runs on this io_context (the awaitable's executor), never on a loader thread.
     while (auto batch = co_await loader.async_next(asio::use_awaitable)) {
-      const auto& data = (*batch)[0];
-      const auto& labels = (*batch)[1];
-      optimizer.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(model->forward(data), labels);
-      loss.backward();
-      optimizer.step();
-      // Weight by batch size: the last batch may be short.
-      loss_sum += loss.item<double>() * static_cast<double>(data.size(0));
-      samples += data.size(0);
-      ++batches;
+      meter.add(*batch, trainer.train(*batch));
     }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("epoch %lld  loss %.4f  batches %lld  %.0f samples/s\n",
-                static_cast<long long>(e), loss_sum / static_cast<double>(samples),
-                static_cast<long long>(batches), static_cast<double>(samples) / seconds);
+    meter.print(stdout, epoch);
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) try {
-  const Args args = parse_args(argc, argv);
-  torch::manual_seed(0);  // the same data and initial weights on every run
-
-  // TensorDataset gathers a whole batch with one index_select per tensor, so each batch is
-  // std::vector<at::Tensor>{data, labels} without a per-sample collate step.
-  Loader loader(make_dataset(args.samples),
-                {.batch_size = args.batch_size,
-                 .shuffle = true,
-                 .num_workers = static_cast<int>(args.workers),
-                 .seed = 0});  // seeds the shuffle order too, so runs are reproducible
-
-  torch::nn::Sequential model(torch::nn::Linear(kFeatures, 64), torch::nn::ReLU(),
-                              torch::nn::Linear(64, kClasses));
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-
+  const example::Args args = example::parse_args(argc, argv);
+  auto loader = example::make_loader(args);
+  example::Trainer trainer;
   asio::io_context io;
   // The completion handler rethrows, so an error in training (a coload::WorkerError from a
   // failed fetch, say) leaves io.run() and reaches the catch below instead of vanishing.
-  asio::co_spawn(io, train(loader, model, optimizer, args.epochs), [](std::exception_ptr error) {
+  asio::co_spawn(io, train(loader, trainer, args.epochs), [](std::exception_ptr error) {
     if (error) std::rethrow_exception(error);
   });
   io.run();
