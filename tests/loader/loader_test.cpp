@@ -567,6 +567,33 @@ TEST_SUITE("loader") {
     CHECK(elapsed < std::chrono::seconds(5));
   }
 
+  TEST_CASE("an ended epoch may outlive its loader, and a loader may be move-assigned mid-epoch") {
+    std::optional<Epoch<at::Tensor>> kept;
+    std::optional<Epoch<at::Tensor>> first;
+    {
+      auto loader = make_data_loader(IndexDataset{4},
+                                     {.batch_size = 2, .num_workers = 1, .timeout = 5});
+      first.emplace(loader.epoch());
+      int batches = 0;
+      while (sync_wait(first->next())) ++batches;
+      CHECK(batches == 2);
+      kept.emplace(loader.epoch());  // a second epoch, read to its end too
+      while (sync_wait(kept->next())) ++batches;
+      CHECK(batches == 4);
+    }
+    // Destroying them now must not touch the loader's driver (ASan checks this).
+    first.reset();
+    kept.reset();
+
+    auto a = make_data_loader(IndexDataset{6}, {.batch_size = 2, .timeout = 5});
+    auto started = a.async_next(asio::use_future).get();  // a's implicit epoch is mid-way
+    REQUIRE(started);
+    a = make_data_loader(IndexDataset{3}, {.batch_size = 3, .timeout = 5});
+    auto batch = a.async_next(asio::use_future).get();
+    REQUIRE(batch);
+    CHECK(to_vector(*batch) == std::vector<std::int64_t>{0, 1, 2});
+  }
+
   TEST_CASE("destroying an epoch early stops it and the next epoch starts cleanly") {
     auto loader = make_data_loader(IndexDataset{100}, {.batch_size = 10, .num_workers = 2});
     {

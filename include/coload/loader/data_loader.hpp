@@ -18,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -82,7 +83,9 @@ struct FetchPlan<D, C> {
   static constexpr bool batch_of_samples = false;
 };
 
-/// A fire-and-forget coroutine: starts at once, frees itself when done. Bodies catch all.
+/// A fire-and-forget coroutine: starts at once, frees itself when done. Bodies catch what the
+/// dataset, sampler and collate throw; an allocation failure in the loader's own hand-off
+/// (posting to a queue) terminates, as it would in any executor.
 struct Detached {
   struct promise_type {
     Detached get_return_object() const noexcept { return {}; }
@@ -113,6 +116,7 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
         base_seed_(base_seed),
         sample_seed_(core.options.seed.value_or(base_seed)),
         bound_(core.in_flight_bound()),
+        timeout_(core.options.timeout),
         reorder_(static_cast<std::size_t>(bound_)) {
     // NOTE: only a loader with a timeout makes a timer: once a timer exists, Asio's driver
     // sleeps in epoll rather than on a condition variable, and every post costs a syscall.
@@ -129,7 +133,10 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
   bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
 
   // --- consumer side (any thread) ---
+  // NOTE: consumer calls after the run has finished do nothing, so an Epoch (or an async_next
+  // completion) that outlives its loader never touches the freed driver.
   void consumed() override {
+    if (closed_.load()) return;
     consumed_.fetch_add(1);
     // Only a driver that stopped at the in-flight bound needs telling.
     if (slot_wanted_.exchange(false)) {
@@ -138,7 +145,7 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
     }
   }
   void arm_timeout(std::uint64_t generation, std::int64_t batch) override {
-    if (core_.options.timeout <= 0) return;
+    if (timeout_ <= 0 || closed_.load()) return;
     waited_batch_.store(batch, std::memory_order_relaxed);
     asio::post(core_.driver.context(), [self = this->shared_from_this(), generation] {
       self->on_arm(generation);
@@ -146,10 +153,10 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
   }
   std::exception_ptr timeout_error() const override {
     return std::make_exception_ptr(
-        TimeoutError(waited_batch_.load(std::memory_order_relaxed), core_.options.timeout));
+        TimeoutError(waited_batch_.load(std::memory_order_relaxed), timeout_));
   }
   void cancel() override {
-    if (cancelled_.exchange(true)) return;
+    if (cancelled_.exchange(true) || closed_.load()) return;
     asio::post(core_.driver.context(), [self = this->shared_from_this()] { self->on_cancel(); });
   }
 
@@ -247,7 +254,10 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
     if (finished_ || !sampler_done_) return;
     if (cancelled() ? completed_ != dispatched_ : delivered_ != dispatched_) return;
     finished_ = true;
-    if (timer_) timer_->cancel();
+    // Nothing of the driver is needed any more: drop the timer (it lives on the driver's
+    // io_context) and close the consumer-side entry points.
+    timer_.reset();
+    closed_.store(true);
     if (sampler_error_ && !cancelled()) {
       this->handoff.push(Outcome<Batch>{std::nullopt, sampler_error_});
     }
@@ -260,7 +270,7 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
   void on_arm(std::uint64_t generation) {
     if (finished_ || !timer_) return;
     timer_->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(core_.options.timeout)));
+        std::chrono::duration<double>(timeout_)));
     timer_->async_wait([self = this->shared_from_this(), generation](std::error_code ec) {
       if (!ec) self->handoff.expire(generation);
     });
@@ -277,8 +287,10 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
   const std::uint64_t base_seed_;
   const std::uint64_t sample_seed_;
   const std::int64_t bound_;
+  const double timeout_;
   std::vector<WorkerInfo> workers_;
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> closed_{false};
   std::atomic<std::int64_t> waited_batch_{0};
   std::atomic<std::int64_t> consumed_{0};
   std::atomic<bool> slot_wanted_{false};
@@ -322,7 +334,7 @@ class LoaderCore {
   }
 
   std::int64_t in_flight_bound() const noexcept {
-    // NOTE: with no workers the driver still fetches one batch ahead of the consumer.
+    // NOTE: with no workers the driver still fetches up to two batches ahead of the consumer.
     return options.num_workers > 0
                ? static_cast<std::int64_t>(options.prefetch_factor.value_or(2)) *
                      options.num_workers
@@ -462,9 +474,13 @@ class DataLoader {
   DataLoader(DataLoader&&) noexcept = default;
   DataLoader& operator=(DataLoader&&) noexcept = default;
   /// Stops the current epoch and joins every thread; returns once running fetches finish
-  /// their current sample.
+  /// their current sample. Destroyed on its own driver thread (from a handler or a coroutine
+  /// resumed there), it hands the joining to a detached thread instead.
   ~DataLoader() {
     implicit_.reset();
+    if (core_ && core_->driver.on_driver_thread()) {
+      std::thread([core = std::move(core_)]() mutable { core.reset(); }).detach();
+    }
     core_.reset();
   }
 
@@ -472,7 +488,7 @@ class DataLoader {
   std::int64_t size() const { return core_->size(); }
   /// The dataset.
   D& dataset() noexcept { return core_->dataset; }
-  /// The options, as given.
+  /// The options, as given (except `sampler` and `batch_sampler`, moved into the pipeline).
   const LoaderOptions<C>& options() const noexcept { return core_->options; }
   /// The driver's executor: where completions without an associated executor run.
   executor_type get_executor() noexcept { return core_->driver.context().get_executor(); }
@@ -559,8 +575,10 @@ class DataLoader {
     if (!waiting) complete();
   }
 
-  std::unique_ptr<Core> core_;
+  // NOTE: implicit_ comes first so that move assignment ends the old implicit epoch while
+  // its loader still exists.
   std::optional<Epoch<batch_type>> implicit_;
+  std::unique_ptr<Core> core_;
 };
 
 /// Makes a DataLoader over `dataset` (moved in) with `options`.

@@ -70,7 +70,8 @@ class Epoch {
   /// Rethrows the batch's error (a WorkerError) in its place; the epoch goes on after it.
   /// Throws TimeoutError when `timeout` is set and no batch came in time; the batch stays in
   /// flight. A consumer waiting inside sync_wait resumes on its own thread; any other awaiting
-  /// coroutine resumes on the loader's driver thread. One `next()` at a time.
+  /// coroutine resumes on the loader's driver thread, where it must not block on the loader
+  /// (no range-for or sync_wait there: the driver would wait on itself). One `next()` at a time.
   auto next() {
     struct Awaiter {
       detail::EpochChannel<Batch>* channel;

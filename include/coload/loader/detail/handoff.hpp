@@ -45,7 +45,12 @@ class Handoff {
     slot.result = Poll::wait;
     slot_ = &slot;
     waker_ = std::move(waker);
-    on_wait(++generation_, taken_);
+    try {
+      on_wait(++generation_, taken_);
+    } catch (...) {
+      release_locked();  // the consumer will not be waiting: forget its slot
+      throw;
+    }
     return true;
   }
 
