@@ -39,48 +39,29 @@
 namespace coload {
 namespace detail {
 
-/// How the loader builds a batch from a dataset D with collate C.
+/// How the loader builds a batch from a dataset D with collate C: here, without get_batch,
+/// each sample is fetched with get and the vector of them collated.
 template <class D, class C>
 struct FetchPlan {
-  using sample = sample_t<D>;
-  static constexpr bool batched = BatchedDataset<D>;
-  static auto probe() {
-    if constexpr (batched) {
-      using B = std::remove_cvref_t<decltype(std::declval<D&>().get_batch(
-          std::declval<std::span<const Index>>()))>;
-      if constexpr (std::same_as<B, std::vector<sample>>) {
-        // get_batch returns samples (PyTorch's __getitems__): collate them.
-        return std::type_identity<std::invoke_result_t<C&, std::vector<sample>&&>>{};
-      } else if constexpr (std::same_as<C, DefaultCollate>) {
-        // get_batch returns the batch itself: no collate step.
-        return std::type_identity<B>{};
-      } else {
-        return std::type_identity<std::invoke_result_t<C&, std::vector<sample>&&>>{};
-      }
-    } else {
-      return std::type_identity<std::invoke_result_t<C&, std::vector<sample>&&>>{};
-    }
-  }
-  using batch = typename decltype(probe())::type;
-  static constexpr bool whole_batch =
-      batched && std::same_as<C, DefaultCollate> &&
-      !std::same_as<std::remove_cvref_t<decltype(std::declval<D&>().get_batch(
-                        std::declval<std::span<const Index>>()))>,
-                    std::vector<sample>>;
-  static constexpr bool batch_of_samples =
-      batched && std::same_as<std::remove_cvref_t<decltype(std::declval<D&>().get_batch(
-                                  std::declval<std::span<const Index>>()))>,
-                              std::vector<sample>>;
-};
-
-// Specialisation guard: FetchPlan's whole_batch needs get_batch to exist.
-template <class D, class C>
-  requires(!BatchedDataset<D>)
-struct FetchPlan<D, C> {
   using sample = sample_t<D>;
   using batch = std::invoke_result_t<C&, std::vector<sample>&&>;
   static constexpr bool whole_batch = false;
   static constexpr bool batch_of_samples = false;
+};
+
+/// With get_batch: a vector of samples (PyTorch's __getitems__) goes through collate; any other
+/// result is taken as the finished batch when the collate is the default one.
+template <class D, class C>
+  requires BatchedDataset<D>
+struct FetchPlan<D, C> {
+  using sample = sample_t<D>;
+  using fetched = std::remove_cvref_t<decltype(std::declval<D&>().get_batch(
+      std::declval<std::span<const Index>>()))>;
+  static constexpr bool batch_of_samples = std::same_as<fetched, std::vector<sample>>;
+  static constexpr bool whole_batch = !batch_of_samples && std::same_as<C, DefaultCollate>;
+  // NOTE: lazy on purpose: collate need not accept the samples when get_batch builds the batch.
+  using batch = typename std::conditional_t<whole_batch, std::type_identity<fetched>,
+                                            std::invoke_result<C&, std::vector<sample>&&>>::type;
 };
 
 /// A fire-and-forget coroutine: starts at once, frees itself when done. Bodies catch what the
