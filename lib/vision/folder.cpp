@@ -1,0 +1,1 @@
+// vision/folder: (in progress)

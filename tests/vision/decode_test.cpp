@@ -1,0 +1,1 @@
+// vision tests: decode (in progress)

@@ -1,0 +1,1 @@
+// vision tests: folder (in progress)

@@ -1,0 +1,1 @@
+// vision tests: transforms (in progress)
