@@ -1,1 +1,401 @@
-// vision tests: transforms (in progress)
+// vision tests: torchvision-semantics transforms, the fused train/eval paths, and fidelity of
+// the DCT-scaled path against torchvision on PIL images.
+
+#include <doctest/doctest.h>
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "coload/sampler/random.hpp"
+#include "coload/vision/decode.hpp"
+#include "coload/vision/transforms.hpp"
+#include "image_test_support.hpp"
+
+namespace vision = coload::vision;
+using vision::CropBox;
+using vision::Image;
+using vision::test::Reference;
+using vision::test::TempDir;
+
+namespace {
+
+Image from_rows(int width, int channels, const std::vector<std::uint8_t>& values) {
+  const int height = static_cast<int>(values.size()) / (width * channels);
+  return Image{width, height, channels, values};
+}
+
+std::vector<float> floats_of(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
+}
+
+std::vector<float> read_floats(const std::filesystem::path& path) {
+  const auto raw = vision::test::read_bytes(path);
+  std::vector<float> out(raw.size() / 4);
+  std::memcpy(out.data(), raw.data(), out.size() * 4);
+  return out;
+}
+
+std::vector<CropBox> read_boxes(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::vector<CropBox> boxes;
+  CropBox b;
+  while (in >> b.top >> b.left >> b.height >> b.width) boxes.push_back(b);
+  return boxes;
+}
+
+std::string box_text(const CropBox& b) {
+  std::ostringstream s;
+  s << b.top << " " << b.left << " " << b.height << " " << b.width;
+  return s.str();
+}
+
+}  // namespace
+
+namespace doctest {
+template <>
+struct StringMaker<CropBox> {
+  static String convert(const CropBox& b) { return ("CropBox{" + box_text(b) + "}").c_str(); }
+};
+}  // namespace doctest
+
+TEST_SUITE("vision") {
+
+TEST_CASE("resize_output_size and center_crop_box follow torchvision's arithmetic") {
+  CHECK(vision::resize_output_size(375, 500, 256) == std::pair{256, 341});
+  CHECK(vision::resize_output_size(500, 375, 256) == std::pair{341, 256});
+  CHECK(vision::resize_output_size(300, 300, 256) == std::pair{256, 256});
+  CHECK(vision::resize_output_size(3, 1000, 256) == std::pair{256, 85333});
+  // int(round(33 / 2.0)) == 16 and int(round(1 / 2.0)) == 0: Python rounds halves to even.
+  CHECK(vision::center_crop_box(257, 35, 224, 2) == CropBox{16, 16, 224, 2});
+  CHECK(vision::center_crop_box(225, 227, 224, 224) == CropBox{0, 2, 224, 224});
+  // Larger than the image: padded left/top by the floor of half the excess.
+  CHECK(vision::center_crop_box(2, 3, 4, 6) == CropBox{-1, -1, 4, 6});
+}
+
+TEST_CASE("Resize filters like PIL's antialiased bilinear on known inputs") {
+  const Image row = from_rows(4, 1, {0, 100, 200, 255});
+  CHECK(vision::resize(row.view(), 1, 2).data == std::vector<std::uint8_t>{71, 209});
+  const Image two = from_rows(2, 1, {0, 100});
+  CHECK(vision::resize(two.view(), 1, 4).data == std::vector<std::uint8_t>{0, 25, 75, 100});
+  const Image rgb = from_rows(4, 3, {0, 0, 0, 100, 10, 1, 200, 20, 2, 255, 30, 3});
+  CHECK(vision::resize(rgb.view(), 1, 2).data == std::vector<std::uint8_t>{71, 7, 1, 209, 23, 2});
+  // Same size is the identity.
+  const Image img = vision::test::synthetic_image(17, 9, 1);
+  CHECK(vision::resize(img.view(), 9, 17).data == img.data);
+  // Resize(shorter side) and Resize(h, w) objects.
+  const Image big = vision::test::synthetic_image(40, 30, 2);
+  const Image shorter = vision::Resize{15}(big);
+  CHECK(shorter.width == 20);
+  CHECK(shorter.height == 15);
+  const Image fixed = vision::Resize{5, 7}(big);
+  CHECK(fixed.width == 7);
+  CHECK(fixed.height == 5);
+  // A column resize equals the row resize transposed.
+  const Image column = from_rows(1, 1, {0, 100, 200, 255});
+  CHECK(vision::resize(column.view(), 2, 1).data == std::vector<std::uint8_t>{71, 209});
+}
+
+TEST_CASE("resized_crop resizes only the box, as crop then resize does") {
+  const Image img = vision::test::synthetic_image(50, 40, 3);
+  const CropBox box{5, 7, 20, 30};
+  const Image cropped = vision::crop(img.view(), box);
+  CHECK(vision::resized_crop(img.view(), box, 9, 11).data == vision::resize(cropped.view(), 9, 11).data);
+  CHECK_THROWS_WITH_AS(vision::resized_crop(img.view(), CropBox{30, 0, 20, 10}, 5, 5),
+                       "crop box (top 30, left 0, height 20, width 10) does not lie inside the "
+                       "50x40 image",
+                       std::invalid_argument);
+}
+
+TEST_CASE("CenterCrop picks torchvision's box and zero-pads a small image") {
+  const Image img = from_rows(4, 1, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16});
+  CHECK(vision::CenterCrop{2}(img).data == std::vector<std::uint8_t>{6, 7, 10, 11});
+  // top = int(round(1.5)) = 2 and left = int(round(0.5)) = 0: halves round to even.
+  CHECK(vision::CenterCrop{1, 3}(img).data == std::vector<std::uint8_t>{9, 10, 11});
+  const Image small = from_rows(2, 1, {1, 2, 3, 4});
+  CHECK(vision::CenterCrop{4}(small).data ==
+        std::vector<std::uint8_t>{0, 0, 0, 0, 0, 1, 2, 0, 0, 3, 4, 0, 0, 0, 0, 0});
+}
+
+TEST_CASE("hflip mirrors and RandomHorizontalFlip follows p") {
+  const Image img = from_rows(3, 3, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  CHECK(vision::hflip(img.view()).data == std::vector<std::uint8_t>{7, 8, 9, 4, 5, 6, 1, 2, 3});
+  at::Generator gen = coload::make_generator(7);
+  for (int i = 0; i < 20; ++i) {
+    CHECK(vision::RandomHorizontalFlip{0.0}(img, gen).data == img.data);
+    CHECK(vision::RandomHorizontalFlip{1.0}(img, gen).data == vision::hflip(img.view()).data);
+  }
+  // torch.manual_seed(0); torch.rand(1) == 0.4963 < 0.5.
+  at::Generator zero = coload::make_generator(0);
+  CHECK(vision::RandomHorizontalFlip{0.5}.draw(zero));
+}
+
+TEST_CASE("ToTensor, ConvertImageDtype and Normalize compute torchvision's values") {
+  const Image img = from_rows(2, 3, {0, 51, 255, 255, 102, 0});
+  const at::Tensor t = vision::ToTensor{}(img);
+  CHECK(t.sizes() == at::IntArrayRef{3, 1, 2});
+  CHECK((t.scalar_type() == at::kFloat));
+  CHECK(floats_of(t) == std::vector<float>{0.f, 1.f, 0.2f, 0.4f, 1.f, 0.f});
+  const at::Tensor u8 = vision::PILToTensor{}(img);
+  CHECK((u8.scalar_type() == at::kByte));
+  CHECK(u8[1][0][1].item<int>() == 102);
+  CHECK(at::equal(vision::ConvertImageDtype{at::kFloat}(u8), t));
+  const at::Tensor n = vision::Normalize{{0.5, 0.5, 0.5}, {0.5, 0.25, 2.0}}(t);
+  CHECK(floats_of(n) == std::vector<float>{-1.f, 1.f, (0.2f - 0.5f) / 0.25f, (0.4f - 0.5f) / 0.25f,
+                                           0.25f, -0.25f});
+  CHECK_THROWS_WITH_AS(vision::Normalize({{0.5}, {0.0}})(t),
+                       "std evaluated to zero after conversion to Float, leading to division by "
+                       "zero.",
+                       std::invalid_argument);
+  // The fused writer gives the same floats.
+  std::vector<float> fused(6);
+  vision::to_normalized_chw(img.view(), {0.5f, 0.5f, 0.5f}, {0.5f, 0.25f, 2.0f}, fused.data());
+  CHECK(fused == floats_of(n));
+}
+
+TEST_CASE("Compose chains stages and shares one generator among the random ones") {
+  const Image img = vision::test::synthetic_image(60, 40, 4);
+  const auto deterministic = vision::Compose{vision::Resize{20}, vision::CenterCrop{10}, vision::ToTensor{}};
+  const at::Tensor out = deterministic(img);
+  CHECK(out.sizes() == at::IntArrayRef{3, 10, 10});
+  const Image manual = vision::CenterCrop{10}(vision::Resize{20}(img));
+  CHECK(at::equal(out, vision::ToTensor{}(manual)));
+
+  const auto random = vision::Compose{vision::RandomResizedCrop{16}, vision::RandomHorizontalFlip{}};
+  at::Generator g1 = coload::make_generator(11);
+  at::Generator g2 = coload::make_generator(11);
+  const Image a = random(img, g1);
+  const CropBox box = vision::RandomResizedCrop{16}.get_params(40, 60, g2);
+  Image b = vision::resized_crop(img.view(), box, 16, 16);
+  if (vision::RandomHorizontalFlip{}.draw(g2)) b = vision::hflip(b.view());
+  CHECK(a.data == b.data);
+
+  coload::Rng r1(5), r2(5);
+  CHECK(random(img, r1).data == random(img, r2).data);
+}
+
+TEST_CASE("RandomResizedCrop is deterministic per generator and falls back to a centre crop") {
+  const vision::RandomResizedCrop rrc{224};
+  std::vector<CropBox> first;
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    at::Generator a = coload::make_generator(seed);
+    at::Generator b = coload::make_generator(seed);
+    const CropBox box = rrc.get_params(375, 500, a);
+    CHECK(box == rrc.get_params(375, 500, b));
+    CHECK(box.top >= 0);
+    CHECK(box.left >= 0);
+    CHECK(box.top + box.height <= 375);
+    CHECK(box.left + box.width <= 500);
+    first.push_back(box);
+  }
+  CHECK(first[0] != first[1]);
+  coload::Rng r1 = coload::Rng::for_sample(3, 0, 17);
+  coload::Rng r2 = coload::Rng::for_sample(3, 0, 17);
+  at::Generator g1 = r1.torch_generator();
+  at::Generator g2 = r2.torch_generator();
+  CHECK(rrc.get_params(300, 400, g1) == rrc.get_params(300, 400, g2));
+
+  // An area range above the image's makes all 10 attempts fail.
+  const vision::RandomResizedCrop impossible{224, 0, {2.0, 3.0}};
+  at::Generator gen = coload::make_generator(0);
+  // Wide: h = height, w = round(h * 4/3) = 133, centred.
+  CHECK(impossible.get_params(100, 400, gen) == CropBox{0, 133, 100, 133});
+  // Tall: w = width, h = round(w / (3/4)) = 133.
+  CHECK(impossible.get_params(400, 100, gen) == CropBox{133, 0, 133, 100});
+  // In range: the whole image.
+  CHECK(impossible.get_params(100, 120, gen) == CropBox{0, 0, 100, 120});
+}
+
+TEST_CASE("RandomResizedCrop draws torchvision's boxes after torch.manual_seed") {
+  TempDir dir;
+  const std::vector<std::pair<int, int>> sizes = {{375, 500}, {500, 333}, {224, 224}, {1200, 1600}, {31, 400}};
+  std::string commands;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    commands += "params 0 300 " + std::to_string(sizes[i].first) + " " +
+                std::to_string(sizes[i].second) + " " + (dir / ("p" + std::to_string(i))).string() + "\n";
+  }
+  commands += "params_fallback 0 100 400 " + (dir / "fallback").string() + "\n";
+  const Reference result = vision::test::run_reference(dir, commands);
+  if (result == Reference::unavailable) {
+    MESSAGE("skipped: /usr/bin/python3 with torchvision is not available");
+    return;
+  }
+  REQUIRE(result == Reference::ok);
+  const vision::RandomResizedCrop rrc{224};
+  int compared = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const auto golden = read_boxes(dir / ("p" + std::to_string(i)));
+    REQUIRE(golden.size() == 300);
+    for (std::uint64_t seed = 0; seed < 300; ++seed) {
+      CAPTURE(seed);
+      at::Generator gen = coload::make_generator(seed);
+      CHECK(rrc.get_params(sizes[i].first, sizes[i].second, gen) == golden[seed]);
+      ++compared;
+    }
+  }
+  at::Generator gen = coload::make_generator(0);
+  CHECK(vision::RandomResizedCrop{224, 0, {2.0, 3.0}}.get_params(100, 400, gen) ==
+        read_boxes(dir / "fallback").at(0));
+  MESSAGE("crop boxes equal torchvision's for " << compared << " (seed, size) pairs");
+}
+
+TEST_CASE("the fused train transform equals the composed one, and draws from the Rng") {
+  const auto jpeg = vision::test::synthetic_jpeg(500, 375, 12);
+  const Image full = vision::decode(jpeg);
+  const vision::TrainTransform train{.dct_scaling = false};
+  const auto composed = vision::Compose{vision::RandomResizedCrop{224}, vision::RandomHorizontalFlip{},
+                                        vision::ToTensor{},
+                                        vision::Normalize{{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}}};
+  int flips = 0;
+  for (std::uint64_t seed = 0; seed < 12; ++seed) {
+    CAPTURE(seed);
+    at::Generator g1 = coload::make_generator(seed);
+    at::Generator g2 = coload::make_generator(seed);
+    at::Generator g3 = coload::make_generator(seed);
+    std::vector<float> fused(3 * 224 * 224);
+    train(jpeg, g1, fused.data());
+    CHECK(fused == floats_of(composed(full, g2)));
+    flips += train.sample(vision::peek(jpeg), g3).flip ? 1 : 0;
+  }
+  CHECK(flips > 0);
+  CHECK(flips < 12);
+  coload::Rng r1 = coload::Rng::for_sample(1, 2, 3);
+  coload::Rng r2 = coload::Rng::for_sample(1, 2, 3);
+  const at::Tensor a = train(jpeg, r1);
+  CHECK(a.sizes() == at::IntArrayRef{3, 224, 224});
+  CHECK(at::equal(a, train(jpeg, r2)));
+}
+
+TEST_CASE("the fused eval transform equals Resize, CenterCrop, ToTensor and Normalize") {
+  const auto norm = vision::Normalize{{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}};
+  const auto composed =
+      vision::Compose{vision::Resize{256}, vision::CenterCrop{224}, vision::ToTensor{}, norm};
+  for (auto [w, h] : {std::pair{500, 375}, std::pair{333, 500}, std::pair{256, 256}}) {
+    CAPTURE(w);
+    CAPTURE(h);
+    const auto jpeg = vision::test::synthetic_jpeg(w, h, 13);
+    const at::Tensor fused = vision::EvalTransform{.dct_scaling = false}(jpeg);
+    CHECK(fused.sizes() == at::IntArrayRef{3, 224, 224});
+    CHECK(at::equal(fused, composed(vision::decode(jpeg))));
+  }
+  const vision::EvalTransform bad{.resize_size = 200, .crop_size = 224};
+  CHECK_THROWS_WITH_AS(bad(vision::test::synthetic_jpeg(300, 300, 1)),
+                       "EvalTransform needs 0 < crop_size <= resize_size, got crop 224 and resize 200",
+                       std::invalid_argument);
+}
+
+TEST_CASE("fused train and eval outputs equal torchvision's bit for bit without DCT scaling") {
+  TempDir dir;
+  const auto jpeg = vision::test::synthetic_jpeg(500, 375, 21);
+  const auto png = vision::test::make_png(3, 2, 8, 2, {{1, 2, 3, 4, 5, 6, 7, 8, 9}, {9, 8, 7, 6, 5, 4, 3, 2, 1}});
+  vision::test::write_bytes(dir / "a.jpg", jpeg);
+  std::string commands;
+  for (int seed = 0; seed < 4; ++seed) {
+    commands += "train " + (dir / "a.jpg").string() + " " + std::to_string(seed) + " 224 " +
+                (dir / ("train" + std::to_string(seed))).string() + "\n";
+  }
+  commands += "eval " + (dir / "a.jpg").string() + " " + (dir / "eval").string() + "\n";
+  const Reference result = vision::test::run_reference(dir, commands);
+  if (result == Reference::unavailable) {
+    MESSAGE("skipped: /usr/bin/python3 with torchvision is not available");
+    return;
+  }
+  REQUIRE(result == Reference::ok);
+  const vision::TrainTransform train{.dct_scaling = false};
+  for (int seed = 0; seed < 4; ++seed) {
+    CAPTURE(seed);
+    at::Generator gen = coload::make_generator(static_cast<std::uint64_t>(seed));
+    std::vector<float> out(3 * 224 * 224);
+    train(jpeg, gen, out.data());
+    CHECK(out == read_floats(dir / ("train" + std::to_string(seed))));
+  }
+  CHECK(floats_of(vision::EvalTransform{.dct_scaling = false}(jpeg)) == read_floats(dir / "eval"));
+}
+
+TEST_CASE("fidelity: resized crops reach 35 dB PSNR against torchvision, full and DCT-scaled") {
+  TempDir dir;
+  struct Case {
+    int width, height;
+    CropBox box;
+    int size;
+  };
+  // Boxes chosen so that choose_jpeg_scale picks 1, 2, 4 and 8.
+  const std::vector<Case> cases = {
+      {500, 375, {40, 60, 300, 380}, 224},     {500, 375, {0, 0, 375, 500}, 160},
+      {640, 480, {10, 20, 460, 600}, 224},     {1024, 768, {30, 50, 700, 900}, 224},
+      {1600, 1200, {100, 60, 1000, 1400}, 224}, {1600, 1200, {0, 0, 1200, 1600}, 128},
+      {900, 1200, {200, 100, 500, 460}, 224},
+  };
+  std::string commands;
+  std::vector<std::vector<std::byte>> jpegs;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    jpegs.push_back(vision::test::synthetic_jpeg(c.width, c.height, static_cast<std::uint32_t>(30 + i)));
+    const auto file = dir / ("f" + std::to_string(i) + ".jpg");
+    vision::test::write_bytes(file, jpegs.back());
+    commands += "resized_crop " + file.string() + " " + box_text(c.box) + " " +
+                std::to_string(c.size) + " " + (dir / ("f" + std::to_string(i) + ".rgb")).string() + "\n";
+  }
+  const Reference result = vision::test::run_reference(dir, commands);
+  if (result == Reference::unavailable) {
+    MESSAGE("skipped: /usr/bin/python3 with torchvision is not available");
+    return;
+  }
+  REQUIRE(result == Reference::ok);
+  std::vector<int> scales_seen;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    CAPTURE(i);
+    const auto golden = vision::test::read_bytes(dir / ("f" + std::to_string(i) + ".rgb"));
+    const int d = vision::choose_jpeg_scale(c.box.width, c.box.height, c.size, c.size);
+    scales_seen.push_back(d);
+    const Image full = vision::decode_resized_crop(jpegs[i], c.box, c.size, c.size, 1);
+    const Image scaled = vision::decode_resized_crop(jpegs[i], c.box, c.size, c.size, d);
+    const double psnr_full = vision::test::psnr(full.data, golden);
+    const double psnr_scaled = vision::test::psnr(scaled.data, golden);
+    MESSAGE(c.width << "x" << c.height << " crop " << c.box.width << "x" << c.box.height << " -> "
+                    << c.size << ": full decode " << psnr_full << " dB, DCT scale 1/" << d << " "
+                    << psnr_scaled << " dB");
+    CHECK(psnr_full >= 35.0);
+    CHECK(psnr_scaled >= 35.0);
+  }
+  for (int d : {1, 2, 4, 8}) {
+    CHECK(std::find(scales_seen.begin(), scales_seen.end(), d) != scales_seen.end());
+  }
+}
+
+TEST_CASE("throughput of decode alone and of the fused train transform (informational)") {
+  std::vector<std::vector<std::byte>> jpegs;
+  for (int i = 0; i < 8; ++i) jpegs.push_back(vision::test::synthetic_jpeg(500, 400, static_cast<std::uint32_t>(50 + i)));
+  constexpr int rounds = 12;
+  std::vector<std::uint8_t> buffer;
+  auto time_it = [&](auto&& body) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < rounds; ++r)
+      for (std::size_t i = 0; i < jpegs.size(); ++i) body(i);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return static_cast<double>(rounds * jpegs.size()) / s;
+  };
+  const double decode_rate = time_it([&](std::size_t i) { vision::decode_into(jpegs[i], buffer); });
+  std::vector<float> out(3 * 224 * 224);
+  const vision::TrainTransform train;
+  std::uint64_t index = 0;
+  const double train_rate = time_it([&](std::size_t i) {
+    coload::Rng rng = coload::Rng::for_sample(0, 0, static_cast<std::int64_t>(index++));
+    train(jpegs[i], rng, out.data());
+  });
+  const vision::EvalTransform eval;
+  const double eval_rate = time_it([&](std::size_t i) { eval(jpegs[i], out.data()); });
+  MESSAGE("500x400 JPEGs, one thread: full decode " << decode_rate << " images/s, fused train "
+                                                    << train_rate << " images/s, fused eval "
+                                                    << eval_rate << " images/s");
+  CHECK(train_rate > 0);
+}
+
+}  // TEST_SUITE

@@ -1,0 +1,90 @@
+#pragma once
+// JPEG (TurboJPEG) and PNG (libspng) decoding from bytes in memory, to RGB as PIL's
+// `Image.open(f).convert('RGB')` gives it; JPEGs optionally at a reduced DCT scale.
+//
+// Decoding never opens files (the bytes come from the io stage), except `decode_file`, a
+// convenience for tools and tests. Every function is thread-safe: each thread keeps its own
+// TurboJPEG handles.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "coload/vision/image.hpp"
+
+namespace coload::vision {
+
+/// Raised for data that cannot be decoded: empty, of an unknown format, corrupt or truncated.
+/// `what()` says what went wrong; callers add the path.
+class DecodeError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The formats `decode` understands, told apart by their signature bytes.
+enum class ImageFormat { jpeg, png };
+
+/// What `peek` learns from an image's header.
+struct ImageInfo {
+  /// The format, from the signature.
+  ImageFormat format = ImageFormat::jpeg;
+  /// Full-size width in pixels.
+  int width = 0;
+  /// Full-size height in pixels.
+  int height = 0;
+};
+
+/// Reads format, width and height from the header without decoding pixels.
+/// Throws DecodeError when the header is missing or malformed.
+ImageInfo peek(std::span<const std::byte> data);
+
+/// The DCT scale denominators a JPEG can be decoded at here: 1, 2, 4 and 8 (libjpeg-turbo's
+/// SIMD-accelerated reduced IDCTs).
+inline constexpr int jpeg_scale_denominators[] = {1, 2, 4, 8};
+
+/// The largest denominator d in {1, 2, 4, 8} such that a `crop_width × crop_height` region of
+/// the full-size image, decoded at scale 1/d, still has at least `out_width × out_height`
+/// pixels; so resizing the scaled region to the output never upsamples where resizing the
+/// full-size region would not. Returns 1 when no reduction qualifies.
+int choose_jpeg_scale(int crop_width, int crop_height, int out_width, int out_height) noexcept;
+
+/// Width or height of a JPEG decoded at scale 1/`denominator` (libjpeg rounds up).
+constexpr int jpeg_scaled_size(int full_size, int denominator) noexcept {
+  return (full_size + denominator - 1) / denominator;
+}
+
+/// Decodes `data` (JPEG or PNG) to a 3-channel RGB image.
+///
+/// JPEGs are decoded at scale 1/`jpeg_scale_denominator` (1, 2, 4 or 8; other values throw
+/// std::invalid_argument); PNGs ignore it. Grayscale becomes RGB by repetition; CMYK and YCCK
+/// JPEGs are taken as Adobe-inverted and converted as Pillow 9 converts CMYK to RGB; PNG alpha is
+/// dropped, 16-bit samples keep their high byte, except 16-bit grayscale, which Pillow opens as
+/// 32-bit integers and clamps to 255.
+Image decode(std::span<const std::byte> data, int jpeg_scale_denominator = 1);
+
+/// Like `decode`, but writes the pixels into `buffer` (grown when too small, never shrunk) and
+/// returns a view of them, so a thread decoding many images allocates only for the largest.
+ImageView decode_into(std::span<const std::byte> data, std::vector<std::uint8_t>& buffer,
+                      int jpeg_scale_denominator = 1);
+
+/// Reads the file at `path` and decodes it; errors name the path.
+Image decode_file(const std::filesystem::path& path, int jpeg_scale_denominator = 1);
+
+/// Chroma subsampling of an encoded JPEG.
+enum class ChromaSubsampling { s444, s422, s420, gray };
+
+/// Encodes 8-bit pixels (`channels` 1 = gray, 3 = RGB, 4 = CMYK, stored as given, no inversion)
+/// as a baseline JPEG through TurboJPEG: for tests, tools and data generators.
+std::vector<std::byte> encode_jpeg(const ImageView& image, int quality = 90,
+                                   ChromaSubsampling subsampling = ChromaSubsampling::s420);
+
+/// Views a byte container as `std::span<const std::byte>`.
+inline std::span<const std::byte> as_bytes_span(const std::vector<std::uint8_t>& v) noexcept {
+  return std::as_bytes(std::span<const std::uint8_t>(v));
+}
+
+}  // namespace coload::vision
