@@ -5,6 +5,7 @@
 #include "coload/coro/coro.hpp"
 #include "coload/dataset/concat.hpp"
 #include "coload/dataset/dataset.hpp"
+#include "coload/dataset/iterable.hpp"
 #include "coload/dataset/map.hpp"
 #include "coload/dataset/mnist.hpp"
 #include "coload/dataset/random_split.hpp"

@@ -28,19 +28,24 @@ struct ThreadExecutor::State {
   std::mutex mutex;
   std::condition_variable ready;
   std::deque<std::coroutine_handle<>> queue;
+  // NOTE: one queue per thread for work pinned to it; a pinned post wakes every thread (there
+  // are few), and each thread serves its own queue before the shared one.
+  std::vector<std::deque<std::coroutine_handle<>>> pinned;
   bool stopping = false;
   std::vector<std::thread> threads;
 
   void run(int id) {
     t_worker_id = id;
+    auto& own = pinned[static_cast<std::size_t>(id)];
     for (;;) {
       std::coroutine_handle<> h;
       {
         std::unique_lock lock(mutex);
-        ready.wait(lock, [&] { return stopping || !queue.empty(); });
-        if (queue.empty()) return;
-        h = queue.front();
-        queue.pop_front();
+        ready.wait(lock, [&] { return stopping || !own.empty() || !queue.empty(); });
+        auto& from = !own.empty() ? own : queue;
+        if (from.empty()) return;
+        h = from.front();
+        from.pop_front();
       }
       h.resume();
     }
@@ -50,6 +55,7 @@ struct ThreadExecutor::State {
 ThreadExecutor::ThreadExecutor(int num_threads, std::string name)
     : state_(std::make_unique<State>()) {
   if (num_threads < 1) num_threads = 1;
+  state_->pinned.resize(static_cast<std::size_t>(num_threads));
   state_->threads.reserve(static_cast<std::size_t>(num_threads));
   for (int i = 0; i < num_threads; ++i) {
     state_->threads.emplace_back([s = state_.get(), i] { s->run(i); });
@@ -76,6 +82,14 @@ void ThreadExecutor::post(std::coroutine_handle<> h) {
     state_->queue.push_back(h);
   }
   state_->ready.notify_one();
+}
+
+void ThreadExecutor::post_to(int worker, std::coroutine_handle<> h) {
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->pinned.at(static_cast<std::size_t>(worker)).push_back(h);
+  }
+  state_->ready.notify_all();
 }
 
 int ThreadExecutor::current_worker_id() noexcept { return t_worker_id; }

@@ -146,9 +146,10 @@ void check_worker_number(int num_workers) {
                 "necessary.");
 }
 
-void validate_options(std::int64_t batch_size, bool shuffle, bool has_sampler,
+void validate_options(std::optional<std::int64_t> batch_size, bool shuffle, bool has_sampler,
                       bool has_batch_sampler, int num_workers, bool drop_last, double timeout,
-                      std::optional<int> prefetch_factor, bool persistent_workers) {
+                      std::optional<int> prefetch_factor, bool persistent_workers,
+                      LoaderKind kind) {
   if (num_workers < 0) {
     throw std::invalid_argument(
         "num_workers option should be non-negative; use num_workers=0 to disable "
@@ -167,6 +168,25 @@ void validate_options(std::int64_t batch_size, bool shuffle, bool has_sampler,
   if (persistent_workers && num_workers == 0) {
     throw std::invalid_argument("persistent_workers option needs num_workers > 0");
   }
+  if (kind.iterable) {
+    // NOTE: PyTorch prints the offending value; a C++ sampler has no repr, so its type stays
+    // unnamed and shuffle prints as Python's True.
+    if (shuffle) {
+      throw std::invalid_argument(
+          "DataLoader with IterableDataset: expected unspecified shuffle option, but got "
+          "shuffle=True");
+    }
+    if (has_sampler) {
+      throw std::invalid_argument(
+          "DataLoader with IterableDataset: expected unspecified sampler option, but got "
+          "sampler=<sampler>");
+    }
+    if (has_batch_sampler) {
+      throw std::invalid_argument(
+          "DataLoader with IterableDataset: expected unspecified batch_sampler option, but got "
+          "batch_sampler=<batch_sampler>");
+    }
+  }
   if (has_sampler && shuffle) {
     throw std::invalid_argument("sampler option is mutually exclusive with shuffle");
   }
@@ -176,10 +196,27 @@ void validate_options(std::int64_t batch_size, bool shuffle, bool has_sampler,
           "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and "
           "drop_last");
     }
-  } else if (batch_size <= 0) {
+  } else if (!batch_size) {
+    if (drop_last) {
+      throw std::invalid_argument(
+          "batch_size=None option disables auto-batching and is mutually exclusive with "
+          "drop_last");
+    }
+  } else if (*batch_size <= 0) {
     throw std::invalid_argument(
         "batch_size should be a positive integer value, but got batch_size=" +
-        std::to_string(batch_size));
+        std::to_string(*batch_size));
+  }
+  // coload's own: the batch type follows from the collate, so it must agree with batch_size.
+  if (kind.per_sample && batch_size) {
+    throw std::invalid_argument(
+        "collate takes one sample at a time (as default_convert does), which needs "
+        "batch_size=std::nullopt; got batch_size=" + std::to_string(*batch_size));
+  }
+  if (!kind.per_sample && !batch_size && !has_batch_sampler) {
+    throw std::invalid_argument(
+        "batch_size=std::nullopt turns automatic batching off, so collate receives one sample "
+        "at a time: pass a per-sample collate such as .collate = coload::DefaultConvert{}");
   }
 }
 

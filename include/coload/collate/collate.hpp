@@ -53,6 +53,22 @@ struct DefaultCollate {
   }
 };
 
+/// What `batch_size = std::nullopt` uses by default, as torch.utils.data.default_convert: each
+/// sample on its own, unchanged. (PyTorch's version turns NumPy arrays into tensors; samples in
+/// C++ are already tensors and numbers, so nothing is left to convert.)
+struct DefaultConvert {
+  template <class T>
+  std::remove_cvref_t<T> operator()(T&& sample) const {
+    return std::forward<T>(sample);
+  }
+};
+
+/// Converts one sample as torch.utils.data.default_convert does (here: returns it unchanged).
+template <class T>
+std::remove_cvref_t<T> default_convert(T&& sample) {
+  return DefaultConvert{}(std::forward<T>(sample));
+}
+
 namespace detail {
 /// Stacks equally shaped tensors into a new tensor of shape [n, ...] (one copy per sample).
 at::Tensor stack_samples(const std::vector<at::Tensor>& samples);

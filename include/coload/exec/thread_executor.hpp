@@ -24,6 +24,10 @@ class ThreadExecutor {
   /// Queues `h` to be resumed on a worker thread. Callable from any thread.
   void post(std::coroutine_handle<> h);
 
+  /// Queues `h` to be resumed on worker thread `worker` (in [0, size())), ahead of the shared
+  /// queue. Callable from any thread.
+  void post_to(int worker, std::coroutine_handle<> h);
+
   /// Awaitable that continues the awaiting coroutine on a worker thread.
   auto schedule() noexcept {
     struct Awaiter {
@@ -33,6 +37,19 @@ class ThreadExecutor {
       void await_resume() const noexcept {}
     };
     return Awaiter{this};
+  }
+
+  /// Awaitable that continues the awaiting coroutine on worker thread `worker`: work that
+  /// belongs to one worker (an iterable dataset's stream, its worker_init_fn) stays on it.
+  auto schedule_on(int worker) noexcept {
+    struct Awaiter {
+      ThreadExecutor* pool;
+      int worker;
+      bool await_ready() const noexcept { return false; }
+      void await_suspend(std::coroutine_handle<> h) { pool->post_to(worker, h); }
+      void await_resume() const noexcept {}
+    };
+    return Awaiter{this, worker};
   }
 
   /// The id of the calling worker thread in its pool, or -1 on any other thread.

@@ -8,11 +8,13 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <concepts>
 #include <coroutine>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -26,6 +28,7 @@
 #include "coload/collate/collate.hpp"
 #include "coload/coro/sync_wait.hpp"
 #include "coload/dataset/dataset.hpp"
+#include "coload/dataset/iterable.hpp"
 #include "coload/exec/thread_executor.hpp"
 #include "coload/exec/worker_info.hpp"
 #include "coload/loader/driver.hpp"
@@ -37,24 +40,55 @@
 #include "coload/sampler/sequential.hpp"
 
 namespace coload {
+
+/// What a DataLoader loads from: a map-style dataset (`size()` and `get`) or an iterable one
+/// (`stream`). A type with both is loaded as iterable, as PyTorch decides by IterableDataset.
+template <class D>
+concept LoadableDataset = MapDataset<D> || IterableDataset<D>;
+
 namespace detail {
 
+template <class D>
+auto loader_sample_probe() {
+  if constexpr (IterableDataset<D>) {
+    return std::type_identity<stream_sample_t<D>>{};
+  } else {
+    return std::type_identity<sample_t<D>>{};
+  }
+}
+
+/// The type of one sample of D, map-style or iterable.
+template <LoadableDataset D>
+using loader_sample_t = typename decltype(loader_sample_probe<D>())::type;
+
+/// True when collate C takes one sample at a time (automatic batching off): DefaultConvert, or
+/// a callable that takes a sample but not a vector of them.
+template <class C, class S>
+inline constexpr bool per_sample_collate_v =
+    std::same_as<C, DefaultConvert> ||
+    (!std::invocable<C&, std::vector<S>&&> && std::invocable<C&, S&&>);
+
 /// How the loader builds a batch from a dataset D with collate C: here, without get_batch,
-/// each sample is fetched with get and the vector of them collated.
+/// each sample is fetched (with get, or from the stream) and the vector of them collated; a
+/// per-sample collate gets each sample alone.
 template <class D, class C>
 struct FetchPlan {
-  using sample = sample_t<D>;
-  using batch = std::invoke_result_t<C&, std::vector<sample>&&>;
+  using sample = loader_sample_t<D>;
+  static constexpr bool per_sample = per_sample_collate_v<C, sample>;
   static constexpr bool whole_batch = false;
   static constexpr bool batch_of_samples = false;
+  using batch = typename std::conditional_t<per_sample, std::invoke_result<C&, sample&&>,
+                                            std::invoke_result<C&, std::vector<sample>&&>>::type;
 };
 
-/// With get_batch: a vector of samples (PyTorch's __getitems__) goes through collate; any other
-/// result is taken as the finished batch when the collate is the default one.
+/// With get_batch (and automatic batching on): a vector of samples (PyTorch's __getitems__)
+/// goes through collate; any other result is taken as the finished batch when the collate is
+/// the default one.
 template <class D, class C>
-  requires BatchedDataset<D>
+  requires(!IterableDataset<D> && BatchedDataset<D> && !per_sample_collate_v<C, sample_t<D>>)
 struct FetchPlan<D, C> {
   using sample = sample_t<D>;
+  static constexpr bool per_sample = false;
   using fetched = std::remove_cvref_t<decltype(std::declval<D&>().get_batch(
       std::declval<std::span<const Index>>()))>;
   static constexpr bool batch_of_samples = std::same_as<fetched, std::vector<sample>>;
@@ -83,15 +117,21 @@ struct Cancelled {};
 template <class D, class C>
 class LoaderCore;
 
-/// One epoch's pipeline state. Fields marked "driver" are touched only on the driver thread.
+/// What every epoch shares, whatever feeds it: the consumer-side entry points, the in-flight
+/// bound, the reorder ring, the timeout and the end. Fields marked "driver" are touched only on
+/// the driver thread.
+///
+/// Each dispatched batch number completes exactly once, with a batch, an error, or nothing at
+/// all (a skip: an iterable worker that had no more samples); skips keep their place in the
+/// order but are never handed to the consumer.
 template <class D, class C>
-class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
-                       public std::enable_shared_from_this<EpochRun<D, C>> {
+class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
+                public std::enable_shared_from_this<RunBase<D, C>> {
  public:
   using Batch = typename FetchPlan<D, C>::batch;
   using Core = LoaderCore<D, C>;
 
-  EpochRun(Core& core, std::int64_t epoch, std::uint64_t base_seed)
+  RunBase(Core& core, std::int64_t epoch, std::uint64_t base_seed)
       : core_(core),
         epoch_(epoch),
         base_seed_(base_seed),
@@ -111,6 +151,8 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
   }
 
   std::int64_t epoch() const noexcept { return epoch_; }
+  std::uint64_t base_seed() const noexcept { return base_seed_; }
+  std::uint64_t sample_seed() const noexcept { return sample_seed_; }
   bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
 
   // --- consumer side (any thread) ---
@@ -141,42 +183,158 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
     asio::post(core_.driver.context(), [self = this->shared_from_this()] { self->on_cancel(); });
   }
 
-  // --- driver side ---
-  /// Walks the batch sampler, keeping at most `bound_` batches between dispatch and consumer.
+ protected:
+  /// Driver: `while (full() && !cancelled()) co_await slot();` waits for room under the bound.
+  struct SlotAwaiter {
+    RunBase* run;
+    bool await_ready() const noexcept {
+      run->slot_wanted_.store(true);
+      // Re-check after announcing: a consumer that took a batch in between either is seen
+      // here or sees the announcement and posts on_slot_freed.
+      return !run->full() || run->cancelled();
+    }
+    void await_suspend(std::coroutine_handle<> h) noexcept { run->slot_waiter_ = h; }
+    void await_resume() const noexcept {}
+  };
+  SlotAwaiter slot() noexcept { return SlotAwaiter{this}; }
+
+  /// Driver: batch `batch_no` is done. An outcome with neither batch nor error is a skip.
+  void complete(std::int64_t batch_no, Outcome<Batch> outcome, bool dropped) {
+    ++completed_;
+    if (cancelled() || dropped) {
+      maybe_finish();
+      return;
+    }
+    const std::int64_t skipped_before = skipped_;
+    if (!core_.options.in_order) {
+      deliver(std::move(outcome));
+    } else {
+      reorder_[static_cast<std::size_t>(batch_no % bound_)] = std::move(outcome);
+      for (;;) {
+        auto& slot = reorder_[static_cast<std::size_t>(delivered_ % bound_)];
+        if (!slot) break;
+        deliver(std::move(*slot));
+        slot.reset();
+      }
+    }
+    // A skip frees its place under the bound without the consumer: wake a waiting dispatcher.
+    if (skipped_ != skipped_before && !full()) on_slot_freed();
+    maybe_finish();
+  }
+
+  /// Driver: true when `bound_` batches are between dispatch and the consumer.
+  bool full() const noexcept { return dispatched_ - consumed_.load() - skipped_ >= bound_; }
+
+  /// Driver: nothing more will be dispatched (after an error, if any, from the dispatcher).
+  void dispatch_done(std::exception_ptr error) {
+    dispatch_error_ = std::move(error);
+    dispatch_done_ = true;
+    maybe_finish();
+  }
+
+  Core& core_;
+  const std::int64_t epoch_;
+  const std::uint64_t base_seed_;
+  const std::uint64_t sample_seed_;
+  const std::int64_t bound_;
+  const double timeout_;
+  std::vector<WorkerInfo> workers_;
+  // driver
+  std::int64_t dispatched_ = 0;
+
+ private:
+  void deliver(Outcome<Batch> outcome) {
+    ++delivered_;
+    if (!outcome.batch && !outcome.error) {
+      ++skipped_;
+      return;
+    }
+    this->handoff.push(std::move(outcome));
+  }
+
+  void maybe_finish() {
+    if (finished_ || !dispatch_done_) return;
+    if (cancelled() ? completed_ != dispatched_ : delivered_ != dispatched_) return;
+    finished_ = true;
+    // Nothing of the driver is needed any more: drop the timer (it lives on the driver's
+    // io_context) and close the consumer-side entry points.
+    timer_.reset();
+    closed_.store(true);
+    if (dispatch_error_ && !cancelled()) {
+      this->handoff.push(Outcome<Batch>{std::nullopt, dispatch_error_});
+    }
+    this->handoff.finish();
+  }
+
+  void on_slot_freed() {
+    if (slot_waiter_) std::exchange(slot_waiter_, nullptr).resume();
+  }
+  void on_arm(std::uint64_t generation) {
+    if (finished_ || !timer_) return;
+    timer_->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(timeout_)));
+    timer_->async_wait([self = this->shared_from_this(), generation](std::error_code ec) {
+      if (!ec) self->handoff.expire(generation);
+    });
+  }
+  void on_cancel() {
+    if (timer_) timer_->cancel();
+    on_slot_freed();
+    maybe_finish();
+  }
+
+  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> closed_{false};
+  std::atomic<std::int64_t> waited_batch_{0};
+  std::atomic<std::int64_t> consumed_{0};
+  std::atomic<bool> slot_wanted_{false};
+  // driver
+  std::int64_t completed_ = 0;
+  std::int64_t delivered_ = 0;
+  std::int64_t skipped_ = 0;
+  bool dispatch_done_ = false;
+  bool finished_ = false;
+  std::exception_ptr dispatch_error_;
+  std::vector<std::optional<Outcome<Batch>>> reorder_;
+  std::coroutine_handle<> slot_waiter_;
+  std::optional<asio::steady_timer> timer_;
+};
+
+/// One epoch over a map-style dataset: the batch sampler's index lists, each fetched and
+/// collated on whichever worker is free.
+template <class D, class C>
+class EpochRun final : public RunBase<D, C> {
+  using Base = RunBase<D, C>;
+
+ public:
+  using typename Base::Batch;
+  using typename Base::Core;
+  using Base::Base;
+
+  /// Driver: walks the batch sampler, keeping at most `bound_` batches between dispatch and
+  /// consumer.
   static Detached run(std::shared_ptr<EpochRun> self) {
     Core& core = self->core_;
     ++core.live;
+    std::exception_ptr error;
     try {
       auto batches = core.batch_sampler.batches();
       for (;;) {
-        while (self->full() && !self->cancelled()) {
-          self->slot_wanted_.store(true);
-          // Re-check after announcing: a consumer that took a batch in between either is
-          // seen here or sees the announcement and posts on_slot_freed.
-          if (self->full() && !self->cancelled()) co_await SlotAwaiter{self.get()};
-        }
+        while (self->full() && !self->cancelled()) co_await self->slot();
         if (self->cancelled()) break;
         std::vector<Index>* indices = co_await batches.next();
         if (!indices) break;
         fetch(self, self->dispatched_++, std::move(*indices));
       }
     } catch (...) {
-      self->sampler_error_ = std::current_exception();
+      error = std::current_exception();
     }
-    self->sampler_done_ = true;
-    self->maybe_finish();
+    self->dispatch_done(std::move(error));
     --core.live;
     core.maybe_stop();
   }
 
  private:
-  struct SlotAwaiter {
-    EpochRun* run;
-    bool await_ready() const noexcept { return false; }
-    void await_suspend(std::coroutine_handle<> h) noexcept { run->slot_waiter_ = h; }
-    void await_resume() const noexcept {}
-  };
-
   /// Fetches and collates one batch, on a worker when there are workers.
   static Detached fetch(std::shared_ptr<EpochRun> self, std::int64_t batch_no,
                         std::vector<Index> indices) {
@@ -205,86 +363,215 @@ class EpochRun final : public EpochChannel<typename FetchPlan<D, C>::batch>,
     --core.live;
     core.maybe_stop();
   }
+};
 
-  void complete(std::int64_t batch_no, Outcome<Batch> outcome, bool dropped) {
-    ++completed_;
-    if (cancelled() || dropped) {
-      maybe_finish();
-      return;
-    }
-    if (!core_.options.in_order) {
-      this->handoff.push(std::move(outcome));
-      ++delivered_;
+/// Pulls samples from a Generator or an AsyncGenerator, one at a time.
+template <class G>
+class StreamCursor {
+ public:
+  using pointer = typename G::pointer;
+  explicit StreamCursor(G generator) : generator_(std::move(generator)) {}
+  /// Sync generators: the next sample, or nullptr at the end.
+  pointer next_sync() {
+    if (!it_) {
+      it_.emplace(generator_.begin());
     } else {
-      reorder_[static_cast<std::size_t>(batch_no % bound_)] = std::move(outcome);
-      for (;;) {
-        auto& slot = reorder_[static_cast<std::size_t>(delivered_ % bound_)];
-        if (!slot) break;
-        this->handoff.push(std::move(*slot));
-        slot.reset();
-        ++delivered_;
+      ++*it_;
+    }
+    return *it_ == std::default_sentinel ? nullptr : std::addressof(**it_);
+  }
+  /// Async generators: awaitable of the next sample, or nullptr at the end.
+  auto next_async() { return generator_.next(); }
+
+ private:
+  G generator_;
+  std::optional<decltype(std::declval<G&>().begin())> it_;
+};
+template <class T>
+class StreamCursor<AsyncGenerator<T>> {
+ public:
+  explicit StreamCursor(AsyncGenerator<T> generator) : generator_(std::move(generator)) {}
+  auto next_async() { return generator_.next(); }
+
+ private:
+  AsyncGenerator<T> generator_;
+};
+
+/// One epoch over an iterable dataset, as PyTorch's loader runs an IterableDataset: each
+/// worker streams from its own replica; batch n is asked of the n-th worker in round-robin
+/// order, so with `in_order` the batches interleave worker by worker; a worker whose stream
+/// ends leaves the rotation, and its last partial batch is kept or dropped (drop_last) on its
+/// own. A worker whose stream throws delivers the error and, its stream being over, leaves.
+template <class D, class C>
+class StreamRun final : public RunBase<D, C> {
+  using Base = RunBase<D, C>;
+  using Plan = FetchPlan<D, C>;
+  using Sample = typename Plan::sample;
+
+ public:
+  using typename Base::Batch;
+  using typename Base::Core;
+
+  StreamRun(Core& core, std::int64_t epoch, std::uint64_t base_seed)
+      : Base(core, epoch, base_seed),
+        queues_(static_cast<std::size_t>(std::max(1, core.options.num_workers))) {}
+
+  /// Driver: hands batch numbers to the active workers in turn, under the in-flight bound.
+  static Detached run(std::shared_ptr<StreamRun> self) {
+    Core& core = self->core_;
+    ++core.live;
+    for (int w = 0; w < static_cast<int>(self->queues_.size()); ++w) stream_worker(self, w);
+    for (;;) {
+      while (self->full() && !self->cancelled()) co_await self->slot();
+      if (self->cancelled()) break;
+      const int w = self->next_active_worker();
+      if (w < 0) break;
+      auto& queue = self->queues_[static_cast<std::size_t>(w)];
+      queue.tasks.push_back(self->dispatched_++);
+      if (queue.waiter) std::exchange(queue.waiter, nullptr).resume();
+    }
+    // No more batch numbers: idle workers end, busy ones end after their queued tasks.
+    self->queues_closed_ = true;
+    for (auto& queue : self->queues_) {
+      if (queue.waiter) std::exchange(queue.waiter, nullptr).resume();
+    }
+    self->dispatch_done(nullptr);
+    --core.live;
+    core.maybe_stop();
+  }
+
+ private:
+  struct WorkerQueue {
+    std::deque<std::int64_t> tasks;
+    std::coroutine_handle<> waiter;
+    bool active = true;
+  };
+
+  /// Driver: the next batch number for worker `w`, or nothing once the queues are closed.
+  struct TaskAwaiter {
+    StreamRun* run;
+    int w;
+    WorkerQueue& queue() const { return run->queues_[static_cast<std::size_t>(w)]; }
+    bool await_ready() const noexcept { return !queue().tasks.empty() || run->queues_closed_; }
+    void await_suspend(std::coroutine_handle<> h) noexcept { queue().waiter = h; }
+    std::optional<std::int64_t> await_resume() const {
+      auto& tasks = queue().tasks;
+      if (tasks.empty()) return std::nullopt;
+      const std::int64_t n = tasks.front();
+      tasks.pop_front();
+      return n;
+    }
+  };
+
+  /// Driver: the next worker in the rotation still streaming, or -1 when none is.
+  int next_active_worker() {
+    const int n = static_cast<int>(queues_.size());
+    for (int i = 0; i < n; ++i) {
+      const int w = next_worker_;
+      next_worker_ = (next_worker_ + 1) % n;
+      if (queues_[static_cast<std::size_t>(w)].active) return w;
+    }
+    return -1;
+  }
+
+  /// Worker `w` for this epoch: takes batch numbers from its queue and fills each from its
+  /// stream, on its own worker thread (on the driver when there are no workers).
+  static Detached stream_worker(std::shared_ptr<StreamRun> self, int w) {
+    Core& core = self->core_;
+    ++core.live;
+    const bool hop = core.executor != nullptr;
+    const std::size_t want = Plan::per_sample ? 1 : static_cast<std::size_t>(*core.options.batch_size);
+    // Without workers the stream still gets a WorkerInfo, though get_worker_info() stays empty.
+    WorkerInfo solo{0, 1, self->base_seed_, static_cast<const void*>(&core.dataset)};
+    WorkerInfo& info = hop ? self->workers_[static_cast<std::size_t>(w)] : solo;
+    std::shared_ptr<D> replica;
+    std::optional<StreamCursor<stream_t<D>>> cursor;
+    bool over = false;
+    for (;;) {
+      std::optional<std::int64_t> task = co_await TaskAwaiter{self.get(), w};
+      if (!task) break;
+      if (over || self->cancelled()) {
+        self->complete(*task, {}, self->cancelled());
+        continue;
       }
+      if (hop) co_await core.executor->schedule_on(w);
+      Outcome<Batch> outcome;
+      bool dropped = false;
+      bool ended = false;
+      std::vector<Sample> samples;
+      if (hop) set_worker_info(&info);
+      try {
+        if (!cursor) {
+          if (hop) {
+            core.init_worker(info, self->epoch_);
+            replica = core.replica(w);
+            info.dataset = static_cast<const void*>(replica.get());
+          }
+          D& dataset = replica ? *replica : core.dataset;
+          try {
+            cursor.emplace(dataset.stream(std::as_const(info)));
+          } catch (...) {
+            throw wrap_current_exception(hop ? w : -1, *task, -1, "starting the stream for");
+          }
+        }
+        samples.reserve(want);
+        while (samples.size() < want) {
+          if (self->cancelled()) throw Cancelled{};
+          typename stream_t<D>::pointer sample = nullptr;
+          try {
+            if constexpr (async_stream_v<D>) {
+              const auto thread = std::this_thread::get_id();
+              sample = co_await cursor->next_async();
+              // A stream that awaited something may resume elsewhere: come back to this
+              // worker's thread (or the driver) before going on.
+              if (std::this_thread::get_id() != thread) {
+                if (hop) {
+                  co_await core.executor->schedule_on(w);
+                } else {
+                  co_await core.driver.schedule();
+                }
+              }
+            } else {
+              sample = cursor->next_sync();
+            }
+          } catch (...) {
+            ended = true;
+            throw wrap_current_exception(hop ? w : -1, *task, -1, "fetching");
+          }
+          if (!sample) {
+            ended = true;
+            break;
+          }
+          samples.push_back(std::move(*sample));
+        }
+        const bool partial = samples.size() < want;
+        if (!samples.empty() && !(partial && core.options.drop_last)) {
+          outcome.batch.emplace(core.collate_samples(std::move(samples), hop ? w : -1, *task));
+        }
+      } catch (const Cancelled&) {
+        dropped = true;
+      } catch (...) {
+        outcome.error = std::current_exception();
+        ended = true;
+      }
+      if (hop) set_worker_info(nullptr);
+      if (hop) co_await core.driver.schedule();
+      if (ended) {
+        over = true;
+        self->queues_[static_cast<std::size_t>(w)].active = false;
+      }
+      self->complete(*task, std::move(outcome), dropped);
     }
-    maybe_finish();
+    // NOTE: the stream (and with it the replica's generator frame) ends here, on the driver.
+    cursor.reset();
+    replica.reset();
+    --core.live;
+    core.maybe_stop();
   }
 
-  /// Driver: true when `bound_` batches are between dispatch and the consumer.
-  bool full() const noexcept { return dispatched_ - consumed_.load() >= bound_; }
-
-  void maybe_finish() {
-    if (finished_ || !sampler_done_) return;
-    if (cancelled() ? completed_ != dispatched_ : delivered_ != dispatched_) return;
-    finished_ = true;
-    // Nothing of the driver is needed any more: drop the timer (it lives on the driver's
-    // io_context) and close the consumer-side entry points.
-    timer_.reset();
-    closed_.store(true);
-    if (sampler_error_ && !cancelled()) {
-      this->handoff.push(Outcome<Batch>{std::nullopt, sampler_error_});
-    }
-    this->handoff.finish();
-  }
-
-  void on_slot_freed() {
-    if (slot_waiter_) std::exchange(slot_waiter_, nullptr).resume();
-  }
-  void on_arm(std::uint64_t generation) {
-    if (finished_ || !timer_) return;
-    timer_->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(timeout_)));
-    timer_->async_wait([self = this->shared_from_this(), generation](std::error_code ec) {
-      if (!ec) self->handoff.expire(generation);
-    });
-  }
-  void on_cancel() {
-    if (timer_) timer_->cancel();
-    if (slot_waiter_) std::exchange(slot_waiter_, nullptr).resume();
-    maybe_finish();
-  }
-
-  friend class LoaderCore<D, C>;
-  Core& core_;
-  const std::int64_t epoch_;
-  const std::uint64_t base_seed_;
-  const std::uint64_t sample_seed_;
-  const std::int64_t bound_;
-  const double timeout_;
-  std::vector<WorkerInfo> workers_;
-  std::atomic<bool> cancelled_{false};
-  std::atomic<bool> closed_{false};
-  std::atomic<std::int64_t> waited_batch_{0};
-  std::atomic<std::int64_t> consumed_{0};
-  std::atomic<bool> slot_wanted_{false};
-  // driver
-  std::int64_t dispatched_ = 0;
-  std::int64_t completed_ = 0;
-  std::int64_t delivered_ = 0;
-  bool sampler_done_ = false;
-  bool finished_ = false;
-  std::exception_ptr sampler_error_;
-  std::vector<std::optional<Outcome<Batch>>> reorder_;
-  std::coroutine_handle<> slot_waiter_;
-  std::optional<asio::steady_timer> timer_;
+  std::vector<WorkerQueue> queues_;  // driver
+  int next_worker_ = 0;              // driver
+  bool queues_closed_ = false;       // driver
 };
 
 /// What a DataLoader owns, at a stable address that its coroutines can refer to.
@@ -293,14 +580,16 @@ class LoaderCore {
  public:
   using Plan = FetchPlan<D, C>;
   using Batch = typename Plan::batch;
-  using Run = EpochRun<D, C>;
+  static constexpr bool iterable = IterableDataset<D>;
+  using Run = std::conditional_t<iterable, StreamRun<D, C>, EpochRun<D, C>>;
 
   LoaderCore(D ds, LoaderOptions<C> opts) : dataset(std::move(ds)), options(std::move(opts)) {
-    validate_options(options);
+    validate_options(options, LoaderKind{iterable, Plan::per_sample});
     check_worker_number(options.num_workers);
     if (options.seed) generator = make_generator(*options.seed);
-    batch_sampler = make_batch_sampler();
+    if constexpr (!iterable) batch_sampler = make_batch_sampler();
     worker_init_epoch.assign(static_cast<std::size_t>(options.num_workers), -1);
+    replicas.resize(static_cast<std::size_t>(options.num_workers));
     if (options.num_workers > 0) executor = std::make_unique<ThreadExecutor>(options.num_workers);
   }
 
@@ -338,9 +627,21 @@ class LoaderCore {
   }
 
   std::int64_t size() const {
-    auto n = batch_sampler.size();
-    if (!n) throw std::logic_error("DataLoader: the batch sampler has no size()");
-    return *n;
+    if constexpr (iterable) {
+      // As len(DataLoader) over an IterableDataset: from the dataset's own length.
+      if constexpr (requires(const D& d) { d.size(); }) {
+        const auto n = static_cast<std::int64_t>(dataset.size());
+        if (!options.batch_size) return n;
+        const std::int64_t b = *options.batch_size;
+        return options.drop_last ? n / b : (n + b - 1) / b;
+      } else {
+        throw std::logic_error("DataLoader: the iterable dataset has no size()");
+      }
+    } else {
+      auto n = batch_sampler.size();
+      if (!n) throw std::logic_error("DataLoader: the batch sampler has no size()");
+      return *n;
+    }
   }
 
   void init_worker(const WorkerInfo& info, std::int64_t epoch) {
@@ -355,8 +656,23 @@ class LoaderCore {
     }
   }
 
+  /// Worker `w`'s own copy of the dataset (as each PyTorch worker process has one), made on
+  /// its first stream and, with persistent_workers, kept across epochs. A dataset that cannot
+  /// be copied is shared. Called on worker `w`'s thread only.
+  std::shared_ptr<D> replica(int w) {
+    auto& slot = replicas[static_cast<std::size_t>(w)];
+    if constexpr (std::is_copy_constructible_v<D>) {
+      if (!slot || !options.persistent_workers) slot = std::make_shared<D>(std::as_const(dataset));
+      return slot;
+    } else {
+      return std::shared_ptr<D>(std::shared_ptr<D>{}, &dataset);
+    }
+  }
+
   Batch fetch_batch(Run& run, std::span<const Index> indices, const WorkerInfo* info,
-                    std::int64_t batch_no) {
+                    std::int64_t batch_no)
+    requires(!iterable)
+  {
     const int worker = info ? info->id : -1;
     if constexpr (Plan::whole_batch) {
       try {
@@ -376,7 +692,7 @@ class LoaderCore {
         samples.reserve(indices.size());
         for (Index i : indices) {
           if (run.cancelled()) throw Cancelled{};
-          SampleContext ctx{i, run.epoch(), Rng::for_sample(run.sample_seed_, run.epoch(), i),
+          SampleContext ctx{i, run.epoch(), Rng::for_sample(run.sample_seed(), run.epoch(), i),
                             info};
           try {
             samples.push_back(get_sample(dataset, i, ctx));
@@ -385,11 +701,21 @@ class LoaderCore {
           }
         }
       }
-      try {
+      return collate_samples(std::move(samples), worker, batch_no);
+    }
+  }
+
+  /// Collate's batch from `samples` (a per-sample collate gets the one sample alone).
+  Batch collate_samples(std::vector<typename Plan::sample>&& samples, int worker,
+                        std::int64_t batch_no) {
+    try {
+      if constexpr (Plan::per_sample) {
+        return std::invoke(options.collate, std::move(samples.front()));
+      } else {
         return std::invoke(options.collate, std::move(samples));
-      } catch (...) {
-        throw wrap_current_exception(worker, batch_no, -1, "collating");
       }
+    } catch (...) {
+      throw wrap_current_exception(worker, batch_no, -1, "collating");
     }
   }
 
@@ -403,6 +729,7 @@ class LoaderCore {
   AnyBatchSampler batch_sampler;
   std::optional<at::Generator> generator;
   std::vector<std::int64_t> worker_init_epoch;  // element i: worker i's thread only
+  std::vector<std::shared_ptr<D>> replicas;     // element i: worker i's thread only
   std::int64_t epochs_started = 0;
   std::weak_ptr<Run> current;
   int live = 0;           // driver
@@ -414,22 +741,27 @@ class LoaderCore {
   AnyBatchSampler make_batch_sampler() {
     if (options.batch_sampler) return std::move(options.batch_sampler);
     const auto n = static_cast<std::int64_t>(dataset.size());
+    // Without automatic batching each "batch" is one index.
+    const std::int64_t b = options.batch_size.value_or(1);
     if (options.sampler) {
-      return BatchSampler<AnySampler>(std::move(options.sampler), options.batch_size,
-                                      options.drop_last);
+      return BatchSampler<AnySampler>(std::move(options.sampler), b, options.drop_last);
     }
     if (options.shuffle) {
-      return BatchSampler<RandomSampler>(RandomSampler(n, false, std::nullopt, generator),
-                                         options.batch_size, options.drop_last);
+      return BatchSampler<RandomSampler>(RandomSampler(n, false, std::nullopt, generator), b,
+                                         options.drop_last);
     }
-    return BatchSampler<SequentialSampler>(SequentialSampler(n), options.batch_size,
-                                           options.drop_last);
+    return BatchSampler<SequentialSampler>(SequentialSampler(n), b, options.drop_last);
   }
 };
 
 }  // namespace detail
 
-/// Loads batches from a map-style dataset, as torch.utils.data.DataLoader.
+/// Loads batches from a map-style or an iterable dataset, as torch.utils.data.DataLoader.
+///
+/// An iterable dataset (`stream(const WorkerInfo&)`) is streamed by every worker from its own
+/// copy of the dataset (shared when the type cannot be copied), with that worker's info; the
+/// batches interleave worker by worker, and `drop_last` drops each worker's last partial batch.
+/// `shuffle`, `sampler` and `batch_sampler` are refused for it, as PyTorch refuses them.
 ///
 /// Three ways to consume an epoch: `for (auto& batch : loader)` (each range-for is one epoch),
 /// `auto epoch = loader.epoch(); while (auto b = co_await epoch.next())`, and
@@ -437,13 +769,13 @@ class LoaderCore {
 ///
 /// The dataset's `get`/`get_batch` and the collate function are called from several worker
 /// threads at once when `num_workers > 1`: they must be safe to call concurrently.
-template <MapDataset D, class C = DefaultCollate>
+template <LoadableDataset D, class C = DefaultCollate>
 class DataLoader {
   using Core = detail::LoaderCore<D, C>;
 
  public:
   using dataset_type = D;
-  using sample_type = sample_t<D>;
+  using sample_type = detail::loader_sample_t<D>;
   /// What one batch is: get_batch's result, or the collate function's.
   using batch_type = typename detail::FetchPlan<D, C>::batch;
   using executor_type = asio::io_context::executor_type;
@@ -564,7 +896,7 @@ class DataLoader {
 
 /// Makes a DataLoader over `dataset` (moved in) with `options`.
 template <class D, class C = DefaultCollate>
-  requires MapDataset<std::remove_cvref_t<D>>
+  requires LoadableDataset<std::remove_cvref_t<D>>
 DataLoader<std::remove_cvref_t<D>, C> make_data_loader(D&& dataset,
                                                        LoaderOptions<C> options = {}) {
   return DataLoader<std::remove_cvref_t<D>, C>(std::forward<D>(dataset), std::move(options));

@@ -16,8 +16,10 @@ namespace coload {
 /// combinations PyTorch refuses are refused at construction, with PyTorch's wording.
 template <class CollateFn = DefaultCollate>
 struct LoaderOptions {
-  /// Samples per batch.
-  std::int64_t batch_size = 1;
+  /// Samples per batch. `std::nullopt` turns automatic batching off, as `batch_size=None`: each
+  /// sample is a batch of its own, passed alone to a per-sample collate such as DefaultConvert
+  /// (the batch type changes, so the collate must say so: `.collate = coload::DefaultConvert{}`).
+  std::optional<std::int64_t> batch_size = 1;
   /// Reshuffle every epoch (a RandomSampler seeded from `seed`).
   bool shuffle = false;
   /// Where indices come from; exclusive with `shuffle`.
@@ -45,16 +47,25 @@ struct LoaderOptions {
 };
 
 namespace detail {
+/// What the loader knows of its dataset and collate at compile time, for validation.
+struct LoaderKind {
+  /// The dataset is iterable (stream), not map-style.
+  bool iterable = false;
+  /// The collate takes one sample at a time (automatic batching off).
+  bool per_sample = false;
+};
+
 /// The checks of torch.utils.data.DataLoader.__init__, over the option values.
-void validate_options(std::int64_t batch_size, bool shuffle, bool has_sampler,
+void validate_options(std::optional<std::int64_t> batch_size, bool shuffle, bool has_sampler,
                       bool has_batch_sampler, int num_workers, bool drop_last, double timeout,
-                      std::optional<int> prefetch_factor, bool persistent_workers);
+                      std::optional<int> prefetch_factor, bool persistent_workers,
+                      LoaderKind kind);
 
 template <class C>
-void validate_options(const LoaderOptions<C>& o) {
+void validate_options(const LoaderOptions<C>& o, LoaderKind kind) {
   validate_options(o.batch_size, o.shuffle, static_cast<bool>(o.sampler),
                    static_cast<bool>(o.batch_sampler), o.num_workers, o.drop_last, o.timeout,
-                   o.prefetch_factor, o.persistent_workers);
+                   o.prefetch_factor, o.persistent_workers, kind);
 }
 }  // namespace detail
 
