@@ -27,6 +27,7 @@
 #include "coload/collate/collate.hpp"
 #include "coload/dataset/concat.hpp"
 #include "coload/dataset/dataset.hpp"
+#include "coload/dataset/iterable.hpp"
 #include "coload/dataset/map.hpp"
 #include "coload/dataset/mnist.hpp"
 #include "coload/dataset/random_split.hpp"
@@ -610,6 +611,50 @@ TEST_SUITE("dataset") {
   }
 
   // --- StackDataset ------------------------------------------------------------------------
+
+  TEST_CASE("ChainDataset streams each dataset in turn with the same worker info; a + b chains") {
+    struct Count {
+      std::int64_t from, to;
+      Generator<std::int64_t> stream(const WorkerInfo& info) {
+        for (std::int64_t i = from + info.id; i < to; i += info.num_workers) co_yield i;
+      }
+      std::int64_t size() const { return to - from; }
+    };
+    struct Later {  // asynchronous, no size
+      AsyncGenerator<std::int64_t> stream(const WorkerInfo& info) {
+        co_await std::suspend_never{};
+        co_yield 100 + info.id;
+      }
+    };
+    static_assert(IterableDataset<Count> && IterableDataset<Later>);
+    static_assert(!MapDataset<Count>);
+    static_assert(std::is_same_v<stream_sample_t<Count>, std::int64_t>);
+    static_assert(!async_stream_v<Count> && async_stream_v<Later>);
+
+    ChainDataset sync_chain(Count{0, 3}, Count{10, 12});
+    static_assert(std::is_same_v<decltype(sync_chain.stream(WorkerInfo{})),
+                                 Generator<std::int64_t>>);
+    CHECK(sync_chain.size() == 5);
+    std::vector<std::int64_t> got;
+    for (auto v : sync_chain.stream(WorkerInfo{0, 1})) got.push_back(v);
+    CHECK(got == std::vector<std::int64_t>{0, 1, 2, 10, 11});
+    got.clear();
+    for (auto v : sync_chain.stream(WorkerInfo{1, 2})) got.push_back(v);
+    CHECK(got == std::vector<std::int64_t>{1, 11});
+
+    // One asynchronous part makes the chain asynchronous; (a + b) + (c + d) stays flat.
+    auto mixed = (Count{0, 2} + Later{}) + (Later{} + Count{5, 6});
+    static_assert(std::is_same_v<decltype(mixed), ChainDataset<Count, Later, Later, Count>>);
+    static_assert(!coload::detail::HasSize<decltype(mixed)>);
+    auto all = [](auto& chain, WorkerInfo info) -> Task<std::vector<std::int64_t>> {
+      std::vector<std::int64_t> out;
+      auto stream = chain.stream(info);
+      while (auto* v = co_await stream.next()) out.push_back(*v);
+      co_return out;
+    };
+    CHECK(sync_wait(all(mixed, WorkerInfo{0, 1})) == std::vector<std::int64_t>{0, 1, 100, 100, 5});
+    CHECK(sync_wait(all(mixed, WorkerInfo{1, 2})) == std::vector<std::int64_t>{1, 101, 101});
+  }
 
   TEST_CASE("StackDataset's sample is the tuple of its datasets' samples") {
     StackDataset stack(Range{0, 5}, make_dataset(), Range{50, 5});

@@ -95,6 +95,11 @@ Task<Where> where_scheduled(ThreadExecutor& pool) {
   co_return Where{ThreadExecutor::current_worker_id(), std::this_thread::get_id()};
 }
 
+Task<Where> where_pinned(ThreadExecutor& pool, int worker) {
+  co_await pool.schedule_on(worker);
+  co_return Where{ThreadExecutor::current_worker_id(), std::this_thread::get_id()};
+}
+
 Detached count_job(ThreadExecutor& pool, std::atomic<int>& hits, std::atomic<int>& bad_ids,
                    std::latch& done) {
   co_await pool.schedule();
@@ -205,6 +210,22 @@ TEST_SUITE("exec") {
     int foreign = 0;
     std::thread([&] { foreign = ThreadExecutor::current_worker_id(); }).join();
     CHECK(foreign == -1);
+  }
+
+  TEST_CASE("schedule_on(w) continues the coroutine on worker w, always the same thread") {
+    ThreadExecutor pool(3);
+    std::vector<std::thread::id> threads(3);
+    for (int round = 0; round < 10; ++round) {
+      for (int w = 0; w < 3; ++w) {
+        const Where where = sync_wait(where_pinned(pool, w));
+        CHECK(where.worker_id == w);
+        if (round == 0) threads[static_cast<std::size_t>(w)] = where.thread;
+        CHECK(where.thread == threads[static_cast<std::size_t>(w)]);
+      }
+    }
+    CHECK(threads[0] != threads[1]);
+    CHECK(threads[1] != threads[2]);
+    CHECK_THROWS_AS(pool.post_to(3, std::noop_coroutine()), std::out_of_range);
   }
 
   TEST_CASE("a coroutine may hop onto the pool repeatedly") {
