@@ -1,0 +1,7 @@
+#pragma once
+// The io module: asynchronous file reads (io_uring with a pread fallback).
+
+#include "coload/io/buffer.hpp"
+#include "coload/io/errors.hpp"
+#include "coload/io/file.hpp"
+#include "coload/io/reader.hpp"

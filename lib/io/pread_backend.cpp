@@ -1,0 +1,310 @@
+// The pread backend of Reader: a small pool of threads doing blocking reads, for where
+// io_uring is refused. Completions are handed back to the io_context's thread.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <asio/post.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <coroutine>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend.hpp"
+
+namespace coload::io::detail {
+namespace {
+
+/// One blocking operation, run whole on a pool thread. Lives in the awaiting coroutine's frame.
+struct Job {
+  enum class Kind { read_file, open, read_at };
+  Kind kind = Kind::read_file;
+  // Inputs.
+  const char* path = nullptr;
+  int open_flags = 0;
+  std::size_t first_read = 0;
+  int fd = -1;
+  std::uint64_t offset = 0;
+  std::span<std::byte> out;
+  // Outputs: error (a positive errno) and the call that failed, or the results.
+  int error = 0;
+  const char* failed = "";
+  Buffer buffer;
+  std::size_t bytes = 0;
+  std::uint64_t size = 0;
+  std::coroutine_handle<> waiter;
+
+  void fail(const char* call, int e) noexcept {
+    failed = call;
+    error = e;
+  }
+};
+
+int open_read_only(const char* path, int& flags) {
+  int fd;
+  do {
+    fd = ::open(path, flags);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0 && errno == EINVAL && (flags & O_DIRECT)) {
+    flags &= ~O_DIRECT;  // the file system refuses O_DIRECT: read buffered
+    return open_read_only(path, flags);
+  }
+  return fd;
+}
+
+/// pread until `len` bytes or the end of the file; -1 with errno on failure.
+ssize_t read_fully(int fd, std::byte* buf, std::size_t len, std::uint64_t offset) {
+  std::size_t done = 0;
+  while (done < len) {
+    const ssize_t n = ::pread(fd, buf + done, len - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return -1;
+    }
+    const std::size_t asked = len - done;
+    done += static_cast<std::size_t>(n);
+    // A short read is the end of a regular file (and O_DIRECT may not read on from there).
+    if (static_cast<std::size_t>(n) < asked) break;
+  }
+  return static_cast<ssize_t>(done);
+}
+
+void run_read_file(Job& job) {
+  int flags = job.open_flags;
+  const int fd = open_read_only(job.path, flags);
+  if (fd < 0) return job.fail("open", errno);
+  Buffer buffer(0, job.first_read);
+  std::size_t want = job.first_read;
+  for (;;) {
+    const std::size_t total = buffer.size();
+    const ssize_t n = read_fully(fd, buffer.data() + total, want, total);
+    if (n < 0) {
+      job.fail("read", errno);
+      break;
+    }
+    buffer.resize(total + static_cast<std::size_t>(n));
+    if (static_cast<std::size_t>(n) < want) break;
+    // The buffer is full: size the rest as the io_uring backend does, plus one byte to see
+    // the end (rounded up for O_DIRECT).
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      job.fail("stat", errno);
+      break;
+    }
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    if (size <= buffer.size()) break;
+    want = round_up(size - buffer.size() + 1, Buffer::alignment);
+    Buffer grown(buffer.size(), buffer.size() + want);
+    std::memcpy(grown.data(), buffer.data(), buffer.size());
+    buffer = std::move(grown);
+  }
+  ::close(fd);
+  if (job.error == 0) {
+    shrink_to_fit(buffer);
+    job.buffer = std::move(buffer);
+  }
+}
+
+void run_open(Job& job) {
+  int flags = job.open_flags;
+  const int fd = open_read_only(job.path, flags);
+  if (fd < 0) return job.fail("open", errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    job.fail("stat", errno);
+    ::close(fd);
+    return;
+  }
+  job.fd = fd;
+  job.size = static_cast<std::uint64_t>(st.st_size);
+}
+
+void run_read_at(Job& job) {
+  const ssize_t n = read_fully(job.fd, job.out.data(), job.out.size(), job.offset);
+  if (n < 0) return job.fail("read", errno);
+  job.bytes = static_cast<std::size_t>(n);
+}
+
+/// Finished jobs on their way back to the io_context. Shared with the handlers posted to the
+/// io_context, so one that runs after the backend is gone finds an empty queue, not freed memory.
+struct Completions {
+  std::mutex mutex;
+  std::deque<Job*> done;
+  bool drain_posted = false;
+
+  Job* pop() {
+    std::lock_guard lock(mutex);
+    if (done.empty()) {
+      drain_posted = false;
+      return nullptr;
+    }
+    Job* job = done.front();
+    done.pop_front();
+    return job;
+  }
+};
+
+class PreadBackend final : public ReaderBackend {
+ public:
+  PreadBackend(asio::io_context& ctx, const ReaderOptions& options)
+      : ctx_(ctx), options_(options), first_read_(first_read_size(options)) {
+    const unsigned n = std::max(1u, options.pread_threads);
+    threads_.reserve(n);
+    for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
+  }
+
+  ~PreadBackend() override {
+    std::deque<Job*> unstarted;
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+      unstarted.swap(queue_);
+    }
+    wake_.notify_all();
+    // NOTE: a job already running finishes (a blocking read cannot be interrupted); the
+    // threads take no new ones.
+    for (auto& t : threads_) t.join();
+    for (Job* job : unstarted) {
+      job->fail(job->kind == Job::Kind::read_at ? "read" : "open", ECANCELED);
+      job->waiter.resume();
+    }
+    while (Job* job = completions_->pop()) job->waiter.resume();
+  }
+
+  Task<Buffer> read_file(std::string path) override {
+    Job job;
+    job.kind = Job::Kind::read_file;
+    job.path = path.c_str();
+    job.open_flags = open_flags();
+    job.first_read = first_read_;
+    co_await run(job);
+    if (job.error != 0) throw IoError(std::move(path), job.failed, job.error);
+    co_return std::move(job.buffer);
+  }
+
+  Task<File> open(std::string path) override {
+    Job job;
+    job.kind = Job::Kind::open;
+    job.path = path.c_str();
+    job.open_flags = open_flags();
+    co_await run(job);
+    if (job.error != 0) throw IoError(std::move(path), job.failed, job.error);
+    co_return File(job.fd, std::move(path), job.size);
+  }
+
+  Task<std::size_t> read_at(const File& file, std::uint64_t offset,
+                            std::span<std::byte> out) override {
+    Job job;
+    job.kind = Job::Kind::read_at;
+    job.fd = file.native_handle();
+    job.offset = offset;
+    job.out = out;
+    co_await run(job);
+    if (job.error != 0) throw IoError(file.path(), job.failed, job.error);
+    co_return job.bytes;
+  }
+
+  Backend kind() const noexcept override { return Backend::pread; }
+  ReaderStats stats() const noexcept override {
+    ReaderStats s;
+    s.operations = operations_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+ private:
+  struct Awaiter {
+    PreadBackend* self;
+    Job* job;
+    bool await_ready() const noexcept {
+      if (!self->stopping_) return false;
+      job->fail(job->kind == Job::Kind::read_at ? "read" : "open", ECANCELED);
+      return true;
+    }
+    void await_suspend(std::coroutine_handle<> h) const {
+      job->waiter = h;
+      self->enqueue(job);
+    }
+    void await_resume() const noexcept {}
+  };
+  Awaiter run(Job& job) noexcept { return Awaiter{this, &job}; }
+
+  int open_flags() const noexcept {
+    return O_RDONLY | O_CLOEXEC | (options_.direct ? O_DIRECT : 0);
+  }
+
+  void enqueue(Job* job) {
+    operations_.fetch_add(1, std::memory_order_relaxed);
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(job);
+    }
+    wake_.notify_one();
+  }
+
+  void work() {
+    for (;;) {
+      Job* job;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (stopping_) return;
+        job = queue_.front();
+        queue_.pop_front();
+      }
+      switch (job->kind) {
+        case Job::Kind::read_file: run_read_file(*job); break;
+        case Job::Kind::open: run_open(*job); break;
+        case Job::Kind::read_at: run_read_at(*job); break;
+      }
+      complete(job);
+    }
+  }
+
+  // Hands a finished job to the io_context; one drain handler is posted per batch.
+  void complete(Job* job) {
+    bool post;
+    {
+      std::lock_guard lock(completions_->mutex);
+      completions_->done.push_back(job);
+      post = !std::exchange(completions_->drain_posted, true);
+    }
+    if (post) {
+      asio::post(ctx_, [completions = completions_] {
+        // A job resumed here may destroy the backend; the destructor then resumes the rest.
+        while (Job* job = completions->pop()) job->waiter.resume();
+      });
+    }
+  }
+
+  asio::io_context& ctx_;
+  ReaderOptions options_;
+  std::size_t first_read_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Job*> queue_;
+  // NOTE: read without the lock by the awaiter; it changes only in the destructor, which the
+  // contract puts on the io_context's thread, where every awaiter runs.
+  bool stopping_ = false;
+  std::atomic<std::uint64_t> operations_{0};
+  std::shared_ptr<Completions> completions_ = std::make_shared<Completions>();
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
+std::unique_ptr<ReaderBackend> make_pread_backend(asio::io_context& ctx,
+                                                  const ReaderOptions& options) {
+  return std::make_unique<PreadBackend>(ctx, options);
+}
+
+}  // namespace coload::io::detail
