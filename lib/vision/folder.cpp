@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <ostream>
 #include <thread>
 
@@ -58,9 +59,8 @@ std::string py_repr(std::string_view s) {
 
 // str() of the OSError Python raises for `path`: "[Errno 2] No such file or directory: 'x'".
 FolderError os_error(int err, const std::string& path) {
-  return FolderError("[Errno " + std::to_string(err) + "] " + std::strerror(err) + ": " +
-                         py_repr(path),
-                     err);
+  return FolderError(
+      "[Errno " + std::to_string(err) + "] " + std::strerror(err) + ": " + py_repr(path), err);
 }
 
 // os.path.join(a, b) for a relative b.
@@ -80,12 +80,9 @@ bool is_dot_or_dot_dot(const char* name) {
 // Reads every entry of the folder at `path` but "." and "..", calling on_entry(name, d_type).
 // Returns 0, or the errno of the failed open or read.
 template <class OnEntry>
-int list_folder(const std::string& path, OnEntry&& on_entry) {
+int list_folder(const std::string& path, std::vector<char>& buffer, OnEntry&& on_entry) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return errno;
-  // NOTE: one buffer per thread, reused for every folder; 64 KiB holds about 2,000 entries of
-  // ImageNet-like names, so a class folder usually takes two or three calls.
-  thread_local std::vector<char> buffer(64 * 1024);
   int err = 0;
   for (;;) {
     const ssize_t n = ::getdents64(fd, buffer.data(), buffer.size());
@@ -159,17 +156,31 @@ struct ClassResult {
   std::exception_ptr error;
 };
 
-// The samples of one class folder: sorted(os.walk(class_dir, followlinks=True)), each folder's
-// files sorted, filtered by the options.
-void walk_class(const std::string& class_dir, std::int64_t class_index,
-                const FolderOptions& options, std::vector<FolderSample>& out) {
-  const std::vector<std::string>* extensions =
-      options.extensions ? &*options.extensions : nullptr;
-  // NOTE: the extension test runs on the bare name when every extension fits in it, which is
-  // the same as testing the joined path; a longer extension (never an image one) is tested on
-  // the joined path, as torchvision tests it.
-  auto extension_ok = [&](const std::string& folder, std::string_view name) {
-    for (const std::string& ext : *extensions) {
+// torchvision's extension test, on one name: most of the time the name's tail is lowercased
+// once and compared with each extension by memcmp.
+class ExtensionFilter {
+ public:
+  explicit ExtensionFilter(const std::vector<std::string>& extensions) : extensions_(extensions) {
+    for (const std::string& ext : extensions) longest_ = std::max(longest_, ext.size());
+  }
+
+  // Whether folder + "/" + name, lowercased, ends with one of the extensions.
+  bool accepts(const std::string& folder, std::string_view name) const {
+    if (longest_ <= kTail && name.size() >= longest_) {
+      char tail[kTail];
+      const char* from = name.data() + (name.size() - longest_);
+      for (std::size_t i = 0; i < longest_; ++i) {
+        const char c = from[i];
+        tail[i] = c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+      }
+      for (const std::string& ext : extensions_) {
+        if (std::memcmp(tail + (longest_ - ext.size()), ext.data(), ext.size()) == 0) return true;
+      }
+      return false;
+    }
+    // NOTE: an extension longer than the name (never an image one) is tested on the joined
+    // path, as torchvision tests it; the others on the name, which is the same thing.
+    for (const std::string& ext : extensions_) {
       if (ext.size() <= name.size()) {
         if (ends_with_lowered(name, ext)) return true;
       } else {
@@ -179,40 +190,68 @@ void walk_class(const std::string& class_dir, std::int64_t class_index,
       }
     }
     return false;
-  };
+  }
 
-  // NOTE: every kept name goes into one buffer reused from class to class (no allocation per
-  // file until the sample's own path), and sorting moves 16-byte references, not strings.
-  thread_local std::string names;
-  thread_local std::vector<NameRef> refs;
+ private:
+  static constexpr std::size_t kTail = 32;
+  const std::vector<std::string>& extensions_;
+  std::size_t longest_ = 0;
+};
+
+// What a walking thread reuses from class to class, so that a class costs no allocation but its
+// samples' own paths.
+struct WalkScratch {
+  // NOTE: 64 KiB holds about 2,000 entries of ImageNet-like names: two or three getdents64
+  // calls for a class folder.
+  std::vector<char> dirents = std::vector<char>(64 * 1024);
+  // The kept file names of the class, end to end; sorting moves NameRefs, not strings.
+  std::string names;
+  std::vector<NameRef> refs;
+  std::vector<FolderListing> listings;
+  std::vector<std::string> pending;
+  std::vector<std::string> subfolders;
+};
+
+// The samples of one class folder: sorted(os.walk(class_dir, followlinks=True)), each folder's
+// files sorted, filtered by the options.
+void walk_class(const std::string& class_dir, std::int64_t class_index,
+                const FolderOptions& options, const ExtensionFilter* extensions,
+                WalkScratch& scratch, std::vector<FolderSample>& out) {
+  std::string& names = scratch.names;
+  std::vector<NameRef>& refs = scratch.refs;
+  std::vector<FolderListing>& listings = scratch.listings;
+  std::vector<std::string>& pending = scratch.pending;
+  std::vector<std::string>& subfolders = scratch.subfolders;
   names.clear();
   refs.clear();
-  std::vector<FolderListing> listings;
+  listings.clear();
+  pending.clear();
   // NOTE: folders are opened and stat'ed by their full path, as os.walk opens them, not with
   // openat from the parent: a symlink cycle then ends where Python's ends (ELOOP after 40 links
   // in one path, or ENAMETOOLONG) instead of running until the descriptors run out.
-  std::vector<std::string> pending{std::string()};
-  std::vector<std::string> subfolders;
+  pending.emplace_back();
   while (!pending.empty()) {
     FolderListing listing{std::move(pending.back()), refs.size(), 0};
     pending.pop_back();
     const std::string folder = class_dir + listing.relative;
     const std::size_t names_before = names.size();
     subfolders.clear();
-    const int err = list_folder(folder, [&](std::string_view name, unsigned char type) {
-      bool is_folder = type == DT_DIR;
-      if (type == DT_LNK || type == DT_UNKNOWN) {
-        // os.walk files whatever is_dir() fails on (dangling symlinks, loops) as a non-folder.
-        is_folder = stat_is_folder(path_join(folder, name)) == 1;
-      }
-      if (is_folder) {
-        subfolders.emplace_back(name);
-      } else if (!extensions || extension_ok(folder, name)) {
-        refs.push_back(NameRef{prefix_key(name, 0), prefix_key(name, 8), static_cast<std::uint32_t>(names.size()),
-                               static_cast<std::uint32_t>(name.size())});
-        names.append(name);
-      }
-    });
+    const int err =
+        list_folder(folder, scratch.dirents, [&](std::string_view name, unsigned char type) {
+          bool is_folder = type == DT_DIR;
+          if (type == DT_LNK || type == DT_UNKNOWN) {
+            // os.walk files whatever is_dir() fails on (dangling symlinks, loops) as a non-folder.
+            is_folder = stat_is_folder(path_join(folder, name)) == 1;
+          }
+          if (is_folder) {
+            subfolders.emplace_back(name);
+          } else if (!extensions || extensions->accepts(folder, name)) {
+            refs.push_back(NameRef{prefix_key(name, 0), prefix_key(name, 8),
+                                   static_cast<std::uint32_t>(names.size()),
+                                   static_cast<std::uint32_t>(name.size())});
+            names.append(name);
+          }
+        });
     if (err != 0) {
       // os.walk(onerror=None) skips a folder it cannot list, with its sub-folders.
       refs.resize(listing.first);
@@ -315,7 +354,8 @@ std::pair<std::vector<std::string>, std::map<std::string, std::int64_t>> find_cl
   const std::string directory = root.string();
   std::vector<std::string> classes;
   std::exception_ptr entry_error;
-  const int err = list_folder(directory, [&](std::string_view name, unsigned char type) {
+  std::vector<char> dirents(64 * 1024);
+  const int err = list_folder(directory, dirents, [&](std::string_view name, unsigned char type) {
     bool is_folder = type == DT_DIR;
     if (type == DT_LNK || type == DT_UNKNOWN) {
       const std::string path = path_join(directory, name);
@@ -355,23 +395,24 @@ std::vector<FolderSample> make_dataset(const std::filesystem::path& root,
 
   // std::map iterates in sorted key order: torchvision's sorted(class_to_idx.keys()).
   std::vector<std::pair<std::string, std::int64_t>> classes;
-  for (const auto& [name, index] : class_to_idx) {
-    std::string class_dir = path_join(directory, name);
-    // make_dataset skips a class that is not a folder (it is then reported as empty).
-    if (stat_is_folder(class_dir) != 1) class_dir.clear();
-    classes.emplace_back(std::move(class_dir), index);
-  }
+  for (const auto& [name, index] : class_to_idx)
+    classes.emplace_back(path_join(directory, name), index);
+  std::optional<ExtensionFilter> filter;
+  if (options.extensions) filter.emplace(*options.extensions);
 
   std::vector<ClassResult> results(classes.size());
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
   auto work = [&] {
+    WalkScratch scratch;
     for (;;) {
       const std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
       if (i >= classes.size() || failed.load(std::memory_order_relaxed)) return;
-      if (classes[i].first.empty()) continue;
+      // make_dataset skips a class that is not a folder (it is then reported as empty).
+      if (stat_is_folder(classes[i].first) != 1) continue;
       try {
-        walk_class(classes[i].first, classes[i].second, options, results[i].samples);
+        walk_class(classes[i].first, classes[i].second, options, filter ? &*filter : nullptr,
+                   scratch, results[i].samples);
       } catch (...) {
         results[i].error = std::current_exception();
         failed.store(true, std::memory_order_relaxed);

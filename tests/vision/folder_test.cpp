@@ -67,8 +67,9 @@ std::pair<int, std::string> run(const std::string& command) {
 }
 
 bool have_torchvision() {
-  static const bool have = ::access(kPython, X_OK) == 0 &&
-                           run(std::string(kPython) + " -c 'import torchvision' 2>/dev/null").first == 0;
+  static const bool have =
+      ::access(kPython, X_OK) == 0 &&
+      run(std::string(kPython) + " -c 'import torchvision' 2>/dev/null").first == 0;
   return have;
 }
 
@@ -94,8 +95,8 @@ for c in ds.classes:
 for p, t in ds.samples:
     print("S", t, p, sep="\t")
 )";
-  auto [rc, out] = run(std::string(kPython) + " " + quoted(script.string()) + " " +
-                       quoted(root.string()));
+  auto [rc, out] =
+      run(std::string(kPython) + " " + quoted(script.string()) + " " + quoted(root.string()));
   REQUIRE(rc == 0);
   return out;
 }
@@ -112,16 +113,15 @@ std::string listing(const FolderIndex& index) {
 // coload's ImageFolder indexing of root in the same format, errors included.
 std::string coload_listing(const fs::path& root) {
   try {
-    return listing(index_folder(root, {.extensions = std::vector<std::string>(
-                                           coload::vision::image_extensions.begin(),
-                                           coload::vision::image_extensions.end())}));
+    return listing(index_folder(
+        root, {.extensions = std::vector<std::string>(coload::vision::image_extensions.begin(),
+                                                      coload::vision::image_extensions.end())}));
   } catch (const FolderError& e) {
     // The OSError subclass Python raises for the errno.
-    const char* type = e.error_number() == ENOTDIR  ? "NotADirectoryError"
-                       : e.error_number() == EACCES ? "PermissionError"
-                       : e.error_number() == 0 || e.error_number() == ENOENT
-                           ? "FileNotFoundError"
-                           : "OSError";
+    const char* type = e.error_number() == ENOTDIR                           ? "NotADirectoryError"
+                       : e.error_number() == EACCES                          ? "PermissionError"
+                       : e.error_number() == 0 || e.error_number() == ENOENT ? "FileNotFoundError"
+                                                                             : "OSError";
     return std::string("E\t") + type + "\t" + e.what() + "\n";
   }
 }
@@ -203,11 +203,9 @@ TEST_SUITE("vision") {
     CHECK(index.root == root.string());
     CHECK(index.classes ==
           std::vector<std::string>{".hidden_class", "bird house", "cat", "dog", "link_class"});
-    CHECK(index.class_to_idx == std::map<std::string, std::int64_t>{{".hidden_class", 0},
-                                                                    {"bird house", 1},
-                                                                    {"cat", 2},
-                                                                    {"dog", 3},
-                                                                    {"link_class", 4}});
+    CHECK(index.class_to_idx ==
+          std::map<std::string, std::int64_t>{
+              {".hidden_class", 0}, {"bird house", 1}, {"cat", 2}, {"dog", 3}, {"link_class", 4}});
     CHECK(index.samples == expected_awkward_samples(root.string()));
     REQUIRE(index.targets.size() == index.samples.size());
     for (std::size_t i = 0; i < index.samples.size(); ++i) {
@@ -288,15 +286,14 @@ TEST_SUITE("vision") {
     TempDir tmp;
     touch(tmp.path / "root/file.jpg");
     fs::create_symlink("nowhere", tmp.path / "root/dangling");
-    CHECK_THROWS_WITH_AS(index_folder(tmp.path / "root", image_options()),
-                         ("Couldn't find any class folder in " + (tmp.path / "root").string() + ".")
-                             .c_str(),
-                         FolderError);
-    CHECK_THROWS_WITH_AS(index_folder(tmp.path / "root/file.jpg", image_options()),
-                         ("[Errno 20] Not a directory: '" +
-                          (tmp.path / "root/file.jpg").string() + "'")
-                             .c_str(),
-                         FolderError);
+    CHECK_THROWS_WITH_AS(
+        index_folder(tmp.path / "root", image_options()),
+        ("Couldn't find any class folder in " + (tmp.path / "root").string() + ".").c_str(),
+        FolderError);
+    CHECK_THROWS_WITH_AS(
+        index_folder(tmp.path / "root/file.jpg", image_options()),
+        ("[Errno 20] Not a directory: '" + (tmp.path / "root/file.jpg").string() + "'").c_str(),
+        FolderError);
     if (have_torchvision()) {
       CHECK(coload_listing(tmp.path / "root") == torchvision_listing(tmp, tmp.path / "root"));
       CHECK(coload_listing(tmp.path / "root/file.jpg") ==
@@ -317,9 +314,8 @@ TEST_SUITE("vision") {
       CHECK(coload_listing(tmp.path) == torchvision_listing(tmp, tmp.path));
     }
 
-    FolderOptions predicate{.is_valid_file = [](const std::string& p) {
-      return p.ends_with(".jpg");
-    }};
+    FolderOptions predicate{
+        .is_valid_file = [](const std::string& p) { return p.ends_with(".jpg"); }};
     // With a predicate torchvision names no extensions but keeps the trailing space.
     CHECK_THROWS_WITH_AS(index_folder(tmp.path, predicate),
                          "Found no valid file for the classes b, c. ", FolderError);
@@ -340,10 +336,9 @@ TEST_SUITE("vision") {
     both.is_valid_file = [](const std::string&) { return true; };
     CHECK_THROWS_WITH_AS(index_folder(tmp.path, both), message, std::invalid_argument);
     CHECK_THROWS_WITH_AS(index_folder(tmp.path, FolderOptions{}), message, std::invalid_argument);
-    CHECK_THROWS_WITH_AS(
-        coload::vision::make_dataset(tmp.path, {}, image_options()),
-        "'class_to_index' must have at least one entry to collect any samples.",
-        std::invalid_argument);
+    CHECK_THROWS_WITH_AS(coload::vision::make_dataset(tmp.path, {}, image_options()),
+                         "'class_to_index' must have at least one entry to collect any samples.",
+                         std::invalid_argument);
     // As in torchvision, the root is checked before the options.
     CHECK_THROWS_AS(index_folder(tmp.path / "missing", both), FolderError);
   }
@@ -399,8 +394,7 @@ TEST_SUITE("vision") {
     static_assert(coload::MapDataset<Folder>);
     static_assert(std::is_same_v<coload::sample_t<Folder>,
                                  std::pair<std::pair<std::string, coload::Index>, std::int64_t>>);
-    const Folder folder(tmp.path, PathLoader{},
-                        {.extensions = std::vector<std::string>{".npy"}});
+    const Folder folder(tmp.path, PathLoader{}, {.extensions = std::vector<std::string>{".npy"}});
     REQUIRE(folder.size() == 3);
     CHECK(folder.classes() == std::vector<std::string>{"x", "y"});
     CHECK(folder.targets() == std::vector<std::int64_t>{0, 0, 1});
@@ -432,8 +426,9 @@ TEST_SUITE("vision") {
     coload::SampleContext ctx;
     CHECK(folder.get(0, ctx).first == (tmp.path / "k/a.PNG").string().size());
 
-    ImageFolder only_txt(tmp.path, [](const std::string& path) { return path; },
-                         {.is_valid_file = [](const std::string& p) { return p.ends_with(".txt"); }});
+    ImageFolder only_txt(
+        tmp.path, [](const std::string& path) { return path; },
+        {.is_valid_file = [](const std::string& p) { return p.ends_with(".txt"); }});
     REQUIRE(only_txt.size() == 1);
     CHECK(only_txt.samples()[0].path == (tmp.path / "k/b.txt").string());
   }

@@ -7,10 +7,10 @@
 // of ImageNet-like sizes (shorter side uniform in 300..500, aspect ratio log-uniform in
 // 3:4..4:3, landscape or portrait). Each picture is a smooth two-colour gradient and a handful
 // of shapes under sine-grating texture and per-pixel noise, so its entropy (about 85 KB a file,
-// 0.5 byte a pixel) is close to a photograph's. The class shows in two ways a small model can learn: the
-// gradient's dominant hue and the stripes' orientation are the class's (with a little jitter);
-// everything else is random. The output is a function of (seed, class, index) alone: the same
-// command writes the same bytes whatever --threads.
+// 0.5 byte a pixel) is close to a photograph's. The class shows in two ways a small model can
+// learn: the gradient's dominant hue and the stripes' orientation are the class's (with a little
+// jitter); everything else is random. The output is a function of (seed, class, index) alone: the
+// same command writes the same bytes whatever --threads.
 
 #include <turbojpeg.h>
 
@@ -131,27 +131,46 @@ Rgb hsv(double h, double s, double v) {
   const double p = v * (1 - s), q = v * (1 - s * f), t = v * (1 - s * (1 - f));
   double r = v, g = t, b = p;
   switch (sector) {
-    case 0: r = v, g = t, b = p; break;
-    case 1: r = q, g = v, b = p; break;
-    case 2: r = p, g = v, b = t; break;
-    case 3: r = p, g = q, b = v; break;
-    case 4: r = t, g = p, b = v; break;
-    default: r = v, g = p, b = q; break;
+    case 0:
+      r = v, g = t, b = p;
+      break;
+    case 1:
+      r = q, g = v, b = p;
+      break;
+    case 2:
+      r = p, g = v, b = t;
+      break;
+    case 3:
+      r = p, g = q, b = v;
+      break;
+    case 4:
+      r = t, g = p, b = v;
+      break;
+    default:
+      r = v, g = p, b = q;
+      break;
   }
   return {r * 255, g * 255, b * 255};
 }
 
-std::uint8_t clamp_byte(int v) { return static_cast<std::uint8_t>(std::clamp(v, 0, 255)); }
+std::uint8_t clamp_byte(int v) {
+  return static_cast<std::uint8_t>(std::clamp(v, 0, 255));
+}
 
 // The class's signature: a hue and a stripe angle spread evenly over the classes by the golden
 // ratio, so neighbouring classes differ in both.
-double class_hue(int c) { return std::fmod(c * 0.6180339887498949, 1.0); }
-double class_angle(int c) { return std::fmod(c * 0.3819660112501051 + 0.1, 1.0) * kPi; }
+double class_hue(int c) {
+  return std::fmod(c * 0.6180339887498949, 1.0);
+}
+double class_angle(int c) {
+  return std::fmod(c * 0.3819660112501051 + 0.1, 1.0) * kPi;
+}
 
 // Paints picture (class c, index i) into `rgb` (resized to w × h × 3); returns w and h.
 std::pair<int, int> paint(std::vector<std::uint8_t>& rgb, std::uint64_t seed, int c, int i) {
-  Random rng(Random::mix(Random::mix(seed ^ 0x6d616b652d696d67ULL) ^ static_cast<std::uint64_t>(c)) ^
-             (static_cast<std::uint64_t>(i) * 0x9e3779b97f4a7c15ULL));
+  Random rng(
+      Random::mix(Random::mix(seed ^ 0x6d616b652d696d67ULL) ^ static_cast<std::uint64_t>(c)) ^
+      (static_cast<std::uint64_t>(i) * 0x9e3779b97f4a7c15ULL));
   const int shorter = rng.integer(300, 500);
   const double aspect = std::exp(rng.uniform(std::log(3.0 / 4.0), std::log(4.0 / 3.0)));
   const int w = aspect >= 1 ? static_cast<int>(std::lround(shorter * aspect)) : shorter;
@@ -171,7 +190,8 @@ std::pair<int, int> paint(std::vector<std::uint8_t>& rgb, std::uint64_t seed, in
   static const std::vector<int> unit_sine = [] {
     std::vector<int> lut(kLut);
     for (int k = 0; k < kLut; ++k) {
-      lut[static_cast<std::size_t>(k)] = static_cast<int>(std::lround(256 * std::sin(2 * kPi * k / kLut)));
+      lut[static_cast<std::size_t>(k)] =
+          static_cast<int>(std::lround(256 * std::sin(2 * kPi * k / kLut)));
     }
     return lut;
   }();
@@ -223,10 +243,13 @@ std::pair<int, int> paint(std::vector<std::uint8_t>& rgb, std::uint64_t seed, in
     const double cx = rng.uniform(0, w), cy = rng.uniform(0, h);
     const double rx = rng.uniform(0.04, 0.25) * w, ry = rng.uniform(0.04, 0.25) * h;
     const bool ellipse = rng.uniform() < 0.6;
-    const int x0 = std::max(0, static_cast<int>(cx - rx)), x1 = std::min(w, static_cast<int>(cx + rx) + 1);
-    const int y0 = std::max(0, static_cast<int>(cy - ry)), y1 = std::min(h, static_cast<int>(cy + ry) + 1);
+    const int x0 = std::max(0, static_cast<int>(cx - rx)),
+              x1 = std::min(w, static_cast<int>(cx + rx) + 1);
+    const int y0 = std::max(0, static_cast<int>(cy - ry)),
+              y1 = std::min(h, static_cast<int>(cy + ry) + 1);
     const int a = static_cast<int>(alpha * 256);
-    const int cr = static_cast<int>(color.r), cg = static_cast<int>(color.g), cb = static_cast<int>(color.b);
+    const int cr = static_cast<int>(color.r), cg = static_cast<int>(color.g),
+              cb = static_cast<int>(color.b);
     for (int y = y0; y < y1; ++y) {
       std::uint8_t* row = rgb.data() + static_cast<std::size_t>(y) * w * 3;
       const double dy = (y - cy) / ry;
@@ -288,7 +311,8 @@ bool write_file(const std::string& path, const unsigned char* data, unsigned lon
 // `value` in decimal, zero-padded to `width` digits.
 std::string padded(long long value, int width) {
   std::string s = std::to_string(value);
-  if (static_cast<int>(s.size()) < width) s.insert(0, static_cast<std::size_t>(width) - s.size(), '0');
+  if (static_cast<int>(s.size()) < width)
+    s.insert(0, static_cast<std::size_t>(width) - s.size(), '0');
   return s;
 }
 
@@ -364,8 +388,9 @@ int main(int argc, char** argv) {
     tjFree(jpeg);
     tjDestroy(encoder);
   };
-  int threads = args.threads > 0 ? args.threads
-                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = args.threads > 0
+                    ? args.threads
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = static_cast<int>(std::min<long long>(threads, total));
   {
     std::vector<std::jthread> pool;
@@ -376,10 +401,10 @@ int main(int argc, char** argv) {
 
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("make_image_folder: wrote %lld files, %lld bytes (%.1f MiB, %.0f KB per file) in "
-              "%d classes under %s in %.2f s\n",
-              files.load(), bytes.load(), bytes.load() / 1048576.0,
-              bytes.load() / 1000.0 / std::max(1LL, files.load()), args.classes, args.out.c_str(),
-              seconds);
+  std::printf(
+      "make_image_folder: wrote %lld files, %lld bytes (%.1f MiB, %.0f KB per file) in "
+      "%d classes under %s in %.2f s\n",
+      files.load(), bytes.load(), bytes.load() / 1048576.0,
+      bytes.load() / 1000.0 / std::max(1LL, files.load()), args.classes, args.out.c_str(), seconds);
   return 0;
 }

@@ -130,14 +130,14 @@ Index checked_folder_index(Index index, std::int64_t size);
 /// reference, possibly from several worker threads at once.
 template <class L>
 concept FolderLoader = std::invocable<const L&, const std::string&, SampleContext&> ||
-                       std::invocable<const L&, const std::string&>;
+    std::invocable<const L&, const std::string&>;
 
 namespace detail {
 template <class L>
 auto folder_sample_probe() {
   if constexpr (std::invocable<const L&, const std::string&, SampleContext&>) {
-    return std::type_identity<std::remove_cvref_t<
-        std::invoke_result_t<const L&, const std::string&, SampleContext&>>>{};
+    return std::type_identity<
+        std::remove_cvref_t<std::invoke_result_t<const L&, const std::string&, SampleContext&>>>{};
   } else {
     return std::type_identity<
         std::remove_cvref_t<std::invoke_result_t<const L&, const std::string&>>>{};
@@ -169,8 +169,8 @@ class DatasetFolder {
 
   /// Loads sample `index` (negative indices count from the end; std::out_of_range outside).
   std::pair<sample_type, std::int64_t> get(Index index, SampleContext& ctx) const {
-    const FolderSample& s = index_->samples[static_cast<std::size_t>(
-        detail::checked_folder_index(index, size()))];
+    const FolderSample& s =
+        index_->samples[static_cast<std::size_t>(detail::checked_folder_index(index, size()))];
     if constexpr (std::invocable<const Loader&, const std::string&, SampleContext&>) {
       return {std::invoke(loader_, s.path, ctx), s.class_index};
     } else {

@@ -13,9 +13,9 @@
 // with null for torchvision (and the ratio) when it is skipped or missing.
 
 #include <fcntl.h>
-#include <time.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,7 +33,8 @@
 #include "coload/vision/folder.hpp"
 
 #ifndef COLOAD_BENCH_DIR
-#error "COLOAD_BENCH_DIR (the directory of folder_index_torchvision.py) must be defined by the build"
+#error \
+    "COLOAD_BENCH_DIR (the directory of folder_index_torchvision.py) must be defined by the build"
 #endif
 
 namespace fs = std::filesystem;
@@ -160,10 +161,10 @@ struct TorchvisionTime {
 
 std::optional<TorchvisionTime> time_torchvision(const fs::path& root, int repeat) {
   if (::access(kPython, X_OK) != 0) return std::nullopt;
-  const std::string command = std::string(kPython) + " " +
-                              quoted(std::string(COLOAD_BENCH_DIR) +
-                                     "/folder_index_torchvision.py") +
-                              " " + quoted(root.string()) + " " + std::to_string(repeat);
+  const std::string command =
+      std::string(kPython) + " " +
+      quoted(std::string(COLOAD_BENCH_DIR) + "/folder_index_torchvision.py") + " " +
+      quoted(root.string()) + " " + std::to_string(repeat);
   FILE* pipe = ::popen(command.c_str(), "r");
   if (!pipe) return std::nullopt;
   std::string out;
@@ -235,8 +236,8 @@ int main(int argc, char** argv) {
     tv = time_torchvision(root, args.repeat);
     if (!tv) std::fprintf(stderr, "folder_index: torchvision could not be timed (skipped)\n");
     if (tv && tv->samples != warm.samples.size()) {
-      std::fprintf(stderr, "folder_index: torchvision found %zu samples, coload %zu\n",
-                   tv->samples, warm.samples.size());
+      std::fprintf(stderr, "folder_index: torchvision found %zu samples, coload %zu\n", tv->samples,
+                   warm.samples.size());
       return 1;
     }
   }
@@ -251,11 +252,13 @@ int main(int argc, char** argv) {
   } else {
     std::printf("folder_index: %zu files in %zu classes under %s (warm cache, best of %d)\n",
                 warm.samples.size(), warm.classes.size(), root.c_str(), args.repeat);
-    std::printf("  coload index_folder       %8.4f s  (median %.4f s, %.2f M files/s, cpu %.4f s)\n",
-                coload_best, coload_median, warm.samples.size() / coload_best / 1e6, coload_cpu);
+    std::printf(
+        "  coload index_folder       %8.4f s  (median %.4f s, %.2f M files/s, cpu %.4f s)\n",
+        coload_best, coload_median, warm.samples.size() / coload_best / 1e6, coload_cpu);
     if (tv) {
-      std::printf("  torchvision ImageFolder   %8.4f s  (median %.4f s, %.2f M files/s, cpu %.4f s)\n",
-                  tv->best, tv->median, tv->samples / tv->best / 1e6, tv->cpu_best);
+      std::printf(
+          "  torchvision ImageFolder   %8.4f s  (median %.4f s, %.2f M files/s, cpu %.4f s)\n",
+          tv->best, tv->median, tv->samples / tv->best / 1e6, tv->cpu_best);
       std::printf("  ratio                     %8.1fx  (target >= 5x; cpu time %.1fx)\n",
                   tv->best / coload_best, tv->cpu_best / coload_cpu);
     } else {
