@@ -3,6 +3,7 @@
 
 #include "coload/collate/collate.hpp"
 #include "coload/coro/coro.hpp"
+#include "coload/dataset/any_dataset.hpp"
 #include "coload/dataset/concat.hpp"
 #include "coload/dataset/dataset.hpp"
 #include "coload/dataset/iterable.hpp"

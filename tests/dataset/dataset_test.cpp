@@ -656,6 +656,39 @@ TEST_SUITE("dataset") {
     CHECK(sync_wait(all(mixed, WorkerInfo{1, 2})) == std::vector<std::int64_t>{1, 101, 101});
   }
 
+  TEST_CASE("a + b on map-style datasets of different types concatenates them through AnyDataset") {
+    struct Squares {
+      std::int64_t size() const { return 3; }
+      std::int64_t get(Index i) const { return i * i; }
+    };
+    struct Negatives {
+      std::int64_t size() const { return 2; }
+      std::int64_t get(Index i, SampleContext& ctx) const { return -i - 10 * ctx.epoch; }
+    };
+    struct Sevens {
+      std::int64_t size() const { return 1; }
+      std::int64_t get(Index) const { return 7; }
+    };
+    auto mixed = Squares{} + Negatives{};
+    static_assert(std::is_same_v<decltype(mixed), ConcatDataset<AnyDataset<std::int64_t>>>);
+    auto more = std::move(mixed) + Sevens{};
+    static_assert(std::is_same_v<decltype(more), ConcatDataset<AnyDataset<std::int64_t>>>);
+    REQUIRE(more.size() == 6);
+    CHECK(more.cumulative_sizes() == std::vector<std::int64_t>{3, 5, 6});
+    std::vector<std::int64_t> got;
+    for (Index i = 0; i < more.size(); ++i) {
+      SampleContext ctx{i, 2, Rng(0), nullptr};
+      got.push_back(get_sample(more, i, ctx));
+    }
+    CHECK(got == std::vector<std::int64_t>{0, 1, 4, -20, -21, 7});
+    CHECK(more.datasets()[1].target<Negatives>() != nullptr);
+    CHECK(more.datasets()[1].target<Squares>() == nullptr);
+    auto loader = make_data_loader(std::move(more), {.batch_size = 6});
+    for (auto& batch : loader) {
+      CHECK(at::equal(batch, at::tensor(std::vector<std::int64_t>{0, 1, 4, 0, -1, 7})));
+    }
+  }
+
   TEST_CASE("StackDataset's sample is the tuple of its datasets' samples") {
     StackDataset stack(Range{0, 5}, make_dataset(), Range{50, 5});
     static_assert(std::same_as<decltype(stack), StackDataset<Range, TensorDataset, Range>>);

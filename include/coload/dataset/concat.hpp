@@ -2,6 +2,8 @@
 // ConcatDataset: datasets one after another, as torch.utils.data.ConcatDataset, and `a + b`.
 
 #include <algorithm>
+#include <concepts>
+#include <type_traits>
 #include <cstdint>
 #include <iterator>
 #include <stdexcept>
@@ -9,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "coload/dataset/any_dataset.hpp"
 #include "coload/dataset/dataset.hpp"
 #include "coload/dataset/sample_context.hpp"
 #include "coload/sampler/sampler.hpp"
@@ -112,6 +115,43 @@ ConcatDataset<D> operator+(ConcatDataset<D> a, ConcatDataset<D> b) {
   std::vector<D> datasets = std::move(a.datasets());
   for (D& d : b.datasets()) datasets.push_back(std::move(d));
   return ConcatDataset<D>(std::move(datasets));
+}
+
+namespace detail {
+template <class T>
+struct IsConcat : std::false_type {};
+template <class D>
+struct IsConcat<ConcatDataset<D>> : std::true_type {};
+template <class T>
+struct IsAnyDataset : std::false_type {};
+template <class S>
+struct IsAnyDataset<AnyDataset<S>> : std::true_type {};
+template <class A, class B>
+concept ConcatenableApart = MapDataset<A> && MapDataset<B> && !std::same_as<A, B> &&
+                            std::same_as<sample_t<A>, sample_t<B>> && !IsConcat<A>::value &&
+                            !IsConcat<B>::value;
+}  // namespace detail
+
+/// `a + b` on map-style datasets of different types with one sample type: a ConcatDataset of
+/// AnyDataset, as Python concatenates any two datasets.
+template <class A, class B>
+  requires detail::ConcatenableApart<A, B>
+ConcatDataset<AnyDataset<sample_t<A>>> operator+(A a, B b) {
+  std::vector<AnyDataset<sample_t<A>>> datasets;
+  datasets.reserve(2);
+  datasets.emplace_back(std::move(a));
+  datasets.emplace_back(std::move(b));
+  return ConcatDataset<AnyDataset<sample_t<A>>>(std::move(datasets));
+}
+
+/// `(a + b) + c` where c is of yet another type: appended to the mixed concatenation.
+template <class S, class B>
+  requires(MapDataset<B> && !detail::IsAnyDataset<B>::value && !detail::IsConcat<B>::value &&
+           std::same_as<sample_t<B>, S>)
+ConcatDataset<AnyDataset<S>> operator+(ConcatDataset<AnyDataset<S>> a, B b) {
+  std::vector<AnyDataset<S>> datasets = std::move(a.datasets());
+  datasets.emplace_back(std::move(b));
+  return ConcatDataset<AnyDataset<S>>(std::move(datasets));
 }
 
 }  // namespace coload
