@@ -150,12 +150,6 @@ std::uint64_t prefix_key(std::string_view name, std::size_t from) {
   return key;
 }
 
-// What one class contributes, filled by whichever thread walks it.
-struct ClassResult {
-  std::vector<FolderSample> samples;
-  std::exception_ptr error;
-};
-
 // torchvision's extension test, on one name: most of the time the name's tail is lowercased
 // once and compared with each extension by memcmp.
 class ExtensionFilter {
@@ -198,32 +192,49 @@ class ExtensionFilter {
   std::size_t longest_ = 0;
 };
 
-// What a walking thread reuses from class to class, so that a class costs no allocation but its
-// samples' own paths.
+// Python's ', '.join(items).
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) {
+    if (!out.empty()) out += ", ";
+    out += item;
+  }
+  return out;
+}
+
+// What a walking thread reuses from class to class.
 struct WalkScratch {
   // NOTE: 64 KiB holds about 2,000 entries of ImageNet-like names: two or three getdents64
   // calls for a class folder.
   std::vector<char> dirents = std::vector<char>(64 * 1024);
-  // The kept file names of the class, end to end; sorting moves NameRefs, not strings.
-  std::string names;
-  std::vector<NameRef> refs;
   std::vector<FolderListing> listings;
   std::vector<std::string> pending;
   std::vector<std::string> subfolders;
+  std::vector<NameRef> sorted;
+  std::string path;
 };
 
-// The samples of one class folder: sorted(os.walk(class_dir, followlinks=True)), each folder's
-// files sorted, filtered by the options.
-void walk_class(const std::string& class_dir, std::int64_t class_index,
-                const FolderOptions& options, const ExtensionFilter* extensions,
-                WalkScratch& scratch, std::vector<FolderSample>& out) {
-  std::string& names = scratch.names;
-  std::vector<NameRef>& refs = scratch.refs;
+// One class after the walk: its kept file names in sample order, by folder. The samples' paths
+// are made from it once every class is walked, straight into their place in the sample list.
+struct ClassWalk {
+  // The kept names end to end; `refs` point into it (sorting moves NameRefs, not strings).
+  std::string names;
+  std::vector<NameRef> refs;
+  // Each walked folder's path, and the end of its files in `refs`, in sample order.
+  std::vector<std::string> folders;
+  std::vector<std::size_t> folder_ends;
+  std::exception_ptr error;
+};
+
+// Walks one class folder as sorted(os.walk(class_dir, followlinks=True)) does, each folder's
+// files sorted and filtered by the options.
+void walk_class(const std::string& class_dir, const FolderOptions& options,
+                const ExtensionFilter* extensions, WalkScratch& scratch, ClassWalk& walk) {
+  std::string& names = walk.names;
+  std::vector<NameRef>& refs = walk.refs;
   std::vector<FolderListing>& listings = scratch.listings;
   std::vector<std::string>& pending = scratch.pending;
   std::vector<std::string>& subfolders = scratch.subfolders;
-  names.clear();
-  refs.clear();
   listings.clear();
   pending.clear();
   // NOTE: folders are opened and stat'ed by their full path, as os.walk opens them, not with
@@ -275,40 +286,154 @@ void walk_class(const std::string& class_dir, std::int64_t class_index,
   const auto name_of = [&](const NameRef& r) {
     return std::string_view(names.data() + r.offset, r.size);
   };
-  out.reserve(out.size() + refs.size());
+  // Python orders str by code point: the byte order of UTF-8, which string_view compares.
+  // Names hold no NUL byte, so zero padding orders a short name before its extensions.
+  const auto name_less = [&](const NameRef& a, const NameRef& b) {
+    if (a.prefix != b.prefix) return a.prefix < b.prefix;
+    if (a.prefix2 != b.prefix2) return a.prefix2 < b.prefix2;
+    const std::string_view x = name_of(a);
+    const std::string_view y = name_of(b);
+    return x.substr(std::min<std::size_t>(16, x.size())) <
+           y.substr(std::min<std::size_t>(16, y.size()));
+  };
+  // Lay the refs out in sample order: folder by folder, each folder's names sorted.
+  std::vector<NameRef>& sorted = scratch.sorted;
+  sorted.clear();
+  sorted.reserve(refs.size());
+  walk.folders.reserve(listings.size());
+  walk.folder_ends.reserve(listings.size());
   for (const FolderListing& listing : listings) {
     const auto first = refs.begin() + static_cast<std::ptrdiff_t>(listing.first);
     const auto last = first + static_cast<std::ptrdiff_t>(listing.count);
-    // Python orders str by code point: the byte order of UTF-8, which string_view compares.
-    // Names hold no NUL byte, so zero padding orders a short name before its extensions.
-    std::sort(first, last, [&](const NameRef& a, const NameRef& b) {
-      if (a.prefix != b.prefix) return a.prefix < b.prefix;
-      if (a.prefix2 != b.prefix2) return a.prefix2 < b.prefix2;
-      const std::string_view x = name_of(a);
-      const std::string_view y = name_of(b);
-      return x.substr(std::min<std::size_t>(16, x.size())) <
-             y.substr(std::min<std::size_t>(16, y.size()));
-    });
-    const std::string folder = class_dir + listing.relative;
+    std::sort(first, last, name_less);
+    std::string folder = class_dir + listing.relative;
     for (auto it = first; it != last; ++it) {
-      std::string path;
-      path.reserve(folder.size() + 1 + it->size);
+      if (options.is_valid_file) {
+        std::string& path = scratch.path;
+        path.assign(folder);
+        path += '/';
+        path += name_of(*it);
+        if (!options.is_valid_file(path)) continue;
+      }
+      sorted.push_back(*it);
+    }
+    walk.folders.push_back(std::move(folder));
+    walk.folder_ends.push_back(sorted.size());
+  }
+  refs.swap(sorted);
+}
+
+// Writes the samples of a walked class into `out` (its place in the sample list).
+void place_class(const ClassWalk& walk, std::int64_t class_index, FolderSample* out) {
+  std::size_t r = 0;
+  for (std::size_t f = 0; f < walk.folders.size(); ++f) {
+    const std::string& folder = walk.folders[f];
+    for (; r < walk.folder_ends[f]; ++r, ++out) {
+      const NameRef& ref = walk.refs[r];
+      std::string& path = out->path;
+      path.reserve(folder.size() + 1 + ref.size);
       path += folder;
       path += '/';
-      path += name_of(*it);
-      if (options.is_valid_file && !options.is_valid_file(path)) continue;
-      out.push_back(FolderSample{std::move(path), class_index});
+      path.append(walk.names, ref.offset, ref.size);
+      out->class_index = class_index;
     }
   }
 }
 
-std::string joined(const std::vector<std::string>& items) {
-  std::string out;
-  for (const std::string& item : items) {
-    if (!out.empty()) out += ", ";
-    out += item;
+// Runs fn(i) for i in [0, count) on `threads` threads (the caller's among them), each taking
+// the next i; fn gets its thread's WalkScratch.
+template <class Fn>
+void for_each_parallel(std::size_t threads, std::size_t count, Fn&& fn) {
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    WalkScratch scratch;
+    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < count;) {
+      fn(i, scratch);
+    }
+  };
+  threads = std::min(threads, count);
+  if (threads <= 1) {
+    work();
+    return;
   }
-  return out;
+  std::vector<std::jthread> pool;
+  pool.reserve(threads - 1);
+  for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+}
+
+// make_dataset, and the targets when `targets` is given.
+std::vector<FolderSample> collect_samples(const std::filesystem::path& root,
+                                          const std::map<std::string, std::int64_t>& class_to_idx,
+                                          const FolderOptions& options,
+                                          std::vector<std::int64_t>* targets) {
+  const std::string directory = expand_user(root.string());
+  if (class_to_idx.empty()) {
+    throw std::invalid_argument(
+        "'class_to_index' must have at least one entry to collect any samples.");
+  }
+  if (options.extensions.has_value() == static_cast<bool>(options.is_valid_file)) {
+    throw std::invalid_argument(
+        "Both extensions and is_valid_file cannot be None or not None at the same time");
+  }
+
+  // std::map iterates in sorted key order: torchvision's sorted(class_to_idx.keys()).
+  std::vector<std::pair<std::string, std::int64_t>> classes;
+  classes.reserve(class_to_idx.size());
+  for (const auto& [name, index] : class_to_idx) {
+    classes.emplace_back(path_join(directory, name), index);
+  }
+  std::optional<ExtensionFilter> filter;
+  if (options.extensions) filter.emplace(*options.extensions);
+  const std::size_t threads =
+      options.num_threads > 0 ? static_cast<std::size_t>(options.num_threads)
+                              : std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 8);
+
+  // Phase 1: walk every class (listing, filtering, sorting), on all threads.
+  std::vector<ClassWalk> walks(classes.size());
+  std::atomic<bool> failed{false};
+  for_each_parallel(threads, classes.size(), [&](std::size_t i, WalkScratch& scratch) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    // make_dataset skips a class that is not a folder (it is then reported as empty).
+    if (stat_is_folder(classes[i].first) != 1) return;
+    try {
+      walk_class(classes[i].first, options, filter ? &*filter : nullptr, scratch, walks[i]);
+    } catch (...) {
+      walks[i].error = std::current_exception();
+      failed.store(true, std::memory_order_relaxed);
+    }
+  });
+  for (const ClassWalk& walk : walks) {
+    if (walk.error) std::rethrow_exception(walk.error);
+  }
+
+  std::vector<std::size_t> offsets(classes.size() + 1, 0);
+  std::vector<std::string> empty_classes;
+  auto name = class_to_idx.begin();
+  for (std::size_t i = 0; i < walks.size(); ++i, ++name) {
+    offsets[i + 1] = offsets[i] + walks[i].refs.size();
+    if (walks[i].refs.empty()) empty_classes.push_back(name->first);
+  }
+  if (!empty_classes.empty() && !options.allow_empty) {
+    std::string message = "Found no valid file for the classes " + joined(empty_classes) + ". ";
+    if (options.extensions) message += "Supported extensions are: " + joined(*options.extensions);
+    throw FolderError(message, 0);
+  }
+
+  // Phase 2: every sample's path straight into its place, on all threads.
+  // NOTE: no per-class sample vectors to merge afterwards: the only serial step left is sizing
+  // the list.
+  std::vector<FolderSample> samples(offsets.back());
+  if (targets) targets->resize(offsets.back());
+  for_each_parallel(threads, classes.size(), [&](std::size_t i, WalkScratch&) {
+    place_class(walks[i], classes[i].second, samples.data() + offsets[i]);
+    if (targets) {
+      std::fill(targets->begin() + static_cast<std::ptrdiff_t>(offsets[i]),
+                targets->begin() + static_cast<std::ptrdiff_t>(offsets[i + 1]), classes[i].second);
+    }
+    walks[i] = ClassWalk{};
+  });
+  return samples;
 }
 
 }  // namespace
@@ -383,87 +508,14 @@ std::pair<std::vector<std::string>, std::map<std::string, std::int64_t>> find_cl
 std::vector<FolderSample> make_dataset(const std::filesystem::path& root,
                                        const std::map<std::string, std::int64_t>& class_to_idx,
                                        const FolderOptions& options) {
-  const std::string directory = expand_user(root.string());
-  if (class_to_idx.empty()) {
-    throw std::invalid_argument(
-        "'class_to_index' must have at least one entry to collect any samples.");
-  }
-  if (options.extensions.has_value() == static_cast<bool>(options.is_valid_file)) {
-    throw std::invalid_argument(
-        "Both extensions and is_valid_file cannot be None or not None at the same time");
-  }
-
-  // std::map iterates in sorted key order: torchvision's sorted(class_to_idx.keys()).
-  std::vector<std::pair<std::string, std::int64_t>> classes;
-  for (const auto& [name, index] : class_to_idx)
-    classes.emplace_back(path_join(directory, name), index);
-  std::optional<ExtensionFilter> filter;
-  if (options.extensions) filter.emplace(*options.extensions);
-
-  std::vector<ClassResult> results(classes.size());
-  std::atomic<std::size_t> next{0};
-  std::atomic<bool> failed{false};
-  auto work = [&] {
-    WalkScratch scratch;
-    for (;;) {
-      const std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= classes.size() || failed.load(std::memory_order_relaxed)) return;
-      // make_dataset skips a class that is not a folder (it is then reported as empty).
-      if (stat_is_folder(classes[i].first) != 1) continue;
-      try {
-        walk_class(classes[i].first, classes[i].second, options, filter ? &*filter : nullptr,
-                   scratch, results[i].samples);
-      } catch (...) {
-        results[i].error = std::current_exception();
-        failed.store(true, std::memory_order_relaxed);
-      }
-    }
-  };
-  std::size_t threads = options.num_threads > 0
-                            ? static_cast<std::size_t>(options.num_threads)
-                            : std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 8);
-  threads = std::min(threads, classes.size());
-  if (threads <= 1) {
-    work();
-  } else {
-    std::vector<std::jthread> pool;
-    pool.reserve(threads - 1);
-    for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-    work();
-  }
-  for (const ClassResult& r : results) {
-    if (r.error) std::rethrow_exception(r.error);
-  }
-
-  std::size_t total = 0;
-  std::vector<std::string> empty_classes;
-  auto name = class_to_idx.begin();
-  for (const ClassResult& r : results) {
-    total += r.samples.size();
-    if (r.samples.empty()) empty_classes.push_back(name->first);
-    ++name;
-  }
-  if (!empty_classes.empty() && !options.allow_empty) {
-    std::string message = "Found no valid file for the classes " + joined(empty_classes) + ". ";
-    if (options.extensions) message += "Supported extensions are: " + joined(*options.extensions);
-    throw FolderError(message, 0);
-  }
-
-  std::vector<FolderSample> samples;
-  samples.reserve(total);
-  for (ClassResult& r : results) {
-    std::move(r.samples.begin(), r.samples.end(), std::back_inserter(samples));
-  }
-  return samples;
+  return collect_samples(root, class_to_idx, options, nullptr);
 }
 
 FolderIndex index_folder(const std::filesystem::path& root, const FolderOptions& options) {
   FolderIndex index;
   index.root = expand_user(root.string());
   std::tie(index.classes, index.class_to_idx) = find_classes(index.root);
-  index.samples = make_dataset(index.root, index.class_to_idx, options);
-  index.targets.reserve(index.samples.size());
-  for (const FolderSample& s : index.samples) index.targets.push_back(s.class_index);
+  index.samples = collect_samples(index.root, index.class_to_idx, options, &index.targets);
   return index;
 }
 

@@ -264,6 +264,8 @@ TEST_SUITE("vision") {
     CHECK(a.samples.size() == 17 * 5);
     CHECK(a.samples == b.samples);
     CHECK(a.classes == b.classes);
+    CHECK(a.targets == b.targets);
+    CHECK(coload::vision::make_dataset(tmp.path, a.class_to_idx, many) == a.samples);
   }
 
   TEST_CASE("a missing root is named in the error, as Python's FileNotFoundError names it") {
