@@ -102,6 +102,27 @@ TEST_CASE("Resize filters like PIL's antialiased bilinear on known inputs") {
   CHECK(vision::resize(column.view(), 2, 1).data == std::vector<std::uint8_t>{71, 209});
 }
 
+TEST_CASE("the scalar, SSSE3 and AVX2 resampling kernels give the same bytes") {
+  using vision::detail::SimdLevel;
+  const Image img = vision::test::synthetic_image(301, 203, 5);
+  const std::vector<std::tuple<CropBox, int, int>> cases = {
+      {{0, 0, 203, 301}, 224, 224}, {{3, 5, 200, 290}, 57, 31}, {{10, 20, 100, 90}, 223, 301},
+      {{0, 0, 203, 301}, 20, 19},   {{1, 2, 11, 13}, 7, 5},     {{0, 0, 203, 301}, 203, 301}};
+  for (const auto& [box, h, w] : cases) {
+    CAPTURE(box);
+    CAPTURE(h);
+    CAPTURE(w);
+    std::vector<std::vector<std::uint8_t>> outputs;
+    for (SimdLevel level : {SimdLevel::scalar, SimdLevel::ssse3, SimdLevel::avx2}) {
+      const SimdLevel previous = vision::detail::set_simd_level(level);
+      outputs.push_back(vision::resized_crop(img.view(), box, h, w).data);
+      vision::detail::set_simd_level(previous);
+    }
+    CHECK(outputs[0] == outputs[1]);
+    CHECK(outputs[0] == outputs[2]);
+  }
+}
+
 TEST_CASE("resized_crop resizes only the box, as crop then resize does") {
   const Image img = vision::test::synthetic_image(50, 40, 3);
   const CropBox box{5, 7, 20, 30};

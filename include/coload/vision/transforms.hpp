@@ -272,4 +272,13 @@ struct EvalTransform {
   at::Tensor operator()(std::span<const std::byte> encoded) const;
 };
 
+namespace detail {
+/// The instruction sets the resampling kernels may use.
+enum class SimdLevel { scalar, ssse3, avx2 };
+/// Caps the kernels at `level` (they never go above what the CPU has) and returns the previous
+/// cap; for tests, which check that every level gives the same bytes. Not for use while other
+/// threads resample.
+SimdLevel set_simd_level(SimdLevel level) noexcept;
+}  // namespace detail
+
 }  // namespace coload::vision
