@@ -154,7 +154,8 @@ void vertical_row_generic(const std::uint8_t* base, std::size_t row_bytes, int n
 // them into 16-bit (tap, tap + 1) pairs per channel and multiply-adds them with the two weights.
 // NOTE: Pillow's weights have 22 fractional bits, too wide for 16-bit lanes, so each weight is
 // split as hi * 2^11 + lo and both halves are multiplied: the sums are Pillow's, exactly.
-// Reads up to 8 bytes past the last tap's pixel: callers make sure that memory exists.
+// Reads up to 2 × Pairs + 3 pixels from a tap window's start, past its last tap: callers make
+// sure that memory exists (rows below follow; the image's last row is read from a padded copy).
 // NOTE: every output pixel runs `Pairs` steps (weights zero-padded), so the loop has no
 // data-dependent trip count to mispredict; `Pairs` = 0 takes the count from `max_pairs`.
 template <int Pairs>

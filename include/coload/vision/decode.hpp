@@ -59,6 +59,11 @@ constexpr int jpeg_scaled_size(int full_size, int denominator) noexcept {
 
 /// Decodes `data` (JPEG or PNG) to a 3-channel RGB image.
 ///
+/// NOTE: JPEGs are always decoded whole (at the chosen DCT scale) and cropped afterwards:
+/// TurboJPEG 2.1 has no region decode, and libjpeg's jpeg_crop_scanline/jpeg_skip_scanlines
+/// would still entropy-decode every block, so they would save only the IDCT and colour
+/// conversion of the rows and columns outside a crop.
+///
 /// JPEGs are decoded at scale 1/`jpeg_scale_denominator` (1, 2, 4 or 8; other values throw
 /// std::invalid_argument); PNGs ignore it. Grayscale becomes RGB by repetition; CMYK and YCCK
 /// JPEGs are taken as Adobe-inverted and converted as Pillow 9 converts CMYK to RGB; PNG alpha is
