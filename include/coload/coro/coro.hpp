@@ -5,3 +5,4 @@
 #include "coload/coro/generator.hpp"
 #include "coload/coro/sync_wait.hpp"
 #include "coload/coro/task.hpp"
+#include "coload/coro/when_all.hpp"

@@ -24,7 +24,8 @@ class AnyDataset {
 
   /// Holds `dataset` (moved in).
   template <MapDataset D>
-    requires(!std::same_as<std::remove_cvref_t<D>, AnyDataset> && std::same_as<sample_t<D>, S>)
+    requires(!std::same_as<std::remove_cvref_t<D>, AnyDataset> && std::same_as<sample_t<D>, S> &&
+             (ContextualGet<D> || PlainGet<D>))
   AnyDataset(D dataset)  // NOLINT(google-explicit-constructor): a dataset is an AnyDataset
       : impl_(std::make_shared<Model<D>>(std::move(dataset))) {}
 

@@ -3,13 +3,20 @@
 
 #include <ATen/core/Generator.h>
 
+#include <coroutine>
+#include <cstddef>
 #include <cstdint>
+#include <span>
 
+#include "coload/exec/thread_executor.hpp"
+#include "coload/exec/worker_info.hpp"
 #include "coload/sampler/sampler.hpp"
 
 namespace coload {
 
-struct WorkerInfo;
+namespace io {
+class Reader;
+}  // namespace io
 
 /// A small, fast random stream (splitmix64) for per-sample randomness.
 ///
@@ -52,7 +59,27 @@ class Rng {
   std::uint64_t state_;
 };
 
-/// Passed to `get(index, ctx)` and to transforms: where and when a sample is being made.
+namespace detail {
+/// Where a loader runs CPU work: its worker pool and their infos (none: the driver itself).
+struct CpuPlace {
+  ThreadExecutor* pool = nullptr;
+  const WorkerInfo* workers = nullptr;  // indexed by worker id
+};
+
+/// `co_await ctx.cpu()`: continues on one of the loader's workers (at once without workers),
+/// where get_worker_info() then names that worker.
+struct CpuAwaiter {
+  CpuPlace place;
+  bool await_ready() const noexcept { return place.pool == nullptr; }
+  void await_suspend(std::coroutine_handle<> h) const { place.pool->post(h); }
+  void await_resume() const noexcept {
+    if (place.workers) set_worker_info(&place.workers[ThreadExecutor::current_worker_id()]);
+  }
+};
+}  // namespace detail
+
+/// Passed to `get(index, ctx)`, `get_async(index, ctx)` and to transforms: where and when a
+/// sample is being made.
 struct SampleContext {
   /// The sample's index in the dataset.
   Index index = 0;
@@ -60,8 +87,44 @@ struct SampleContext {
   std::int64_t epoch = 0;
   /// The sample's own random stream, a function of (seed, epoch, index) only.
   Rng rng;
-  /// The worker fetching the sample, or nullptr when fetching on the driver.
+  /// The worker fetching the sample, or nullptr when fetching on the driver (and in an
+  /// asynchronous fetch, where the worker is known only after `co_await cpu()`).
   const WorkerInfo* worker = nullptr;
+  /// In an asynchronous fetch (get_async, get_batch_async): the loader's reader, on whose
+  /// thread (the driver) the fetch starts. `co_await ctx.io->read_file(path)` reads without
+  /// holding a worker. nullptr elsewhere.
+  io::Reader* io = nullptr;
+  /// Where `cpu()` goes; set by the loader.
+  detail::CpuPlace cpu_place{};
+
+  /// Awaitable that moves an asynchronous fetch onto a worker for its CPU work (decoding,
+  /// augmenting) once its reads are done; does nothing without workers.
+  detail::CpuAwaiter cpu() const noexcept { return {cpu_place}; }
+};
+
+/// Passed to `get_batch_async(indices, ctx)`: one batch's indices, and what each sample's
+/// context is made of.
+struct BatchContext {
+  /// The batch's indices, in order.
+  std::span<const Index> indices;
+  /// The batch's number in the epoch.
+  std::int64_t batch = 0;
+  /// The loader's epoch, counted from 0.
+  std::int64_t epoch = 0;
+  /// The seed behind every sample's Rng.
+  std::uint64_t seed = 0;
+  /// The loader's reader (see SampleContext::io).
+  io::Reader* io = nullptr;
+  /// Where `cpu()` goes; set by the loader.
+  detail::CpuPlace cpu_place{};
+
+  /// The context of the sample at `position` in the batch, with its own Rng.
+  SampleContext sample(std::size_t position) const noexcept {
+    const Index i = indices[position];
+    return SampleContext{i, epoch, Rng::for_sample(seed, epoch, i), nullptr, io, cpu_place};
+  }
+  /// As SampleContext::cpu().
+  detail::CpuAwaiter cpu() const noexcept { return {cpu_place}; }
 };
 
 }  // namespace coload

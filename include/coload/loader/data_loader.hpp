@@ -27,10 +27,12 @@
 
 #include "coload/collate/collate.hpp"
 #include "coload/coro/sync_wait.hpp"
+#include "coload/coro/when_all.hpp"
 #include "coload/dataset/dataset.hpp"
 #include "coload/dataset/iterable.hpp"
 #include "coload/exec/thread_executor.hpp"
 #include "coload/exec/worker_info.hpp"
+#include "coload/io/reader.hpp"
 #include "coload/loader/driver.hpp"
 #include "coload/loader/epoch.hpp"
 #include "coload/loader/errors.hpp"
@@ -68,34 +70,70 @@ inline constexpr bool per_sample_collate_v =
     std::same_as<C, DefaultConvert> ||
     (!std::invocable<C&, std::vector<S>&&> && std::invocable<C&, S&&>);
 
-/// How the loader builds a batch from a dataset D with collate C: here, without get_batch,
-/// each sample is fetched (with get, or from the stream) and the vector of them collated; a
-/// per-sample collate gets each sample alone.
+/// How the loader fetches one batch, from the richest member the dataset offers.
+enum class FetchPath {
+  samples,            // get (or the stream), then collate
+  samples_async,      // get_async for every index at once, then collate
+  batch_of_samples,   // get_batch returns the samples, then collate
+  whole_batch,        // get_batch returns the batch itself (default collate)
+  whole_batch_async,  // get_batch_async returns the batch itself (default collate)
+};
+
+template <class D, class C>
+consteval FetchPath choose_fetch_path() {
+  if constexpr (IterableDataset<D>) {
+    return FetchPath::samples;
+  } else {
+    using S = sample_t<D>;
+    constexpr bool default_collate = std::same_as<C, DefaultCollate>;
+    if constexpr (per_sample_collate_v<C, S>) {
+      // As PyTorch without automatic batching: one sample at a time, never get_batch.
+      return AsyncGet<D> ? FetchPath::samples_async : FetchPath::samples;
+    } else if constexpr (AsyncBatchedDataset<D> && default_collate) {
+      return FetchPath::whole_batch_async;
+    } else if constexpr (BatchedDataset<D>) {
+      using Fetched = std::remove_cvref_t<decltype(std::declval<D&>().get_batch(
+          std::declval<std::span<const Index>>()))>;
+      if constexpr (std::same_as<Fetched, std::vector<S>>) return FetchPath::batch_of_samples;
+      if constexpr (default_collate) return FetchPath::whole_batch;
+      return AsyncGet<D> ? FetchPath::samples_async : FetchPath::samples;
+    } else {
+      return AsyncGet<D> ? FetchPath::samples_async : FetchPath::samples;
+    }
+  }
+}
+
+/// How the loader builds a batch from a dataset D with collate C, and what the batch is.
 template <class D, class C>
 struct FetchPlan {
   using sample = loader_sample_t<D>;
+  static constexpr FetchPath path = choose_fetch_path<D, C>();
   static constexpr bool per_sample = per_sample_collate_v<C, sample>;
-  static constexpr bool whole_batch = false;
-  static constexpr bool batch_of_samples = false;
-  using batch = typename std::conditional_t<per_sample, std::invoke_result<C&, sample&&>,
-                                            std::invoke_result<C&, std::vector<sample>&&>>::type;
-};
+  static constexpr bool whole_batch = path == FetchPath::whole_batch;
+  static constexpr bool batch_of_samples = path == FetchPath::batch_of_samples;
+  static constexpr bool is_async =
+      path == FetchPath::samples_async || path == FetchPath::whole_batch_async;
 
-/// With get_batch (and automatic batching on): a vector of samples (PyTorch's __getitems__)
-/// goes through collate; any other result is taken as the finished batch when the collate is
-/// the default one.
-template <class D, class C>
-  requires(!IterableDataset<D> && BatchedDataset<D> && !per_sample_collate_v<C, sample_t<D>>)
-struct FetchPlan<D, C> {
-  using sample = sample_t<D>;
-  static constexpr bool per_sample = false;
-  using fetched = std::remove_cvref_t<decltype(std::declval<D&>().get_batch(
-      std::declval<std::span<const Index>>()))>;
-  static constexpr bool batch_of_samples = std::same_as<fetched, std::vector<sample>>;
-  static constexpr bool whole_batch = !batch_of_samples && std::same_as<C, DefaultCollate>;
-  // NOTE: lazy on purpose: collate need not accept the samples when get_batch builds the batch.
-  using batch = typename std::conditional_t<whole_batch, std::type_identity<fetched>,
-                                            std::invoke_result<C&, std::vector<sample>&&>>::type;
+ private:
+  static auto batch_probe() {
+    if constexpr (path == FetchPath::whole_batch) {
+      return std::type_identity<std::remove_cvref_t<decltype(std::declval<D&>().get_batch(
+          std::declval<std::span<const Index>>()))>>{};
+    } else if constexpr (path == FetchPath::whole_batch_async) {
+      return std::type_identity<typename TaskValue<std::remove_cvref_t<decltype(
+          std::declval<D&>().get_batch_async(std::declval<std::span<const Index>>(),
+                                             std::declval<BatchContext&>()))>>::type>{};
+    } else if constexpr (per_sample) {
+      return std::type_identity<std::invoke_result_t<C&, sample&&>>{};
+    } else {
+      // NOTE: only here is collate asked to take the samples: it need not accept them when
+      // get_batch builds the batch.
+      return std::type_identity<std::invoke_result_t<C&, std::vector<sample>&&>>{};
+    }
+  }
+
+ public:
+  using batch = typename decltype(batch_probe())::type;
 };
 
 /// A fire-and-forget coroutine: starts at once, frees itself when done. Bodies catch what the
@@ -153,6 +191,10 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   std::int64_t epoch() const noexcept { return epoch_; }
   std::uint64_t base_seed() const noexcept { return base_seed_; }
   std::uint64_t sample_seed() const noexcept { return sample_seed_; }
+  /// The workers' infos for this epoch, indexed by worker id (empty without workers).
+  const WorkerInfo* worker_infos() const noexcept {
+    return workers_.empty() ? nullptr : workers_.data();
+  }
   bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
 
   // --- consumer side (any thread) ---
@@ -335,31 +377,51 @@ class EpochRun final : public RunBase<D, C> {
   }
 
  private:
-  /// Fetches and collates one batch, on a worker when there are workers.
+  /// Fetches and collates one batch, on a worker when there are workers. An asynchronous
+  /// fetch starts on the driver (where its reads are submitted) and moves onto a worker
+  /// itself, with `co_await ctx.cpu()`.
   static Detached fetch(std::shared_ptr<EpochRun> self, std::int64_t batch_no,
                         std::vector<Index> indices) {
     Core& core = self->core_;
     ++core.live;
-    const bool hop = core.executor != nullptr;
-    if (hop) co_await core.executor->schedule();
-    Outcome<Batch> outcome;
-    bool dropped = self->cancelled();
-    if (!dropped) {
-      const int worker = hop ? ThreadExecutor::current_worker_id() : -1;
-      const WorkerInfo* info = hop ? &self->workers_[static_cast<std::size_t>(worker)] : nullptr;
-      set_worker_info(info);
-      try {
-        if (info) core.init_worker(*info, self->epoch_);
-        outcome.batch.emplace(core.fetch_batch(*self, indices, info, batch_no));
-      } catch (const Cancelled&) {
-        dropped = true;
-      } catch (...) {
-        outcome.error = std::current_exception();
+    if constexpr (Core::Plan::is_async) {
+      Outcome<Batch> outcome;
+      bool dropped = self->cancelled();
+      if (!dropped) {
+        try {
+          outcome.batch.emplace(co_await core.fetch_batch_async(*self, indices, batch_no));
+        } catch (const Cancelled&) {
+          dropped = true;
+        } catch (...) {
+          outcome.error = std::current_exception();
+        }
+        set_worker_info(nullptr);
+        if (!core.driver.on_driver_thread()) co_await core.driver.schedule();
       }
-      set_worker_info(nullptr);
+      self->complete(batch_no, std::move(outcome), dropped);
+    } else {
+      const bool hop = core.executor != nullptr;
+      if (hop) co_await core.executor->schedule();
+      Outcome<Batch> outcome;
+      bool dropped = self->cancelled();
+      if (!dropped) {
+        const int worker = hop ? ThreadExecutor::current_worker_id() : -1;
+        const WorkerInfo* info =
+            hop ? &self->workers_[static_cast<std::size_t>(worker)] : nullptr;
+        set_worker_info(info);
+        try {
+          if (info) core.init_worker(*info, self->epoch_);
+          outcome.batch.emplace(core.fetch_batch(*self, indices, info, batch_no));
+        } catch (const Cancelled&) {
+          dropped = true;
+        } catch (...) {
+          outcome.error = std::current_exception();
+        }
+        set_worker_info(nullptr);
+      }
+      if (hop) co_await core.driver.schedule();
+      self->complete(batch_no, std::move(outcome), dropped);
     }
-    if (hop) co_await core.driver.schedule();
-    self->complete(batch_no, std::move(outcome), dropped);
     --core.live;
     core.maybe_stop();
   }
@@ -591,6 +653,7 @@ class LoaderCore {
     worker_init_epoch.assign(static_cast<std::size_t>(options.num_workers), -1);
     replicas.resize(static_cast<std::size_t>(options.num_workers));
     if (options.num_workers > 0) executor = std::make_unique<ThreadExecutor>(options.num_workers);
+    if constexpr (Plan::is_async) reader = std::make_unique<io::Reader>(driver.context());
   }
 
   ~LoaderCore() {
@@ -671,7 +734,7 @@ class LoaderCore {
 
   Batch fetch_batch(Run& run, std::span<const Index> indices, const WorkerInfo* info,
                     std::int64_t batch_no)
-    requires(!iterable)
+    requires(!iterable && !Plan::is_async)
   {
     const int worker = info ? info->id : -1;
     if constexpr (Plan::whole_batch) {
@@ -705,6 +768,47 @@ class LoaderCore {
     }
   }
 
+  /// The loader's place for CPU work, as a fetch's context carries it.
+  CpuPlace cpu_place(Run& run) noexcept {
+    return executor ? CpuPlace{executor.get(), run.worker_infos()} : CpuPlace{};
+  }
+
+  /// An asynchronous fetch of batch `batch_no`: get_batch_async, or get_async for every index
+  /// at once and then collate (on a worker). Starts on the driver.
+  Task<Batch> fetch_batch_async(Run& run, std::span<const Index> indices, std::int64_t batch_no)
+    requires(Plan::is_async)
+  {
+    const CpuPlace place = cpu_place(run);
+    if constexpr (Plan::path == FetchPath::whole_batch_async) {
+      BatchContext ctx{indices, batch_no, run.epoch(), run.sample_seed(), reader.get(), place};
+      try {
+        co_return co_await dataset.get_batch_async(indices, ctx);
+      } catch (...) {
+        throw wrap_current_exception(current_worker_id_or_driver(), batch_no, -1, "fetching");
+      }
+    } else {
+      std::vector<Task<typename Plan::sample>> tasks;
+      tasks.reserve(indices.size());
+      for (Index i : indices) {
+        tasks.push_back(sample_async(
+            SampleContext{i, run.epoch(), Rng::for_sample(run.sample_seed(), run.epoch(), i),
+                          nullptr, reader.get(), place},
+            batch_no));
+      }
+      auto samples = co_await when_all(std::move(tasks));
+      if (run.cancelled()) throw Cancelled{};
+      // Collating is CPU work: a fetch whose samples did none of theirs on a worker moves now.
+      if (executor && !detail::current_worker_info()) co_await CpuAwaiter{place};
+      co_return collate_samples(std::move(samples), current_worker_id_or_driver(), batch_no);
+    }
+  }
+
+  /// The id of the worker running the caller, or -1 (the driver).
+  static int current_worker_id_or_driver() noexcept {
+    const WorkerInfo* info = detail::current_worker_info();
+    return info ? info->id : -1;
+  }
+
   /// Collate's batch from `samples` (a per-sample collate gets the one sample alone).
   Batch collate_samples(std::vector<typename Plan::sample>&& samples, int worker,
                         std::int64_t batch_no) {
@@ -719,9 +823,13 @@ class LoaderCore {
     }
   }
 
-  /// Driver: lets the driver thread end once stopping and no coroutine is left.
+  /// Driver: lets the driver thread end once stopping and no coroutine is left (the reader,
+  /// idle by then, goes first, on the thread that runs its io_context).
   void maybe_stop() {
-    if (stopping && live == 0) driver.release();
+    if (stopping && live == 0) {
+      reader.reset();
+      driver.release();
+    }
   }
 
   D dataset;
@@ -736,8 +844,19 @@ class LoaderCore {
   bool stopping = false;  // driver
   Driver driver;
   std::unique_ptr<ThreadExecutor> executor;
+  std::unique_ptr<io::Reader> reader;  // asynchronous datasets only; driver after construction
 
  private:
+  /// One sample of an asynchronous fetch; its failure names the sample.
+  Task<typename Plan::sample> sample_async(SampleContext ctx, std::int64_t batch_no) {
+    try {
+      co_return co_await dataset.get_async(ctx.index, ctx);
+    } catch (...) {
+      throw wrap_current_exception(current_worker_id_or_driver(), batch_no, ctx.index,
+                                   "fetching");
+    }
+  }
+
   AnyBatchSampler make_batch_sampler() {
     if (options.batch_sampler) return std::move(options.batch_sampler);
     const auto n = static_cast<std::int64_t>(dataset.size());

@@ -1,0 +1,192 @@
+// Specification of asynchronous fetching: get_async and get_batch_async read through the
+// loader's reader on the driver and move their CPU work onto the workers.
+#include <doctest/doctest.h>
+
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coload/coload.hpp"
+#include "coload/io/reader.hpp"
+
+using namespace coload;
+
+namespace {
+
+std::vector<std::int64_t> values(const at::Tensor& t) {
+  auto c = t.contiguous();
+  return {c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel()};
+}
+
+// A directory of files f<i> whose content is i copies of the byte 'a' + i % 26.
+struct Files {
+  std::filesystem::path dir;
+  explicit Files(int n) {
+    dir = std::filesystem::temp_directory_path() /
+          ("coload_async_" + std::to_string(::getpid()) + "_" + std::to_string(n));
+    std::filesystem::create_directories(dir);
+    for (int i = 0; i < n; ++i) {
+      std::ofstream(dir / ("f" + std::to_string(i))) << std::string(static_cast<std::size_t>(i),
+                                                                     static_cast<char>('a' + i % 26));
+    }
+  }
+  ~Files() { std::filesystem::remove_all(dir); }
+  std::string path(Index i) const { return (dir / ("f" + std::to_string(i))).string(); }
+};
+
+struct Seen {
+  std::atomic<int> on_driver_before_cpu{0};
+  std::atomic<int> on_worker_after_cpu{0};
+  std::atomic<int> worker_info_after_cpu{0};
+};
+
+// Sample i: the length of file i, read through the loader's reader.
+struct FileLengths {
+  const Files* files;
+  std::int64_t n;
+  std::shared_ptr<Seen> seen = std::make_shared<Seen>();
+  std::int64_t size() const { return n; }
+  Task<std::int64_t> get_async(Index i, SampleContext& ctx) {
+    if (ThreadExecutor::current_worker_id() < 0) seen->on_driver_before_cpu.fetch_add(1);
+    io::Buffer data = co_await ctx.io->read_file(files->path(i));
+    co_await ctx.cpu();
+    if (ThreadExecutor::current_worker_id() >= 0) seen->on_worker_after_cpu.fetch_add(1);
+    if (auto info = get_worker_info(); info && info->id == ThreadExecutor::current_worker_id()) {
+      seen->worker_info_after_cpu.fetch_add(1);
+    }
+    co_return static_cast<std::int64_t>(data.size());
+  }
+};
+
+// The whole batch at once: a [n] tensor of file lengths plus the sum of their first bytes.
+struct BatchLengths {
+  const Files* files;
+  std::int64_t n;
+  std::int64_t size() const { return n; }
+  std::int64_t get(Index i) const { return i; }  // the sample type; not used by the loader
+  Task<std::pair<at::Tensor, std::int64_t>> get_batch_async(std::span<const Index> indices,
+                                                            BatchContext& ctx) {
+    std::vector<Task<io::Buffer>> reads;
+    for (Index i : indices) reads.push_back(ctx.io->read_file(files->path(i)));
+    std::vector<io::Buffer> buffers = co_await when_all(std::move(reads));
+    co_await ctx.cpu();
+    at::Tensor lengths = at::empty({static_cast<std::int64_t>(indices.size())}, at::kLong);
+    std::int64_t first_bytes = 0;
+    for (std::size_t k = 0; k < buffers.size(); ++k) {
+      lengths.data_ptr<std::int64_t>()[k] = static_cast<std::int64_t>(buffers[k].size());
+      if (buffers[k].size() > 0) first_bytes += static_cast<std::int64_t>(buffers[k].bytes()[0]);
+    }
+    co_return std::pair{lengths, first_bytes};
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("loader") {
+  TEST_CASE("when_all runs tasks at once and returns their results in order, or the first error") {
+    ThreadExecutor pool(2);
+    auto hop_and_square = [](ThreadExecutor& p, int v) -> Task<int> {
+      co_await p.schedule();
+      if (v == 7 || v == 9) throw std::runtime_error("bad " + std::to_string(v));
+      co_return v * v;
+    };
+    std::vector<Task<int>> tasks;
+    for (int v = 0; v < 50; ++v) {
+      if (v != 7 && v != 9) tasks.push_back(hop_and_square(pool, v));
+    }
+    const auto squares = sync_wait(when_all(std::move(tasks)));
+    REQUIRE(squares.size() == 48);
+    CHECK(squares[0] == 0);
+    CHECK(squares[7] == 64);
+    CHECK(squares[47] == 49 * 49);
+    std::vector<Task<int>> failing;
+    for (int v : {1, 9, 7, 2}) failing.push_back(hop_and_square(pool, v));
+    CHECK_THROWS_WITH(sync_wait(when_all(std::move(failing))), "bad 9");
+    CHECK(sync_wait(when_all(std::vector<Task<int>>{})).empty());
+  }
+
+  TEST_CASE("get_async reads on the driver, works on a worker, and keeps batches in order") {
+    Files files(40);
+    for (int workers : {0, 2}) {
+      CAPTURE(workers);
+      FileLengths dataset{&files, 40};
+      auto seen = dataset.seen;
+      auto loader = make_data_loader(dataset, {.batch_size = 8, .num_workers = workers});
+      std::vector<std::int64_t> lengths;
+      for (auto& batch : loader) {
+        auto v = values(batch);
+        lengths.insert(lengths.end(), v.begin(), v.end());
+      }
+      std::vector<std::int64_t> expected(40);
+      for (int i = 0; i < 40; ++i) expected[static_cast<std::size_t>(i)] = i;
+      CHECK(lengths == expected);
+      CHECK(seen->on_driver_before_cpu == 40);
+      CHECK(seen->on_worker_after_cpu == (workers ? 40 : 0));
+      CHECK(seen->worker_info_after_cpu == (workers ? 40 : 0));
+    }
+  }
+
+  TEST_CASE("a failed read names the path and the sample; the rest of the epoch arrives") {
+    Files files(12);
+    std::filesystem::remove(files.path(5));
+    auto loader =
+        make_data_loader(FileLengths{&files, 12}, {.batch_size = 4, .num_workers = 2});
+    auto epoch = loader.epoch();
+    auto first = sync_wait(epoch.next());
+    REQUIRE(first);
+    CHECK(values(*first) == std::vector<std::int64_t>{0, 1, 2, 3});
+    try {
+      sync_wait(epoch.next());
+      FAIL("batch 1 should have failed");
+    } catch (const WorkerError& e) {
+      const std::string what = e.what();
+      CHECK(e.index() == 5);
+      CHECK(e.batch() == 1);
+      CHECK(what.find(files.path(5)) != std::string::npos);
+      CHECK(what.find("No such file or directory") != std::string::npos);
+    }
+    auto third = sync_wait(epoch.next());
+    REQUIRE(third);
+    CHECK(values(*third) == std::vector<std::int64_t>{8, 9, 10, 11});
+    CHECK_FALSE(sync_wait(epoch.next()));
+  }
+
+  TEST_CASE("get_batch_async builds whole batches, preferred over per-sample get") {
+    Files files(10);
+    static_assert(std::is_same_v<DataLoader<BatchLengths>::batch_type,
+                                 std::pair<at::Tensor, std::int64_t>>);
+    for (int workers : {0, 2}) {
+      CAPTURE(workers);
+      auto loader =
+          make_data_loader(BatchLengths{&files, 10}, {.batch_size = 4, .num_workers = workers});
+      std::vector<std::vector<std::int64_t>> lengths;
+      std::vector<std::int64_t> firsts;
+      for (auto& [t, first] : loader) {
+        lengths.push_back(values(t));
+        firsts.push_back(first);
+      }
+      CHECK(lengths == std::vector<std::vector<std::int64_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9}});
+      // File i starts with 'a' + i; file 0 is empty.
+      CHECK(firsts == std::vector<std::int64_t>{'b' + 'c' + 'd', 'e' + 'f' + 'g' + 'h', 'i' + 'j'});
+    }
+  }
+
+  TEST_CASE("destroying a loader with reads in flight returns and leaves no thread behind") {
+    Files files(64);
+    for (int round = 0; round < 3; ++round) {
+      auto loader = make_data_loader(FileLengths{&files, 64},
+                                     {.batch_size = 16, .num_workers = 2, .prefetch_factor = 2});
+      auto epoch = loader.epoch();
+      auto first = sync_wait(epoch.next());
+      REQUIRE(first);
+      CHECK(first->numel() == 16);
+    }
+  }
+}
