@@ -3,6 +3,7 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <stdexcept>
 
@@ -55,6 +56,18 @@ std::vector<at::Tensor> TensorDataset::get_batch(std::span<const Index> indices)
   batch.reserve(tensors_.size());
   for (const auto& t : tensors_) batch.push_back(t.index_select(0, idx));
   return batch;
+}
+
+std::int64_t detail::SkipLog::skip(Index index, const std::string& what) {
+  const std::int64_t n = count_.fetch_add(1, std::memory_order_relaxed) + 1;
+  bool first = false;
+  {
+    std::lock_guard lock(mutex_);
+    first = named_.insert(index).second;
+  }
+  if (first) std::fprintf(stderr, "coload: skipping sample %lld: %s\n",
+                          static_cast<long long>(index), what.c_str());
+  return n;
 }
 
 }  // namespace coload

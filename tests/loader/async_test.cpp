@@ -158,6 +158,35 @@ TEST_SUITE("loader") {
     CHECK_FALSE(sync_wait(epoch.next()));
   }
 
+  TEST_CASE("on_error = skip leaves failed samples out, counts them, and drops emptied batches") {
+    struct Flaky {
+      std::int64_t size() const { return 12; }
+      std::int64_t get(Index i) const {
+        if (i == 5 || (i >= 8)) throw std::runtime_error("sample " + std::to_string(i) + " is bad");
+        return i;
+      }
+    };
+    for (int workers : {0, 2}) {
+      CAPTURE(workers);
+      auto loader = make_data_loader(
+          Flaky{}, {.batch_size = 4, .num_workers = workers, .on_error = OnError::skip});
+      std::vector<std::vector<std::int64_t>> got;
+      for (auto& b : loader) got.push_back(values(b));
+      // Batch 2 (8..11) lost every sample, so the epoch has two batches.
+      CHECK(got == std::vector<std::vector<std::int64_t>>{{0, 1, 2, 3}, {4, 6, 7}});
+      CHECK(loader.skipped() == 5);
+    }
+    // The asynchronous path: a missing file is skipped the same way.
+    Files files(12);
+    std::filesystem::remove(files.path(5));
+    auto loader = make_data_loader(FileLengths{&files, 12},
+                                   {.batch_size = 4, .num_workers = 2, .on_error = OnError::skip});
+    std::vector<std::vector<std::int64_t>> got;
+    for (auto& b : loader) got.push_back(values(b));
+    CHECK(got == std::vector<std::vector<std::int64_t>>{{0, 1, 2, 3}, {4, 6, 7}, {8, 9, 10, 11}});
+    CHECK(loader.skipped() == 1);
+  }
+
   TEST_CASE("get_batch_async builds whole batches, preferred over per-sample get") {
     Files files(10);
     static_assert(std::is_same_v<DataLoader<BatchLengths>::batch_type,

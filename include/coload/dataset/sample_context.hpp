@@ -6,7 +6,11 @@
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
+#include <mutex>
 #include <span>
+#include <string>
+#include <unordered_set>
 
 #include "coload/exec/thread_executor.hpp"
 #include "coload/exec/worker_info.hpp"
@@ -102,6 +106,35 @@ struct SampleContext {
   detail::CpuAwaiter cpu() const noexcept { return {cpu_place}; }
 };
 
+/// What the loader does with a sample that fails to load (LoaderOptions::on_error).
+enum class OnError {
+  /// The batch's place in the epoch delivers the error (a WorkerError naming the sample).
+  raise,
+  /// The sample is left out of its batch, counted, and named once on stderr.
+  skip,
+};
+
+/// Thrown by a get_batch_async whose every sample was skipped: the batch is left out of the
+/// epoch.
+struct EmptyBatch {};
+
+namespace detail {
+/// Counts and reports skipped samples for one loader; thread-safe.
+class SkipLog {
+ public:
+  /// Records that sample `index` was skipped because of `what` (named on stderr once per
+  /// index); returns the number skipped so far.
+  std::int64_t skip(Index index, const std::string& what);
+  /// How many samples were skipped.
+  std::int64_t count() const noexcept { return count_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::int64_t> count_{0};
+  std::mutex mutex_;
+  std::unordered_set<Index> named_;
+};
+}  // namespace detail
+
 /// Passed to `get_batch_async(indices, ctx)`: one batch's indices, and what each sample's
 /// context is made of.
 struct BatchContext {
@@ -117,6 +150,18 @@ struct BatchContext {
   io::Reader* io = nullptr;
   /// Where `cpu()` goes; set by the loader.
   detail::CpuPlace cpu_place{};
+  /// The loader's policy for a sample that fails to load.
+  OnError on_error = OnError::raise;
+  /// Where skipped samples are counted (set by the loader; nullptr counts nothing).
+  detail::SkipLog* skip_log = nullptr;
+
+  /// With `on_error = skip`: records that the sample at `position` was left out because of
+  /// `what` and returns true; with `raise`, returns false (the caller throws).
+  bool skip(std::size_t position, const std::string& what) const {
+    if (on_error != OnError::skip) return false;
+    if (skip_log) skip_log->skip(indices[position], what);
+    return true;
+  }
 
   /// The context of the sample at `position` in the batch, with its own Rng.
   SampleContext sample(std::size_t position) const noexcept {

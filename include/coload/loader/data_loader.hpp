@@ -392,6 +392,8 @@ class EpochRun final : public RunBase<D, C> {
           outcome.batch.emplace(co_await core.fetch_batch_async(*self, indices, batch_no));
         } catch (const Cancelled&) {
           dropped = true;
+        } catch (const EmptyBatch&) {
+          // Every sample was skipped: the batch number completes as a skip.
         } catch (...) {
           outcome.error = std::current_exception();
         }
@@ -414,6 +416,8 @@ class EpochRun final : public RunBase<D, C> {
           outcome.batch.emplace(core.fetch_batch(*self, indices, info, batch_no));
         } catch (const Cancelled&) {
           dropped = true;
+        } catch (const EmptyBatch&) {
+          // Every sample was skipped: the batch number completes as a skip.
         } catch (...) {
           outcome.error = std::current_exception();
         }
@@ -760,9 +764,12 @@ class LoaderCore {
           try {
             samples.push_back(get_sample(dataset, i, ctx));
           } catch (...) {
-            throw wrap_current_exception(worker, batch_no, i, "fetching");
+            auto error = wrap_current_exception(worker, batch_no, i, "fetching");
+            if (options.on_error != OnError::skip) throw error;
+            skips.skip(i, error.what());
           }
         }
+        if (samples.empty()) throw EmptyBatch{};
       }
       return collate_samples(std::move(samples), worker, batch_no);
     }
@@ -780,14 +787,15 @@ class LoaderCore {
   {
     const CpuPlace place = cpu_place(run);
     if constexpr (Plan::path == FetchPath::whole_batch_async) {
-      BatchContext ctx{indices, batch_no, run.epoch(), run.sample_seed(), reader.get(), place};
+      BatchContext ctx{indices, batch_no, run.epoch(), run.sample_seed(), reader.get(), place,
+                       options.on_error, &skips};
       try {
         co_return co_await dataset.get_batch_async(indices, ctx);
       } catch (...) {
         throw wrap_current_exception(current_worker_id_or_driver(), batch_no, -1, "fetching");
       }
     } else {
-      std::vector<Task<typename Plan::sample>> tasks;
+      std::vector<Task<std::optional<typename Plan::sample>>> tasks;
       tasks.reserve(indices.size());
       for (Index i : indices) {
         tasks.push_back(sample_async(
@@ -795,8 +803,14 @@ class LoaderCore {
                           nullptr, reader.get(), place},
             batch_no));
       }
-      auto samples = co_await when_all(std::move(tasks));
+      auto fetched = co_await when_all(std::move(tasks));
       if (run.cancelled()) throw Cancelled{};
+      std::vector<typename Plan::sample> samples;
+      samples.reserve(fetched.size());
+      for (auto& s : fetched) {
+        if (s) samples.push_back(std::move(*s));
+      }
+      if (samples.empty()) throw EmptyBatch{};
       // Collating is CPU work: a fetch whose samples did none of theirs on a worker moves now.
       if (executor && !detail::current_worker_info()) co_await CpuAwaiter{place};
       co_return collate_samples(std::move(samples), current_worker_id_or_driver(), batch_no);
@@ -845,16 +859,23 @@ class LoaderCore {
   Driver driver;
   std::unique_ptr<ThreadExecutor> executor;
   std::unique_ptr<io::Reader> reader;  // asynchronous datasets only; driver after construction
+  SkipLog skips;
 
  private:
-  /// One sample of an asynchronous fetch; its failure names the sample.
-  Task<typename Plan::sample> sample_async(SampleContext ctx, std::int64_t batch_no) {
+  /// One sample of an asynchronous fetch; its failure names the sample, and with
+  /// `on_error = skip` leaves it out (an empty result).
+  Task<std::optional<typename Plan::sample>> sample_async(SampleContext ctx,
+                                                          std::int64_t batch_no) {
+    std::optional<WorkerError> error;
     try {
       co_return co_await dataset.get_async(ctx.index, ctx);
     } catch (...) {
-      throw wrap_current_exception(current_worker_id_or_driver(), batch_no, ctx.index,
-                                   "fetching");
+      error.emplace(wrap_current_exception(current_worker_id_or_driver(), batch_no, ctx.index,
+                                           "fetching"));
     }
+    if (options.on_error != OnError::skip) throw *error;
+    skips.skip(ctx.index, error->what());
+    co_return std::nullopt;
   }
 
   AnyBatchSampler make_batch_sampler() {
@@ -918,6 +939,8 @@ class DataLoader {
 
   /// The number of batches in an epoch, as `len(DataLoader)` (honours drop_last).
   std::int64_t size() const { return core_->size(); }
+  /// How many samples `on_error = skip` has left out so far, over all epochs.
+  std::int64_t skipped() const noexcept { return core_->skips.count(); }
   /// The dataset.
   D& dataset() noexcept { return core_->dataset; }
   /// The options, as given (except `sampler` and `batch_sampler`, moved into the pipeline).

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "coload/collate/collate.hpp"
+#include "coload/dataset/sample_context.hpp"
 #include "coload/exec/worker_info.hpp"
 #include "coload/sampler/sampler.hpp"
 
@@ -44,6 +45,10 @@ struct LoaderOptions {
   bool in_order = true;
   /// Seeds the shuffle order and every sample's Rng; unset draws from ATen's default generator.
   std::optional<std::uint64_t> seed{};
+  /// A sample that fails to load: `raise` delivers the error in its batch's place; `skip`
+  /// leaves the sample out of its batch (an emptied batch is left out of the epoch), counts
+  /// it (DataLoader::skipped()) and names it once on stderr.
+  OnError on_error = OnError::raise;
 };
 
 namespace detail {
