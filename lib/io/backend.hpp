@@ -42,15 +42,4 @@ inline std::size_t first_read_size(const ReaderOptions& options) noexcept {
   return round_up(options.first_read == 0 ? 1 : options.first_read, Buffer::alignment);
 }
 
-// NOTE: a buffer filled to less than half its capacity is copied into a snug one: a reader
-// asked for 128 KiB first reads must not pin 128 KiB behind every 2 KiB file it returns.
-inline void shrink_to_fit(Buffer& buffer) {
-  if (buffer.size() >= buffer.capacity() / 2 || buffer.capacity() <= Buffer::alignment) return;
-  Buffer snug(buffer.size());
-  if (buffer.size() != 0) {
-    std::memcpy(snug.data(), buffer.data(), buffer.size());
-  }
-  buffer = std::move(snug);
-}
-
 }  // namespace coload::io::detail

@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
 #include <asio/post.hpp>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,7 +35,6 @@ struct Job {
   // Inputs.
   const char* path = nullptr;
   int open_flags = 0;
-  std::size_t first_read = 0;
   int fd = -1;
   std::uint64_t offset = 0;
   std::span<std::byte> out;
@@ -43,6 +45,8 @@ struct Job {
   std::size_t bytes = 0;
   std::uint64_t size = 0;
   std::coroutine_handle<> waiter;
+  // Keeps io_context::run() from returning while the job is out, as Asio's own operations do.
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
 
   void fail(const char* call, int e) noexcept {
     failed = call;
@@ -79,40 +83,47 @@ ssize_t read_fully(int fd, std::byte* buf, std::size_t len, std::uint64_t offset
   return static_cast<ssize_t>(done);
 }
 
-void run_read_file(Job& job) {
+// `staging` is the thread's own first_read-sized buffer: the first read lands there and is
+// copied into a Buffer of the exact size (see the io_uring backend for why).
+void run_read_file(Job& job, Buffer& staging) {
   int flags = job.open_flags;
   const int fd = open_read_only(job.path, flags);
   if (fd < 0) return job.fail("open", errno);
-  Buffer buffer(0, job.first_read);
-  std::size_t want = job.first_read;
-  for (;;) {
-    const std::size_t total = buffer.size();
-    const ssize_t n = read_fully(fd, buffer.data() + total, want, total);
-    if (n < 0) {
-      job.fail("read", errno);
-      break;
-    }
-    buffer.resize(total + static_cast<std::size_t>(n));
-    if (static_cast<std::size_t>(n) < want) break;
-    // The buffer is full: size the rest as the io_uring backend does, plus one byte to see
-    // the end (rounded up for O_DIRECT).
+  const ssize_t first = read_fully(fd, staging.data(), staging.capacity(), 0);
+  if (first < 0) {
+    job.fail("read", errno);
+    ::close(fd);
+    return;
+  }
+  Buffer buffer(static_cast<std::size_t>(first));
+  if (first > 0) std::memcpy(buffer.data(), staging.data(), buffer.size());
+  std::size_t want = staging.capacity();
+  std::size_t last = static_cast<std::size_t>(first);
+  while (last == want) {
+    // The last read filled its buffer: size the rest as the io_uring backend does, plus one
+    // byte to see the end (rounded up for O_DIRECT).
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
       job.fail("stat", errno);
       break;
     }
     const auto size = static_cast<std::uint64_t>(st.st_size);
-    if (size <= buffer.size()) break;
-    want = round_up(size - buffer.size() + 1, Buffer::alignment);
-    Buffer grown(buffer.size(), buffer.size() + want);
-    std::memcpy(grown.data(), buffer.data(), buffer.size());
+    const std::size_t total = buffer.size();
+    if (size <= total) break;
+    want = round_up(size - total + 1, Buffer::alignment);
+    Buffer grown(total, total + want);
+    std::memcpy(grown.data(), buffer.data(), total);
     buffer = std::move(grown);
+    const ssize_t n = read_fully(fd, buffer.data() + total, want, total);
+    if (n < 0) {
+      job.fail("read", errno);
+      break;
+    }
+    last = static_cast<std::size_t>(n);
+    buffer.resize(total + last);
   }
   ::close(fd);
-  if (job.error == 0) {
-    shrink_to_fit(buffer);
-    job.buffer = std::move(buffer);
-  }
+  if (job.error == 0) job.buffer = std::move(buffer);
 }
 
 void run_open(Job& job) {
@@ -154,6 +165,11 @@ struct Completions {
   }
 };
 
+void resume(Job* job) {
+  job->work.reset();
+  job->waiter.resume();
+}
+
 class PreadBackend final : public ReaderBackend {
  public:
   PreadBackend(asio::io_context& ctx, const ReaderOptions& options)
@@ -176,9 +192,9 @@ class PreadBackend final : public ReaderBackend {
     for (auto& t : threads_) t.join();
     for (Job* job : unstarted) {
       job->fail(job->kind == Job::Kind::read_at ? "read" : "open", ECANCELED);
-      job->waiter.resume();
+      resume(job);
     }
-    while (Job* job = completions_->pop()) job->waiter.resume();
+    while (Job* job = completions_->pop()) resume(job);
   }
 
   Task<Buffer> read_file(std::string path) override {
@@ -186,7 +202,6 @@ class PreadBackend final : public ReaderBackend {
     job.kind = Job::Kind::read_file;
     job.path = path.c_str();
     job.open_flags = open_flags();
-    job.first_read = first_read_;
     co_await run(job);
     if (job.error != 0) throw IoError(std::move(path), job.failed, job.error);
     co_return std::move(job.buffer);
@@ -244,6 +259,7 @@ class PreadBackend final : public ReaderBackend {
 
   void enqueue(Job* job) {
     operations_.fetch_add(1, std::memory_order_relaxed);
+    job->work.emplace(ctx_.get_executor());
     {
       std::lock_guard lock(mutex_);
       queue_.push_back(job);
@@ -252,6 +268,7 @@ class PreadBackend final : public ReaderBackend {
   }
 
   void work() {
+    Buffer staging(0, first_read_);
     for (;;) {
       Job* job;
       {
@@ -262,7 +279,7 @@ class PreadBackend final : public ReaderBackend {
         queue_.pop_front();
       }
       switch (job->kind) {
-        case Job::Kind::read_file: run_read_file(*job); break;
+        case Job::Kind::read_file: run_read_file(*job, staging); break;
         case Job::Kind::open: run_open(*job); break;
         case Job::Kind::read_at: run_read_at(*job); break;
       }
@@ -281,7 +298,7 @@ class PreadBackend final : public ReaderBackend {
     if (post) {
       asio::post(ctx_, [completions = completions_] {
         // A job resumed here may destroy the backend; the destructor then resumes the rest.
-        while (Job* job = completions->pop()) job->waiter.resume();
+        while (Job* job = completions->pop()) resume(job);
       });
     }
   }

@@ -31,7 +31,8 @@ struct ReaderOptions {
   /// refuses O_DIRECT for a file (EINVAL) gets that file read buffered instead.
   bool direct = false;
   /// Bytes read_file asks for in its first read; larger files take a follow-up read.
-  /// Rounded up to Buffer::alignment.
+  /// Rounded up to Buffer::alignment. Each file slot (each pread thread) keeps a staging
+  /// buffer of this size, and read_file returns Buffers of the exact file size.
   std::size_t first_read = 128 * 1024;
   /// Slots of the ring's registered file table; 0 picks one per possible chain in flight.
   unsigned file_slots = 0;
@@ -60,7 +61,9 @@ class ReaderBackend;
 /// return lazy tasks; awaiting one starts the operation and resumes the awaiting coroutine
 /// on the io_context's thread once it has finished (never inline inside the co_await that
 /// started it). Operations may be started from the io_context's thread (the fast path) or
-/// from another thread, in which case the start is posted to the io_context.
+/// from another thread, in which case the start is posted to the io_context. Operations in
+/// flight keep io_context::run() from returning, as Asio's own operations do; an idle Reader
+/// does not.
 ///
 /// With io_uring, every operation started during one turn of the io_context's loop reaches
 /// the kernel in a single submit, at most a completion queue's worth of operations are in
