@@ -1,0 +1,149 @@
+#include "coload/vision/pipeline.hpp"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <system_error>
+
+#include "coload/coro/when_all.hpp"
+#include "coload/io/reader.hpp"
+#include "coload/vision/decode.hpp"
+
+namespace coload::vision {
+
+namespace {
+
+/// The whole file at `path`, read with plain reads (outside a loader's reader).
+std::vector<std::byte> read_whole_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw std::system_error(errno, std::generic_category(), "cannot open '" + path + "'");
+  }
+  std::vector<std::byte> data;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) data.reserve(static_cast<std::size_t>(st.st_size));
+  std::byte chunk[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int e = errno;
+      ::close(fd);
+      throw std::system_error(e, std::generic_category(), "cannot read '" + path + "'");
+    }
+    if (n == 0) break;
+    data.insert(data.end(), chunk, chunk + n);
+  }
+  ::close(fd);
+  return data;
+}
+
+}  // namespace
+
+at::Tensor DefaultImageLoader::operator()(const std::string& path) const {
+  return PILToTensor{}(decode_file(path));
+}
+
+ImagePipeline::ImagePipeline(const std::filesystem::path& root, Transform transform,
+                             FolderOptions options)
+    : ImagePipeline(
+          [&] {
+            if (!options.extensions && !options.is_valid_file) {
+              options.extensions.emplace(image_extensions.begin(), image_extensions.end());
+            }
+            return index_folder(root, options);
+          }(),
+          std::move(transform)) {}
+
+ImagePipeline::ImagePipeline(FolderIndex index, Transform transform)
+    : index_(std::make_shared<const FolderIndex>(std::move(index))),
+      transform_(std::move(transform)) {}
+
+int ImagePipeline::output_size() const noexcept {
+  if (const auto* train = std::get_if<TrainTransform>(&transform_)) return train->size;
+  return std::get<EvalTransform>(transform_).crop_size;
+}
+
+void ImagePipeline::transform_into(std::span<const std::byte> encoded, const std::string& path,
+                                   Rng& rng, float* dst) const {
+  try {
+    if (const auto* train = std::get_if<TrainTransform>(&transform_)) {
+      (*train)(encoded, rng, dst);
+    } else {
+      std::get<EvalTransform>(transform_)(encoded, dst);
+    }
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot load image '" + path + "': " + e.what());
+  }
+}
+
+ImagePipeline::sample_type ImagePipeline::get(Index index, SampleContext& ctx) const {
+  const Index i = detail::checked_folder_index(index, size());
+  const auto& sample = index_->samples[static_cast<std::size_t>(i)];
+  const int s = output_size();
+  at::Tensor image = at::empty({3, s, s}, at::kFloat);
+  const std::vector<std::byte> data = read_whole_file(sample.path);
+  transform_into(data, sample.path, ctx.rng, image.data_ptr<float>());
+  return {std::move(image), sample.class_index};
+}
+
+Task<bool> ImagePipeline::fetch_one(BatchContext& ctx, std::size_t position, float* dst) const {
+  const Index i = detail::checked_folder_index(ctx.indices[position], size());
+  const std::string& path = index_->samples[static_cast<std::size_t>(i)].path;
+  std::exception_ptr error;
+  std::string what;
+  try {
+    if (ctx.io) {
+      io::Buffer data = co_await ctx.io->read_file(path);
+      co_await ctx.cpu();
+      SampleContext sample = ctx.sample(position);
+      transform_into(data.bytes(), path, sample.rng, dst);
+    } else {
+      co_await ctx.cpu();
+      SampleContext sample = ctx.sample(position);
+      transform_into(read_whole_file(path), path, sample.rng, dst);
+    }
+    co_return true;
+  } catch (const std::exception& e) {
+    error = std::current_exception();
+    what = e.what();
+  }
+  if (!ctx.skip(position, what)) std::rethrow_exception(error);
+  co_return false;
+}
+
+Task<ImagePipeline::batch_type> ImagePipeline::get_batch_async(std::span<const Index> indices,
+                                                              BatchContext& ctx) const {
+  const auto n = static_cast<std::int64_t>(indices.size());
+  const std::int64_t s = output_size();
+  at::Tensor images = at::empty({n, 3, s, s}, at::kFloat);
+  at::Tensor labels = at::empty({n}, at::kLong);
+  float* rows = images.data_ptr<float>();
+  auto* label = labels.data_ptr<std::int64_t>();
+  std::vector<Task<bool>> loads;
+  loads.reserve(indices.size());
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    const Index i = detail::checked_folder_index(indices[k], size());
+    label[k] = index_->samples[static_cast<std::size_t>(i)].class_index;
+    loads.push_back(fetch_one(ctx, k, rows + static_cast<std::int64_t>(k) * 3 * s * s));
+  }
+  const std::vector<bool> loaded = co_await when_all(std::move(loads));
+  std::vector<std::int64_t> keep;
+  keep.reserve(loaded.size());
+  for (std::size_t k = 0; k < loaded.size(); ++k) {
+    if (loaded[k]) keep.push_back(static_cast<std::int64_t>(k));
+  }
+  if (keep.empty()) throw EmptyBatch{};
+  if (static_cast<std::int64_t>(keep.size()) == n) co_return batch_type{images, labels};
+  // NOTE: with skipped samples the batch shrinks; one copy of the rows that loaded.
+  const at::Tensor rows_kept = at::tensor(keep, at::kLong);
+  co_return batch_type{images.index_select(0, rows_kept), labels.index_select(0, rows_kept)};
+}
+
+}  // namespace coload::vision

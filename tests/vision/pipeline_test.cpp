@@ -1,0 +1,1 @@
+// Specification of vision::ImagePipeline through the loader (in progress).
