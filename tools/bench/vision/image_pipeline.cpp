@@ -274,6 +274,34 @@ std::int64_t decode_pass(const std::vector<std::string>& files, int threads) {
   return done.load();
 }
 
+// CPU seconds (user + system) of each live thread of this process whose name starts with
+// `prefix`, summed: from /proc/self/task/*/stat, so in clock ticks (10 ms), fine over epochs.
+// Used to split coload's CPU between its driver, its workers and the consumer.
+double threads_cpu_seconds(std::string_view prefix) {
+  double total = 0;
+  std::error_code ec;
+  for (const auto& task : fs::directory_iterator("/proc/self/task", ec)) {
+    std::FILE* f = std::fopen((task.path() / "stat").c_str(), "r");
+    if (!f) continue;
+    char line[1024] = {};
+    const std::size_t n = std::fread(line, 1, sizeof line - 1, f);
+    std::fclose(f);
+    const std::string_view st(line, n);
+    // "tid (name) S ppid ...": the name may hold spaces, so split at the last ')'.
+    const auto open = st.find('('), close = st.rfind(')');
+    if (open == std::string_view::npos || close == std::string_view::npos) continue;
+    if (st.substr(open + 1, close - open - 1).substr(0, prefix.size()) != prefix) continue;
+    unsigned long long utime = 0, stime = 0;
+    // After ") " come fields 3..: state, ppid, pgrp, session, tty, tpgid, flags, minflt,
+    // cminflt, majflt, cmajflt, utime (14), stime (15).
+    if (std::sscanf(line + close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+                    &utime, &stime) == 2) {
+      total += static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+    }
+  }
+  return total;
+}
+
 // --- PyTorch, through image_pipeline_pytorch.py -----------------------------------------------
 struct PyResult {
   std::optional<Rate> rate;
@@ -503,6 +531,9 @@ int main(int argc, char** argv) {
                warm_s);
 
   std::optional<Rate> decode_only, coload_rate;
+  struct {
+    double total_ms = 0, driver_ms = 0, consumer_ms = 0;
+  } threads_split;
   try {
     decode_only = measure("decode_only", args.epochs, images,
                           [&] { return decode_pass(files, kWorkers); });
@@ -510,6 +541,9 @@ int main(int argc, char** argv) {
     auto loader = coload::make_data_loader(
         *pipeline, {.batch_size = kBatch, .shuffle = true, .num_workers = kWorkers,
                     .seed = kSeed});
+    // For --breakdown: CPU of the whole process, of the driver thread and of this (consumer)
+    // thread across all coload epochs, warm-up included; the workers get what is left.
+    const double proc0 = cpu_seconds(), main0 = thread_cpu_seconds();
     coload_rate = measure("coload", args.epochs, images, [&] {
       std::int64_t delivered = 0;
       for (auto&& [x, y] : loader) {
@@ -523,6 +557,11 @@ int main(int argc, char** argv) {
       }
       return delivered;
     });
+    const double all_images = static_cast<double>(images) * (args.epochs + 1);
+    threads_split.consumer_ms = 1e3 * (thread_cpu_seconds() - main0) / all_images;
+    // The driver lives as long as the loader, so its whole life is these epochs (plus setup).
+    threads_split.driver_ms = 1e3 * threads_cpu_seconds("coload-driver") / all_images;
+    threads_split.total_ms = 1e3 * (cpu_seconds() - proc0) / all_images;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "\nimage_pipeline: %s\n", e.what());
     return 1;
@@ -626,6 +665,11 @@ int main(int argc, char** argv) {
       std::printf("coload spends %.3f CPU ms per image: read + transform %.3f, the rest %.3f "
                   "(loader: driver, io, batching, threads)\n",
                   coload_rate->cpu_ms_per_image, work, coload_rate->cpu_ms_per_image - work);
+      std::printf("coload's CPU per image by thread, all epochs: driver %.3f, consumer %.3f, "
+                  "workers and the rest %.3f (total %.3f)\n",
+                  threads_split.driver_ms, threads_split.consumer_ms,
+                  threads_split.total_ms - threads_split.driver_ms - threads_split.consumer_ms,
+                  threads_split.total_ms);
       std::printf("of which a fresh batch tensor's page faults (alloc + first touch + free) "
                   "account for about %.3f\n",
                   split->fresh_batch_ms);
