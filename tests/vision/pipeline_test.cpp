@@ -8,8 +8,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/ScalarType.h>
 #include <fcntl.h>
-#include <sys/types.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,8 +52,12 @@ namespace {
 using Batch = ImagePipeline::batch_type;
 
 // Small outputs keep every test fast.
-TrainTransform small_train() { return TrainTransform{.size = 32}; }
-EvalTransform small_eval() { return EvalTransform{.resize_size = 40, .crop_size = 32}; }
+TrainTransform small_train() {
+  return TrainTransform{.size = 32};
+}
+EvalTransform small_eval() {
+  return EvalTransform{.resize_size = 40, .crop_size = 32};
+}
 
 // Writes a synthetic JPEG (quality 90, 4:2:0) at `path`, creating its folder.
 void write_jpeg(const fs::path& path, std::uint32_t seed, int width = 64, int height = 48) {
@@ -239,7 +243,6 @@ void check_against_single(const ImagePipeline& pipeline, const std::vector<Batch
   CHECK(next == n);
 }
 
-
 // Sets COLOAD_IO=pread (the loader's reader then uses its pread pool) for its lifetime.
 class ForcePread {
  public:
@@ -321,7 +324,8 @@ BadInput corrupt_frame() {
             std::vector<std::uint8_t> bytes = valid_jpeg_bytes(4);
             const auto [first, last] = segment_payload(bytes, 0xc0);
             const auto garbage = random_bytes(last - first, 11);
-            std::copy(garbage.begin(), garbage.end(), bytes.begin() + static_cast<std::ptrdiff_t>(first));
+            std::copy(garbage.begin(), garbage.end(),
+                      bytes.begin() + static_cast<std::ptrdiff_t>(first));
             test::write_bytes(p, bytes);
           },
           {},
@@ -341,7 +345,9 @@ BadInput truncated() {
 }
 
 BadInput zero_bytes() {
-  return {"zero-byte .jpg", [](const fs::path& p) { test::write_bytes(p, std::string()); }, {},
+  return {"zero-byte .jpg",
+          [](const fs::path& p) { test::write_bytes(p, std::string()); },
+          {},
           {"cannot load image 'PATH'", "empty data (0 bytes)"}};
 }
 
@@ -360,7 +366,8 @@ BadInput dangling_symlink() {
 }
 
 BadInput deleted_after_indexing() {
-  return {"file deleted after indexing", [](const fs::path& p) { write_jpeg(p, 5); },
+  return {"file deleted after indexing",
+          [](const fs::path& p) { write_jpeg(p, 5); },
           [](const fs::path& p) { REQUIRE(fs::remove(p)); },
           {"cannot open 'PATH'", "No such file or directory"}};
 }
@@ -368,8 +375,11 @@ BadInput deleted_after_indexing() {
 // A directory where a sample's file should be: indexing walks into it (as torchvision does), so
 // it reaches the pipeline only through an index made by hand.
 BadInput directory_in_index() {
-  return {"directory in a hand-made index", [](const fs::path& p) { fs::create_directory(p); },
-          {}, {"'PATH'", "Is a directory"}, true};
+  return {"directory in a hand-made index",
+          [](const fs::path& p) { fs::create_directory(p); },
+          {},
+          {"'PATH'", "Is a directory"},
+          true};
 }
 
 // The fragment with "PATH" replaced by `path`.
@@ -445,7 +455,8 @@ void check_batch(const ImagePipeline& pipeline, const Batch& batch,
   for (std::int64_t r = 0; r < rows; ++r) {
     const Index i = indices[static_cast<std::size_t>(r)];
     CAPTURE(i);
-    CHECK(labels[static_cast<std::size_t>(r)] == pipeline.index().targets[static_cast<std::size_t>(i)]);
+    CHECK(labels[static_cast<std::size_t>(r)] ==
+          pipeline.index().targets[static_cast<std::size_t>(i)]);
     CHECK(same_bits(batch.first[r], single(pipeline, i, 0).first));
   }
 }
@@ -482,8 +493,8 @@ void check_raise(const BadInput& input) {
     REQUIRE(pipeline.index().samples[5] == FolderSample{bad.string(), 0});
     folder.after_index();
     auto loader = coload::make_data_loader(
-        pipeline, {.batch_size = 4, .num_workers = setup.workers, .seed = 0,
-                   .on_error = OnError::raise});
+        pipeline,
+        {.batch_size = 4, .num_workers = setup.workers, .seed = 0, .on_error = OnError::raise});
     const std::vector<Delivered> out = run_epoch(loader);
     REQUIRE(out.size() == 3);
     REQUIRE(out[0].batch);
@@ -514,8 +525,8 @@ void check_skip(const BadInput& input) {
     REQUIRE(pipeline.index().samples[5].path == bad.string());
     folder.after_index();
     auto loader = coload::make_data_loader(
-        pipeline, {.batch_size = 4, .num_workers = setup.workers, .seed = 0,
-                   .on_error = OnError::skip});
+        pipeline,
+        {.batch_size = 4, .num_workers = setup.workers, .seed = 0, .on_error = OnError::skip});
     std::vector<Delivered> epoch0;
     std::vector<Delivered> epoch1;
     std::int64_t skipped_after_epoch0 = -1;
@@ -551,7 +562,6 @@ void check_skip(const BadInput& input) {
     }
   }
 }
-
 
 // A FIFO named .jpg, with no writer.
 BadInput fifo() {
@@ -614,8 +624,8 @@ void check_fifo(bool pread) {
       // Indexing files a FIFO as a file (os.walk: anything that is not a folder).
       REQUIRE(pipeline.index().samples.at(5).path == bad.string());
       auto loader = coload::make_data_loader(
-          pipeline, {.batch_size = 4, .num_workers = workers, .timeout = 5, .seed = 0,
-                     .on_error = policy});
+          pipeline,
+          {.batch_size = 4, .num_workers = workers, .timeout = 5, .seed = 0, .on_error = policy});
       std::pair<std::vector<Delivered>, bool> run;
       std::string err;
       {
@@ -648,344 +658,343 @@ void check_fifo(bool pread) {
 }  // namespace
 
 TEST_SUITE("vision") {
+  TEST_CASE(
+      "pipeline: batches through the loader equal get() for the same Rng, with 0, 1 and 3 "
+      "workers") {
+    const SmallFolder folder;
+    for (const bool train : {false, true}) {
+      CAPTURE(train);
+      const ImagePipeline::Transform transform =
+          train ? ImagePipeline::Transform(small_train()) : ImagePipeline::Transform(small_eval());
+      const ImagePipeline pipeline(folder.root(), transform);
+      REQUIRE(pipeline.size() == 10);
+      CHECK(pipeline.output_size() == 32);
+      CHECK(pipeline.index().classes == std::vector<std::string>{"cat", "dog", "owl"});
+      CHECK(pipeline.index().targets == std::vector<std::int64_t>{0, 0, 0, 1, 1, 1, 1, 2, 2, 2});
 
-TEST_CASE("pipeline: batches through the loader equal get() for the same Rng, with 0, 1 and 3 "
-          "workers") {
-  const SmallFolder folder;
-  for (const bool train : {false, true}) {
-    CAPTURE(train);
-    const ImagePipeline::Transform transform =
-        train ? ImagePipeline::Transform(small_train()) : ImagePipeline::Transform(small_eval());
-    const ImagePipeline pipeline(folder.root(), transform);
-    REQUIRE(pipeline.size() == 10);
-    CHECK(pipeline.output_size() == 32);
-    CHECK(pipeline.index().classes == std::vector<std::string>{"cat", "dog", "owl"});
-    CHECK(pipeline.index().targets == std::vector<std::int64_t>{0, 0, 0, 1, 1, 1, 1, 2, 2, 2});
-
-    std::optional<std::vector<Batch>> first;
-    for (const int workers : {0, 1, 3}) {
-      CAPTURE(workers);
-      auto loader = coload::make_data_loader(
-          ImagePipeline(folder.root(), transform),
-          {.batch_size = 4, .num_workers = workers, .seed = 0});
-      CHECK(loader.size() == 3);
-      const std::vector<Batch> batches = batches_of(loader);
-      check_against_single(pipeline, batches, 0);
-      CHECK(loader.skipped() == 0);
-      if (!first) {
-        first = batches;
-        continue;
-      }
-      REQUIRE(first->size() == batches.size());
-      for (std::size_t b = 0; b < batches.size(); ++b) {
-        CAPTURE(b);
-        CHECK(same_bits((*first)[b].first, batches[b].first));
-        CHECK(same_bits((*first)[b].second, batches[b].second));
+      std::optional<std::vector<Batch>> first;
+      for (const int workers : {0, 1, 3}) {
+        CAPTURE(workers);
+        auto loader =
+            coload::make_data_loader(ImagePipeline(folder.root(), transform),
+                                     {.batch_size = 4, .num_workers = workers, .seed = 0});
+        CHECK(loader.size() == 3);
+        const std::vector<Batch> batches = batches_of(loader);
+        check_against_single(pipeline, batches, 0);
+        CHECK(loader.skipped() == 0);
+        if (!first) {
+          first = batches;
+          continue;
+        }
+        REQUIRE(first->size() == batches.size());
+        for (std::size_t b = 0; b < batches.size(); ++b) {
+          CAPTURE(b);
+          CHECK(same_bits((*first)[b].first, batches[b].first));
+          CHECK(same_bits((*first)[b].second, batches[b].second));
+        }
       }
     }
   }
-}
 
-TEST_CASE("pipeline: the eval transform has no randomness: two epochs are equal") {
-  const SmallFolder folder;
-  auto loader = coload::make_data_loader(ImagePipeline(folder.root(), small_eval()),
-                                         {.batch_size = 4, .num_workers = 2, .seed = 0});
-  const std::vector<Batch> epoch0 = batches_of(loader);
-  const std::vector<Batch> epoch1 = batches_of(loader);
-  REQUIRE(epoch0.size() == 3);
-  REQUIRE(epoch1.size() == 3);
-  for (std::size_t b = 0; b < epoch0.size(); ++b) {
-    CAPTURE(b);
-    CHECK(same_bits(epoch0[b].first, epoch1[b].first));
-    CHECK(same_bits(epoch0[b].second, epoch1[b].second));
-  }
-  // And the eval output does not depend on the Rng at all.
-  const ImagePipeline pipeline(folder.root(), small_eval());
-  CHECK(same_bits(single(pipeline, 4, 0, 0).first, single(pipeline, 4, 7, 12345).first));
-}
-
-TEST_CASE("pipeline: the train transform's crops and flips change with the epoch") {
-  const SmallFolder folder;
-  const ImagePipeline pipeline(folder.root(), small_train());
-  auto loader = coload::make_data_loader(ImagePipeline(folder.root(), small_train()),
-                                         {.batch_size = 4, .num_workers = 2, .seed = 0});
-  const std::vector<Batch> epoch0 = batches_of(loader);
-  const std::vector<Batch> epoch1 = batches_of(loader);
-  check_against_single(pipeline, epoch0, 0);
-  check_against_single(pipeline, epoch1, 1);
-  REQUIRE(epoch0.size() == epoch1.size());
-  int differing_images = 0;
-  for (std::size_t b = 0; b < epoch0.size(); ++b) {
-    CHECK(same_bits(epoch0[b].second, epoch1[b].second));  // labels do not move
-    for (std::int64_t r = 0; r < epoch0[b].first.size(0); ++r) {
-      if (!same_bits(epoch0[b].first[r], epoch1[b].first[r])) ++differing_images;
+  TEST_CASE("pipeline: the eval transform has no randomness: two epochs are equal") {
+    const SmallFolder folder;
+    auto loader = coload::make_data_loader(ImagePipeline(folder.root(), small_eval()),
+                                           {.batch_size = 4, .num_workers = 2, .seed = 0});
+    const std::vector<Batch> epoch0 = batches_of(loader);
+    const std::vector<Batch> epoch1 = batches_of(loader);
+    REQUIRE(epoch0.size() == 3);
+    REQUIRE(epoch1.size() == 3);
+    for (std::size_t b = 0; b < epoch0.size(); ++b) {
+      CAPTURE(b);
+      CHECK(same_bits(epoch0[b].first, epoch1[b].first));
+      CHECK(same_bits(epoch0[b].second, epoch1[b].second));
     }
-  }
-  // Ten independent crops: all of them equal in both epochs would be a Rng that ignores the
-  // epoch.
-  CHECK(differing_images >= 8);
-  // A loader seeded alike repeats epoch 0 exactly.
-  auto again = coload::make_data_loader(ImagePipeline(folder.root(), small_train()),
-                                        {.batch_size = 4, .num_workers = 0, .seed = 0});
-  const std::vector<Batch> replay = batches_of(again);
-  REQUIRE(replay.size() == epoch0.size());
-  for (std::size_t b = 0; b < replay.size(); ++b) CHECK(same_bits(replay[b].first, epoch0[b].first));
-}
-
-
-TEST_CASE("pipeline: bad input: a corrupt JPEG (random bytes after SOI)") {
-  check_raise(corrupt_header());
-  check_skip(corrupt_header());
-}
-
-TEST_CASE("pipeline: bad input: a corrupt JPEG (garbage in the frame header)") {
-  check_raise(corrupt_frame());
-  check_skip(corrupt_frame());
-}
-
-TEST_CASE("pipeline: bad input: a truncated JPEG (the first half of a valid file)") {
-  check_raise(truncated());
-  check_skip(truncated());
-}
-
-TEST_CASE("pipeline: bad input: a zero-byte .jpg") {
-  check_raise(zero_bytes());
-  check_skip(zero_bytes());
-}
-
-TEST_CASE("pipeline: bad input: a text file named .jpg") {
-  check_raise(not_an_image());
-  check_skip(not_an_image());
-}
-
-TEST_CASE("pipeline: bad input: a dangling symlink .jpg") {
-  check_raise(dangling_symlink());
-  check_skip(dangling_symlink());
-}
-
-TEST_CASE("pipeline: bad input: a file deleted after indexing") {
-  check_raise(deleted_after_indexing());
-  check_skip(deleted_after_indexing());
-}
-
-
-TEST_CASE("pipeline: bad input: a directory given as a sample by a hand-made index") {
-  check_raise(directory_in_index());
-  check_skip(directory_in_index());
-}
-
-TEST_CASE("pipeline: bad input: a directory named x.jpg in a class is walked into, not loaded") {
-  // torchvision's make_dataset walks a class with os.walk(followlinks=True): a folder named
-  // x.jpg is a folder to descend, never a sample; files inside it are samples of the class,
-  // after the class folder's own files (sorted walk).
-  for (const bool with_file : {false, true}) {
-    CAPTURE(with_file);
-    const BadFolder folder({});
-    const fs::path x = folder.dir / "a/x.jpg";
-    fs::create_directory(x);
-    if (with_file) write_jpeg(x / "inner.jpg", 77);
+    // And the eval output does not depend on the Rng at all.
     const ImagePipeline pipeline(folder.root(), small_eval());
-    FolderOptions options;
-    options.extensions.emplace(coload::vision::image_extensions.begin(),
-                               coload::vision::image_extensions.end());
-    const FolderIndex reference = coload::vision::index_folder(folder.root(), options);
-    CHECK(pipeline.index().samples == reference.samples);
-    CHECK(pipeline.index().targets == reference.targets);
-    for (const FolderSample& s : pipeline.index().samples) CHECK(s.path != x.string());
-    REQUIRE(pipeline.size() == (with_file ? 13 : 12));
-    if (with_file) {
-      CHECK(pipeline.index().samples[6] == FolderSample{(x / "inner.jpg").string(), 0});
+    CHECK(same_bits(single(pipeline, 4, 0, 0).first, single(pipeline, 4, 7, 12345).first));
+  }
+
+  TEST_CASE("pipeline: the train transform's crops and flips change with the epoch") {
+    const SmallFolder folder;
+    const ImagePipeline pipeline(folder.root(), small_train());
+    auto loader = coload::make_data_loader(ImagePipeline(folder.root(), small_train()),
+                                           {.batch_size = 4, .num_workers = 2, .seed = 0});
+    const std::vector<Batch> epoch0 = batches_of(loader);
+    const std::vector<Batch> epoch1 = batches_of(loader);
+    check_against_single(pipeline, epoch0, 0);
+    check_against_single(pipeline, epoch1, 1);
+    REQUIRE(epoch0.size() == epoch1.size());
+    int differing_images = 0;
+    for (std::size_t b = 0; b < epoch0.size(); ++b) {
+      CHECK(same_bits(epoch0[b].second, epoch1[b].second));  // labels do not move
+      for (std::int64_t r = 0; r < epoch0[b].first.size(0); ++r) {
+        if (!same_bits(epoch0[b].first[r], epoch1[b].first[r])) ++differing_images;
+      }
     }
-    for (const OnError policy : {OnError::raise, OnError::skip}) {
-      auto loader = coload::make_data_loader(
-          pipeline, {.batch_size = 4, .num_workers = 2, .seed = 0, .on_error = policy});
-      const std::vector<Batch> batches = batches_of(loader);
-      REQUIRE(batches.size() == (with_file ? 4u : 3u));
-      check_batch(pipeline, batches[0], {0, 1, 2, 3});
-      check_batch(pipeline, batches[1], {4, 5, 6, 7});
-      check_batch(pipeline, batches[2], {8, 9, 10, 11});
-      if (with_file) check_batch(pipeline, batches[3], {12});
-      CHECK(loader.skipped() == 0);
+    // Ten independent crops: all of them equal in both epochs would be a Rng that ignores the
+    // epoch.
+    CHECK(differing_images >= 8);
+    // A loader seeded alike repeats epoch 0 exactly.
+    auto again = coload::make_data_loader(ImagePipeline(folder.root(), small_train()),
+                                          {.batch_size = 4, .num_workers = 0, .seed = 0});
+    const std::vector<Batch> replay = batches_of(again);
+    REQUIRE(replay.size() == epoch0.size());
+    for (std::size_t b = 0; b < replay.size(); ++b)
+      CHECK(same_bits(replay[b].first, epoch0[b].first));
+  }
+
+  TEST_CASE("pipeline: bad input: a corrupt JPEG (random bytes after SOI)") {
+    check_raise(corrupt_header());
+    check_skip(corrupt_header());
+  }
+
+  TEST_CASE("pipeline: bad input: a corrupt JPEG (garbage in the frame header)") {
+    check_raise(corrupt_frame());
+    check_skip(corrupt_frame());
+  }
+
+  TEST_CASE("pipeline: bad input: a truncated JPEG (the first half of a valid file)") {
+    check_raise(truncated());
+    check_skip(truncated());
+  }
+
+  TEST_CASE("pipeline: bad input: a zero-byte .jpg") {
+    check_raise(zero_bytes());
+    check_skip(zero_bytes());
+  }
+
+  TEST_CASE("pipeline: bad input: a text file named .jpg") {
+    check_raise(not_an_image());
+    check_skip(not_an_image());
+  }
+
+  TEST_CASE("pipeline: bad input: a dangling symlink .jpg") {
+    check_raise(dangling_symlink());
+    check_skip(dangling_symlink());
+  }
+
+  TEST_CASE("pipeline: bad input: a file deleted after indexing") {
+    check_raise(deleted_after_indexing());
+    check_skip(deleted_after_indexing());
+  }
+
+  TEST_CASE("pipeline: bad input: a directory given as a sample by a hand-made index") {
+    check_raise(directory_in_index());
+    check_skip(directory_in_index());
+  }
+
+  TEST_CASE("pipeline: bad input: a directory named x.jpg in a class is walked into, not loaded") {
+    // torchvision's make_dataset walks a class with os.walk(followlinks=True): a folder named
+    // x.jpg is a folder to descend, never a sample; files inside it are samples of the class,
+    // after the class folder's own files (sorted walk).
+    for (const bool with_file : {false, true}) {
+      CAPTURE(with_file);
+      const BadFolder folder({});
+      const fs::path x = folder.dir / "a/x.jpg";
+      fs::create_directory(x);
+      if (with_file) write_jpeg(x / "inner.jpg", 77);
+      const ImagePipeline pipeline(folder.root(), small_eval());
+      FolderOptions options;
+      options.extensions.emplace(coload::vision::image_extensions.begin(),
+                                 coload::vision::image_extensions.end());
+      const FolderIndex reference = coload::vision::index_folder(folder.root(), options);
+      CHECK(pipeline.index().samples == reference.samples);
+      CHECK(pipeline.index().targets == reference.targets);
+      for (const FolderSample& s : pipeline.index().samples) CHECK(s.path != x.string());
+      REQUIRE(pipeline.size() == (with_file ? 13 : 12));
+      if (with_file) {
+        CHECK(pipeline.index().samples[6] == FolderSample{(x / "inner.jpg").string(), 0});
+      }
+      for (const OnError policy : {OnError::raise, OnError::skip}) {
+        auto loader = coload::make_data_loader(
+            pipeline, {.batch_size = 4, .num_workers = 2, .seed = 0, .on_error = policy});
+        const std::vector<Batch> batches = batches_of(loader);
+        REQUIRE(batches.size() == (with_file ? 4u : 3u));
+        check_batch(pipeline, batches[0], {0, 1, 2, 3});
+        check_batch(pipeline, batches[1], {4, 5, 6, 7});
+        check_batch(pipeline, batches[2], {8, 9, 10, 11});
+        if (with_file) check_batch(pipeline, batches[3], {12});
+        CHECK(loader.skipped() == 0);
+      }
     }
   }
-}
 
-// Samples 0-3 (the whole of batch 0) are bad, each in its own way.
-std::vector<std::pair<int, BadInput>> bad_first_batch() {
-  return {{0, zero_bytes()}, {1, truncated()}, {2, corrupt_header()}, {3, dangling_symlink()}};
-}
+  // Samples 0-3 (the whole of batch 0) are bad, each in its own way.
+  std::vector<std::pair<int, BadInput>> bad_first_batch() {
+    return {{0, zero_bytes()}, {1, truncated()}, {2, corrupt_header()}, {3, dangling_symlink()}};
+  }
 
-TEST_CASE("pipeline: bad input: a batch whose every sample is bad, on_error = raise") {
-  for (const LoaderSetup setup : kSetups) {
-    CAPTURE(setup.workers);
-    CAPTURE(setup.pread);
-    const ForcePread force(setup.pread);
-    const auto bad = bad_first_batch();
-    {
-      // raise: the first batch's place holds the error, the others arrive.
-      const BadFolder folder(bad);
-      const ImagePipeline pipeline = folder.pipeline();
-      auto loader = coload::make_data_loader(
-          pipeline, {.batch_size = 4, .num_workers = setup.workers, .seed = 0});
+  TEST_CASE("pipeline: bad input: a batch whose every sample is bad, on_error = raise") {
+    for (const LoaderSetup setup : kSetups) {
+      CAPTURE(setup.workers);
+      CAPTURE(setup.pread);
+      const ForcePread force(setup.pread);
+      const auto bad = bad_first_batch();
+      {
+        // raise: the first batch's place holds the error, the others arrive.
+        const BadFolder folder(bad);
+        const ImagePipeline pipeline = folder.pipeline();
+        auto loader = coload::make_data_loader(
+            pipeline, {.batch_size = 4, .num_workers = setup.workers, .seed = 0});
+        const std::vector<Delivered> out = run_epoch(loader);
+        REQUIRE(out.size() == 3);
+        REQUIRE(out[0].error);
+        CHECK(out[0].error_batch == 0);
+        int named = 0;
+        for (const auto& [path, input] : folder.bad) {
+          if (out[0].what.find(quoted(path)) != std::string::npos) ++named;
+        }
+        CHECK(named == 1);
+        REQUIRE(out[1].batch);
+        check_batch(pipeline, *out[1].batch, {4, 5, 6, 7});
+        REQUIRE(out[2].batch);
+        check_batch(pipeline, *out[2].batch, {8, 9, 10, 11});
+      }
+    }
+  }
+
+  // Library bug: DataLoader's fetch_batch_async wraps EmptyBatch as a WorkerError (see the report).
+  TEST_CASE("pipeline: bad input: a batch whose every sample is bad, on_error = skip" *
+            doctest::may_fail()) {
+    for (const LoaderSetup setup : kSetups) {
+      CAPTURE(setup.workers);
+      CAPTURE(setup.pread);
+      const ForcePread force(setup.pread);
+      const auto bad = bad_first_batch();
+      {
+        // skip: the emptied batch is left out of the epoch; each sample is counted and named.
+        const BadFolder folder(bad);
+        const ImagePipeline pipeline = folder.pipeline();
+        auto loader = coload::make_data_loader(
+            pipeline,
+            {.batch_size = 4, .num_workers = setup.workers, .seed = 0, .on_error = OnError::skip});
+        CHECK(loader.size() == 3);
+        std::vector<Delivered> out;
+        std::string err;
+        {
+          StderrCapture capture;
+          out = run_epoch(loader);
+          err = capture.text();
+        }
+        for (const Delivered& d : out) CHECK_MESSAGE(!d.error, d.what);
+        REQUIRE(out.size() == 2);
+        REQUIRE(out[0].batch);
+        check_batch(pipeline, *out[0].batch, {4, 5, 6, 7});
+        REQUIRE(out[1].batch);
+        check_batch(pipeline, *out[1].batch, {8, 9, 10, 11});
+        CHECK(loader.skipped() == 4);
+        CAPTURE(err);
+        CHECK(count_of(err, "coload: skipping sample") == 4);
+        for (int i = 0; i < 4; ++i) {
+          const std::string prefix = "coload: skipping sample " + std::to_string(i) + ": ";
+          const auto at = err.find(prefix);
+          REQUIRE(at != std::string::npos);
+          const std::string line = err.substr(at, err.find('\n', at) - at);
+          const auto& [path, input] = folder.bad.at(static_cast<std::size_t>(i));
+          CHECK(line.find(quoted(path)) != std::string::npos);
+          CHECK(line.find(input.expected.back()) != std::string::npos);
+        }
+      }
+    }
+  }
+
+  // Library bug: get_batch_async's errors are wrapped with index -1 (see the report).
+  TEST_CASE("pipeline: a WorkerError for a bad image names the sample index" *
+            doctest::may_fail()) {
+    // LoaderError's contract: index() is the failing sample, or -1 when the failure was not one
+    // sample's (collate); what() then reads "... while fetching sample 5 of batch 1: ...".
+    const BadFolder folder({{5, zero_bytes()}});
+    const ImagePipeline pipeline = folder.pipeline();
+    for (const int workers : {0, 2}) {
+      CAPTURE(workers);
+      auto loader =
+          coload::make_data_loader(pipeline, {.batch_size = 4, .num_workers = workers, .seed = 0});
       const std::vector<Delivered> out = run_epoch(loader);
       REQUIRE(out.size() == 3);
-      REQUIRE(out[0].error);
-      CHECK(out[0].error_batch == 0);
-      int named = 0;
-      for (const auto& [path, input] : folder.bad) {
-        if (out[0].what.find(quoted(path)) != std::string::npos) ++named;
-      }
-      CHECK(named == 1);
-      REQUIRE(out[1].batch);
-      check_batch(pipeline, *out[1].batch, {4, 5, 6, 7});
-      REQUIRE(out[2].batch);
-      check_batch(pipeline, *out[2].batch, {8, 9, 10, 11});
+      REQUIRE(out[1].error);
+      CAPTURE(out[1].what);
+      CHECK(out[1].error_index == 5);
+      CHECK(out[1].what.find("sample 5 of batch 1") != std::string::npos);
     }
   }
-}
 
-// Library bug: DataLoader's fetch_batch_async wraps EmptyBatch as a WorkerError (see the report).
-TEST_CASE("pipeline: bad input: a batch whose every sample is bad, on_error = skip" *
-          doctest::may_fail()) {
-  for (const LoaderSetup setup : kSetups) {
-    CAPTURE(setup.workers);
-    CAPTURE(setup.pread);
-    const ForcePread force(setup.pread);
-    const auto bad = bad_first_batch();
-    {
-      // skip: the emptied batch is left out of the epoch; each sample is counted and named.
-      const BadFolder folder(bad);
-      const ImagePipeline pipeline = folder.pipeline();
-      auto loader = coload::make_data_loader(
-          pipeline, {.batch_size = 4, .num_workers = setup.workers, .seed = 0,
-                     .on_error = OnError::skip});
-      CHECK(loader.size() == 3);
-      std::vector<Delivered> out;
-      std::string err;
-      {
-        StderrCapture capture;
-        out = run_epoch(loader);
-        err = capture.text();
-      }
-      for (const Delivered& d : out) CHECK_MESSAGE(!d.error, d.what);
-      REQUIRE(out.size() == 2);
-      REQUIRE(out[0].batch);
-      check_batch(pipeline, *out[0].batch, {4, 5, 6, 7});
-      REQUIRE(out[1].batch);
-      check_batch(pipeline, *out[1].batch, {8, 9, 10, 11});
-      CHECK(loader.skipped() == 4);
-      CAPTURE(err);
-      CHECK(count_of(err, "coload: skipping sample") == 4);
-      for (int i = 0; i < 4; ++i) {
-        const std::string prefix = "coload: skipping sample " + std::to_string(i) + ": ";
-        const auto at = err.find(prefix);
-        REQUIRE(at != std::string::npos);
-        const std::string line = err.substr(at, err.find('\n', at) - at);
-        const auto& [path, input] = folder.bad.at(static_cast<std::size_t>(i));
-        CHECK(line.find(quoted(path)) != std::string::npos);
-        CHECK(line.find(input.expected.back()) != std::string::npos);
-      }
-    }
-  }
-}
-
-// Library bug: get_batch_async's errors are wrapped with index -1 (see the report).
-TEST_CASE("pipeline: a WorkerError for a bad image names the sample index" * doctest::may_fail()) {
-  // LoaderError's contract: index() is the failing sample, or -1 when the failure was not one
-  // sample's (collate); what() then reads "... while fetching sample 5 of batch 1: ...".
-  const BadFolder folder({{5, zero_bytes()}});
-  const ImagePipeline pipeline = folder.pipeline();
-  for (const int workers : {0, 2}) {
-    CAPTURE(workers);
-    auto loader = coload::make_data_loader(
-        pipeline, {.batch_size = 4, .num_workers = workers, .seed = 0});
-    const std::vector<Delivered> out = run_epoch(loader);
-    REQUIRE(out.size() == 3);
-    REQUIRE(out[1].error);
-    CAPTURE(out[1].what);
-    CHECK(out[1].error_index == 5);
-    CHECK(out[1].what.find("sample 5 of batch 1") != std::string::npos);
-  }
-}
-
-TEST_CASE("pipeline: a missing root, a root without classes, an empty class folder") {
-  const test::TempDir dir;
-  const fs::path missing = dir / "missing";
-  try {
-    ImagePipeline pipeline(missing, small_eval());
-    FAIL("constructed over a missing root");
-  } catch (const FolderError& e) {
-    CHECK(std::string(e.what()) ==
-          "[Errno 2] No such file or directory: '" + missing.string() + "'");
-    CHECK(e.error_number() == ENOENT);
-  }
-
-  const fs::path bare = dir / "bare";
-  fs::create_directories(bare);
-  test::write_bytes(bare / "loose.jpg", test::synthetic_jpeg(64, 48, 1));
-  const std::string no_class = "Couldn't find any class folder in " + bare.string() + ".";
-  CHECK_THROWS_WITH_AS(ImagePipeline(bare, small_eval()), no_class.c_str(), FolderError);
-
-  // Class b is empty, class c holds no image file: torchvision's message lists both.
-  const fs::path root = dir / "root";
-  write_jpeg(root / "a/0.jpg", 1);
-  write_jpeg(root / "a/1.jpg", 2);
-  fs::create_directories(root / "b");
-  fs::create_directories(root / "c");
-  test::write_bytes(root / "c/notes.txt", std::string("not an image"));
-  CHECK_THROWS_WITH_AS(ImagePipeline(root, small_train()),
-                       "Found no valid file for the classes b, c. Supported extensions are: "
-                       ".jpg, .jpeg, .png, .ppm, .bmp, .pgm, .tif, .tiff, .webp",
-                       FolderError);
-  try {
-    ImagePipeline pipeline(root, small_train());
-  } catch (const FolderError& e) {
-    CHECK(e.error_number() == 0);
-  }
-
-  // allow_empty keeps them as classes without samples.
-  const ImagePipeline pipeline(root, small_eval(), FolderOptions{.allow_empty = true});
-  CHECK(pipeline.index().classes == std::vector<std::string>{"a", "b", "c"});
-  REQUIRE(pipeline.size() == 2);
-  auto loader = coload::make_data_loader(pipeline, {.batch_size = 4, .seed = 0});
-  const std::vector<Batch> batches = batches_of(loader);
-  REQUIRE(batches.size() == 1);
-  check_batch(pipeline, batches[0], {0, 1});
-}
-
-
-// Library bug: the reader opens a FIFO with a blocking open() (see the report).
-TEST_CASE("pipeline: bad input: a FIFO named .jpg, io_uring reader" * doctest::skip()) {
-  check_fifo(false);
-}
-
-// Library bug: the reader opens a FIFO with a blocking open() (see the report).
-TEST_CASE("pipeline: bad input: a FIFO named .jpg, pread reader" * doctest::skip()) {
-  check_fifo(true);
-}
-
-// Library bug: ImagePipeline::get opens a FIFO with a blocking open() (see the report).
-TEST_CASE("pipeline: get() of a FIFO named .jpg gives an error instead of blocking" *
-          doctest::skip()) {
-  const BadFolder folder({{5, fifo()}});
-  const ImagePipeline pipeline = folder.pipeline();
-  const fs::path bad = folder.bad.at(0).first;
-  auto result = std::async(std::launch::async, [&] {
+  TEST_CASE("pipeline: a missing root, a root without classes, an empty class folder") {
+    const test::TempDir dir;
+    const fs::path missing = dir / "missing";
     try {
-      single(pipeline, 5, 0);
-      return std::string("no error");
-    } catch (const std::exception& e) {
-      return std::string(e.what());
+      ImagePipeline pipeline(missing, small_eval());
+      FAIL("constructed over a missing root");
+    } catch (const FolderError& e) {
+      CHECK(std::string(e.what()) ==
+            "[Errno 2] No such file or directory: '" + missing.string() + "'");
+      CHECK(e.error_number() == ENOENT);
     }
-  });
-  bool blocked = false;
-  if (result.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
-    blocked = true;
-    release_fifo_reader(bad);
+
+    const fs::path bare = dir / "bare";
+    fs::create_directories(bare);
+    test::write_bytes(bare / "loose.jpg", test::synthetic_jpeg(64, 48, 1));
+    const std::string no_class = "Couldn't find any class folder in " + bare.string() + ".";
+    CHECK_THROWS_WITH_AS(ImagePipeline(bare, small_eval()), no_class.c_str(), FolderError);
+
+    // Class b is empty, class c holds no image file: torchvision's message lists both.
+    const fs::path root = dir / "root";
+    write_jpeg(root / "a/0.jpg", 1);
+    write_jpeg(root / "a/1.jpg", 2);
+    fs::create_directories(root / "b");
+    fs::create_directories(root / "c");
+    test::write_bytes(root / "c/notes.txt", std::string("not an image"));
+    CHECK_THROWS_WITH_AS(ImagePipeline(root, small_train()),
+                         "Found no valid file for the classes b, c. Supported extensions are: "
+                         ".jpg, .jpeg, .png, .ppm, .bmp, .pgm, .tif, .tiff, .webp",
+                         FolderError);
+    try {
+      ImagePipeline pipeline(root, small_train());
+    } catch (const FolderError& e) {
+      CHECK(e.error_number() == 0);
+    }
+
+    // allow_empty keeps them as classes without samples.
+    const ImagePipeline pipeline(root, small_eval(), FolderOptions{.allow_empty = true});
+    CHECK(pipeline.index().classes == std::vector<std::string>{"a", "b", "c"});
+    REQUIRE(pipeline.size() == 2);
+    auto loader = coload::make_data_loader(pipeline, {.batch_size = 4, .seed = 0});
+    const std::vector<Batch> batches = batches_of(loader);
+    REQUIRE(batches.size() == 1);
+    check_batch(pipeline, batches[0], {0, 1});
   }
-  const std::string what = result.get();
-  CHECK_MESSAGE(!blocked, "get() blocked opening a FIFO without a writer");
-  CHECK(what.find(quoted(bad)) != std::string::npos);
-}
+
+  // Library bug: the reader opens a FIFO with a blocking open() (see the report).
+  TEST_CASE("pipeline: bad input: a FIFO named .jpg, io_uring reader" * doctest::skip()) {
+    check_fifo(false);
+  }
+
+  // Library bug: the reader opens a FIFO with a blocking open() (see the report).
+  TEST_CASE("pipeline: bad input: a FIFO named .jpg, pread reader" * doctest::skip()) {
+    check_fifo(true);
+  }
+
+  // Library bug: ImagePipeline::get opens a FIFO with a blocking open() (see the report).
+  TEST_CASE("pipeline: get() of a FIFO named .jpg gives an error instead of blocking" *
+            doctest::skip()) {
+    const BadFolder folder({{5, fifo()}});
+    const ImagePipeline pipeline = folder.pipeline();
+    const fs::path bad = folder.bad.at(0).first;
+    auto result = std::async(std::launch::async, [&] {
+      try {
+        single(pipeline, 5, 0);
+        return std::string("no error");
+      } catch (const std::exception& e) {
+        return std::string(e.what());
+      }
+    });
+    bool blocked = false;
+    if (result.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+      blocked = true;
+      release_fifo_reader(bad);
+    }
+    const std::string what = result.get();
+    CHECK_MESSAGE(!blocked, "get() blocked opening a FIFO without a writer");
+    CHECK(what.find(quoted(bad)) != std::string::npos);
+  }
 
 }  // TEST_SUITE("vision")
