@@ -21,7 +21,8 @@
 //
 // --json prints exactly one JSON object on stdout (progress goes to stderr):
 //   {"coload": r, "pytorch": r|null, "decode_only": r, "ratios": {"coload/pytorch": x|null,
-//    "coload/decode_only": x}, ...}
+//    "coload/decode_only": x}, "ratios_cpu": {the same from CPU ms per image}, ...}
+// ("<name>_best" and "<name>_cpu_ms_per_image" sit beside each rate; the load average too).
 // --breakdown adds a single-thread cost split per image (read, full decode, decode at the
 // transform's DCT scale, crop+resize+normalize) to say where coload's time goes.
 
@@ -584,6 +585,17 @@ int main(int argc, char** argv) {
   const std::string load_after = load_average();
   const auto r_pytorch = ratio(coload_rate, pytorch.rate);
   const auto r_decode = ratio(coload_rate, decode_only);
+  // The same ratios from CPU time per image (other's CPU / coload's): wall-clock rates on a
+  // machine shared with other work swing with the load between one measurement and the next,
+  // CPU time far less, so these say whether a miss is coload's or the machine's.
+  auto cpu_ratio = [&](const std::optional<Rate>& other) -> std::optional<double> {
+    if (!coload_rate || !other || !(coload_rate->cpu_ms_per_image > 0) ||
+        !std::isfinite(other->cpu_ms_per_image)) {
+      return std::nullopt;
+    }
+    return other->cpu_ms_per_image / coload_rate->cpu_ms_per_image;
+  };
+  const auto c_pytorch = cpu_ratio(pytorch.rate), c_decode = cpu_ratio(decode_only);
 
   if (args.json) {
     auto rate_fields = [](const char* name, const std::optional<Rate>& r) {
@@ -600,6 +612,8 @@ int main(int argc, char** argv) {
     j += ", " + rate_fields("decode_only", decode_only);
     j += ", \"ratios\": {\"coload/pytorch\": " + json_number(r_pytorch) +
          ", \"coload/decode_only\": " + json_number(r_decode) + "}";
+    j += ", \"ratios_cpu\": {\"coload/pytorch\": " + json_number(c_pytorch) +
+         ", \"coload/decode_only\": " + json_number(c_decode) + "}";
     j += ", \"images\": " + std::to_string(images) + ", \"epochs\": " +
          std::to_string(args.epochs) + ", \"batch_size\": " + std::to_string(kBatch) +
          ", \"num_workers\": " + std::to_string(kWorkers) + ", \"file_cache_warm\": true";
@@ -651,6 +665,12 @@ int main(int argc, char** argv) {
                   : "");
   std::printf("%-22s %8s %8s  %s\n", "coload / decode_only", v2, ">= 0.8",
               status(r_decode, kTargetDecode));
+  char c1[32] = "null", c2[32] = "null";
+  if (c_pytorch) std::snprintf(c1, sizeof c1, "%.2f", *c_pytorch);
+  if (c_decode) std::snprintf(c2, sizeof c2, "%.2f", *c_decode);
+  std::printf("by CPU time per image (steadier under load): coload / pytorch %s, "
+              "coload / decode_only %s\n",
+              c1, c2);
 
   if (split) {
     // All figures here are CPU time, so they hold whatever the machine's load.
