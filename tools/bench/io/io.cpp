@@ -3,7 +3,7 @@
 // cache dropped before each pass (cold, posix_fadvise DONTNEED per file) and kept (warm).
 //
 //   io [--dir DIR] [--files 5000] [--size 110000] [--repeat 3] [--queue-depth 256] [--json]
-//      [--only uring|pread2|pread8|pread32|sequential|fallback]
+//      [--only uring|pread2|pread8|pread32|sequential|fallback|uring_direct]
 //
 // The files are generated once in DIR (default /tmp/coload-bench-io) and reused while the
 // manifest there matches. Each configuration runs --repeat times; the best pass counts.
@@ -245,6 +245,8 @@ int main(int argc, char** argv) {
   io::Backend uring_backend = io::Backend::pread;
   io::ReaderOptions uring_options;
   uring_options.queue_depth = args.queue_depth;
+  io::ReaderOptions direct_options = uring_options;
+  direct_options.direct = true;
   io::ReaderOptions fallback_options;
   fallback_options.backend = io::Backend::pread;
   std::vector<Method> methods = {
@@ -254,11 +256,12 @@ int main(int argc, char** argv) {
       {"pread32", "pread pool, 32 threads", [&] { return pool_pass(corpus, 32); }},
       {"sequential", "sequential read", [&] { return sequential_pass(corpus); }},
       {"fallback", "coload pread fallback (4)", [&] { return reader_pass(corpus, fallback_options); }},
+      {"uring_direct", "io_uring O_DIRECT, 1 thread", [&] { return reader_pass(corpus, direct_options); }},
   };
 
   if (!args.only.empty()) {
     std::erase_if(methods, [&](const Method& m) { return m.key != args.only; });
-    if (methods.empty()) usage("--only takes uring, pread2, pread8, pread32, sequential or fallback");
+    if (methods.empty()) usage("--only takes uring, pread2, pread8, pread32, sequential, fallback or uring_direct");
   }
 
   // Best (shortest) pass per method and temperature; methods interleave across repeats so that
