@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <vector>
 #include <span>
 #include <string>
 
@@ -31,6 +33,42 @@ std::unique_ptr<ReaderBackend> make_uring_backend(asio::io_context& ctx,
 /// The pread pool backend; never fails.
 std::unique_ptr<ReaderBackend> make_pread_backend(asio::io_context& ctx,
                                                   const ReaderOptions& options);
+
+/// Recycles a Reader's first-read buffers, so that reading a file neither copies it nor
+/// faults in fresh pages (glibc serves 128 KiB with mmap, so a new Buffer per file paid ~32
+/// page faults and an munmap). Buffers handed out return here when the user drops them, from
+/// any thread; the pool lives until its owner and every such buffer are gone.
+class BufferPool {
+ public:
+  /// A pool of `size`-byte aligned buffers keeping at most `keep` of them free.
+  static BufferPool* create(std::size_t size, std::size_t keep) { return new BufferPool(size, keep); }
+  /// The owner lets go; the pool is freed once the last buffer has come back.
+  void drop_owner() noexcept { unref(); }
+
+  std::size_t buffer_size() const noexcept { return size_; }
+  /// A buffer of buffer_size() bytes, to be returned by give_back or wrapped by wrap.
+  std::byte* take();
+  /// Returns an unwrapped buffer.
+  void give_back(std::byte* data) noexcept;
+  /// Wraps `data` (from take) as a Buffer of `size` bytes that returns here when destroyed.
+  Buffer wrap(std::byte* data, std::size_t size) noexcept;
+  /// Called by ~Buffer.
+  void recycle(std::byte* data) noexcept {
+    give_back(data);
+    unref();
+  }
+
+ private:
+  BufferPool(std::size_t size, std::size_t keep) : size_(size), keep_(keep) {}
+  ~BufferPool();
+  void unref() noexcept;
+
+  const std::size_t size_;
+  const std::size_t keep_;
+  std::mutex mutex_;
+  std::vector<std::byte*> free_;
+  std::size_t refs_ = 1;  // the owner, plus one per wrapped Buffer alive (under mutex_)
+};
 
 /// `n` rounded up to a multiple of `to` (a power of two).
 constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept {

@@ -53,7 +53,8 @@ struct alignas(8) Request {
   unsigned len = 0;                  // read, chain
   std::uint64_t offset = 0;          // read, chain
   struct statx* stx = nullptr;       // statx
-  bool staged = false;               // chain: read into the slot's staging buffer
+  bool staged = false;               // chain: read into the slot's staging buffer (direct)
+  bool pooled = false;               // chain: read into a buffer taken from the pool (buffered)
 
   // Set at prep: the file slot (chain) and the number of CQEs still to come.
   unsigned slot = 0;
@@ -147,8 +148,9 @@ class UringBackend final : public ReaderBackend {
   unsigned cq_budget_ = 0;  // CQEs allowed in flight: the CQ size less one for the shutdown cancel
   unsigned inflight_ = 0;   // CQEs still to come
   std::vector<unsigned> free_slots_;
-  std::byte* slab_ = nullptr;  // one staging buffer of first_read_ bytes per file slot
+  std::byte* slab_ = nullptr;  // direct mode: a registered staging buffer per file slot
   bool slab_registered_ = false;
+  BufferPool* pool_ = nullptr;  // buffered mode: recycled first-read buffers
   int eventfd_ = -1;
   std::unique_ptr<asio::posix::stream_descriptor> eventfd_wait_;
   bool eventfd_armed_ = false;
@@ -192,14 +194,17 @@ bool UringBackend::init(std::string& why) {
   free_slots_.reserve(slots);
   for (unsigned s = slots; s-- > 0;) free_slots_.push_back(s);
 
-  // NOTE: first reads land in a staging buffer per slot, registered with the ring, and are
-  // copied out into a Buffer of the exact size. A fresh first_read-sized Buffer per file costs
-  // more than the copy: at 128 KiB glibc serves it with mmap, so every file paid ~32 page
-  // faults, zeroing and an munmap (the warm benchmark ran at a quarter of the speed).
-  // Registered buffers also spare the kernel mapping user pages for each read (O_DIRECT).
-  slab_ = static_cast<std::byte*>(
-      ::operator new(std::size_t{slots} * first_read_, std::align_val_t{Buffer::alignment}));
-  {
+  // NOTE: buffered first reads go straight into recycled pool buffers that the caller then
+  // owns (no copy; a fresh 128 KiB Buffer per file was served by mmap and paid ~32 page faults
+  // and an munmap, a quarter of the warm speed). Direct reads land in a staging buffer per
+  // slot, registered with the ring so the kernel need not map user pages for each read, and
+  // are copied out: for cold storage the copy is noise, and registered memory cannot be
+  // handed to callers who keep it for as long as they like.
+  if (!options_.direct) {
+    pool_ = BufferPool::create(first_read_, slots);
+  } else {
+    slab_ = static_cast<std::byte*>(
+        ::operator new(std::size_t{slots} * first_read_, std::align_val_t{Buffer::alignment}));
     std::vector<iovec> iov(slots);
     for (unsigned s = 0; s < slots; ++s) iov[s] = {slab_ + std::size_t{s} * first_read_, first_read_};
     // Where registration is refused (memlock limits), plain reads into the slab work as well.
@@ -267,6 +272,7 @@ UringBackend::~UringBackend() {
     ::close(eventfd_);  // init failed before the stream_descriptor took it over
   }
   if (slab_) ::operator delete(slab_, std::align_val_t{Buffer::alignment});
+  if (pool_) pool_->drop_owner();  // buffers still held by callers keep it alive
 }
 
 void UringBackend::start(Request* request) {
@@ -312,6 +318,7 @@ void UringBackend::prep(Request* r) {
       r->slot = free_slots_.back();
       free_slots_.pop_back();
       if (r->staged) r->buf = slab_ + std::size_t{r->slot} * first_read_;
+      if (r->pooled) r->buf = pool_->take();
       io_uring_prep_openat_direct(sqe, AT_FDCWD, r->path, r->open_flags, 0, r->slot);
       io_uring_sqe_set_flags(sqe, IOSQE_IO_LINK);
       io_uring_sqe_set_data64(sqe, tag(r, 0));
@@ -428,27 +435,39 @@ Task<Buffer> UringBackend::read_file(std::string path) {
   first.path = path.c_str();
   first.open_flags = flags;
   first.len = static_cast<unsigned>(first_read_);
-  first.staged = true;
+  first.staged = options_.direct;
+  first.pooled = !options_.direct;
   co_await submit(first);
   if (first.res[0] == -EINVAL && (flags & O_DIRECT)) {
-    // The file system refuses O_DIRECT for this file: read it buffered.
+    // The file system refuses O_DIRECT for this file: read it buffered (still staged).
     flags &= ~O_DIRECT;
     first.open_flags = flags;
     co_await submit(first);
   }
-  if (first.res[0] < 0) throw IoError(std::move(path), "open", -first.res[0]);
   int got = first.res[1];
   bool more = got == static_cast<int>(first.len);
   if (got == -EAGAIN || got == -EINTR) {
     got = 0;
     more = true;
   }
-  if (got < 0) throw IoError(std::move(path), "read", -got);
-  // NOTE: copy out before suspending again. The slot (and its staging buffer) was freed when
-  // the close completed, but a slot is handed out again only by flush(), which runs as its own
-  // handler: the coroutines a reap makes ready are all resumed before that handler returns.
-  Buffer buffer(static_cast<std::size_t>(got));
-  if (got > 0) std::memcpy(buffer.data(), first.buf, static_cast<std::size_t>(got));
+  if (first.res[0] < 0 || got < 0) {
+    if (first.pooled && first.buf) pool_->give_back(first.buf);
+    if (first.res[0] < 0) throw IoError(std::move(path), "open", -first.res[0]);
+    throw IoError(std::move(path), "read", -got);
+  }
+  Buffer buffer;
+  const auto size = static_cast<std::size_t>(got);
+  if (first.pooled && size >= first_read_ / 2) {
+    buffer = pool_->wrap(first.buf, size);
+  } else {
+    // NOTE: copy out before suspending again. A staging buffer's slot was freed when the
+    // close completed, but slots are handed out again only by flush(), which runs as its own
+    // handler: the coroutines a reap makes ready are all resumed before that handler returns.
+    // A small file is copied out of a pool buffer too, so it does not pin 128 KiB.
+    buffer = Buffer(size);
+    if (size > 0) std::memcpy(buffer.data(), first.buf, size);
+    if (first.pooled) pool_->give_back(first.buf);
+  }
 
   // NOTE: the follow-up for a file that filled the first buffer. The chain has closed the
   // file, so statx (by path) sizes the rest and a second chain reopens the file and reads it

@@ -7,6 +7,10 @@
 
 namespace coload::io {
 
+namespace detail {
+class BufferPool;
+}
+
 /// An owning, movable byte buffer whose storage is aligned for O_DIRECT.
 ///
 /// A Buffer has a size (the bytes that hold data) and a capacity (the bytes allocated);
@@ -26,13 +30,15 @@ class Buffer {
   Buffer(Buffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)),
         size_(std::exchange(other.size_, 0)),
-        capacity_(std::exchange(other.capacity_, 0)) {}
+        capacity_(std::exchange(other.capacity_, 0)),
+        pool_(std::exchange(other.pool_, nullptr)) {}
   Buffer& operator=(Buffer&& other) noexcept {
     if (this != &other) {
       release();
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
       capacity_ = std::exchange(other.capacity_, 0);
+      pool_ = std::exchange(other.pool_, nullptr);
     }
     return *this;
   }
@@ -58,11 +64,15 @@ class Buffer {
   void resize(std::size_t size) noexcept;
 
  private:
+  friend class detail::BufferPool;
   void release() noexcept;
 
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
   std::size_t capacity_ = 0;
+  // Where the storage goes back when the Buffer dies (a Reader's recycled first-read
+  // buffers), or nullptr for the allocator. Safe from any thread, after the Reader too.
+  detail::BufferPool* pool_ = nullptr;
 };
 
 }  // namespace coload::io
