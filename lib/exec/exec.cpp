@@ -76,19 +76,18 @@ ThreadExecutor::~ThreadExecutor() {
 
 int ThreadExecutor::size() const noexcept { return static_cast<int>(state_->threads.size()); }
 
+// NOTE: posts notify while holding the lock. A thread outside the pool (an I/O thread, another
+// pool) may post the last work item; once the lock is released that item can run, end the
+// loader and destroy this executor, so the poster must not touch the condition variable after.
 void ThreadExecutor::post(std::coroutine_handle<> h) {
-  {
-    std::lock_guard lock(state_->mutex);
-    state_->queue.push_back(h);
-  }
+  std::lock_guard lock(state_->mutex);
+  state_->queue.push_back(h);
   state_->ready.notify_one();
 }
 
 void ThreadExecutor::post_to(int worker, std::coroutine_handle<> h) {
-  {
-    std::lock_guard lock(state_->mutex);
-    state_->pinned.at(static_cast<std::size_t>(worker)).push_back(h);
-  }
+  std::lock_guard lock(state_->mutex);
+  state_->pinned.at(static_cast<std::size_t>(worker)).push_back(h);
   state_->ready.notify_all();
 }
 

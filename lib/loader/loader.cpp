@@ -229,7 +229,7 @@ struct Driver::State {
   std::thread::id id;
 };
 
-Driver::Driver() : state_(std::make_unique<State>()) {
+Driver::Driver() : state_(std::make_shared<State>()) {
   state_->thread = std::thread([s = state_.get()] { s->context.run(); });
   state_->id = state_->thread.get_id();
   pthread_setname_np(state_->thread.native_handle(), "coload-driver");
@@ -243,6 +243,11 @@ Driver::~Driver() {
 }
 
 asio::io_context& Driver::context() noexcept { return state_->context; }
+void Driver::post_resume(std::coroutine_handle<> h) {
+  // The copy outlives the post: once posted, `h` may run, end the loader and destroy `*this`.
+  const std::shared_ptr<State> keep = state_;
+  asio::post(keep->context, [h] { h.resume(); });
+}
 bool Driver::on_driver_thread() const noexcept {
   return std::this_thread::get_id() == state_->id;
 }

@@ -21,7 +21,9 @@ namespace {
 
 /// The whole file at `path`, read with plain reads (outside a loader's reader).
 std::vector<std::byte> read_whole_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // NOTE: O_NONBLOCK so that a FIFO (or device) named like an image fails to decode instead of
+  // blocking the worker forever; it changes nothing for regular files.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     throw std::system_error(errno, std::generic_category(), "cannot open '" + path + "'");
   }
@@ -33,6 +35,7 @@ std::vector<std::byte> read_whole_file(const std::string& path) {
     const ssize_t n = ::read(fd, chunk, sizeof chunk);
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN) break;  // a FIFO without data: nothing to read
       const int e = errno;
       ::close(fd);
       throw std::system_error(e, std::generic_category(), "cannot read '" + path + "'");
@@ -96,7 +99,6 @@ ImagePipeline::sample_type ImagePipeline::get(Index index, SampleContext& ctx) c
 Task<bool> ImagePipeline::fetch_one(BatchContext& ctx, std::size_t position, float* dst) const {
   const Index i = detail::checked_folder_index(ctx.indices[position], size());
   const std::string& path = index_->samples[static_cast<std::size_t>(i)].path;
-  std::exception_ptr error;
   std::string what;
   try {
     if (ctx.io) {
@@ -111,10 +113,9 @@ Task<bool> ImagePipeline::fetch_one(BatchContext& ctx, std::size_t position, flo
     }
     co_return true;
   } catch (const std::exception& e) {
-    error = std::current_exception();
     what = e.what();
   }
-  if (!ctx.skip(position, what)) std::rethrow_exception(error);
+  if (!ctx.skip(position, what)) throw SampleError(i, what);
   co_return false;
 }
 

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <mutex>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <unordered_set>
 
@@ -117,6 +118,18 @@ enum class OnError {
 /// Thrown by a get_batch_async whose every sample was skipped: the batch is left out of the
 /// epoch.
 struct EmptyBatch {};
+
+/// Thrown by a whole-batch fetch (get_batch, get_batch_async) when one sample failed: the
+/// loader's WorkerError then names that sample's index, as it does for per-sample fetches.
+class SampleError : public std::runtime_error {
+ public:
+  SampleError(Index index, const std::string& what) : std::runtime_error(what), index_(index) {}
+  /// The dataset index of the sample that failed.
+  Index index() const noexcept { return index_; }
+
+ private:
+  Index index_;
+};
 
 namespace detail {
 /// Counts and reports skipped samples for one loader; thread-safe.

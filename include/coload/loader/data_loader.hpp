@@ -744,6 +744,10 @@ class LoaderCore {
     if constexpr (Plan::whole_batch) {
       try {
         return dataset.get_batch(indices);
+      } catch (const EmptyBatch&) {
+        throw;
+      } catch (const SampleError& e) {
+        throw wrap_current_exception(worker, batch_no, e.index(), "fetching");
       } catch (...) {
         throw wrap_current_exception(worker, batch_no, -1, "fetching");
       }
@@ -752,6 +756,10 @@ class LoaderCore {
       if constexpr (Plan::batch_of_samples) {
         try {
           samples = dataset.get_batch(indices);
+        } catch (const EmptyBatch&) {
+          throw;
+        } catch (const SampleError& e) {
+          throw wrap_current_exception(worker, batch_no, e.index(), "fetching");
         } catch (...) {
           throw wrap_current_exception(worker, batch_no, -1, "fetching");
         }
@@ -791,6 +799,11 @@ class LoaderCore {
                        options.on_error, &skips};
       try {
         co_return co_await dataset.get_batch_async(indices, ctx);
+      } catch (const EmptyBatch&) {
+        throw;
+      } catch (const SampleError& e) {
+        throw wrap_current_exception(current_worker_id_or_driver(), batch_no, e.index(),
+                                     "fetching");
       } catch (...) {
         throw wrap_current_exception(current_worker_id_or_driver(), batch_no, -1, "fetching");
       }

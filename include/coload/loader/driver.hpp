@@ -27,22 +27,26 @@ class Driver {
   /// Waits for the thread to end (after release()).
   void join();
 
-  /// Awaitable continuing the awaiting coroutine on the driver thread.
+  /// Awaitable continuing the awaiting coroutine on the driver thread. Safe from any thread,
+  /// including one the loader does not own and does not join (an asynchronous dataset's).
   auto schedule() noexcept {
     struct Awaiter {
-      asio::io_context* ctx;
+      Driver* driver;
       bool await_ready() const noexcept { return false; }
-      void await_suspend(std::coroutine_handle<> h) const {
-        asio::post(*ctx, [h] { h.resume(); });
-      }
+      void await_suspend(std::coroutine_handle<> h) const { driver->post_resume(h); }
       void await_resume() const noexcept {}
     };
-    return Awaiter{&context()};
+    return Awaiter{this};
   }
+
+  /// Resumes `h` on the driver thread.
+  void post_resume(std::coroutine_handle<> h);
 
  private:
   struct State;
-  std::unique_ptr<State> state_;
+  // NOTE: shared, so that a thread posting to the driver keeps the io_context alive until its
+  // post returns, even if the coroutine it posted ends the loader first.
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace coload::detail
