@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -73,6 +74,7 @@ class ImagePipeline {
 
   std::shared_ptr<const FolderIndex> index_;
   Transform transform_;
+  std::shared_ptr<void> slabs_;  // recycled batch buffers, shared by copies
 };
 
 }  // namespace coload::vision
