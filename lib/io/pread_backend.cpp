@@ -254,7 +254,8 @@ class PreadBackend final : public ReaderBackend {
   Awaiter run(Job& job) noexcept { return Awaiter{this, &job}; }
 
   int open_flags() const noexcept {
-    return O_RDONLY | O_CLOEXEC | (options_.direct ? O_DIRECT : 0);
+    // O_NONBLOCK: a FIFO reads as empty instead of blocking the open (see the uring backend).
+    return O_RDONLY | O_CLOEXEC | O_NONBLOCK | (options_.direct ? O_DIRECT : 0);
   }
 
   void enqueue(Job* job) {

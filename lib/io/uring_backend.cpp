@@ -428,8 +428,9 @@ void UringBackend::arm_eventfd() {
 
 Task<Buffer> UringBackend::read_file(std::string path) {
   // NOTE: no O_CLOEXEC: the kernel refuses it (EINVAL) for direct descriptors, which no exec
-  // can inherit anyway.
-  int flags = O_RDONLY | (options_.direct ? O_DIRECT : 0);
+  // can inherit anyway. O_NONBLOCK: a FIFO named like a data file reads as empty instead of
+  // blocking its open forever (regular files ignore the flag).
+  int flags = O_RDONLY | O_NONBLOCK | (options_.direct ? O_DIRECT : 0);
   Request first;
   first.kind = Request::Kind::chain;
   first.path = path.c_str();
@@ -516,7 +517,7 @@ Task<File> UringBackend::open(std::string path) {
   Request r;
   r.kind = Request::Kind::openat;
   r.path = path.c_str();
-  r.open_flags = O_RDONLY | O_CLOEXEC | (options_.direct ? O_DIRECT : 0);
+  r.open_flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | (options_.direct ? O_DIRECT : 0);
   co_await submit(r);
   if (r.res[0] == -EINVAL && options_.direct) {
     r.open_flags &= ~O_DIRECT;
