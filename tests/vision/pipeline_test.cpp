@@ -502,6 +502,7 @@ void check_raise(const BadInput& input) {
     REQUIRE(out[1].error);
     check_error_names(out[1], bad, input);
     CHECK(out[1].error_batch == 1);
+    CHECK(out[1].error_index == 5);
     CHECK(out[1].worker_id >= -1);
     CHECK(out[1].worker_id < std::max(setup.workers, 1));
     REQUIRE(out[2].batch);
@@ -640,7 +641,6 @@ void check_fifo(bool pread) {
       check_batch(pipeline, *out[0].batch, {0, 1, 2, 3});
       if (policy == OnError::raise) {
         REQUIRE(out[1].error);
-        MESSAGE(out[1].what);
         CHECK(out[1].what.find(quoted(bad)) != std::string::npos);
       } else {
         REQUIRE(out[1].batch);
@@ -839,6 +839,8 @@ TEST_SUITE("vision") {
         const std::vector<Delivered> out = run_epoch(loader);
         REQUIRE(out.size() == 3);
         REQUIRE(out[0].error);
+        CHECK(out[0].error_index >= 0);
+        CHECK(out[0].error_index <= 3);
         CHECK(out[0].error_batch == 0);
         int named = 0;
         for (const auto& [path, input] : folder.bad) {
@@ -853,10 +855,8 @@ TEST_SUITE("vision") {
     }
   }
 
-  // Library bug at 286001e: DataLoader's fetch_batch_async wrapped EmptyBatch as a WorkerError
-  // ("Caught unknown exception ..."); may_fail until the fix is committed.
-  TEST_CASE("pipeline: bad input: a batch whose every sample is bad, on_error = skip" *
-            doctest::may_fail()) {
+  // (At 286001e the loader wrapped EmptyBatch as a WorkerError; fixed in 16f8aa2.)
+  TEST_CASE("pipeline: bad input: a batch whose every sample is bad, on_error = skip") {
     for (const LoaderSetup setup : kSetups) {
       CAPTURE(setup.workers);
       CAPTURE(setup.pread);
@@ -899,10 +899,8 @@ TEST_SUITE("vision") {
     }
   }
 
-  // Library bug at 286001e: get_batch_async's errors were wrapped with index -1; may_fail until
-  // the fix (SampleError carrying the index) is committed.
-  TEST_CASE("pipeline: a WorkerError for a bad image names the sample index" *
-            doctest::may_fail()) {
+  // (At 286001e a whole-batch fetch's error had index -1; fixed in 16f8aa2.)
+  TEST_CASE("pipeline: a WorkerError for a bad image names the sample index") {
     // LoaderError's contract: index() is the failing sample, or -1 when the failure was not one
     // sample's (collate); what() then reads "... while fetching sample 5 of batch 1: ...".
     const BadFolder folder({{5, zero_bytes()}});
@@ -956,7 +954,9 @@ TEST_SUITE("vision") {
     }
 
     // allow_empty keeps them as classes without samples.
-    const ImagePipeline pipeline(root, small_eval(), FolderOptions{.allow_empty = true});
+    FolderOptions allow_empty;
+    allow_empty.allow_empty = true;
+    const ImagePipeline pipeline(root, small_eval(), allow_empty);
     CHECK(pipeline.index().classes == std::vector<std::string>{"a", "b", "c"});
     REQUIRE(pipeline.size() == 2);
     auto loader = coload::make_data_loader(pipeline, {.batch_size = 4, .seed = 0});
@@ -965,23 +965,20 @@ TEST_SUITE("vision") {
     check_batch(pipeline, batches[0], {0, 1});
   }
 
-  // Library bug: io::Reader's read_file opens a FIFO with a blocking open (both backends), so the
-  // batch never comes. Skipped until fixed; with --no-skip, each blocked batch is released
-  // after the loader's 5 s timeout by opening the FIFO for writing, so the test ends.
-  TEST_CASE("pipeline: bad input: a FIFO named .jpg, io_uring reader" * doctest::skip()) {
+  // (At 286001e io::Reader blocked forever opening a FIFO, with either backend; fixed in
+  // 18dd2e1.) Should a read block again, the loader's 5 s timeout fires and the FIFO is opened
+  // for writing, which releases the reader, so the test fails instead of hanging.
+  TEST_CASE("pipeline: bad input: a FIFO named .jpg, io_uring reader") {
     check_fifo(false);
   }
 
-  // Library bug, as above, in the pread backend.
-  TEST_CASE("pipeline: bad input: a FIFO named .jpg, pread reader" * doctest::skip()) {
+  TEST_CASE("pipeline: bad input: a FIFO named .jpg, pread reader") {
     check_fifo(true);
   }
 
-  // Library bug at 286001e: ImagePipeline::get opened a FIFO with a blocking open(); may_fail
-  // until the fix (O_NONBLOCK in read_whole_file) is committed. A blocked get() is released
-  // after 5 s, so the test never hangs.
-  TEST_CASE("pipeline: get() of a FIFO named .jpg gives an error instead of blocking" *
-            doctest::may_fail()) {
+  // (At 286001e get() blocked opening a FIFO; fixed in 16f8aa2.) A blocked get() is released
+  // after 5 s, so the test fails instead of hanging.
+  TEST_CASE("pipeline: get() of a FIFO named .jpg gives an error instead of blocking") {
     const BadFolder folder({{5, fifo()}});
     const ImagePipeline pipeline = folder.pipeline();
     const fs::path bad = folder.bad.at(0).first;
