@@ -15,4 +15,4 @@ ensure_packages() {
 }
 
 COLOAD_BUILD_PACKAGES=(g++ meson ninja-build pkg-config libtorch-dev libasio-dev liburing-dev
-                       doctest-dev zlib1g-dev libturbojpeg0-dev libspng-dev)
+                       doctest-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev)

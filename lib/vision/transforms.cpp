@@ -3,6 +3,8 @@
 
 #include "coload/vision/transforms.hpp"
 
+#include "jpeg_region.hpp"
+
 #include <ATen/ATen.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -501,6 +503,19 @@ CropSource decode_crop_source(std::span<const std::byte> encoded, const CropBox&
   check_output(out_height, out_width);
   const int d = looks_like_jpeg(encoded) ? denominator : 1;
   CropSource s;
+  if (d == 1 && looks_like_jpeg(encoded)) {
+    // Only the crop's rows and columns (plus a margin) are decoded; anything the region
+    // decoder does not handle falls through to the whole-image decode below.
+    if (auto region = detail::decode_jpeg_region(encoded, box.top, box.left, box.height,
+                                                 box.width, pixels)) {
+      s.image = ImageView{region->pixels, region->width, region->height, 3, region->stride};
+      const CropBox local{box.top - region->y0, box.left - region->x0, box.height, box.width};
+      check_box(s.image, local);
+      s.ax = crop_axis(local.left, local.width, out_width);
+      s.ay = crop_axis(local.top, local.height, out_height);
+      return s;
+    }
+  }
   s.image = decode_into(encoded, pixels, d);
   if (d == 1) {
     check_box(s.image, box);

@@ -1,0 +1,122 @@
+// Decoding part of a JPEG through libjpeg's API: the rows and columns a crop needs, no more.
+//
+// TurboJPEG 2.1 always decodes a whole image; a RandomResizedCrop keeps about half of it on
+// average. libjpeg-turbo's jpeg_skip_scanlines/jpeg_crop_scanline skip the colour conversion,
+// upsampling and most of the IDCT outside the region, and decoding stops after its last row.
+
+#include "jpeg_region.hpp"
+
+#include <csetjmp>
+#include <cstddef>
+#include <cstdio>
+// jpeglib.h needs FILE and size_t declared first.
+#include <jpeglib.h>
+#include <jerror.h>
+
+#include <algorithm>
+
+namespace coload::vision::detail {
+namespace {
+
+struct ErrorManager {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  bool truncated;
+};
+
+[[noreturn]] void on_error(j_common_ptr cinfo) {
+  std::longjmp(reinterpret_cast<ErrorManager*>(cinfo->err)->jump, 1);
+}
+
+void on_message(j_common_ptr cinfo, int level) {
+  // As TurboJPEG and Pillow: damaged data is a warning and still decodes; running out of data
+  // is the one warning treated as an error (decided by the caller's fallback).
+  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) {
+    reinterpret_cast<ErrorManager*>(cinfo->err)->truncated = true;
+  }
+}
+
+// NOTE: kept free of C++ objects with destructors: longjmp leaves this frame.
+bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigned char* data,
+                 unsigned long size, int top, int left, int height, int width,
+                 std::uint8_t* (*grow)(void*, std::size_t), void* buffer, JpegRegion* out) {
+  if (setjmp(err->jump)) {
+    jpeg_destroy_decompress(cinfo);
+    return false;
+  }
+  jpeg_create_decompress(cinfo);
+  jpeg_mem_src(cinfo, data, size);
+  jpeg_read_header(cinfo, TRUE);
+  if (cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK ||
+      cinfo->progressive_mode) {
+    jpeg_destroy_decompress(cinfo);
+    return false;
+  }
+  cinfo->out_color_space = JCS_RGB;
+  cinfo->dct_method = JDCT_ISLOW;
+  cinfo->do_fancy_upsampling = TRUE;
+  jpeg_start_decompress(cinfo);
+  const int image_width = static_cast<int>(cinfo->output_width);
+  const int image_height = static_cast<int>(cinfo->output_height);
+  if (top < 0 || left < 0 || height <= 0 || width <= 0 || top + height > image_height ||
+      left + width > image_width) {
+    jpeg_destroy_decompress(cinfo);
+    return false;
+  }
+  // NOTE: a margin around the crop: fancy upsampling treats a partial row's ends as the image's
+  // edges, so the crop's own pixels must lie inside the decoded region, not on its border.
+  constexpr int margin = 16;
+  JDIMENSION x0 = static_cast<JDIMENSION>(std::max(0, left - margin));
+  JDIMENSION w = static_cast<JDIMENSION>(std::min(image_width, left + width + margin)) - x0;
+  if (static_cast<int>(w) < image_width) jpeg_crop_scanline(cinfo, &x0, &w);
+  const int y0 = std::max(0, top - margin);
+  if (y0 > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(y0));
+  const int rows = top + height - y0;
+  const std::size_t stride = static_cast<std::size_t>(cinfo->output_width) * 3;
+  std::uint8_t* pixels = grow(buffer, stride * static_cast<std::size_t>(rows));
+  for (int y = 0; y < rows;) {
+    JSAMPROW row = pixels + stride * static_cast<std::size_t>(y);
+    const JDIMENSION got = jpeg_read_scanlines(cinfo, &row, 1);
+    if (got == 0 || err->truncated) {
+      jpeg_destroy_decompress(cinfo);
+      return false;
+    }
+    y += static_cast<int>(got);
+  }
+  jpeg_abort_decompress(cinfo);
+  jpeg_destroy_decompress(cinfo);
+  out->pixels = pixels;
+  out->x0 = static_cast<int>(x0);
+  out->y0 = y0;
+  out->width = static_cast<int>(stride / 3);
+  out->height = rows;
+  out->stride = static_cast<std::ptrdiff_t>(stride);
+  return true;
+}
+
+std::uint8_t* grow_vector(void* v, std::size_t bytes) {
+  auto& buffer = *static_cast<std::vector<std::uint8_t>*>(v);
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return buffer.data();
+}
+
+}  // namespace
+
+std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, int top, int left,
+                                             int height, int width,
+                                             std::vector<std::uint8_t>& buffer) {
+  jpeg_decompress_struct cinfo{};
+  ErrorManager err{};
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = on_error;
+  err.pub.emit_message = on_message;
+  JpegRegion region;
+  if (!decode_rows(&cinfo, &err, reinterpret_cast<const unsigned char*>(data.data()),
+                   static_cast<unsigned long>(data.size()), top, left, height, width,
+                   grow_vector, &buffer, &region)) {
+    return std::nullopt;
+  }
+  return region;
+}
+
+}  // namespace coload::vision::detail

@@ -1,0 +1,31 @@
+#pragma once
+// Internal: decoding the part of a JPEG that a crop needs (lib/vision/jpeg_region.cpp).
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace coload::vision::detail {
+
+/// Decoded RGB rows of a JPEG covering a crop, with the region's origin in the image.
+struct JpegRegion {
+  const std::uint8_t* pixels = nullptr;
+  int x0 = 0;
+  int y0 = 0;
+  int width = 0;
+  int height = 0;
+  std::ptrdiff_t stride = 0;
+};
+
+/// Decodes (at full size) at least the crop `[top, top + height) × [left, left + width)` of a
+/// baseline RGB or grayscale JPEG into `buffer`, identical to the same pixels of a full decode.
+/// Returns nothing for anything it does not handle (CMYK, progressive, damaged or truncated
+/// data, a crop outside the image): the caller then decodes the whole image, which reports the
+/// error properly.
+std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, int top, int left,
+                                             int height, int width,
+                                             std::vector<std::uint8_t>& buffer);
+
+}  // namespace coload::vision::detail
