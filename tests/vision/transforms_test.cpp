@@ -10,6 +10,7 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coload/sampler/random.hpp"
@@ -299,6 +300,37 @@ TEST_CASE("the fused train transform equals the composed one, and draws from the
   const at::Tensor a = train(jpeg, r1);
   CHECK(a.sizes() == at::IntArrayRef{3, 224, 224});
   CHECK(at::equal(a, train(jpeg, r2)));
+}
+
+TEST_CASE("decoding only a crop's region gives the pixels of a full decode, at every position") {
+  // The fused train path decodes the crop's rows and columns only (libjpeg's skip and crop
+  // scanlines); fancy upsampling at a partial row's ends must not change the crop's pixels.
+  const vision::Image src = vision::test::synthetic_image(333, 257, 5);
+  for (const auto subsampling : {vision::ChromaSubsampling::s420, vision::ChromaSubsampling::s422,
+                                 vision::ChromaSubsampling::s444, vision::ChromaSubsampling::gray}) {
+    CAPTURE(static_cast<int>(subsampling));
+    const auto jpeg = vision::encode_jpeg(src.view(), 90, subsampling);
+    const vision::Image full = vision::decode(jpeg);
+    int checked = 0;
+    for (int top : {0, 1, 7, 8, 15, 16, 17, 100, 200}) {
+      for (int left : {0, 1, 15, 16, 17, 31, 150, 300}) {
+        for (const auto [h, w] : {std::pair{1, 1}, std::pair{13, 9}, std::pair{57, 33},
+                                  std::pair{257 - top, 333 - left}}) {
+          if (top + h > 257 || left + w > 333) continue;
+          const CropBox box{top, left, h, w};
+          CAPTURE(top);
+          CAPTURE(left);
+          CAPTURE(h);
+          CAPTURE(w);
+          const vision::Image region = vision::decode_resized_crop(jpeg, box, 24, 24, 1);
+          const vision::Image whole = vision::resized_crop(full.view(), box, 24, 24);
+          REQUIRE(region.data == whole.data);
+          ++checked;
+        }
+      }
+    }
+    CHECK(checked > 200);
+  }
 }
 
 TEST_CASE("the fused eval transform equals Resize, CenterCrop, ToTensor and Normalize") {
