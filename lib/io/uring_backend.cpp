@@ -320,7 +320,9 @@ void UringBackend::prep(Request* r) {
       if (r->staged) r->buf = slab_ + std::size_t{r->slot} * first_read_;
       if (r->pooled) r->buf = pool_->take();
       io_uring_prep_openat_direct(sqe, AT_FDCWD, r->path, r->open_flags, 0, r->slot);
-      io_uring_sqe_set_flags(sqe, IOSQE_IO_LINK);
+      // NOTE: IOSQE_ASYNC on the chain's head sends the whole chain to io-wq (see
+      // ReaderOptions::async_punt); inline, a cached read's copy would run on this thread.
+      io_uring_sqe_set_flags(sqe, IOSQE_IO_LINK | (options_.async_punt ? IOSQE_ASYNC : 0));
       io_uring_sqe_set_data64(sqe, tag(r, 0));
 
       sqe = io_uring_get_sqe(&ring_);
