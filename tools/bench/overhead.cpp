@@ -44,6 +44,11 @@
 #error "COLOAD_BENCH_DIR (the directory of overhead_pytorch.py) must be defined by the build"
 #endif
 
+#include "bench_support.hpp"
+
+namespace bench = coload::bench;
+using namespace coload::bench;
+
 namespace {
 
 constexpr std::int64_t kFeatures = 64;
@@ -176,23 +181,6 @@ struct PyResult {
   std::string note;  // why rate is null, or the torch version
 };
 
-std::optional<std::string> json_field(const std::string& line, const std::string& key) {
-  const std::string k = "\"" + key + "\"";
-  auto p = line.find(k);
-  if (p == std::string::npos) return std::nullopt;
-  p = line.find(':', p + k.size());
-  if (p == std::string::npos) return std::nullopt;
-  ++p;
-  while (p < line.size() && line[p] == ' ') ++p;
-  if (p < line.size() && line[p] == '"') {
-    const auto q = line.find('"', p + 1);
-    if (q == std::string::npos) return std::nullopt;
-    return line.substr(p + 1, q - p - 1);
-  }
-  const auto q = line.find_first_of(",}", p);
-  return line.substr(p, q == std::string::npos ? std::string::npos : q - p);
-}
-
 PyResult run_pytorch(const Args& args) {
   if (!args.pytorch) return {std::nullopt, "skipped (--no-pytorch)"};
   if (::access(kPython, X_OK) != 0) return {std::nullopt, std::string(kPython) + " not found"};
@@ -204,16 +192,10 @@ PyResult run_pytorch(const Args& args) {
       " --batch-size " + std::to_string(kBatch) + " --seed " + std::to_string(kSeed);
   std::fprintf(stderr, "overhead: %-14s running %s\n", "pytorch", cmd.c_str());
   std::fflush(stderr);
-  std::FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return {std::nullopt, std::string("popen failed: ") + std::strerror(errno)};
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  const int status = ::pclose(pipe);
-  // The last non-empty line is the JSON one.
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  const auto nl = out.rfind('\n');
-  const std::string line = nl == std::string::npos ? out : out.substr(nl + 1);
+  const bench::PeerOutput peer = bench::run_peer(cmd);
+  if (!peer.started) return {std::nullopt, peer.error};
+  const int status = peer.status;
+  const std::string& line = peer.last_line;
   if (status != 0) {
     return {std::nullopt, "overhead_pytorch.py failed (status " + std::to_string(status) + ")"};
   }
@@ -238,13 +220,6 @@ struct Ratio {
   std::optional<double> value;
   std::optional<double> target;  // value >= target
 };
-
-std::string json_number(std::optional<double> v) {
-  if (!v || !std::isfinite(*v)) return "null";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.10g", *v);
-  return buf;
-}
 
 std::string with_commas(double v) {
   std::string digits = std::to_string(static_cast<long long>(std::llround(v)));

@@ -41,6 +41,11 @@
 
 namespace fs = std::filesystem;
 
+#include "../bench_support.hpp"
+
+namespace bench = coload::bench;
+using namespace coload::bench;
+
 namespace {
 
 constexpr const char* kPython = "/usr/bin/python3";
@@ -134,26 +139,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// CPU seconds this process has used, all threads together.
-double cpu_seconds() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-std::string quoted(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// Reads the number after `"key": ` in a flat JSON object.
-std::optional<double> json_number(const std::string& json, const std::string& key) {
-  const auto at = json.find("\"" + key + "\":");
-  if (at == std::string::npos) return std::nullopt;
-  return std::strtod(json.c_str() + at + key.size() + 3, nullptr);
-}
-
 struct TorchvisionTime {
   double best;
   double median;
@@ -165,19 +150,15 @@ std::optional<TorchvisionTime> time_torchvision(const fs::path& root, int repeat
   if (::access(kPython, X_OK) != 0) return std::nullopt;
   const std::string command =
       std::string(kPython) + " " +
-      quoted(std::string(COLOAD_BENCH_DIR) + "/folder_index_torchvision.py") + " " +
-      quoted(root.string()) + " " + std::to_string(repeat);
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return std::nullopt;
-  std::string out;
-  char buf[512];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  if (::pclose(pipe) != 0) return std::nullopt;
-  const auto best = json_number(out, "best");
-  const auto median = json_number(out, "median");
-  const auto cpu_best = json_number(out, "cpu_best");
-  const auto samples = json_number(out, "samples");
+      shell_quote(std::string(COLOAD_BENCH_DIR) + "/folder_index_torchvision.py") + " " +
+      shell_quote(root.string()) + " " + std::to_string(repeat);
+  const bench::PeerOutput peer = bench::run_peer(command);
+  if (!peer.started || peer.status != 0) return std::nullopt;
+  const std::string& out = peer.last_line;
+  const auto best = json_double(out, "best");
+  const auto median = json_double(out, "median");
+  const auto cpu_best = json_double(out, "cpu_best");
+  const auto samples = json_double(out, "samples");
   if (!best || !median || !cpu_best || !samples) return std::nullopt;
   return TorchvisionTime{*best, *median, *cpu_best, static_cast<std::size_t>(*samples)};
 }

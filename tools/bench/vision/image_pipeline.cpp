@@ -66,6 +66,11 @@
 
 namespace fs = std::filesystem;
 
+#include "../bench_support.hpp"
+
+namespace bench = coload::bench;
+using namespace coload::bench;
+
 namespace {
 
 constexpr std::int64_t kBatch = 64;
@@ -134,12 +139,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double cpu_seconds() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // The result of one measurement: images/s per timed epoch, and CPU seconds per epoch.
@@ -309,45 +308,6 @@ struct PyResult {
   std::string note;  // why rate is null, or the versions
 };
 
-// The value of `"key":` in the one-line JSON object `line`, unparsed (string values unquoted).
-// The object is the script's own, flat apart from one list, so a scan is enough.
-std::optional<std::string> json_field(const std::string& line, const std::string& key) {
-  const std::string k = "\"" + key + "\"";
-  auto p = line.find(k);
-  if (p == std::string::npos) return std::nullopt;
-  p = line.find(':', p + k.size());
-  if (p == std::string::npos) return std::nullopt;
-  ++p;
-  while (p < line.size() && line[p] == ' ') ++p;
-  if (p < line.size() && line[p] == '"') {
-    const auto q = line.find('"', p + 1);
-    if (q == std::string::npos) return std::nullopt;
-    return line.substr(p + 1, q - p - 1);
-  }
-  const auto q = line.find_first_of(",}", p);
-  return line.substr(p, q == std::string::npos ? std::string::npos : q - p);
-}
-
-std::optional<double> json_double(const std::string& line, const std::string& key) {
-  const auto s = json_field(line, key);
-  if (!s || *s == "null") return std::nullopt;
-  char* end = nullptr;
-  const double v = std::strtod(s->c_str(), &end);
-  if (end == s->c_str() || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
-
-// Quotes `s` for /bin/sh: the root is a user's path and may hold spaces or quotes.
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) {
-    if (c == '\'')
-      q += "'\\''";
-    else
-      q += c;
-  }
-  return q + "'";
-}
 
 PyResult run_pytorch(const Args& args) {
   if (!args.pytorch) return {std::nullopt, "skipped (--skip-pytorch)"};
@@ -361,16 +321,10 @@ PyResult run_pytorch(const Args& args) {
                           " --seed " + std::to_string(kSeed);
   std::fprintf(stderr, "image_pipeline: %-11s running %s\n", "pytorch", cmd.c_str());
   std::fflush(stderr);
-  std::FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return {std::nullopt, std::string("popen failed: ") + std::strerror(errno)};
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  const int status = ::pclose(pipe);
-  // The last non-empty line is the JSON one.
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  const auto nl = out.rfind('\n');
-  const std::string line = nl == std::string::npos ? out : out.substr(nl + 1);
+  const bench::PeerOutput peer = bench::run_peer(cmd);
+  if (!peer.started) return {std::nullopt, peer.error};
+  const int status = peer.status;
+  const std::string& line = peer.last_line;
   if (status != 0) {
     return {std::nullopt,
             "image_pipeline_pytorch.py failed (status " + std::to_string(status) + ")"};
@@ -460,13 +414,6 @@ Breakdown breakdown(const std::vector<std::string>& files) {
 }
 
 // --- reporting ---------------------------------------------------------------------------------
-std::string json_number(std::optional<double> v) {
-  if (!v || !std::isfinite(*v)) return "null";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.10g", *v);
-  return buf;
-}
-
 std::optional<double> ratio(const std::optional<Rate>& a, const std::optional<Rate>& b) {
   if (!a || !b || b->median <= 0) return std::nullopt;
   return a->median / b->median;
