@@ -437,7 +437,7 @@ class StreamCursor {
  public:
   using pointer = typename G::pointer;
   explicit StreamCursor(G generator) : generator_(std::move(generator)) {}
-  /// Sync generators: the next sample, or nullptr at the end.
+  /// The next sample, or nullptr at the end.
   pointer next_sync() {
     if (!it_) {
       it_.emplace(generator_.begin());
@@ -446,8 +446,6 @@ class StreamCursor {
     }
     return *it_ == std::default_sentinel ? nullptr : std::addressof(**it_);
   }
-  /// Async generators: awaitable of the next sample, or nullptr at the end.
-  auto next_async() { return generator_.next(); }
 
  private:
   G generator_;
@@ -457,6 +455,7 @@ template <class T>
 class StreamCursor<AsyncGenerator<T>> {
  public:
   explicit StreamCursor(AsyncGenerator<T> generator) : generator_(std::move(generator)) {}
+  /// Awaitable of the next sample, or nullptr at the end.
   auto next_async() { return generator_.next(); }
 
  private:
