@@ -180,6 +180,14 @@ bool UringBackend::init(std::string& why) {
   }
   ring_ready_ = true;
   cq_budget_ = params.cq_entries - 1;
+  if (options_.wq_workers != 0) {
+    // NOTE: io-wq runs punted reads of regular files as "bounded" work, whose workers the
+    // kernel caps at min(SQ entries, 4 x CPUs): 8 on two cores, so a cold read chain that
+    // blocks on the disk leaves at most 8 reads outstanding. Raising the cap gives the disk
+    // the depth a 32-thread pool would. A refusal (kernel before 5.15) only keeps the default.
+    unsigned limits[2] = {options_.wq_workers, 0};
+    (void)io_uring_register_iowq_max_workers(&ring_, limits);
+  }
   stats_.completion_queue = params.cq_entries;
 
   // NOTE: one slot per chain that can be in flight, unless the caller chose; slots are picked

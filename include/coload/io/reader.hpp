@@ -46,6 +46,10 @@ struct ReaderOptions {
   /// it inline in io_uring_submit: reads of cached files then copy on several cores at once
   /// rather than on the submitting thread (measured about 2x warm, and faster cold, on 2 cores).
   bool async_punt = true;
+  /// Most io-wq workers running this ring's punted reads at once (the kernel's default is
+  /// 4 per CPU): a cold read blocks its worker on the disk, so this is the disk's queue depth.
+  /// 0 keeps the kernel's default.
+  unsigned wq_workers = 64;
 };
 
 /// Counters of a Reader, for tests and benchmarks. Zero where a backend has no such thing.

@@ -2,7 +2,7 @@
 // against pread thread pools of 2, 8 and 32 threads and a plain sequential loop, with the page
 // cache dropped before each pass (cold, posix_fadvise DONTNEED per file) and kept (warm).
 //
-//   io [--dir DIR] [--files 5000] [--size 110000] [--repeat 3] [--queue-depth 256] [--json]
+//   io [--dir DIR] [--files 5000] [--size 110000] [--repeat 3] [--queue-depth 256] [--wq-workers 64] [--json]
 //      [--only uring|pread2|pread8|pread32|sequential|fallback|uring_direct]
 //
 // The files are generated once in DIR (default /tmp/coload-bench-io) and reused while the
@@ -45,6 +45,7 @@ struct Args {
   std::size_t size = 110'000;
   unsigned repeat = 3;
   unsigned queue_depth = 256;
+  unsigned wq_workers = coload::io::ReaderOptions{}.wq_workers;
   bool json = false;
   std::string only;  // run just this method (for profiling); the ratios then are not printed
 };
@@ -52,7 +53,7 @@ struct Args {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "io: %s\nusage: io [--dir DIR] [--files N] [--size BYTES] [--repeat N] "
-               "[--queue-depth N] [--json] [--only METHOD]\n",
+               "[--queue-depth N] [--wq-workers N] [--json] [--only METHOD]\n",
                why);
   std::exit(2);
 }
@@ -70,6 +71,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--size") a.size = std::stoul(value());
     else if (flag == "--repeat") a.repeat = std::max(1u, static_cast<unsigned>(std::stoul(value())));
     else if (flag == "--queue-depth") a.queue_depth = static_cast<unsigned>(std::stoul(value()));
+    else if (flag == "--wq-workers") a.wq_workers = static_cast<unsigned>(std::stoul(value()));
     else if (flag == "--json") a.json = true;
     else if (flag == "--only") a.only = value();
     else usage(("unknown flag " + flag).c_str());
@@ -255,6 +257,7 @@ int main(int argc, char** argv) {
   io::Backend uring_backend = io::Backend::pread;
   io::ReaderOptions uring_options;
   uring_options.queue_depth = args.queue_depth;
+  uring_options.wq_workers = args.wq_workers;
   io::ReaderOptions direct_options = uring_options;
   direct_options.direct = true;
   io::ReaderOptions fallback_options;
