@@ -2,6 +2,7 @@
 // Everything coload offers, in one include.
 
 #include "coload/collate/collate.hpp"
+#include "coload/collate/wire.hpp"
 #include "coload/coro/coro.hpp"
 #include "coload/dataset/any_dataset.hpp"
 #include "coload/dataset/concat.hpp"
@@ -14,6 +15,7 @@
 #include "coload/dataset/stack.hpp"
 #include "coload/dataset/subset.hpp"
 #include "coload/dataset/tensor_dataset.hpp"
+#include "coload/exec/process.hpp"
 #include "coload/exec/thread_executor.hpp"
 #include "coload/exec/worker_info.hpp"
 #include "coload/loader/data_loader.hpp"

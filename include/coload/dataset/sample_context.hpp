@@ -140,6 +140,8 @@ class SkipLog {
   std::int64_t skip(Index index, const std::string& what);
   /// How many samples were skipped.
   std::int64_t count() const noexcept { return count_.load(std::memory_order_relaxed); }
+  /// Counts `n` samples skipped elsewhere (in a worker process, which named them itself).
+  void add(std::int64_t n) noexcept { count_.fetch_add(n, std::memory_order_relaxed); }
 
  private:
   std::atomic<std::int64_t> count_{0};

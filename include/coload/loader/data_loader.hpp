@@ -26,10 +26,12 @@
 #include <vector>
 
 #include "coload/collate/collate.hpp"
+#include "coload/collate/wire.hpp"
 #include "coload/coro/sync_wait.hpp"
 #include "coload/coro/when_all.hpp"
 #include "coload/dataset/dataset.hpp"
 #include "coload/dataset/iterable.hpp"
+#include "coload/exec/process.hpp"
 #include "coload/exec/thread_executor.hpp"
 #include "coload/exec/worker_info.hpp"
 #include "coload/io/reader.hpp"
@@ -305,7 +307,8 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     if (dispatch_error_ && !cancelled()) {
       this->handoff.push(Outcome<Batch>{std::nullopt, dispatch_error_});
     }
-    this->handoff.finish();
+    // NOTE: worker processes that end with the epoch are gone before the consumer sees its end.
+    core_.run_finished([self = this->shared_from_this()] { self->handoff.finish(); });
   }
 
   void on_slot_freed() {
@@ -360,13 +363,20 @@ class EpochRun final : public RunBase<D, C> {
     ++core.live;
     std::exception_ptr error;
     try {
+      core.start_workers();
       auto batches = core.batch_sampler.batches();
       for (;;) {
         while (self->full() && !self->cancelled()) co_await self->slot();
         if (self->cancelled()) break;
+        // A worker process died and was not restarted: the epoch ends after its error.
+        if (core.pool && core.pool->broken()) break;
         std::vector<Index>* indices = co_await batches.next();
         if (!indices) break;
-        fetch(self, self->dispatched_++, std::move(*indices));
+        if (core.pool) {
+          fetch_in_process(self, self->dispatched_++, std::move(*indices));
+        } else {
+          fetch(self, self->dispatched_++, std::move(*indices));
+        }
       }
     } catch (...) {
       error = std::current_exception();
@@ -429,6 +439,38 @@ class EpochRun final : public RunBase<D, C> {
     --core.live;
     core.maybe_stop();
   }
+
+  /// Fetches one batch in a worker process: the indices go out over its socket, the batch
+  /// comes back in a shared-memory slot. Runs on the driver throughout.
+  static Detached fetch_in_process(std::shared_ptr<EpochRun> self, std::int64_t batch_no,
+                                   std::vector<Index> indices) {
+    Core& core = self->core_;
+    ++core.live;
+    Outcome<Batch> outcome;
+    bool dropped = self->cancelled();
+    if (!dropped) {
+      try {
+        ProcessTask task;
+        task.kind = ProcessTask::Kind::fetch;
+        task.batch = batch_no;
+        task.epoch = self->epoch_;
+        task.worker_seed = self->base_seed_;
+        task.sample_seed = self->sample_seed_;
+        task.indices = std::move(indices);
+        auto result = co_await core.pool->submit(-1, std::move(task));
+        if (auto batch = core.take_result(std::move(result))) outcome.batch.emplace(std::move(*batch));
+      } catch (const Cancelled&) {
+        dropped = true;
+      } catch (const EmptyBatch&) {
+        // Every sample was skipped, or the batch was queued on a worker that died.
+      } catch (...) {
+        outcome.error = std::current_exception();
+      }
+    }
+    self->complete(batch_no, std::move(outcome), dropped);
+    --core.live;
+    core.maybe_stop();
+  }
 };
 
 /// Pulls samples from a Generator or an AsyncGenerator, one at a time.
@@ -485,7 +527,22 @@ class StreamRun final : public RunBase<D, C> {
   static Detached run(std::shared_ptr<StreamRun> self) {
     Core& core = self->core_;
     ++core.live;
-    for (int w = 0; w < static_cast<int>(self->queues_.size()); ++w) stream_worker(self, w);
+    try {
+      core.start_workers();
+    } catch (...) {
+      self->queues_closed_ = true;
+      self->dispatch_done(std::current_exception());
+      --core.live;
+      core.maybe_stop();
+      co_return;
+    }
+    for (int w = 0; w < static_cast<int>(self->queues_.size()); ++w) {
+      if (core.pool) {
+        stream_in_process(self, w);
+      } else {
+        stream_worker(self, w);
+      }
+    }
     for (;;) {
       while (self->full() && !self->cancelled()) co_await self->slot();
       if (self->cancelled()) break;
@@ -634,6 +691,47 @@ class StreamRun final : public RunBase<D, C> {
     core.maybe_stop();
   }
 
+  /// Worker process `w` for this epoch: asks its process for one batch of its stream per
+  /// batch number (the process keeps the stream between them).
+  static Detached stream_in_process(std::shared_ptr<StreamRun> self, int w) {
+    Core& core = self->core_;
+    ++core.live;
+    bool over = false;
+    for (;;) {
+      std::optional<std::int64_t> task = co_await TaskAwaiter{self.get(), w};
+      if (!task) break;
+      if (over || self->cancelled()) {
+        self->complete(*task, {}, self->cancelled());
+        continue;
+      }
+      Outcome<Batch> outcome;
+      bool dropped = false;
+      try {
+        ProcessTask t;
+        t.kind = ProcessTask::Kind::stream;
+        t.batch = *task;
+        t.epoch = self->epoch_;
+        t.worker_seed = self->base_seed_;
+        t.sample_seed = self->sample_seed_;
+        t.want = Plan::per_sample ? 1 : *core.options.batch_size;
+        auto result = co_await core.pool->submit(w, std::move(t));
+        over = result.reply.stream_over;
+        if (auto batch = core.take_result(std::move(result))) outcome.batch.emplace(std::move(*batch));
+      } catch (const Cancelled&) {
+        dropped = true;
+      } catch (const EmptyBatch&) {
+        over = true;
+      } catch (...) {
+        outcome.error = std::current_exception();
+        over = true;
+      }
+      if (over) self->queues_[static_cast<std::size_t>(w)].active = false;
+      self->complete(*task, std::move(outcome), dropped);
+    }
+    --core.live;
+    core.maybe_stop();
+  }
+
   std::vector<WorkerQueue> queues_;  // driver
   int next_worker_ = 0;              // driver
   bool queues_closed_ = false;       // driver
@@ -655,7 +753,11 @@ class LoaderCore {
     if constexpr (!iterable) batch_sampler = make_batch_sampler();
     worker_init_epoch.assign(static_cast<std::size_t>(options.num_workers), -1);
     replicas.resize(static_cast<std::size_t>(options.num_workers));
-    if (options.num_workers > 0) executor = std::make_unique<ThreadExecutor>(options.num_workers);
+    if (options.executor == Executor::processes) {
+      make_pool();
+    } else if (options.num_workers > 0) {
+      executor = std::make_unique<ThreadExecutor>(options.num_workers);
+    }
     if constexpr (Plan::is_async) reader = std::make_unique<io::Reader>(driver.context());
   }
 
@@ -663,10 +765,47 @@ class LoaderCore {
     if (auto run = current.lock()) run->cancel();
     asio::post(driver.context(), [this] {
       stopping = true;
+      // Fetches waiting on worker processes end now (dropped), and the processes are told to go.
+      if (pool) pool->shutdown(std::make_exception_ptr(Cancelled{}));
       maybe_stop();
     });
     driver.join();
+    pool.reset();  // waits for the processes, SIGKILL after a grace period
     executor.reset();
+  }
+
+  /// Driver: forks the worker processes that are not running (at each epoch's start).
+  void start_workers() {
+    if (pool) pool->start();
+  }
+  /// Driver: an epoch has ended; without persistent_workers its processes go with it.
+  template <class F>
+  void run_finished(F done) {
+    if (pool && !options.persistent_workers) {
+      pool->retire(std::move(done));
+    } else {
+      done();
+    }
+  }
+
+  /// A worker process's answer as a batch: decoded over its slot without a copy; nothing when
+  /// every sample was skipped; its error as a WorkerError.
+  std::optional<Batch> take_result(ProcessResult result) {
+    const auto& r = result.reply;
+    if (r.skipped) skips.add(r.skipped);
+    if (r.status == ProcessReply::Status::error) {
+      throw WorkerError(r.error_what, result.worker, r.batch, r.error_index, r.error_type,
+                        r.error_message, nullptr);
+    }
+    if (!result.lease) {
+      if (r.status == ProcessReply::Status::empty && !r.stream_over) throw EmptyBatch{};
+      return std::nullopt;
+    }
+    if constexpr (wire::Wireable<Batch>) {
+      return wire::decode<Batch>(result.bytes, std::move(result.lease));
+    } else {
+      throw std::logic_error("unreachable: a batch type without a wire format");
+    }
   }
 
   std::int64_t in_flight_bound() const noexcept {
@@ -735,7 +874,8 @@ class LoaderCore {
     }
   }
 
-  Batch fetch_batch(Run& run, std::span<const Index> indices, const WorkerInfo* info,
+  template <class Scope>
+  Batch fetch_batch(Scope& run, std::span<const Index> indices, const WorkerInfo* info,
                     std::int64_t batch_no)
     requires(!iterable && !Plan::is_async)
   {
@@ -783,13 +923,15 @@ class LoaderCore {
   }
 
   /// The loader's place for CPU work, as a fetch's context carries it.
-  CpuPlace cpu_place(Run& run) noexcept {
+  template <class Scope>
+  CpuPlace cpu_place(Scope& run) noexcept {
     return executor ? CpuPlace{executor.get(), run.worker_infos()} : CpuPlace{};
   }
 
   /// An asynchronous fetch of batch `batch_no`: get_batch_async, or get_async for every index
   /// at once and then collate (on a worker). Starts on the driver.
-  Task<Batch> fetch_batch_async(Run& run, std::span<const Index> indices, std::int64_t batch_no)
+  template <class Scope>
+  Task<Batch> fetch_batch_async(Scope& run, std::span<const Index> indices, std::int64_t batch_no)
     requires(Plan::is_async)
   {
     const CpuPlace place = cpu_place(run);
@@ -870,10 +1012,185 @@ class LoaderCore {
   bool stopping = false;  // driver
   Driver driver;
   std::unique_ptr<ThreadExecutor> executor;
+  std::unique_ptr<ProcessPool> pool;   // executor = processes
   std::unique_ptr<io::Reader> reader;  // asynchronous datasets only; driver after construction
   SkipLog skips;
 
  private:
+  void make_pool() {
+    if constexpr (wire::Wireable<Batch>) {
+      ProcessPool::Options o;
+      o.num_workers = options.num_workers;
+      // NOTE: a restarted stream would start over and repeat its samples.
+      o.on_death = iterable ? OnWorkerDeath::raise : options.on_worker_death;
+      o.max_restarts = options.max_worker_restarts;
+      pool = std::make_unique<ProcessPool>(
+          driver.context(), o, [this](ChildLink& link, int id) { child_main(link, id); });
+    } else {
+      throw std::invalid_argument(
+          "executor = processes needs a batch type that the wire format knows: specialise "
+          "coload::wire::Wire for it");
+    }
+  }
+
+  /// What a fetch in a worker process sees of its epoch.
+  struct ChildScope {
+    std::int64_t epoch_no;
+    std::uint64_t seed;
+    bool cancelled() const noexcept { return false; }
+    std::int64_t epoch() const noexcept { return epoch_no; }
+    std::uint64_t sample_seed() const noexcept { return seed; }
+    const WorkerInfo* worker_infos() const noexcept { return nullptr; }
+  };
+
+  /// Runs an asynchronous fetch to its end on the child's own io_context.
+  static Detached child_fetch_async(LoaderCore& core, ChildScope& scope,
+                                    std::span<const Index> indices, std::int64_t batch_no,
+                                    std::optional<Batch>& out, std::exception_ptr& error,
+                                    bool& done)
+    requires(Plan::is_async)
+  {
+    try {
+      out.emplace(co_await core.fetch_batch_async(scope, indices, batch_no));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    done = true;
+  }
+
+  /// The body of worker process `id`: this object is the child's forked copy of the loader,
+  /// whose driver, executor and reader belong to the parent and are never touched here.
+  void child_main(ChildLink& link, int id) {
+    std::optional<asio::io_context> child_io;
+    if constexpr (Plan::is_async) {
+      // NOTE: the parent's reader shares its ring with the parent: destroying it here would
+      // cancel the parent's reads. It is left alone, and the child reads through its own.
+      (void)reader.release();
+      child_io.emplace();
+      reader = std::make_unique<io::Reader>(*child_io);
+    }
+    WorkerInfo info{id, options.num_workers, 0, static_cast<const void*>(&dataset)};
+    bool initialised = false;
+    std::optional<StreamCursor<stream_probe_t>> cursor;
+    bool stream_over = false;
+    while (auto task = link.next()) {
+      info.seed = task->worker_seed + static_cast<std::uint64_t>(id);
+      set_worker_info(&info);
+      ProcessReply reply;
+      reply.batch = task->batch;
+      const std::int64_t skipped_before = skips.count();
+      try {
+        if (!initialised) {
+          initialised = true;
+          init_worker(info, task->epoch);
+        }
+        std::optional<Batch> batch;
+        if constexpr (iterable) {
+          batch = child_stream(cursor, stream_over, info, task->want, id, task->batch);
+          reply.stream_over = stream_over;
+        } else {
+          ChildScope scope{task->epoch, task->sample_seed};
+          if constexpr (Plan::is_async) {
+            std::exception_ptr error;
+            bool done = false;
+            child_fetch_async(*this, scope, task->indices, task->batch, batch, error, done);
+            child_io->restart();
+            while (!done && child_io->run_one() > 0) {
+            }
+            if (!done) throw std::logic_error("coload: an asynchronous fetch stalled in a worker process");
+            if (error) std::rethrow_exception(error);
+          } else {
+            batch.emplace(fetch_batch(scope, task->indices, &info, task->batch));
+          }
+        }
+        if (batch) {
+          if constexpr (wire::Wireable<Batch>) {
+            const std::size_t need = wire::encoded_size(*batch);
+            reply.bytes = wire::encode(*batch, link.slot(need));
+            reply.status = ProcessReply::Status::batch;
+          }
+        } else {
+          reply.status = ProcessReply::Status::empty;
+        }
+      } catch (const EmptyBatch&) {
+        reply.status = ProcessReply::Status::empty;
+      } catch (const WorkerError& e) {
+        fill_error(reply, e);
+      } catch (...) {
+        fill_error(reply, wrap_current_exception(id, task->batch, -1, "fetching"));
+      }
+      if constexpr (iterable) {
+        if (reply.status == ProcessReply::Status::error) reply.stream_over = stream_over = true;
+      }
+      set_worker_info(nullptr);
+      reply.skipped = skips.count() - skipped_before;
+      link.reply(std::move(reply));
+    }
+    cursor.reset();
+    reader.reset();
+  }
+
+  static void fill_error(ProcessReply& reply, const WorkerError& e) {
+    reply.status = ProcessReply::Status::error;
+    reply.error_what = e.what();
+    reply.error_type = e.original_type();
+    reply.error_message = e.original_message();
+    reply.error_index = e.index();
+  }
+
+  static auto stream_probe() {
+    if constexpr (iterable) {
+      return std::type_identity<stream_t<D>>{};
+    } else {
+      return std::type_identity<Generator<int>>{};
+    }
+  }
+  using stream_probe_t = typename decltype(stream_probe())::type;
+
+  /// A worker process's next batch of its stream: up to `want` samples, collated; nothing
+  /// once the stream is over (or a last partial batch under drop_last).
+  std::optional<Batch> child_stream(std::optional<StreamCursor<stream_probe_t>>& cursor,
+                                    bool& over, const WorkerInfo& info, std::int64_t want,
+                                    int id, std::int64_t batch_no) {
+    if constexpr (iterable) {
+      if (over) return std::nullopt;
+      if (!cursor) {
+        try {
+          cursor.emplace(dataset.stream(info));
+        } catch (...) {
+          over = true;
+          throw wrap_current_exception(id, batch_no, -1, "starting the stream for");
+        }
+      }
+      std::vector<typename Plan::sample> samples;
+      samples.reserve(static_cast<std::size_t>(want));
+      while (static_cast<std::int64_t>(samples.size()) < want) {
+        typename stream_t<D>::pointer sample = nullptr;
+        try {
+          if constexpr (async_stream_v<D>) {
+            sample = sync_wait(cursor->next_async());
+          } else {
+            sample = cursor->next_sync();
+          }
+        } catch (...) {
+          over = true;
+          throw wrap_current_exception(id, batch_no, -1, "fetching");
+        }
+        if (!sample) {
+          over = true;
+          break;
+        }
+        samples.push_back(std::move(*sample));
+      }
+      const bool partial = static_cast<std::int64_t>(samples.size()) < want;
+      if (samples.empty() || (partial && options.drop_last)) return std::nullopt;
+      return collate_samples(std::move(samples), id, batch_no);
+    } else {
+      (void)cursor, (void)over, (void)info, (void)want, (void)id, (void)batch_no;
+      return std::nullopt;
+    }
+  }
+
   /// One sample of an asynchronous fetch; its failure names the sample, and with
   /// `on_error = skip` leaves it out (an empty result).
   Task<std::optional<typename Plan::sample>> sample_async(SampleContext ctx,

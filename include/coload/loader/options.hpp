@@ -4,9 +4,12 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <stdexcept>
+#include <string>
 
 #include "coload/collate/collate.hpp"
 #include "coload/dataset/sample_context.hpp"
+#include "coload/exec/process.hpp"
 #include "coload/exec/worker_info.hpp"
 #include "coload/sampler/sampler.hpp"
 
@@ -49,6 +52,16 @@ struct LoaderOptions {
   /// leaves the sample out of its batch (an emptied batch is left out of the epoch), counts
   /// it (DataLoader::skipped()) and names it once on stderr.
   OnError on_error = OnError::raise;
+  /// Where the workers run: threads, or forked processes (crash-isolated; each batch comes
+  /// back through shared memory without a copy). Processes need a batch type the wire
+  /// format knows (coload::wire::Wire).
+  Executor executor = Executor::threads;
+  /// What a worker process's death does: `raise` delivers WorkerDied in place of the batch it
+  /// was fetching and ends the epoch after it; `restart` forks it again and re-fetches its
+  /// batches, up to max_worker_restarts times per worker (then raises). Iterable datasets
+  /// always raise: a restarted stream would start over.
+  OnWorkerDeath on_worker_death = OnWorkerDeath::raise;
+  int max_worker_restarts = 3;
 };
 
 namespace detail {
@@ -71,6 +84,16 @@ void validate_options(const LoaderOptions<C>& o, LoaderKind kind) {
   validate_options(o.batch_size, o.shuffle, static_cast<bool>(o.sampler),
                    static_cast<bool>(o.batch_sampler), o.num_workers, o.drop_last, o.timeout,
                    o.prefetch_factor, o.persistent_workers, kind);
+  // As PyTorch refuses a multiprocessing_context without worker processes.
+  if (o.executor == Executor::processes && o.num_workers == 0) {
+    throw std::invalid_argument(
+        "executor = processes can only be used with multi-process loading (num_workers > 0), "
+        "but got num_workers=0");
+  }
+  if (o.max_worker_restarts < 0) {
+    throw std::invalid_argument("max_worker_restarts option should be non-negative, but got " +
+                                std::to_string(o.max_worker_restarts));
+  }
 }
 }  // namespace detail
 

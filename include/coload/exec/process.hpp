@@ -1,0 +1,170 @@
+#pragma once
+// Process workers: forked children that fetch and collate batches into a shared-memory arena
+// mapped by the parent, and whose death the parent sees at once through a pidfd.
+
+#include <asio/io_context.hpp>
+
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace coload {
+
+/// Where a loader's workers run (`LoaderOptions::executor`).
+enum class Executor {
+  threads,    ///< num_workers threads in this process (the default)
+  processes,  ///< num_workers forked processes: a crash or a leak stays in the child
+};
+
+/// What the loader does when a worker process dies (`LoaderOptions::on_worker_death`).
+enum class OnWorkerDeath {
+  raise,    ///< the batch it was fetching fails with WorkerDied; the epoch ends after it
+  restart,  ///< fork a new worker and fetch its batches again (up to max_worker_restarts)
+};
+
+namespace detail {
+
+/// One message from the parent to a worker process.
+struct ProcessTask {
+  enum class Kind : std::uint32_t {
+    fetch = 1,   ///< fetch and collate `indices` (map-style datasets)
+    stream = 2,  ///< take up to `want` samples from the worker's stream (iterable datasets)
+    stop = 3,    ///< exit once the task queue before this message is done
+  };
+  Kind kind = Kind::fetch;
+  std::int64_t batch = 0;
+  std::int64_t epoch = 0;
+  std::uint64_t worker_seed = 0;  ///< WorkerInfo::seed for this epoch
+  std::uint64_t sample_seed = 0;  ///< the seed of every sample's Rng
+  std::int64_t want = 0;          ///< stream: samples per batch
+  std::vector<std::int64_t> indices;
+};
+
+/// What a worker process answers for one task.
+struct ProcessReply {
+  enum class Status : std::uint32_t {
+    batch = 1,  ///< the batch is in the slot, `bytes` long
+    empty = 2,  ///< no batch: every sample was skipped, or the stream had nothing left
+    error = 3,  ///< the fetch threw: `error_*` describe it
+    ended = 4,  ///< stream: the batch is in the slot and the stream is over (last batch)
+  };
+  Status status = Status::empty;
+  std::int64_t batch = 0;
+  std::uint64_t bytes = 0;       ///< bytes of the encoded batch in the slot
+  std::uint64_t slot_bytes = 0;  ///< the slot's size now (a worker grows a slot that is too small)
+  std::int64_t skipped = 0;      ///< samples left out under on_error = skip
+  bool stream_over = false;      ///< stream: nothing follows this reply (error or end)
+  std::int64_t error_index = -1;
+  std::string error_what;        ///< the full WorkerError text made in the child
+  std::string error_type;
+  std::string error_message;
+};
+
+/// The child's side of its link to the parent: blocking, one task at a time.
+class ChildLink {
+ public:
+  explicit ChildLink(int socket) noexcept : socket_(socket) {}
+  ChildLink(const ChildLink&) = delete;
+  ChildLink& operator=(const ChildLink&) = delete;
+  ~ChildLink();
+
+  /// The next task; a stop message or the parent's end gives nullopt.
+  std::optional<ProcessTask> next();
+  /// The current task's slot, at least `bytes` long (grown when it is smaller).
+  std::span<std::byte> slot(std::size_t bytes);
+  /// Answers the current task.
+  void reply(ProcessReply reply);
+
+ private:
+  struct Mapping {
+    int fd = -1;
+    std::byte* data = nullptr;
+    std::size_t size = 0;
+  };
+  int socket_;
+  std::int64_t slot_id_ = -1;
+  std::size_t slot_bytes_ = 0;
+  std::vector<Mapping> mappings_;  // by slot id
+};
+
+/// What a worker process runs: serve `link` until it returns nullopt. Runs in the child,
+/// after fork, with the worker's id; its return ends the child with status 0.
+using ChildMain = std::function<void(ChildLink& link, int worker_id)>;
+
+/// A finished task as the parent sees it: the reply and, for a batch, the slot's bytes and a
+/// lease that returns the slot when the last holder lets go.
+struct ProcessResult {
+  ProcessReply reply;
+  int worker = -1;  ///< the worker that answered
+  std::span<const std::byte> bytes;
+  std::shared_ptr<void> lease;
+};
+
+/// The worker processes of one loader, driven from its driver thread. Tasks go to a worker
+/// over a Unix socket (with the slot's memfd); replies and deaths are read on the driver's
+/// io_context (the sockets and each child's pidfd), so a death is seen at once.
+class ProcessPool {
+ public:
+  struct Options {
+    int num_workers = 1;
+    OnWorkerDeath on_death = OnWorkerDeath::raise;
+    int max_restarts = 3;
+    /// Seconds between SIGTERM and SIGKILL at shutdown.
+    double grace = 2.0;
+  };
+
+  ProcessPool(asio::io_context& driver, Options options, ChildMain main);
+  ProcessPool(const ProcessPool&) = delete;
+  ProcessPool& operator=(const ProcessPool&) = delete;
+  /// Kills and reaps whatever is still running (blocking).
+  ~ProcessPool();
+
+  /// Driver: forks every worker that is not running.
+  void start();
+  /// Driver: asks every worker to exit once its queued tasks are done (end of an epoch
+  /// without persistent workers); `done` runs on the driver once all of them are reaped (or
+  /// at once on shutdown).
+  void retire(std::function<void()> done);
+  /// Driver: SIGTERM to every worker, SIGKILL after the grace period; tasks still pending
+  /// fail with `cancelled` at once.
+  void shutdown(std::exception_ptr cancelled);
+  /// True once a worker died under `on_death = raise` (or past its restarts): dispatch stops.
+  bool broken() const noexcept;
+  /// Pids of the running workers, by worker id (-1 where none runs).
+  std::vector<int> pids() const;
+  /// The arena's bytes over all its slots, and its slot count (for tests).
+  std::size_t arena_bytes() const;
+  std::size_t arena_slots() const;
+  /// True when `p` lies inside one of the arena's mappings in this process.
+  bool in_arena(const void* p) const;
+
+  struct Awaiter;
+  /// Driver: sends `task` to worker `worker` (or, with -1, to the live worker with the fewest
+  /// tasks) and completes with its result. Throws WorkerDied when the worker dies with it.
+  Awaiter submit(int worker, ProcessTask task);
+
+  struct Pending;
+  struct Awaiter {
+    std::shared_ptr<Pending> pending;
+    bool await_ready() const noexcept;
+    void await_suspend(std::coroutine_handle<> h) const noexcept;
+    ProcessResult await_resume() const;
+  };
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+/// The name of signal `sig`, as "SIGSEGV".
+std::string signal_name(int sig);
+
+}  // namespace detail
+}  // namespace coload

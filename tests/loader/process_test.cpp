@@ -1,0 +1,424 @@
+// Specification of process workers (executor = processes): the same batches as threads, zero
+// copies through the shared arena, worker deaths reported at once, nothing left behind.
+#include <doctest/doctest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <new>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "coload/coload.hpp"
+
+using namespace coload;
+
+namespace {
+
+/// Children of this process (zombies included), from /proc.
+int child_count() {
+  int n = 0;
+  const std::string me = std::to_string(::getpid());
+  DIR* d = ::opendir("/proc");
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(f, line)) continue;
+    // pid (comm) state ppid ...: the comm may hold spaces, so parse after the last ')'.
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    std::string state, ppid;
+    rest >> state >> ppid;
+    if (ppid == me) ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+int fd_count() {
+  int n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  while (::readdir(d)) ++n;
+  ::closedir(d);
+  return n;
+}
+
+/// The /proc/self/maps line of the mapping holding `p`, or "" when none does.
+std::string mapping_of(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  for (std::string line; std::getline(maps, line);) {
+    std::uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream in(line);
+    in >> std::hex >> lo >> dash >> hi;
+    if (a >= lo && a < hi) return line;
+  }
+  return "";
+}
+
+int arena_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) n += line.find("coload-batch") != std::string::npos;
+  return n;
+}
+
+// Sample i: (a 2x3 tensor of i, i, the pid and worker id that fetched it, the worker's seed).
+using Sample = std::tuple<at::Tensor, std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
+
+int g_init_value = 0;  // set by worker_init_fn, in whichever process runs it
+
+enum class Fault { none, throw_error, bad_alloc, sigkill, null_write, abort, exit3, hang, kill_once };
+
+struct Probe {
+  std::int64_t n = 24;
+  Fault fault = Fault::none;
+  std::int64_t fault_at = -1;
+  std::string marker;  // kill_once: the file that says the crash already happened
+  bool use_aten = false;
+
+  std::size_t size() const { return static_cast<std::size_t>(n); }
+  Sample get(std::size_t index) const {
+    const auto i = static_cast<std::int64_t>(index);
+    if (i == fault_at) {
+      switch (fault) {
+        case Fault::none: break;
+        case Fault::throw_error: throw std::runtime_error("sample " + std::to_string(i) + " is bad");
+        case Fault::bad_alloc: throw std::bad_alloc();
+        case Fault::sigkill: ::raise(SIGKILL); break;
+        case Fault::null_write: *static_cast<volatile int*>(nullptr) = 1; break;
+        case Fault::abort: std::abort();
+        case Fault::exit3: std::exit(3);
+        case Fault::hang: for (;;) ::pause();
+        case Fault::kill_once:
+          if (::access(marker.c_str(), F_OK) != 0) {
+            std::ofstream(marker) << "crashed";
+            ::raise(SIGKILL);
+          }
+          break;
+      }
+    }
+    at::Tensor t = at::full({2, 3}, static_cast<double>(i), at::kFloat);
+    if (use_aten) {
+      // A multi-threaded operation in the parent before the fork must not hang this one.
+      auto m = at::ones({128, 128});
+      t = t + (at::mm(m, m).sum() * 0).to(at::kFloat);
+    }
+    const auto info = get_worker_info();
+    return {t, i, ::getpid(), info ? info->id : -1,
+            info ? static_cast<std::int64_t>(info->seed - static_cast<std::uint64_t>(info->id)) : -1};
+  }
+};
+
+using Batch = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+std::vector<std::int64_t> ints(const at::Tensor& t) {
+  auto c = t.contiguous();
+  return {c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel()};
+}
+
+LoaderOptions<> process_options(int workers) {
+  LoaderOptions<> o;
+  o.batch_size = 4;
+  o.num_workers = workers;
+  o.executor = Executor::processes;
+  return o;
+}
+
+}  // namespace
+
+TEST_SUITE("loader") {
+  TEST_CASE("process workers yield the same batches as threads, from forked processes") {
+    // GNU OpenMP hangs a forked child that enters its pool: use the pool here first.
+    at::set_num_threads(2);
+    auto big = at::rand({256, 256});
+    CHECK(at::mm(big, big).size(0) == 256);
+
+    const int children_before = child_count();
+    Probe probe;
+    probe.use_aten = true;
+    auto reference_options = process_options(3);
+    reference_options.executor = Executor::threads;
+    reference_options.shuffle = true;
+    reference_options.seed = 11;
+    auto options = reference_options;
+    options.executor = Executor::processes;
+
+    std::vector<std::vector<std::int64_t>> expected;
+    {
+      auto threads = make_data_loader(probe, reference_options);
+      for (auto& b : threads) expected.push_back(ints(std::get<1>(b)));
+    }
+    auto loader = make_data_loader(probe, options);
+    std::vector<std::vector<std::int64_t>> got;
+    std::set<std::int64_t> pids, workers, seeds;
+    for (auto& b : loader) {
+      const auto idx = ints(std::get<1>(b));
+      got.push_back(idx);
+      // Tensor values travel with their sample.
+      const auto first = std::get<0>(b).select(0, 0).flatten();
+      CHECK(first[0].item<float>() == static_cast<float>(idx[0]));
+      CHECK(std::get<0>(b).sizes() == at::IntArrayRef({static_cast<std::int64_t>(idx.size()), 2, 3}));
+      for (auto p : ints(std::get<2>(b))) pids.insert(p);
+      for (auto w : ints(std::get<3>(b))) workers.insert(w);
+      for (auto s : ints(std::get<4>(b))) seeds.insert(s);
+    }
+    CHECK(got == expected);
+    CHECK(pids.count(::getpid()) == 0);
+    CHECK(pids.size() >= 2);
+    CHECK(pids.size() <= 3);
+    CHECK(*workers.begin() >= 0);
+    CHECK(*workers.rbegin() <= 2);
+    // Every worker's seed is the epoch's base seed plus its id: one base seed for all.
+    CHECK(seeds.size() == 1);
+    CHECK(child_count() == children_before);  // the epoch's processes went with it
+  }
+
+  TEST_CASE("a batch from a worker process lies in the shared arena, not copied") {
+    auto loader = make_data_loader(Probe{}, process_options(2));
+    int batches = 0;
+    for (auto& b : loader) {
+      const std::string where = mapping_of(std::get<0>(b).data_ptr());
+      INFO(where);
+      CHECK(where.find("/memfd:coload-batch") != std::string::npos);
+      CHECK(mapping_of(std::get<1>(b).data_ptr()) == where);  // one slot holds the whole batch
+      ++batches;
+    }
+    CHECK(batches == 6);
+    // Bounded: slots are recycled once the consumer lets go (2 workers x prefetch 2 in flight).
+    CHECK(arena_mappings() <= 6);
+  }
+
+  TEST_CASE("worker_init_fn and get_worker_info run in the worker process") {
+    auto options = process_options(2);
+    options.worker_init_fn = [](const WorkerInfo& info) { g_init_value = 100 + info.id; };
+    struct Init {
+      std::size_t size() const { return 8; }
+      std::int64_t get(std::size_t) const { return g_init_value; }
+    };
+    auto loader = make_data_loader(Init{}, options);
+    std::set<std::int64_t> seen;
+    for (auto& b : loader) {
+      for (auto v : ints(b)) seen.insert(v);
+    }
+    CHECK(seen == std::set<std::int64_t>{100, 101});
+    CHECK(g_init_value == 0);  // never run in the parent
+  }
+
+  TEST_CASE("an exception in a worker process reaches the consumer with its type, message and index") {
+    Probe probe;
+    probe.fault = Fault::throw_error;
+    probe.fault_at = 9;
+    auto loader = make_data_loader(probe, process_options(2));
+    auto epoch = loader.epoch();
+    int good = 0;
+    std::string what, type;
+    std::int64_t index = -2, batch = -2;
+    for (;;) {
+      try {
+        auto b = sync_wait(epoch.next());
+        if (!b) break;
+        ++good;
+      } catch (const WorkerError& e) {
+        what = e.what();
+        type = e.original_type();
+        index = e.index();
+        batch = e.batch();
+        CHECK(e.original_message() == "sample 9 is bad");
+        CHECK(e.worker_id() >= 0);
+      }
+    }
+    CHECK(good == 5);  // the epoch goes on
+    CHECK(type == "std::runtime_error");
+    CHECK(index == 9);
+    CHECK(batch == 2);
+    CHECK(what.find("sample 9 is bad") != std::string::npos);
+
+    probe.fault = Fault::bad_alloc;
+    auto oom = make_data_loader(probe, process_options(2));
+    int failures = 0;
+    auto e2 = oom.epoch();
+    for (;;) {
+      try {
+        if (!sync_wait(e2.next())) break;
+      } catch (const WorkerError& e) {
+        ++failures;
+        CHECK(e.original_type() == "std::bad_alloc");
+        CHECK(e.index() == 9);
+      }
+    }
+    CHECK(failures == 1);
+  }
+
+  TEST_CASE("a worker process that dies is reported with its pid, cause, batch and indices") {
+    const int children_before = child_count();
+    struct Case {
+      Fault fault;
+      const char* cause;
+    };
+    for (const Case c : {Case{Fault::sigkill, "was killed by signal SIGKILL (Killed)"},
+                         Case{Fault::null_write, "was killed by signal SIGSEGV (Segmentation fault)"},
+                         Case{Fault::abort, "was killed by signal SIGABRT (Aborted)"},
+                         Case{Fault::exit3, "exited with code 3"}}) {
+      const std::string cause = c.cause;
+      CAPTURE(cause);
+      Probe probe;
+      probe.fault = c.fault;
+      probe.fault_at = 13;  // batch 3: indices 12..15
+      std::vector<std::int64_t> delivered;
+      std::string what;
+      int worker = -1, pid = -1;
+      {
+        auto options = process_options(2);
+        auto loader = make_data_loader(probe, options);
+        auto epoch = loader.epoch();
+        for (;;) {
+          try {
+            auto b = sync_wait(epoch.next());
+            if (!b) break;
+            for (auto i : ints(std::get<1>(*b))) delivered.push_back(i);
+          } catch (const WorkerDied& e) {
+            what = e.what();
+            worker = e.worker_id();
+            pid = e.pid();
+            CHECK(e.batch() == 3);
+            CHECK(e.indices() == std::vector<std::int64_t>{12, 13, 14, 15});
+          }
+        }
+      }
+      CHECK(what.find("DataLoader worker " + std::to_string(worker) + " (pid " +
+                      std::to_string(pid) + ") " + c.cause +
+                      " while fetching batch 3 (indices 12, 13, 14, 15)") != std::string::npos);
+      // Batches before it are not lost.
+      for (std::int64_t i = 0; i < 12; ++i) CHECK(std::count(delivered.begin(), delivered.end(), i) == 1);
+      CHECK(child_count() == children_before);
+    }
+  }
+
+  TEST_CASE("a stuck worker process times out, and the loader's end kills it") {
+    const int children_before = child_count();
+    Probe probe;
+    probe.fault = Fault::hang;
+    probe.fault_at = 1;
+    {
+      auto options = process_options(1);
+      options.timeout = 0.5;
+      auto loader = make_data_loader(probe, options);
+      auto epoch = loader.epoch();
+      CHECK_THROWS_AS(sync_wait(epoch.next()), TimeoutError);
+      CHECK(child_count() == children_before + 1);
+    }
+    CHECK(child_count() == children_before);
+  }
+
+  TEST_CASE("on_worker_death = restart forks the worker again and fetches its batches anew") {
+    const std::string marker = "/tmp/coload-restart-" + std::to_string(::getpid());
+    ::unlink(marker.c_str());
+    Probe probe;
+    probe.fault = Fault::kill_once;
+    probe.fault_at = 5;
+    probe.marker = marker;
+    auto options = process_options(2);
+    options.on_worker_death = OnWorkerDeath::restart;
+    std::vector<std::string> warnings;
+    set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
+    auto loader = make_data_loader(probe, options);
+    std::vector<std::int64_t> all;
+    for (auto& b : loader) {
+      for (auto i : ints(std::get<1>(b))) all.push_back(i);
+    }
+    set_warning_handler({});
+    ::unlink(marker.c_str());
+    std::vector<std::int64_t> expected(24);
+    for (std::int64_t i = 0; i < 24; ++i) expected[static_cast<std::size_t>(i)] = i;
+    CHECK(all == expected);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("was killed by signal SIGKILL") != std::string::npos);
+    CHECK(warnings[0].find("restarting it (restart 1 of 3)") != std::string::npos);
+  }
+
+  TEST_CASE("persistent_workers keeps the processes; without it each epoch forks new ones") {
+    auto pids_of_epoch = [](auto& loader) {
+      std::set<std::int64_t> pids;
+      for (auto& b : loader) {
+        for (auto p : ints(std::get<2>(b))) pids.insert(p);
+      }
+      return pids;
+    };
+    auto options = process_options(2);
+    auto fresh = make_data_loader(Probe{}, options);
+    const auto a = pids_of_epoch(fresh);
+    const auto b = pids_of_epoch(fresh);
+    std::vector<std::int64_t> common;
+    std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(common));
+    CHECK(common.empty());
+
+    options.persistent_workers = true;
+    auto kept = make_data_loader(Probe{}, options);
+    const auto c = pids_of_epoch(kept);
+    const auto d = pids_of_epoch(kept);
+    CHECK(c == d);
+  }
+
+  TEST_CASE("destroying a loader mid-epoch leaves no process, fd or mapping behind") {
+    const int children_before = child_count();
+    const int fds_before = fd_count();
+    const int maps_before = arena_mappings();
+    {
+      Probe probe;
+      probe.n = 400;
+      auto options = process_options(2);
+      options.persistent_workers = true;
+      auto loader = make_data_loader(probe, options);
+      auto epoch = loader.epoch();
+      for (int k = 0; k < 3; ++k) REQUIRE(sync_wait(epoch.next()));
+      CHECK(child_count() == children_before + 2);
+    }
+    CHECK(child_count() == children_before);
+    CHECK(fd_count() == fds_before);
+    CHECK(arena_mappings() == maps_before);
+  }
+
+  TEST_CASE("an iterable dataset streams from each worker process's own replica") {
+    struct Sharded {
+      std::int64_t n = 10;
+      Generator<std::int64_t> stream(const WorkerInfo& info) {
+        for (std::int64_t i = info.id; i < n; i += info.num_workers) co_yield i;
+      }
+    };
+    auto options = LoaderOptions<>{.batch_size = 2, .num_workers = 3};
+    std::vector<std::vector<std::int64_t>> threads;
+    {
+      auto loader = make_data_loader(Sharded{}, options);
+      for (auto& b : loader) threads.push_back(ints(b));
+    }
+    options.executor = Executor::processes;
+    auto loader = make_data_loader(Sharded{}, options);
+    std::vector<std::vector<std::int64_t>> processes;
+    for (auto& b : loader) processes.push_back(ints(b));
+    // PyTorch's interleaving: worker 0 [0,3] [6,9], worker 1 [1,4] [7], worker 2 [2,5] [8].
+    const std::vector<std::vector<std::int64_t>> expected = {{0, 3}, {1, 4}, {2, 5},
+                                                             {6, 9}, {7}, {8}};
+    CHECK(threads == expected);
+    CHECK(processes == expected);
+  }
+
+  TEST_CASE("executor = processes without workers is refused") {
+    auto options = process_options(0);
+    CHECK_THROWS_WITH_AS(make_data_loader(Probe{}, options),
+                         "executor = processes can only be used with multi-process loading "
+                         "(num_workers > 0), but got num_workers=0",
+                         std::invalid_argument);
+  }
+}
