@@ -5,6 +5,7 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <utility>
 
 namespace coload::wire {
 
@@ -22,6 +23,47 @@ void check_aligned(const void* p, const char* which) {
        << " bytes (it starts at " << p << ")";
     throw FormatError(os.str());
   }
+}
+
+/// Checks that a message can start at byte `at` of a region of `size` bytes.
+void check_start(std::size_t at, std::size_t size) {
+  if (at % tensor_alignment != 0) {
+    throw FormatError("wire: a message must start at a multiple of " + str(tensor_alignment) +
+                      " bytes into its region, not at byte " + str(at));
+  }
+  if (at > size) {
+    throw FormatError("wire: a message cannot start at byte " + str(at) + " of a region of " +
+                      str(size) + " bytes");
+  }
+}
+
+std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+/// The bytes that the elements of `t` (numel > 0) take in memory, [first, last), whatever its
+/// strides: a view may reach before its data pointer.
+std::pair<std::uintptr_t, std::uintptr_t> extent(const at::Tensor& t) {
+  std::int64_t low = 0;
+  std::int64_t high = 0;
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    const std::int64_t reach = (t.size(d) - 1) * t.stride(d);
+    (reach < 0 ? low : high) += reach;
+  }
+  const auto element = static_cast<std::int64_t>(t.element_size());
+  const std::uintptr_t p = address(t.data_ptr());
+  return {p + static_cast<std::uintptr_t>(low * element),
+          p + static_cast<std::uintptr_t>((high + 1) * element)};
+}
+
+/// Where `p` is, in bytes from `base`, for messages: negative before it.
+std::string position(std::uintptr_t p, std::uintptr_t base) {
+  return p >= base ? str(p - base) : "-" + str(base - p);
+}
+
+[[noreturn]] void throw_overlap(const std::string& data_at, std::size_t nbytes, std::size_t start,
+                                std::size_t end) {
+  throw FormatError("wire: a tensor in the region at byte " + data_at + " (+" + str(nbytes) +
+                    " bytes) overlaps the message, which takes bytes [" + str(start) + ", " +
+                    str(end) + ") of the region");
 }
 }  // namespace
 
@@ -59,20 +101,68 @@ RegionTooSmall::RegionTooSmall(std::size_t needed, std::size_t available, bool e
 
 // --- Writer ----------------------------------------------------------------------------------
 
-Writer::Writer(std::span<std::byte> dest)
-    : data_(dest.data()), capacity_(dest.size()), measuring_(dest.empty()) {
-  if (!measuring_) check_aligned(data_, "destination");
+Writer::Writer(std::span<std::byte> dest) : Writer(Measuring{}, {}) {
+  if (!dest.empty()) *this = Writer(dest, 0);
 }
 
-void Writer::overflow(std::size_t n) const { throw RegionTooSmall(offset_ + n, capacity_, false); }
+Writer::Writer(std::span<std::byte> region, std::size_t at)
+    : region_(region.data()),
+      region_size_(region.size()),
+      start_(at),
+      measuring_(false) {
+  check_aligned(region.data(), "destination");
+  check_start(at, region.size());
+  data_ = region.data() + at;
+  capacity_ = region.size() - at;
+  limit_ = capacity_;
+}
+
+Writer::Writer(Measuring, std::span<const std::byte> region)
+    : region_(region.data()), region_size_(region.size()) {}
+
+Writer Writer::measure(std::span<const std::byte> region) { return Writer(Measuring{}, region); }
+
+void Writer::overflow(std::size_t n) const {
+  if (limit_ < capacity_) {
+    throw_overlap(str(blocker_at_), blocker_bytes_, start_, start_ + offset_ + n);
+  }
+  throw RegionTooSmall(offset_ + n, capacity_, false);
+}
 
 void Writer::pad_to_alignment() {
   const std::size_t pad = padding_at(offset_);
   if (!measuring_ && pad != 0) {
-    if (pad > capacity_ - offset_) overflow(pad);
+    if (pad > limit_ - offset_) overflow(pad);
     std::memset(data_ + offset_, 0, pad);
   }
   offset_ += pad;
+}
+
+bool Writer::in_region(const at::Tensor& t, std::size_t nbytes) const {
+  if (region_size_ == 0 || nbytes == 0 || !t.is_contiguous() || t.is_conj() || t.is_neg()) {
+    return false;
+  }
+  const std::uintptr_t p = address(t.data_ptr());
+  const std::uintptr_t base = address(region_);
+  if (p < base || p - base > region_size_) return false;
+  const std::size_t at = p - base;
+  return nbytes <= region_size_ - at && at % tensor_alignment == 0;
+}
+
+void Writer::guard(const at::Tensor& t, std::size_t message_end, bool keep) {
+  if (t.numel() == 0) return;
+  const auto [first, last] = extent(t);
+  const std::uintptr_t begin = address(data_);
+  const std::uintptr_t end = begin + message_end;
+  if (first < end && last > begin) {
+    throw_overlap(position(first, address(region_)),
+                  static_cast<std::size_t>(last - first), start_, start_ + message_end);
+  }
+  if (keep && first >= end && first - begin < limit_) {
+    limit_ = static_cast<std::size_t>(first - begin);
+    blocker_at_ = static_cast<std::size_t>(first - address(region_));
+    blocker_bytes_ = static_cast<std::size_t>(last - first);
+  }
 }
 
 void Writer::tensor(const at::Tensor& t) {
@@ -96,19 +186,34 @@ void Writer::tensor(const at::Tensor& t) {
                       std::string(c10::toString(t.scalar_type())) +
                       "): its scale and zero point have no place in the format");
   }
+  const std::size_t nbytes = static_cast<std::size_t>(t.numel()) * t.element_size();
+  const bool placed = in_region(t, nbytes);
+  // tag, dtype, dim, sizes, byte count, placement, data offset
+  const std::size_t record_end = offset_ + 1 + 4 + 4 + 8 * static_cast<std::size_t>(t.dim()) +
+                                 8 + 1 + 8;
+  const std::size_t inline_at = record_end + padding_at(record_end);
+  const std::size_t data_offset =
+      placed ? static_cast<std::size_t>(address(t.data_ptr()) - address(region_))
+             : start_ + inline_at;
+  // NOTE: checked before anything of the tensor is written: a tensor in the region must not lie
+  // under the message, nor, copied, under its own copy.
+  if (!measuring_ && region_size_ != 0) guard(t, placed ? record_end : inline_at + nbytes, placed);
+
   tag(tag::tensor);
   u32(static_cast<std::uint32_t>(t.scalar_type()));
   u32(static_cast<std::uint32_t>(t.dim()));
   for (const std::int64_t s : t.sizes()) i64(s);
-  const std::size_t nbytes = static_cast<std::size_t>(t.numel()) * t.element_size();
   u64(nbytes);
+  u8(placed ? 1 : 0);
+  u64(data_offset);
+  if (placed) return;
   pad_to_alignment();
   if (measuring_ || nbytes == 0) {
     offset_ += nbytes;
     return;
   }
   // NOTE: checked before contiguous(), which would copy a non-contiguous tensor for nothing.
-  if (nbytes > capacity_ - offset_) overflow(nbytes);
+  if (nbytes > limit_ - offset_) overflow(nbytes);
   // Conjugate and negative views keep the bytes of their base: write their values instead.
   const at::Tensor src = t.resolve_conj().resolve_neg().contiguous();
   std::memcpy(data_ + offset_, src.data_ptr(), nbytes);
@@ -118,13 +223,23 @@ void Writer::tensor(const at::Tensor& t) {
 // --- Reader ----------------------------------------------------------------------------------
 
 Reader::Reader(std::span<const std::byte> src, std::shared_ptr<void> owner)
-    : src_(src), owner_(std::move(owner)) {
-  if (!src_.empty()) check_aligned(src_.data(), "source");
+    : Reader(src, 0, src.size(), std::move(owner)) {}
+
+Reader::Reader(std::span<const std::byte> region, std::size_t at, std::size_t size,
+               std::shared_ptr<void> owner)
+    : region_(region), start_(at), owner_(std::move(owner)) {
+  if (!region.empty()) check_aligned(region.data(), "source");
+  check_start(at, region.size());
+  if (size > region.size() - at) {
+    throw FormatError("wire: a message of " + str(size) + " bytes at byte " + str(at) +
+                      " does not fit in a region of " + str(region.size()) + " bytes");
+  }
+  message_ = region.subspan(at, size);
 }
 
 void Reader::past_end(std::size_t n) const {
   throw FormatError("wire: truncated message: reading " + str(n) + " bytes at byte " +
-                    str(offset_) + " goes past its end at byte " + str(src_.size()));
+                    str(offset_) + " goes past its end at byte " + str(message_.size()));
 }
 
 void Reader::expect_tag(std::uint8_t expected, const char* what) {
@@ -180,9 +295,37 @@ at::Tensor Reader::tensor() {
                       (overflowed ? std::string("more than 2^64") : str(expected_bytes)) +
                       " bytes, the message says " + str(nbytes) + " at byte " + str(nbytes_at));
   }
-  advance(padding_at(offset_));
-  if (nbytes > remaining()) past_end(static_cast<std::size_t>(nbytes));
-  const std::byte* data = advance(static_cast<std::size_t>(nbytes));
+  const std::size_t placement_at = offset_;
+  const std::uint8_t placement = u8();
+  if (placement > 1) detail::throw_bad_flag("a tensor's placement", placement, placement_at);
+  const std::size_t data_offset_at = offset_;
+  const std::uint64_t data_offset = u64();
+  if (data_offset > region_.size() || nbytes > region_.size() - data_offset) {
+    throw FormatError("wire: tensor data at byte " + std::to_string(data_offset) + " (+" +
+                      std::to_string(nbytes) + " bytes) lies outside the region of " +
+                      str(region_.size()) + " bytes");
+  }
+  if (data_offset % tensor_alignment != 0) {
+    throw FormatError("wire: tensor data at byte " + std::to_string(data_offset) +
+                      " of the region is not at a multiple of " + str(tensor_alignment) +
+                      " (the offset at byte " + str(data_offset_at) + ")");
+  }
+  if (placement == 0) {
+    advance(padding_at(offset_));
+    if (data_offset != start_ + offset_) {
+      throw FormatError("wire: a tensor's inline data is at byte " + str(start_ + offset_) +
+                        " of the region, the message says " + std::to_string(data_offset) +
+                        " at byte " + str(data_offset_at));
+    }
+    if (nbytes > remaining()) past_end(static_cast<std::size_t>(nbytes));
+    advance(static_cast<std::size_t>(nbytes));
+  } else if (nbytes != 0 && data_offset < start_ + message_.size() &&
+             data_offset + nbytes > start_) {
+    throw FormatError("wire: tensor data at byte " + std::to_string(data_offset) + " (+" +
+                      std::to_string(nbytes) + " bytes) overlaps the message, which takes bytes [" +
+                      str(start_) + ", " + str(start_ + message_.size()) + ") of the region");
+  }
+  const std::byte* data = region_.data() + data_offset;
   // NOTE: from_blob wants a mutable pointer; the tensor aliases the region, which the caller
   // lent us for as long as `owner` lives, and every tensor keeps a copy of `owner`.
   return at::from_blob(const_cast<std::byte*>(data), sizes, [owner = owner_](void*) {},
@@ -204,8 +347,10 @@ void finish_header(std::span<std::byte> dest, std::size_t message_size) {
   std::memcpy(dest.data() + magic.size() + sizeof(std::uint32_t), &payload, sizeof payload);
 }
 
-std::size_t check_header(std::span<const std::byte> src) {
-  if (!src.empty()) check_aligned(src.data(), "source");
+std::size_t check_header(std::span<const std::byte> region, std::size_t at) {
+  if (!region.empty()) check_aligned(region.data(), "source");
+  check_start(at, region.size());
+  const std::span<const std::byte> src = region.subspan(at);
   if (src.size() < header_size) {
     throw FormatError("wire: truncated message: " + str(src.size()) +
                       " bytes, shorter than the " + str(header_size) + "-byte header");

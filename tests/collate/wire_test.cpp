@@ -151,6 +151,23 @@ void set_at(std::span<std::byte> bytes, std::size_t offset, T value) {
   std::memcpy(bytes.data() + offset, &value, sizeof value);
 }
 
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+// Where `t`'s data lies, in bytes from the start of `region` (which holds it).
+std::size_t offset_in(std::span<const std::byte> region, const at::Tensor& t) {
+  const auto* p = static_cast<const std::byte*>(t.data_ptr());
+  REQUIRE(p >= region.data());
+  return static_cast<std::size_t>(p - region.data());
+}
+
+// A float tensor of `n` elements made over the region's bytes at `at`, as a batch allocator
+// makes one in a slot, holding 0, 1, 2, ...
+at::Tensor placed_at(std::span<std::byte> region, std::size_t at, std::int64_t n) {
+  at::Tensor t = at::from_blob(region.data() + at, {n}, at::kFloat);
+  t.copy_(at::arange(n, at::kFloat));
+  return t;
+}
+
 }  // namespace
 }  // namespace wire_test
 
@@ -455,5 +472,188 @@ TEST_SUITE("collate/wire") {
     CHECK_THROWS_WITH_AS(wire::encoded_size(at::eye(3).to_sparse()),
                          doctest::Contains("wire: cannot write a tensor of layout Sparse"),
                          wire::FormatError);
+  }
+
+  TEST_CASE("a tensor already in the region is written where it lies and read in place") {
+    using Batch = std::tuple<at::Tensor, at::Tensor>;
+    Region region(1 << 20);
+    const std::span<std::byte> bytes = region.bytes();
+    const at::Tensor placed = placed_at(bytes, 0, 256 * 256).reshape({256, 256});
+    const at::Tensor small = at::arange(10, at::kLong);
+    const Batch batch{placed, small};
+    const std::size_t at = round_up(placed.nbytes(), wire::tensor_alignment);
+
+    // Header, tuple; the placed tensor's record only; the small one's record, padding and data.
+    const std::size_t size = wire::encoded_size(batch, bytes);
+    CHECK(size == 16 + 5 + 42 + 34 + 31 + 80);
+    CHECK(size < placed.nbytes());
+    CHECK(wire::encoded_size(batch) > placed.nbytes());  // no region: every tensor is copied
+    REQUIRE(wire::encode(batch, bytes, at) == size);
+    CHECK(std::memcmp(bytes.data() + at, wire::magic.data(), wire::magic.size()) == 0);
+
+    const Batch out = wire::decode<Batch>(bytes, at, nullptr);
+    const at::Tensor& images = std::get<0>(out);
+    CHECK(images.data_ptr() == static_cast<void*>(bytes.data()));
+    CHECK(images.sizes() == at::IntArrayRef({256, 256}));
+    CHECK(same(images, at::arange(256 * 256, at::kFloat).reshape({256, 256})));
+    set_at(bytes, 4, -7.5f);  // element [0][1], after encoding
+    CHECK(images[0][1].item<float>() == -7.5f);
+
+    // The small tensor is inline, in the message after `at`, aligned.
+    const at::Tensor& inline_t = std::get<1>(out);
+    CHECK(same(inline_t, small));
+    CHECK(offset_in(bytes, inline_t) == at + 128);
+    CHECK(offset_in(bytes, inline_t) + inline_t.nbytes() <= at + size);
+
+    // Too small a region counts from `at` and not the tensor in place.
+    const std::string expected = "wire: the batch needs " + std::to_string(size) +
+                                 " bytes, the region has " + std::to_string(size - 1);
+    CHECK_THROWS_WITH_AS(wire::encode(batch, bytes.first(at + size - 1), at), expected.c_str(),
+                         wire::RegionTooSmall);
+  }
+
+  TEST_CASE("encoded_size with the region is exactly what encode writes at any offset") {
+    Region region(1 << 20);
+    const std::span<std::byte> bytes = region.bytes();
+    const at::Tensor placed = placed_at(bytes, 4096, 1000);
+    using Value = std::tuple<at::Tensor, Nested, std::vector<at::Tensor>>;
+    const Value value{placed, nested_batch(), {placed.reshape({10, 100}), at::ones({3})}};
+    const std::size_t size = wire::encoded_size(value, bytes);
+    CHECK(size + 2 * placed.nbytes() <= wire::encoded_size(value));
+    for (const std::size_t at : {std::size_t{0}, std::size_t{8192}, std::size_t{65536}}) {
+      CAPTURE(at);
+      if (at == 0) {
+        // The message ends before the tensor starts.
+        REQUIRE(size <= 4096);
+      }
+      CHECK(wire::encode(value, bytes, at) == size);
+      const Value out = wire::decode<Value>(bytes, at, nullptr);
+      CHECK(offset_in(bytes, std::get<0>(out)) == 4096);
+      CHECK(offset_in(bytes, std::get<2>(out)[0]) == 4096);
+      CHECK(same(std::get<0>(out), at::arange(1000, at::kFloat)));
+      CHECK(same(std::get<0>(std::get<1>(out)), std::get<0>(nested_batch())));
+    }
+  }
+
+  TEST_CASE("a tensor in the region that cannot be pointed at is copied inline") {
+    Region region(1 << 20);
+    const std::span<std::byte> bytes = region.bytes();
+    const at::Tensor placed = placed_at(bytes, 0, 64 * 64).reshape({64, 64});
+    const std::size_t at = 64 * 64 * 4;
+
+    const auto check_inline = [&](const at::Tensor& t) {
+      const std::size_t size = wire::encoded_size(t, bytes);
+      CHECK(size > t.nbytes());
+      REQUIRE(wire::encode(t, bytes, at) == size);
+      const at::Tensor out = wire::decode<at::Tensor>(bytes, at, nullptr);
+      CHECK(same(out, t));
+      CHECK(offset_in(bytes, out) >= at);
+    };
+    check_inline(placed.t());                      // not contiguous
+    check_inline(placed.flatten().slice(0, 1, 9));  // 4 bytes in: not at a multiple of 64
+    check_inline(at::_neg_view(placed));            // its bytes are not its values
+  }
+
+  TEST_CASE("a tensor in the region that the message would overlap is refused") {
+    Region region(1 << 20);
+    const std::span<std::byte> bytes = region.bytes();
+    const at::Tensor placed = placed_at(bytes, 0, 256 * 256);
+    const std::tuple<at::Tensor, at::Tensor> batch{placed, at::arange(10, at::kLong)};
+    // The message at byte 64, over the tensor: found at its record, which ends at byte 64 + 55.
+    CHECK_THROWS_WITH_AS(wire::encode(batch, bytes, 64),
+                         "wire: a tensor in the region at byte 0 (+262144 bytes) overlaps the "
+                         "message, which takes bytes [64, 119) of the region",
+                         wire::FormatError);
+
+    // A tensor after the message that the message then grows into.
+    const at::Tensor ahead = placed_at(bytes, 128, 16);
+    const std::tuple<at::Tensor, std::string> grows{ahead, std::string(500, 'x')};
+    CHECK(wire::encoded_size(grows, bytes) == 16 + 5 + 34 + 9 + 500);
+    CHECK_THROWS_WITH_AS(wire::encode(grows, bytes, 0),
+                         "wire: a tensor in the region at byte 128 (+64 bytes) overlaps the "
+                         "message, which takes bytes [0, 564) of the region",
+                         wire::FormatError);
+    CHECK(wire::encode(grows, bytes, 256) == 564);  // past it, fine
+
+    // A tensor in the region that is copied must not lie under its own copy.
+    const at::Tensor under = at::from_blob(bytes.data() + 64, {4, 32}, at::kFloat).t();
+    CHECK_THROWS_WITH_AS(wire::encode(under, bytes, 0),
+                         doctest::Contains("wire: a tensor in the region at byte 64 (+512 bytes) "
+                                           "overlaps the message"),
+                         wire::FormatError);
+  }
+
+  TEST_CASE("tensor data outside the region, misaligned or over the message is refused") {
+    Region region(8192);
+    const std::span<std::byte> bytes = region.bytes();
+    const at::Tensor ahead = placed_at(bytes, 4096, 1024);
+    // Header, then the tensor's tag, dtype, dim, size, byte count, placement (byte 41), offset.
+    REQUIRE(wire::encode(ahead, bytes) == 16 + 34);
+    CHECK(same(wire::decode<at::Tensor>(bytes, nullptr), at::arange(1024, at::kFloat)));
+
+    CHECK_THROWS_WITH_AS(wire::decode<at::Tensor>(bytes.first(4096 + 100), 0, nullptr),
+                         "wire: tensor data at byte 4096 (+4096 bytes) lies outside the region of "
+                         "4196 bytes",
+                         wire::FormatError);
+    set_at(bytes, 42, std::uint64_t{8192});
+    CHECK_THROWS_WITH_AS(wire::decode<at::Tensor>(bytes, 0, nullptr),
+                         "wire: tensor data at byte 8192 (+4096 bytes) lies outside the region of "
+                         "8192 bytes",
+                         wire::FormatError);
+    set_at(bytes, 42, std::numeric_limits<std::uint64_t>::max() - 63);
+    CHECK_THROWS_WITH_AS(wire::decode<at::Tensor>(bytes, 0, nullptr),
+                         doctest::Contains("lies outside the region of 8192 bytes"),
+                         wire::FormatError);
+    set_at(bytes, 42, std::uint64_t{2052});
+    CHECK_THROWS_WITH_AS(wire::decode<at::Tensor>(bytes, 0, nullptr),
+                         "wire: tensor data at byte 2052 of the region is not at a multiple of 64 "
+                         "(the offset at byte 42)",
+                         wire::FormatError);
+    set_at(bytes, 42, std::uint64_t{0});
+    CHECK_THROWS_WITH_AS(wire::decode<at::Tensor>(bytes, 0, nullptr),
+                         "wire: tensor data at byte 0 (+4096 bytes) overlaps the message, which "
+                         "takes bytes [0, 50) of the region",
+                         wire::FormatError);
+    set_at(bytes, 41, std::uint8_t{2});
+    CHECK_THROWS_WITH_AS(wire::decode<at::Tensor>(bytes, 0, nullptr),
+                         "wire: a tensor's placement must be 0 or 1, found 2 at byte 41",
+                         wire::FormatError);
+
+    // Inline data must be where the record says.
+    REQUIRE(wire::encode(at::arange(4, at::kLong), bytes) == 64 + 32);
+    set_at(bytes, 42, std::uint64_t{128});
+    CHECK_THROWS_WITH_AS(wire::decode<at::Tensor>(bytes, 0, nullptr),
+                         "wire: a tensor's inline data is at byte 64 of the region, the message "
+                         "says 128 at byte 42",
+                         wire::FormatError);
+  }
+
+  TEST_CASE("a message starts at a multiple of 64 bytes inside its region") {
+    Region region(4096);
+    const std::span<std::byte> bytes = region.bytes();
+    const at::Tensor t = at::arange(4, at::kLong);
+    CHECK_THROWS_WITH_AS(wire::encode(t, bytes, 8),
+                         "wire: a message must start at a multiple of 64 bytes into its region, "
+                         "not at byte 8",
+                         wire::FormatError);
+    CHECK_THROWS_WITH_AS(wire::encode(t, bytes, 4096 + 64),
+                         "wire: a message cannot start at byte 4160 of a region of 4096 bytes",
+                         wire::FormatError);
+    try {
+      wire::encode(t, bytes, 4096);
+      FAIL("encode at the region's end did not throw");
+    } catch (const wire::RegionTooSmall& e) {
+      CHECK(e.needed() == wire::encoded_size(t));
+      CHECK(e.available() == 0);
+    }
+
+    REQUIRE(wire::encode(t, bytes, 1024) == 64 + 32);
+    CHECK(same(wire::decode<at::Tensor>(bytes, 1024, nullptr), t));
+    CHECK_THROWS_WITH_AS(wire::decode<at::Tensor>(bytes, 1024 + 8, nullptr),
+                         "wire: a message must start at a multiple of 64 bytes into its region, "
+                         "not at byte 1032",
+                         wire::FormatError);
+    CHECK_THROWS_WITH_AS(wire::decode<at::Tensor>(bytes, 4096 + 64, nullptr),
+                         doctest::Contains("cannot start at byte 4160"), wire::FormatError);
   }
 }

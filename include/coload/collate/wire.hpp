@@ -3,7 +3,13 @@
 // shared memory: the worker encodes the batch into a region, the parent decodes it into the same
 // C++ type, with every tensor made over the bytes in the region (no copy on the reading side).
 //
-// A message is a 16-byte header followed by the payload, the batch as a tree of tagged values:
+// The region is a whole shared-memory slot, aligned to tensor_alignment. The message starts at
+// byte `at` of the region (a multiple of tensor_alignment; 0 when the region holds nothing else).
+// A tensor's data is either inline, inside the message, or already in the region outside the
+// message (a tensor a batch allocator made in the slot before encoding, written where it lies
+// instead of being copied); either way its record holds the data's offset from the start of the
+// REGION. A message is a 16-byte header followed by the payload, the batch as a tree of tagged
+// values; offsets in the table are from the start of the message:
 //
 //     offset  size  field
 //          0     4  magic: the bytes 'C' 'L' 'W' '1'
@@ -16,8 +22,12 @@
 //
 //     tag             what follows
 //     tensor          u32 dtype (the c10::ScalarType value), u32 dim, dim × i64 sizes,
-//                     u64 byte count, zero bytes up to the next multiple of tensor_alignment
-//                     (counted from the start of the message), then the contiguous data
+//                     u64 byte count, u8 placement, u64 data offset from the start of the
+//                     region (a multiple of tensor_alignment), then by placement:
+//                       0 (inline): zero bytes up to the next multiple of tensor_alignment, then
+//                         the contiguous data, which the offset points at;
+//                       1 (in the region): nothing; the contiguous data lies at the offset,
+//                         inside the region and outside the message
 //     boolean         u8 0 or 1
 //     i8 … i64        the integer's bytes (1, 2, 4 or 8)
 //     u8 … u64        the same, unsigned
@@ -68,8 +78,9 @@ namespace coload::wire {
 /// The format version this build writes, and the only one it reads.
 inline constexpr std::uint32_t version = 1;
 
-/// Tensor data starts at an offset from the start of the message that is a multiple of this, so
-/// tensors read from an aligned region are aligned for every dtype (and for SIMD loads).
+/// Tensor data starts at an offset from the start of the region that is a multiple of this, so
+/// tensors read from an aligned region are aligned for every dtype (and for SIMD loads). Regions
+/// start at such an address, and messages at such an offset into their region.
 inline constexpr std::size_t tensor_alignment = 64;
 
 /// The first four bytes of every message.
@@ -128,17 +139,30 @@ class RegionTooSmall : public FormatError {
   std::size_t available_;
 };
 
-/// Writes values into a destination region, or, made with an empty span, only counts the bytes
-/// they take (measuring), so that the region can be sized exactly before writing.
+/// Writes values into a message at byte `at` of a region, or, made by measure(), only counts the
+/// bytes they take, so that the region can be sized exactly before writing.
+///
+/// A tensor whose data already lies in the region (see Writer::tensor) is recorded by its offset
+/// instead of being copied. The message must not run over such a tensor: a Writer remembers the
+/// nearest one after the message and throws FormatError rather than write into it.
 class Writer {
  public:
-  /// `dest` must be aligned to tensor_alignment (FormatError otherwise): tensor data offsets are
-  /// counted from its start. An empty span measures.
+  /// The simple case: writes a message at the start of `dest`, as Writer(dest, 0); an empty span
+  /// measures instead, as measure() with no region.
   explicit Writer(std::span<std::byte> dest = {});
+  /// Writes a message starting at `region.data() + at`; tensors that lie in `region` are written
+  /// where they are. `region` must be aligned to tensor_alignment and `at` a multiple of it, at
+  /// most region.size() (FormatError otherwise). The message may take region.size() - at bytes.
+  Writer(std::span<std::byte> region, std::size_t at);
+  /// A Writer that writes nothing and counts the bytes a message takes, counting no data for the
+  /// tensors that Writer(region, at) would find in `region` (none when it is empty).
+  static Writer measure(std::span<const std::byte> region = {});
 
   bool measuring() const noexcept { return measuring_; }
-  /// Bytes written (or, measuring, that would be written) so far.
+  /// Bytes of the message written (or, measuring, that would be written) so far.
   std::size_t size() const noexcept { return offset_; }
+  /// Where the message starts: its offset from the start of the region (0 when measuring).
+  std::size_t start() const noexcept { return start_; }
 
   void u8(std::uint8_t v) { put(&v, sizeof v); }
   void u32(std::uint32_t v) { put(&v, sizeof v); }
@@ -154,42 +178,77 @@ class Writer {
   }
   /// A type tag (namespace `tag`).
   void tag(std::uint8_t t) { u8(t); }
-  /// The tag, dtype, dim, sizes and byte count, zero padding up to tensor_alignment, then the
-  /// tensor's bytes in contiguous order (one memcpy; measuring copies nothing). Conjugate and
-  /// negative views are written as their values. Only defined, strided, non-quantized CPU tensors
-  /// can be written: anything else is a FormatError that says why.
+  /// The tag, dtype, dim, sizes, byte count, placement and data offset (see the format above).
+  ///
+  /// A tensor already in the region (contiguous, not a conjugate or negative view, at least one
+  /// byte, all of them inside the region, at an offset that is a multiple of tensor_alignment) is
+  /// recorded where it lies and not copied. Its bytes must not overlap the message: a FormatError
+  /// says so, and the message written before it was found may already have overwritten some of
+  /// them. Every other tensor is copied inline: zero padding up to tensor_alignment, then its
+  /// bytes in contiguous order (one memcpy; measuring copies nothing); conjugate and negative
+  /// views are written as their values. A tensor inside the region that is copied must not
+  /// overlap the message up to the end of its copy (FormatError), as its bytes would be
+  /// overwritten before or while they are read.
+  ///
+  /// Only defined, strided, non-quantized CPU tensors can be written: anything else is a
+  /// FormatError that says why.
   void tensor(const at::Tensor& t);
 
  private:
+  struct Measuring {};
+  Writer(Measuring, std::span<const std::byte> region);
+
   void put(const void* data, std::size_t n) {
     if (!measuring_ && n != 0) {
-      if (n > capacity_ - offset_) overflow(n);
+      if (n > limit_ - offset_) overflow(n);
       std::memcpy(data_ + offset_, data, n);
     }
     offset_ += n;
   }
   /// Zero bytes up to the next multiple of tensor_alignment.
   void pad_to_alignment();
+  /// Whether `t`, of `nbytes` bytes, is written where it lies in the region rather than copied.
+  bool in_region(const at::Tensor& t, std::size_t nbytes) const;
+  /// Throws FormatError if the bytes of `t` overlap the message's first `message_end` bytes;
+  /// when `keep` and they lie after them, the message may not grow into them later.
+  void guard(const at::Tensor& t, std::size_t message_end, bool keep);
+  /// `n` bytes do not fit: RegionTooSmall, or FormatError when a tensor in place is in the way.
   [[noreturn]] void overflow(std::size_t n) const;
 
-  std::byte* data_ = nullptr;
-  std::size_t capacity_ = 0;
+  const std::byte* region_ = nullptr;  ///< the region, for finding tensors in it
+  std::size_t region_size_ = 0;
+  std::byte* data_ = nullptr;          ///< where the message starts (null when measuring)
+  std::size_t start_ = 0;              ///< its offset in the region
+  std::size_t capacity_ = 0;           ///< bytes from the message start to the region's end
+  std::size_t limit_ = 0;              ///< bytes the message may take: capacity_, or less where
+                                       ///< a tensor written in place lies after the message
+  std::size_t blocker_at_ = 0;         ///< that tensor's offset and bytes, for the error
+  std::size_t blocker_bytes_ = 0;
   std::size_t offset_ = 0;
   bool measuring_ = true;
 };
 
-/// Reads values back from a message, in the order they were written. Tensors alias the source.
+/// Reads values back from a message, in the order they were written. Tensors alias the region.
 class Reader {
  public:
-  /// `src` must be aligned to tensor_alignment (FormatError otherwise). `owner` is copied into the
-  /// deleter of every tensor this reader makes, so whatever it owns (the shared-memory slot) lives
-  /// as long as the last of them; it may be null when the caller keeps `src` alive by other means.
+  /// The simple case: the message is the whole of `src`, which is also the region, as
+  /// Reader(src, 0, src.size(), owner).
   Reader(std::span<const std::byte> src, std::shared_ptr<void> owner);
+  /// The message is the `size` bytes at byte `at` of `region`; tensor data offsets are counted
+  /// from the start of `region` and must lie inside it. `region` must be aligned to
+  /// tensor_alignment, `at` a multiple of it, and the message inside the region (FormatError
+  /// otherwise). `owner` is copied into the deleter of every tensor this reader makes, so
+  /// whatever it owns (the shared-memory slot) lives as long as the last of them; it may be null
+  /// when the caller keeps the region alive by other means.
+  Reader(std::span<const std::byte> region, std::size_t at, std::size_t size,
+         std::shared_ptr<void> owner);
 
-  /// Bytes read so far, which is the offset of the next byte from the start of `src`.
+  /// Bytes read so far, which is the offset of the next byte from the start of the message.
   std::size_t offset() const noexcept { return offset_; }
-  /// Bytes left to read.
-  std::size_t remaining() const noexcept { return src_.size() - offset_; }
+  /// Bytes of the message left to read.
+  std::size_t remaining() const noexcept { return message_.size() - offset_; }
+  /// Where the message starts: its offset from the start of the region.
+  std::size_t start() const noexcept { return start_; }
 
   std::uint8_t u8() { return take<std::uint8_t>(); }
   std::uint32_t u32() { return take<std::uint32_t>(); }
@@ -201,9 +260,11 @@ class Reader {
   /// A u64 length and that many bytes, as Writer::string wrote them.
   std::string string();
   /// A tensor as Writer::tensor wrote it: a CPU tensor of the written dtype and shape, made by
-  /// at::from_blob over the bytes inside the source (no copy). It ALIASES the region: writing to
-  /// it writes into the region, and the region must not be reused while it lives; its deleter
-  /// holds a copy of the owner, which is how the region's owner knows when that is.
+  /// at::from_blob over its bytes in the region, inline or not (no copy). It ALIASES the region:
+  /// writing to it writes into the region, and the region must not be reused while it lives; its
+  /// deleter holds a copy of the owner, which is how the region's owner knows when that is. Data
+  /// outside the region, at an offset that is not a multiple of tensor_alignment, overlapping the
+  /// message (when not inline) or not where the inline data is is a FormatError.
   at::Tensor tensor();
   /// Reads a tag and checks it is `expected`, else FormatError
   /// "wire: expected <what>, found tag N at byte K (<what N is>)".
@@ -217,14 +278,16 @@ class Reader {
     return v;
   }
   const std::byte* advance(std::size_t n) {
-    if (n > src_.size() - offset_) past_end(n);
-    const std::byte* p = src_.data() + offset_;
+    if (n > message_.size() - offset_) past_end(n);
+    const std::byte* p = message_.data() + offset_;
     offset_ += n;
     return p;
   }
   [[noreturn]] void past_end(std::size_t n) const;
 
-  std::span<const std::byte> src_;
+  std::span<const std::byte> region_;
+  std::span<const std::byte> message_;
+  std::size_t start_ = 0;
   std::shared_ptr<void> owner_;
   std::size_t offset_ = 0;
 };
@@ -283,9 +346,10 @@ constexpr std::uint8_t arithmetic_tag() {
 void write_header(Writer& w, std::uint64_t payload);
 /// Stores the payload size of a message of `message_size` bytes into the header at `dest`.
 void finish_header(std::span<std::byte> dest, std::size_t message_size);
-/// Checks the magic, the version and the declared size against `src`; returns the message's size
-/// (header and payload).
-std::size_t check_header(std::span<const std::byte> src);
+/// Checks the alignment of `region` and `at`, then the magic, the version and the declared size of
+/// the message at byte `at` against the bytes the region has from there; returns the message's
+/// size (header and payload).
+std::size_t check_header(std::span<const std::byte> region, std::size_t at);
 [[noreturn]] void throw_count_mismatch(const char* what, std::uint64_t expected,
                                        std::uint64_t found, std::size_t at);
 [[noreturn]] void throw_bad_flag(const char* what, std::uint8_t found, std::size_t at);
@@ -477,48 +541,75 @@ struct Wire<std::unordered_map<std::string, T>> {
   }
 };
 
-/// The exact number of bytes encode() writes for `value` (header included). Walks the value
-/// without copying any tensor data.
+/// The exact number of bytes encode(value, region, at) writes for `value` (header included), for
+/// every `at` where it succeeds: tensors that lie in `region` as Writer::tensor describes count
+/// their record and no data. Walks the value without copying any tensor data.
 template <Wireable T>
-std::size_t encoded_size(const T& value) {
-  Writer w;
+std::size_t encoded_size(const T& value, std::span<const std::byte> region) {
+  Writer w = Writer::measure(region);
   detail::write_header(w, 0);
   Wire<T>::write(w, value);
   return w.size();
 }
 
-/// Writes `value` as a whole message into `dest` (aligned to tensor_alignment) and returns the
-/// bytes written. A region too small is a RegionTooSmall naming the exact size needed:
-/// "wire: the batch needs N bytes, the region has M".
+/// The exact number of bytes encode(value, dest) writes for `value` when no tensor lies in `dest`:
+/// every tensor's data counted.
 template <Wireable T>
-std::size_t encode(const T& value, std::span<std::byte> dest) {
-  // NOTE: an empty span would make a measuring Writer, which never overflows.
-  if (dest.empty()) throw RegionTooSmall(encoded_size(value), 0, true);
+std::size_t encoded_size(const T& value) {
+  return encoded_size(value, std::span<const std::byte>());
+}
+
+/// Writes `value` as a whole message at byte `at` of `region` and returns the bytes written from
+/// there. `region` must be aligned to tensor_alignment and `at` a multiple of it, at most
+/// region.size() (FormatError otherwise). Tensors whose bytes already lie in the region outside
+/// the message are recorded by their offset, not copied (see Writer::tensor; one that overlaps the
+/// message is a FormatError). A message that does not fit in the region.size() - at bytes from
+/// `at` is a RegionTooSmall naming the exact size needed:
+/// "wire: the batch needs N bytes, the region has M" (M = region.size() - at).
+template <Wireable T>
+std::size_t encode(const T& value, std::span<std::byte> region, std::size_t at) {
+  Writer w(region, at);
   try {
-    Writer w(dest);
     detail::write_header(w, 0);
     Wire<T>::write(w, value);
-    detail::finish_header(dest, w.size());
-    return w.size();
   } catch (const RegionTooSmall&) {
     // NOTE: the Writer knows only how far it got; measuring again (only on this failure path)
     // gives the caller the exact size to ask for, without a measuring pass on every encode.
-    throw RegionTooSmall(encoded_size(value), dest.size(), true);
+    throw RegionTooSmall(encoded_size(value, region), region.size() - at, true);
   }
+  detail::finish_header(region.subspan(at), w.size());
+  return w.size();
 }
 
-/// Reads a message written by encode() back as a T. Tensors are made over the bytes in `src`
-/// (no copy) and keep a copy of `owner` in their deleter, so `owner` is released only when the
-/// last of them, and every other copy of it, is gone. Throws FormatError for a bad magic, another
-/// version, a message longer than `src`, a tag that does not match T, or bytes left unread.
+/// encode(value, dest, 0): the message at the start of `dest` (aligned to tensor_alignment).
 template <Wireable T>
-T decode(std::span<const std::byte> src, std::shared_ptr<void> owner) {
-  const std::size_t message_size = detail::check_header(src);
-  Reader r(src.first(message_size), std::move(owner));
+std::size_t encode(const T& value, std::span<std::byte> dest) {
+  return encode(value, dest, 0);
+}
+
+/// Reads the message that encode() wrote at byte `at` of `region` back as a T. Tensors are made
+/// over their bytes in `region` (no copy), inline in the message or where they lay when encoded,
+/// and keep a copy of `owner` in their deleter, so `owner` is released only when the last of
+/// them, and every other copy of it, is gone. Throws FormatError for a misaligned region or
+/// `at`, a bad magic, another version, a message longer than the region has from `at`, a tag
+/// that does not match T, bytes of the message left unread, or tensor data outside the region:
+/// "wire: tensor data at byte X (+N bytes) lies outside the region of M bytes". Byte positions
+/// in messages about the message itself count from its start; tensor data offsets from the
+/// region's.
+template <Wireable T>
+T decode(std::span<const std::byte> region, std::size_t at, std::shared_ptr<void> owner) {
+  const std::size_t message_size = detail::check_header(region, at);
+  Reader r(region, at, message_size, std::move(owner));
   r.bytes(header_size);
   T value = Wire<T>::read(r);
   if (r.remaining() != 0) detail::throw_trailing(r.offset(), message_size);
   return value;
+}
+
+/// decode(src, 0, owner): the message at the start of `src`, which is the whole region.
+template <Wireable T>
+T decode(std::span<const std::byte> src, std::shared_ptr<void> owner) {
+  return decode<T>(src, 0, std::move(owner));
 }
 
 }  // namespace coload::wire
