@@ -1,4 +1,5 @@
 #include "coload/collate/collate.hpp"
+#include "coload/collate/batch_allocator.hpp"
 
 #include <ATen/ATen.h>
 
@@ -34,7 +35,7 @@ at::Tensor stack_samples(const std::vector<at::Tensor>& samples) {
   shape.reserve(first.dim() + 1);
   shape.push_back(static_cast<std::int64_t>(samples.size()));
   shape.insert(shape.end(), first.sizes().begin(), first.sizes().end());
-  at::Tensor out = at::empty(shape, first.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = empty_batch_tensor(shape, first.options());
   const std::size_t row_bytes = first.nbytes();
   auto* dst = static_cast<char*>(out.data_ptr());
   for (std::size_t i = 0; i < samples.size(); ++i) {
@@ -49,9 +50,40 @@ at::Tensor stack_samples(const std::vector<at::Tensor>& samples) {
 }
 
 at::Tensor tensor_from_values(const void* data, std::int64_t count, c10::ScalarType dtype) {
-  at::Tensor out = at::empty({count}, at::TensorOptions().dtype(dtype));
+  at::Tensor out = empty_batch_tensor({count}, at::TensorOptions().dtype(dtype));
   std::memcpy(out.data_ptr(), data, out.nbytes());
   return out;
 }
 
 }  // namespace coload::detail
+
+namespace coload {
+
+namespace {
+thread_local BatchAllocator* t_batch_allocator = nullptr;
+}  // namespace
+
+BatchAllocator* detail::current_batch_allocator() noexcept { return t_batch_allocator; }
+
+BatchAllocatorScope::BatchAllocatorScope(BatchAllocator* allocator) noexcept
+    : previous_(t_batch_allocator) {
+  t_batch_allocator = allocator;
+}
+BatchAllocatorScope::~BatchAllocatorScope() { t_batch_allocator = previous_; }
+
+at::Tensor empty_batch_tensor(at::IntArrayRef sizes, at::TensorOptions options) {
+  options = options.memory_format(c10::nullopt);
+  if (BatchAllocator* a = t_batch_allocator; a && options.device().is_cpu()) {
+    std::int64_t numel = 1;
+    for (auto s : sizes) numel *= s;
+    const std::size_t nbytes =
+        static_cast<std::size_t>(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
+    if (void* p = nbytes ? a->allocate(nbytes) : nullptr) {
+      // The allocator owns the memory: the tensor only borrows it.
+      return at::from_blob(p, sizes, [](void*) {}, options);
+    }
+  }
+  return at::empty(sizes, options);
+}
+
+}  // namespace coload

@@ -116,6 +116,7 @@ std::vector<std::byte> encode_reply(const ProcessReply& r) {
   o.put(reply_magic);
   o.put(static_cast<std::uint32_t>(r.status));
   o.put(r.batch);
+  o.put(r.offset);
   o.put(r.bytes);
   o.put(r.slot_bytes);
   o.put(r.skipped);
@@ -135,6 +136,7 @@ ProcessReply decode_reply(const std::byte* p, std::size_t n) {
   ProcessReply r;
   r.status = static_cast<ProcessReply::Status>(in.get<std::uint32_t>());
   r.batch = in.get<std::int64_t>();
+  r.offset = in.get<std::uint64_t>();
   r.bytes = in.get<std::uint64_t>();
   r.slot_bytes = in.get<std::uint64_t>();
   r.skipped = in.get<std::int64_t>();
@@ -239,9 +241,19 @@ std::string signal_name(int sig) {
 
 // ---- the child's side -------------------------------------------------------------------------
 
+namespace {
+/// Reserves `slot_span` bytes of address space over memfd `fd` (pages past its size are never
+/// touched: the slot is grown first).
+std::byte* map_slot(int fd) {
+  void* p = ::mmap(nullptr, slot_span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  if (p == MAP_FAILED) throw_errno("coload: mapping a shared-memory batch slot", errno);
+  return static_cast<std::byte*>(p);
+}
+}  // namespace
+
 ChildLink::~ChildLink() {
   for (auto& m : mappings_) {
-    if (m.data) ::munmap(m.data, m.size);
+    if (m.data) ::munmap(m.data, slot_span);
     if (m.fd >= 0) ::close(m.fd);
   }
 }
@@ -264,6 +276,7 @@ std::optional<ProcessTask> ChildLink::next() {
   slot_bytes_ = in.get<std::uint64_t>();
   t.indices.resize(in.get<std::uint64_t>());
   for (auto& i : t.indices) i = in.get<std::int64_t>();
+  used_ = 0;
   if (t.kind == ProcessTask::Kind::stop) {
     if (fd >= 0) ::close(fd);
     return std::nullopt;
@@ -287,25 +300,38 @@ std::optional<ProcessTask> ChildLink::next() {
 std::span<std::byte> ChildLink::slot(std::size_t bytes) {
   if (slot_id_ < 0) throw std::logic_error("coload: a task without a slot");
   auto& m = mappings_[static_cast<std::size_t>(slot_id_)];
+  if (bytes > slot_span) {
+    throw std::length_error("coload: a batch of " + std::to_string(bytes) +
+                            " bytes exceeds a worker process's slot (" +
+                            std::to_string(slot_span) + " bytes)");
+  }
   if (bytes > slot_bytes_) {
     // Grow with some room, so that batches a little larger next time fit.
-    const std::size_t grown = round_up(bytes + bytes / 8, 1 << 21);
+    const std::size_t grown = std::min(slot_span, round_up(bytes + bytes / 8, 1 << 21));
     if (::ftruncate(m.fd, static_cast<off_t>(grown)) != 0) {
       throw_errno("coload: growing a shared-memory slot to " + std::to_string(grown) + " bytes",
                   errno);
     }
     slot_bytes_ = grown;
   }
-  if (m.size != slot_bytes_) {
-    if (m.data) ::munmap(m.data, m.size);
-    m.data = nullptr;
-    m.size = 0;
-    void* p = ::mmap(nullptr, slot_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd, 0);
-    if (p == MAP_FAILED) throw_errno("coload: mapping a shared-memory slot", errno);
-    m.data = static_cast<std::byte*>(p);
-    m.size = slot_bytes_;
+  if (!m.data) m.data = map_slot(m.fd);
+  if (m.populated < slot_bytes_) {
+    // NOTE: a fresh child maps every slot anew; faulting its pages in one call costs a
+    // fraction of taking a fault per 4 KiB page while the batch is written (a kernel before
+    // 5.14 refuses, and the pages fault in one by one as before).
+    (void)::madvise(m.data + m.populated, slot_bytes_ - m.populated, MADV_POPULATE_WRITE);
+    m.populated = slot_bytes_;
   }
-  return {m.data, bytes};
+  return {m.data, slot_bytes_};
+}
+
+void* ChildLink::allocate(std::size_t nbytes) {
+  if (slot_id_ < 0) return nullptr;
+  const std::size_t at = used_;
+  const std::size_t end = round_up(at + nbytes, 64);
+  std::byte* base = slot(end).data();
+  used_ = end;
+  return base + at;
 }
 
 void ChildLink::reply(ProcessReply reply) {
@@ -325,7 +351,7 @@ class Arena {
   Arena& operator=(const Arena&) = delete;
   ~Arena() {
     for (auto& s : slots_) {
-      if (s.data) ::munmap(s.data, s.mapped);
+      if (s.data) ::munmap(s.data, slot_span);
       if (s.fd >= 0) ::close(s.fd);
     }
   }
@@ -340,7 +366,7 @@ class Arena {
     }
     const int fd = ::memfd_create("coload-batch", MFD_CLOEXEC);
     if (fd < 0) throw_errno("coload: memfd_create for a batch slot", errno);
-    slots_.push_back(Slot{fd, nullptr, 0, 0});
+    slots_.push_back(Slot{fd, nullptr, 0});
     return static_cast<std::int64_t>(slots_.size() - 1);
   }
   void give_back(std::int64_t id) {
@@ -352,25 +378,13 @@ class Arena {
     const auto& s = slots_[static_cast<std::size_t>(id)];
     return {s.fd, s.size};
   }
-  /// The slot's first `bytes` bytes, mapped anew if a child changed its size to `size`.
+  /// The slot's first `bytes` bytes, now that a child has made it `size` bytes long.
   std::span<const std::byte> view(std::int64_t id, std::uint64_t size, std::uint64_t bytes) {
     std::lock_guard lock(mutex_);
     auto& s = slots_[static_cast<std::size_t>(id)];
     s.size = size;
-    if (s.mapped != size) {
-      // NOTE: the slot was free when its task went out, so nothing of ours points into the
-      // old mapping.
-      if (s.data) ::munmap(s.data, s.mapped);
-      s.data = nullptr;
-      s.mapped = 0;
-      if (size) {
-        void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, s.fd, 0);
-        if (p == MAP_FAILED) throw_errno("coload: mapping a batch slot", errno);
-        s.data = static_cast<std::byte*>(p);
-        s.mapped = size;
-      }
-    }
-    if (bytes > s.mapped) throw std::runtime_error("coload: a worker's batch overruns its slot");
+    if (bytes > size) throw std::runtime_error("coload: a worker's batch overruns its slot");
+    if (!s.data && size) s.data = map_slot(s.fd);
     return {s.data, bytes};
   }
   std::size_t bytes() const {
@@ -387,7 +401,7 @@ class Arena {
     std::lock_guard lock(mutex_);
     const auto* b = static_cast<const std::byte*>(p);
     for (const auto& s : slots_) {
-      if (s.data && b >= s.data && b < s.data + s.mapped) return true;
+      if (s.data && b >= s.data && b < s.data + s.size) return true;
     }
     return false;
   }
@@ -395,8 +409,7 @@ class Arena {
  private:
   struct Slot {
     int fd;
-    std::byte* data;
-    std::size_t mapped;
+    std::byte* data;     // slot_span bytes reserved, the first `size` backed by the memfd
     std::uint64_t size;
   };
   mutable std::mutex mutex_;
@@ -561,7 +574,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       const bool has_batch = reply.status == ProcessReply::Status::batch ||
                              (reply.status == ProcessReply::Status::ended && reply.bytes > 0);
       if (has_batch) {
-        result.bytes = arena->view(p->slot, reply.slot_bytes, reply.bytes);
+        result.bytes = arena->view(p->slot, reply.slot_bytes, reply.offset + reply.bytes);
         result.lease = std::make_shared<SlotLease>(arena, p->slot);
       } else {
         // The slot may have been grown without a batch in it: remember its size.

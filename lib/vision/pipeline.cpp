@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "coload/collate/batch_allocator.hpp"
 #include "coload/coro/when_all.hpp"
 #include "coload/io/reader.hpp"
 #include "coload/vision/decode.hpp"
@@ -186,8 +187,12 @@ Task<ImagePipeline::batch_type> ImagePipeline::get_batch_async(std::span<const I
                                                               BatchContext& ctx) const {
   const auto n = static_cast<std::int64_t>(indices.size());
   const std::int64_t s = output_size();
-  at::Tensor images = std::static_pointer_cast<SlabPool>(slabs_)->take({n, 3, s, s});
-  at::Tensor labels = at::empty({n}, at::kLong);
+  // A worker process's batch goes straight into its shared-memory slot; otherwise into a
+  // recycled slab.
+  at::Tensor images = coload::detail::current_batch_allocator()
+                          ? coload::empty_batch_tensor({n, 3, s, s}, at::kFloat)
+                          : std::static_pointer_cast<SlabPool>(slabs_)->take({n, 3, s, s});
+  at::Tensor labels = coload::empty_batch_tensor({n}, at::kLong);
   float* rows = images.data_ptr<float>();
   auto* label = labels.data_ptr<std::int64_t>();
   std::vector<Task<bool>> loads;

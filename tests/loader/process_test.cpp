@@ -193,6 +193,10 @@ TEST_SUITE("loader") {
       INFO(where);
       CHECK(where.find("/memfd:coload-batch") != std::string::npos);
       CHECK(mapping_of(std::get<1>(b).data_ptr()) == where);  // one slot holds the whole batch
+      // default_collate stacked the samples straight into the slot (its first bytes), where
+      // the parent finds them: not copied in the child either.
+      CHECK(std::stoull(where.substr(0, where.find('-')), nullptr, 16) ==
+            reinterpret_cast<std::uintptr_t>(std::get<0>(b).data_ptr()));
       ++batches;
     }
     CHECK(batches == 6);

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "coload/collate/batch_allocator.hpp"
+
 namespace coload {
 
 /// Where a loader's workers run (`LoaderOptions::executor`).
@@ -57,7 +59,8 @@ struct ProcessReply {
   };
   Status status = Status::empty;
   std::int64_t batch = 0;
-  std::uint64_t bytes = 0;       ///< bytes of the encoded batch in the slot
+  std::uint64_t offset = 0;      ///< where the encoded batch starts in the slot
+  std::uint64_t bytes = 0;       ///< bytes of the encoded batch in the slot, from `offset`
   std::uint64_t slot_bytes = 0;  ///< the slot's size now (a worker grows a slot that is too small)
   std::int64_t skipped = 0;      ///< samples left out under on_error = skip
   bool stream_over = false;      ///< stream: nothing follows this reply (error or end)
@@ -67,17 +70,26 @@ struct ProcessReply {
   std::string error_message;
 };
 
-/// The child's side of its link to the parent: blocking, one task at a time.
-class ChildLink {
+/// Address space reserved for each slot of the arena, in the parent and in every child: a
+/// slot grows (ftruncate) inside it without ever moving.
+inline constexpr std::size_t slot_span = std::size_t{16} << 30;
+
+/// The child's side of its link to the parent: blocking, one task at a time. It is also the
+/// BatchAllocator of the current task: collate output is carved from the front of the slot.
+class ChildLink final : public BatchAllocator {
  public:
   explicit ChildLink(int socket) noexcept : socket_(socket) {}
   ChildLink(const ChildLink&) = delete;
   ChildLink& operator=(const ChildLink&) = delete;
-  ~ChildLink();
+  ~ChildLink() override;
 
   /// The next task; a stop message or the parent's end gives nullopt.
   std::optional<ProcessTask> next();
-  /// The current task's slot, at least `bytes` long (grown when it is smaller).
+  /// BatchAllocator: `nbytes` from the current task's slot (grown as needed).
+  void* allocate(std::size_t nbytes) override;
+  /// Bytes handed out by allocate() for the current task, rounded up to 64.
+  std::size_t allocated() const noexcept { return used_; }
+  /// The current task's slot, grown to at least `bytes` bytes.
   std::span<std::byte> slot(std::size_t bytes);
   /// Answers the current task.
   void reply(ProcessReply reply);
@@ -86,11 +98,12 @@ class ChildLink {
   struct Mapping {
     int fd = -1;
     std::byte* data = nullptr;
-    std::size_t size = 0;
+    std::size_t populated = 0;  // bytes whose pages this process has faulted in
   };
   int socket_;
   std::int64_t slot_id_ = -1;
   std::size_t slot_bytes_ = 0;
+  std::size_t used_ = 0;
   std::vector<Mapping> mappings_;  // by slot id
 };
 

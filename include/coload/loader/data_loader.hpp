@@ -802,7 +802,8 @@ class LoaderCore {
       return std::nullopt;
     }
     if constexpr (wire::Wireable<Batch>) {
-      return wire::decode<Batch>(result.bytes, std::move(result.lease));
+      return wire::decode<Batch>(result.bytes, static_cast<std::size_t>(r.offset),
+                                 std::move(result.lease));
     } else {
       throw std::logic_error("unreachable: a batch type without a wire format");
     }
@@ -1085,6 +1086,8 @@ class LoaderCore {
           init_worker(info, task->epoch);
         }
         std::optional<Batch> batch;
+        // Collate's output is carved from the task's slot: the batch is encoded where it lies.
+        BatchAllocatorScope in_slot(&link);
         if constexpr (iterable) {
           batch = child_stream(cursor, stream_over, info, task->want, id, task->batch);
           reply.stream_over = stream_over;
@@ -1105,8 +1108,11 @@ class LoaderCore {
         }
         if (batch) {
           if constexpr (wire::Wireable<Batch>) {
-            const std::size_t need = wire::encoded_size(*batch);
-            reply.bytes = wire::encode(*batch, link.slot(need));
+            const std::size_t at = link.allocated();
+            const std::size_t need = wire::encoded_size(
+                *batch, std::span<const std::byte>(link.slot(at)));
+            reply.bytes = wire::encode(*batch, link.slot(at + need), at);
+            reply.offset = at;
             reply.status = ProcessReply::Status::batch;
           }
         } else {
@@ -1127,7 +1133,9 @@ class LoaderCore {
       link.reply(std::move(reply));
     }
     cursor.reset();
-    reader.reset();
+    // NOTE: the child exits next: its ring goes with the process, without the cancel-and-reap
+    // walk of an orderly shutdown, so the parent sees the worker gone sooner.
+    (void)reader.release();
   }
 
   static void fill_error(ProcessReply& reply, const WorkerError& e) {

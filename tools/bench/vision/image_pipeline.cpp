@@ -87,16 +87,20 @@ struct Args {
   bool json = false;
   bool pytorch = true;
   bool breakdown = false;
+  bool processes = false;  // --executor processes: also measure process workers
 };
 
 [[noreturn]] void usage(const char* argv0, int rc) {
   std::fprintf(rc ? stderr : stdout,
                "usage: %s ROOT [--epochs N] [--json] [--skip-pytorch] [--breakdown]\n"
+               "       [--executor threads|processes]\n"
                "  ROOT            an ImageFolder tree (ROOT/class/image.jpg)\n"
                "  --epochs N      timed epochs per measurement, after one warm-up (default 3)\n"
                "  --json          print one JSON object instead of the table\n"
                "  --skip-pytorch  do not run the PyTorch side (reported as null)\n"
-               "  --breakdown     also time read, decode and transform per image on 1 thread\n",
+               "  --breakdown     also time read, decode and transform per image on 1 thread\n"
+               "  --executor processes  also measure 2 worker processes (against threads and\n"
+               "                  PyTorch's 2 worker processes)\n",
                argv0);
   std::exit(rc);
 }
@@ -117,6 +121,11 @@ Args parse_args(int argc, char** argv) {
       a.pytorch = false;
     } else if (s == "--breakdown") {
       a.breakdown = true;
+    } else if (s == "--executor") {
+      if (i + 1 >= argc) usage(argv[0], 2);
+      const std::string_view kind = argv[++i];
+      if (kind != "threads" && kind != "processes") usage(argv[0], 2);
+      a.processes = kind == "processes";
     } else if (s == "-h" || s == "--help") {
       usage(argv[0], 0);
     } else if (!s.empty() && s[0] == '-') {
@@ -478,7 +487,7 @@ int main(int argc, char** argv) {
                static_cast<long long>(images), static_cast<double>(cached_bytes) / (1 << 20),
                warm_s);
 
-  std::optional<Rate> decode_only, coload_rate;
+  std::optional<Rate> decode_only, coload_rate, processes_rate, fresh_rate;
   struct {
     double total_ms = 0, driver_ms = 0, consumer_ms = 0;
   } threads_split;
@@ -486,16 +495,10 @@ int main(int argc, char** argv) {
     decode_only = measure("decode_only", args.epochs, images,
                           [&] { return decode_pass(files, kWorkers); });
 
-    auto loader = coload::make_data_loader(
-        *pipeline, {.batch_size = kBatch, .shuffle = true, .num_workers = kWorkers,
-                    .seed = kSeed});
-    // For --breakdown: CPU of the whole process, of the driver thread and of this (consumer)
-    // thread across all coload epochs, warm-up included; the workers get what is left.
-    const double proc0 = cpu_seconds(), main0 = thread_cpu_seconds();
-    coload_rate = measure("coload", args.epochs, images, [&] {
+    // One epoch of `loader`, checked: a malformed batch would make the rate meaningless.
+    auto epoch_of = [](auto& loader) {
       std::int64_t delivered = 0;
       for (auto&& [x, y] : loader) {
-        // A malformed batch would make the rate meaningless; check the shape once per batch.
         if (x.dim() != 4 || x.size(1) != 3 || x.size(2) != 224 || x.size(3) != 224 ||
             y.size(0) != x.size(0)) {
           throw std::runtime_error("coload: unexpected batch shape " +
@@ -504,7 +507,29 @@ int main(int argc, char** argv) {
         delivered += x.size(0);
       }
       return delivered;
-    });
+    };
+    if (args.processes) {
+      // Against threads (kept for the loader's life): processes kept as well.
+      auto kept = coload::make_data_loader(
+          *pipeline, {.batch_size = kBatch, .shuffle = true, .num_workers = kWorkers,
+                      .persistent_workers = true, .seed = kSeed,
+                      .executor = coload::Executor::processes});
+      processes_rate = measure("coload_processes", args.epochs, images,
+                               [&] { return epoch_of(kept); });
+      // Against PyTorch's side: worker processes forked anew each epoch, as its default.
+      auto fresh = coload::make_data_loader(
+          *pipeline, {.batch_size = kBatch, .shuffle = true, .num_workers = kWorkers,
+                      .seed = kSeed, .executor = coload::Executor::processes});
+      fresh_rate = measure("coload_processes_fresh", args.epochs, images,
+                           [&] { return epoch_of(fresh); });
+    }
+    auto loader = coload::make_data_loader(
+        *pipeline, {.batch_size = kBatch, .shuffle = true, .num_workers = kWorkers,
+                    .seed = kSeed});
+    // For --breakdown: CPU of the whole process, of the driver thread and of this (consumer)
+    // thread across all coload epochs, warm-up included; the workers get what is left.
+    const double proc0 = cpu_seconds(), main0 = thread_cpu_seconds();
+    coload_rate = measure("coload", args.epochs, images, [&] { return epoch_of(loader); });
     const double all_images = static_cast<double>(images) * (args.epochs + 1);
     threads_split.consumer_ms = 1e3 * (thread_cpu_seconds() - main0) / all_images;
     // The driver lives as long as the loader, so its whole life is these epochs (plus setup).
@@ -543,6 +568,8 @@ int main(int argc, char** argv) {
     return other->cpu_ms_per_image / coload_rate->cpu_ms_per_image;
   };
   const auto c_pytorch = cpu_ratio(pytorch.rate), c_decode = cpu_ratio(decode_only);
+  const auto p_threads = ratio(processes_rate, coload_rate);
+  const auto p_pytorch = ratio(fresh_rate, pytorch.rate);
 
   if (args.json) {
     auto rate_fields = [](const char* name, const std::optional<Rate>& r) {
@@ -559,6 +586,12 @@ int main(int argc, char** argv) {
     j += ", " + rate_fields("decode_only", decode_only);
     j += ", \"ratios\": {\"coload/pytorch\": " + json_number(r_pytorch) +
          ", \"coload/decode_only\": " + json_number(r_decode) + "}";
+    if (args.processes) {
+      j += ", " + rate_fields("coload_processes", processes_rate);
+      j += ", " + rate_fields("coload_processes_fresh", fresh_rate);
+      j += ", \"ratios_processes\": {\"processes/threads\": " + json_number(p_threads) +
+           ", \"processes_fresh/pytorch\": " + json_number(p_pytorch) + "}";
+    }
     j += ", \"ratios_cpu\": {\"coload/pytorch\": " + json_number(c_pytorch) +
          ", \"coload/decode_only\": " + json_number(c_decode) + "}";
     j += ", \"images\": " + std::to_string(images) + ", \"epochs\": " +
@@ -598,6 +631,11 @@ int main(int argc, char** argv) {
   row("pytorch", pytorch.rate,
       pytorch.rate ? "DataLoader + ImageFolder, " + pytorch.note : pytorch.note);
   row("decode_only", decode_only, "read + tjDecompress2 full-size RGB, 2 threads");
+  if (args.processes) {
+    // NOTE: its CPU column counts the parent process only, not the worker processes.
+    row("processes", processes_rate, "the same, executor = processes, persistent_workers");
+    row("proc_fresh", fresh_rate, "executor = processes, forked anew each epoch (as PyTorch)");
+  }
 
   auto status = [](std::optional<double> v, double target) {
     return !v ? "unknown" : *v >= target ? "met" : "MISSED";
@@ -612,6 +650,15 @@ int main(int argc, char** argv) {
                   : "");
   std::printf("%-22s %8s %8s  %s\n", "coload / decode_only", v2, ">= 0.8",
               status(r_decode, kTargetDecode));
+  if (args.processes) {
+    char v3[32] = "null", v4[32] = "null";
+    if (p_threads) std::snprintf(v3, sizeof v3, "%.2f", *p_threads);
+    if (p_pytorch) std::snprintf(v4, sizeof v4, "%.2f", *p_pytorch);
+    std::printf("%-22s %8s %8s  %s\n", "processes / threads", v3, ">= 0.9",
+                status(p_threads, 0.9));
+    std::printf("%-22s %8s %8s  %s\n", "proc_fresh / pytorch", v4, ">= 3",
+                status(p_pytorch, 3.0));
+  }
   char c1[32] = "null", c2[32] = "null";
   if (c_pytorch) std::snprintf(c1, sizeof c1, "%.2f", *c_pytorch);
   if (c_decode) std::snprintf(c2, sizeof c2, "%.2f", *c_decode);
