@@ -19,7 +19,9 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +30,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <system_error>
@@ -148,21 +151,27 @@ ProcessReply decode_reply(const std::byte* p, std::size_t n) {
   return r;
 }
 
-/// Sends one message, with `fd` attached when it is not -1. False when the peer is gone.
-bool send_message(int socket, const std::vector<std::byte>& bytes, int fd) {
+/// Sends one message, with the fds in `fds` that are not -1 attached. False when the peer is
+/// gone.
+bool send_message(int socket, const std::vector<std::byte>& bytes, std::initializer_list<int> fds) {
   iovec iov{const_cast<std::byte*>(bytes.data()), bytes.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
+  int attached[2];
+  std::size_t n_fds = 0;
+  for (int fd : fds) {
+    if (fd >= 0 && n_fds < 2) attached[n_fds++] = fd;
+  }
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  if (n_fds) {
     msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
+    msg.msg_controllen = CMSG_SPACE(n_fds * sizeof(int));
     cmsghdr* c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    c->cmsg_len = CMSG_LEN(n_fds * sizeof(int));
+    std::memcpy(CMSG_DATA(c), attached, n_fds * sizeof(int));
   }
   for (;;) {
     const ssize_t n = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
@@ -173,15 +182,16 @@ bool send_message(int socket, const std::vector<std::byte>& bytes, int fd) {
   }
 }
 
-/// Receives one message (and an attached fd into `fd`). 0 at the peer's end; -1 with EAGAIN
-/// when `dont_wait` and nothing is queued.
-ssize_t receive_message(int socket, std::vector<std::byte>& buffer, int* fd, bool dont_wait) {
+/// Receives one message (and up to two attached fds into `fd`, -1 where none came). 0 at the
+/// peer's end; -1 with EAGAIN when `dont_wait` and nothing is queued.
+ssize_t receive_message(int socket, std::vector<std::byte>& buffer, int* fd, bool dont_wait,
+                        int* second_fd = nullptr) {
   buffer.resize(max_message);
   iovec iov{buffer.data(), buffer.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
   for (;;) {
@@ -190,13 +200,22 @@ ssize_t receive_message(int socket, std::vector<std::byte>& buffer, int* fd, boo
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return -1;
     if (n < 0 && errno == ECONNRESET) return 0;
     if (n < 0) throw_errno("coload: receiving from a worker", errno);
-    if (fd) {
-      *fd = -1;
-      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-          std::memcpy(fd, CMSG_DATA(c), sizeof(int));
-        }
+    int got[2] = {-1, -1};
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        const std::size_t k = std::min<std::size_t>(2, (c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        std::memcpy(got, CMSG_DATA(c), k * sizeof(int));
       }
+    }
+    if (fd) {
+      *fd = got[0];
+    } else if (got[0] >= 0) {
+      ::close(got[0]);
+    }
+    if (second_fd) {
+      *second_fd = got[1];
+    } else if (got[1] >= 0) {
+      ::close(got[1]);
     }
     buffer.resize(static_cast<std::size_t>(n));
     return n;
@@ -237,6 +256,229 @@ std::string describe_death(int worker, int pid, int status, std::int64_t batch,
 std::string signal_name(int sig) {
   if (const char* abbrev = ::sigabbrev_np(sig)) return std::string("SIG") + abbrev;
   return "signal " + std::to_string(sig);
+}
+
+
+// ---- what every worker process does first -----------------------------------------------------
+
+namespace {
+
+/// In a fresh worker, forked by `parent`: defaults for fatal signals, a prompt exit(), death
+/// with the parent, one ATen thread.
+void prepare_worker(pid_t parent) {
+  // NOTE: handlers the program installed for fatal signals (a test framework's, a crash
+  // reporter's) are the parent's business: a worker dies of the signal itself, and the
+  // parent reports it.
+  for (int sig : {SIGTERM, SIGINT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGPIPE, SIGCHLD}) {
+    ::signal(sig, SIG_DFL);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  // NOTE: exit() in dataset code would run the parent's static destructors and atexit
+  // handlers here, some of which join threads that do not exist in a forked child and hang.
+  // Registered last, this handler runs first and leaves with the status at once.
+  ::on_exit([](int status, void*) { ::_exit(status); }, nullptr);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(1);
+  // NOTE: a parent's OpenMP pool has no threads here; one thread keeps ATen from entering it
+  // (GNU OpenMP hangs a forked child that does).
+  at::set_num_threads(1);
+}
+
+// ---- the fork server --------------------------------------------------------------------------
+// A child of main, started before main has threads. It forks each worker on request (the
+// request carries the worker's socket and payload fds, and the address of the function to run:
+// the server is a copy of this program, so the address is valid there), reaps its workers and
+// reports each pid's wait status back.
+
+constexpr std::uint32_t spawn_magic = 0x434c5331;    // "CLS1": main → server
+constexpr std::uint32_t spawned_magic = 0x434c5032;  // "CLP2": server → main, a pid (or -errno)
+constexpr std::uint32_t status_magic = 0x434c5733;   // "CLW3": server → main, pid and status
+
+struct ForkServer {
+  std::mutex mutex;
+  int control = -1;
+  pid_t pid = -1;
+  std::map<int, int> statuses;  // pid → wait status, reported and not yet asked for
+
+  /// Reads one message from the server (blocking): a status is kept, a spawn reply returned.
+  std::optional<std::int64_t> read_one() {
+    std::vector<std::byte> buffer;
+    const ssize_t n = receive_message(control, buffer, nullptr, false);
+    if (n <= 0) throw std::runtime_error("coload: the fork server has gone");
+    In in(buffer.data(), buffer.size());
+    const auto magic = in.get<std::uint32_t>();
+    if (magic == status_magic) {
+      const auto p = in.get<std::int32_t>();
+      statuses[p] = in.get<std::int32_t>();
+      return std::nullopt;
+    }
+    if (magic != spawned_magic) throw std::runtime_error("coload: the fork server is confused");
+    return in.get<std::int64_t>();
+  }
+};
+ForkServer g_server;
+
+[[noreturn]] void serve(int control) {
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &chld, nullptr);
+  const int sfd = ::signalfd(-1, &chld, SFD_CLOEXEC);
+  if (sfd < 0) ::_exit(1);
+  const pid_t self = ::getpid();
+  std::vector<std::byte> buffer;
+  for (;;) {
+    pollfd fds[2] = {{control, POLLIN, 0}, {sfd, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      ::_exit(1);
+    }
+    if (fds[1].revents) {
+      signalfd_siginfo info;
+      (void)!::read(sfd, &info, sizeof(info));
+      int status = 0;
+      for (pid_t p; (p = ::waitpid(-1, &status, WNOHANG)) > 0;) {
+        Out o;
+        o.put(status_magic);
+        o.put<std::int32_t>(p);
+        o.put<std::int32_t>(status);
+        if (!send_message(control, o.bytes, {})) ::_exit(0);
+      }
+    }
+    if (fds[0].revents) {
+      int socket = -1, payload = -1;
+      const ssize_t n = receive_message(control, buffer, &socket, false, &payload);
+      if (n <= 0) ::_exit(0);  // main has gone
+      In in(buffer.data(), buffer.size());
+      if (in.get<std::uint32_t>() != spawn_magic) ::_exit(1);
+      const auto entry = reinterpret_cast<ForkserverEntry>(in.get<std::uint64_t>());
+      const auto id = in.get<std::int32_t>();
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::close(control);
+        ::close(sfd);
+        prepare_worker(self);
+        try {
+          entry(socket, id, payload);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "coload: worker %d: %s\n", id, e.what());
+          std::fflush(stderr);
+          ::_exit(70);
+        } catch (...) {
+          ::_exit(70);
+        }
+        ::_exit(0);
+      }
+      const int err = errno;
+      if (socket >= 0) ::close(socket);
+      if (payload >= 0) ::close(payload);
+      Out o;
+      o.put(spawned_magic);
+      o.put<std::int64_t>(pid < 0 ? -err : pid);
+      if (!send_message(control, o.bytes, {})) ::_exit(0);
+    }
+  }
+}
+
+/// Asks the fork server for a worker; returns its pid (a child of the server, not of ours).
+pid_t forkserver_spawn(ForkserverEntry entry, int id, int socket, int payload) {
+  std::lock_guard lock(g_server.mutex);
+  Out o;
+  o.put(spawn_magic);
+  o.put<std::uint64_t>(reinterpret_cast<std::uint64_t>(entry));
+  o.put<std::int32_t>(id);
+  if (!send_message(g_server.control, o.bytes, {socket, payload})) {
+    throw std::runtime_error("coload: the fork server has gone");
+  }
+  for (;;) {
+    if (auto r = g_server.read_one()) {
+      if (*r < 0) throw_errno("coload: the fork server's fork for worker " + std::to_string(id),
+                              static_cast<int>(-*r));
+      return static_cast<pid_t>(*r);
+    }
+  }
+}
+
+/// The wait status of fork-server worker `pid`, once the server has reaped it (blocking).
+int forkserver_status(pid_t pid) {
+  std::lock_guard lock(g_server.mutex);
+  for (;;) {
+    if (auto it = g_server.statuses.find(pid); it != g_server.statuses.end()) {
+      const int status = it->second;
+      g_server.statuses.erase(it);
+      return status;
+    }
+    (void)g_server.read_one();
+  }
+}
+
+}  // namespace
+
+void start_forkserver_impl() {
+  std::lock_guard lock(g_server.mutex);
+  if (g_server.pid > 0) return;
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    throw_errno("coload: socketpair for the fork server", errno);
+  }
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(sv[0]);
+    ::close(sv[1]);
+    throw_errno("coload: fork for the fork server", err);
+  }
+  if (pid == 0) {
+    ::close(sv[0]);
+    for (int sig : {SIGTERM, SIGINT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGPIPE}) {
+      ::signal(sig, SIG_DFL);
+    }
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(0);
+    ::prctl(PR_SET_NAME, "coload-forksrv");
+    serve(sv[1]);
+  }
+  ::close(sv[1]);
+  g_server.control = sv[0];
+  g_server.pid = pid;
+}
+
+bool forkserver_running_impl() noexcept { return g_server.pid > 0; }
+
+int payload_memfd(std::size_t size, const std::function<void(std::span<std::byte>)>& fill) {
+  const int fd = ::memfd_create("coload-payload", MFD_CLOEXEC);
+  if (fd < 0) throw_errno("coload: memfd_create for a worker payload", errno);
+  const std::size_t mapped = std::max<std::size_t>(size, 1);
+  void* p = MAP_FAILED;
+  if (::ftruncate(fd, static_cast<off_t>(mapped)) == 0) {
+    p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    ::close(fd);
+    throw_errno("coload: a worker payload of " + std::to_string(size) + " bytes", err);
+  }
+  try {
+    fill({static_cast<std::byte*>(p), size});
+  } catch (...) {
+    ::munmap(p, mapped);
+    ::close(fd);
+    throw;
+  }
+  ::munmap(p, mapped);
+  return fd;
+}
+
+std::span<const std::byte> map_payload(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw_errno("coload: fstat of a worker payload", errno);
+  const auto size = static_cast<std::size_t>(st.st_size);
+  void* p = ::mmap(nullptr, std::max<std::size_t>(size, 1), PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) throw_errno("coload: mapping a worker payload", errno);
+  return {static_cast<const std::byte*>(p), size};
 }
 
 // ---- the child's side -------------------------------------------------------------------------
@@ -336,7 +578,7 @@ void* ChildLink::allocate(std::size_t nbytes) {
 
 void ChildLink::reply(ProcessReply reply) {
   reply.slot_bytes = slot_bytes_;
-  send_message(socket_, encode_reply(reply), -1);
+  send_message(socket_, encode_reply(reply), {});
 }
 
 // ---- the parent's side ------------------------------------------------------------------------
@@ -442,6 +684,7 @@ namespace {
 struct Worker {
   int id = 0;
   int pid = -1;
+  bool via_server = false;  // a fork-server worker: the server reaps it
   std::unique_ptr<asio::posix::stream_descriptor> socket;
   std::unique_ptr<asio::posix::stream_descriptor> pidfd;
   std::deque<std::shared_ptr<ProcessPool::Pending>> outstanding;
@@ -482,7 +725,18 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       throw_errno("coload: socketpair for worker " + std::to_string(id), errno);
     }
     const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
+    pid_t pid = -1;
+    if (options.entry) {
+      try {
+        pid = forkserver_spawn(options.entry, id, sv[1], options.payload);
+      } catch (...) {
+        ::close(sv[0]);
+        ::close(sv[1]);
+        throw;
+      }
+    } else {
+      pid = ::fork();
+    }
     if (pid < 0) {
       const int err = errno;
       ::close(sv[0]);
@@ -492,21 +746,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     if (pid == 0) {
       // The child: never returns.
       ::close(sv[0]);
-      // NOTE: handlers the program installed for fatal signals (a test framework's, a crash
-      // reporter's) are the parent's business: a worker dies of the signal itself, and the
-      // parent reports it.
-      for (int sig : {SIGTERM, SIGINT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGPIPE}) {
-        ::signal(sig, SIG_DFL);
-      }
-      // NOTE: exit() in dataset code would run the parent's static destructors and atexit
-      // handlers here, some of which join threads that do not exist in a forked child and
-      // hang. Registered last, this handler runs first and leaves with the status at once.
-      ::on_exit([](int status, void*) { ::_exit(status); }, nullptr);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(1);
-      // NOTE: the parent's OpenMP pool has no threads here; one thread keeps ATen from
-      // entering it (GNU OpenMP hangs a forked child that does).
-      at::set_num_threads(1);
+      prepare_worker(parent);
       int code = 0;
       try {
         ChildLink link(sv[1]);
@@ -521,23 +761,35 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       ::_exit(code);
     }
     ::close(sv[1]);
+    // NOTE: a fork-server worker is the server's child: its pidfd still says at once when it
+    // ends, and the server reports its wait status.
     // NOTE: glibc 2.36's <sys/pidfd.h> lacks extern "C" for C++; the system call is direct.
     const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
     if (pidfd < 0) {
       const int err = errno;
       ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
+      reap(pid, options.entry != nullptr);
       ::close(sv[0]);
       throw_errno("coload: pidfd_open for worker " + std::to_string(id), err);
     }
     auto w = std::make_shared<Worker>();
     w->id = id;
     w->pid = pid;
+    w->via_server = options.entry != nullptr;
     w->socket = std::make_unique<asio::posix::stream_descriptor>(driver, sv[0]);
     w->pidfd = std::make_unique<asio::posix::stream_descriptor>(driver, pidfd);
     workers[static_cast<std::size_t>(id)] = w;
     watch_socket(w);
     watch_pid(w);
+  }
+
+  /// Waits for worker `pid` to end; its wait status.
+  static int reap(pid_t pid, bool via_server) {
+    if (via_server) return forkserver_status(pid);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return status;
   }
 
   void watch_socket(const std::shared_ptr<Worker>& w) {
@@ -604,9 +856,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
   void on_exit(const std::shared_ptr<Worker>& w) {
     // Replies it sent before it went are results like any other.
     if (w->socket) drain(*w);
-    int status = 0;
-    while (::waitpid(w->pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    const int status = reap(w->pid, w->via_server);
     w->exited = true;
     w->status = status;
     std::erase(departing, w);
@@ -666,7 +916,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     const auto [fd, size] =
         p->slot >= 0 ? arena->fd_and_size(p->slot) : std::pair<int, std::uint64_t>{-1, 0};
     // A worker that is gone reports through its pidfd; its queue is handled there.
-    send_message(w.socket->native_handle(), encode_task(p->task, p->slot, size), fd);
+    send_message(w.socket->native_handle(), encode_task(p->task, p->slot, size), {fd});
   }
 
   int pick(int wanted) {
@@ -723,12 +973,16 @@ ProcessPool::~ProcessPool() {
   }
   for (auto& w : all) {
     if (w->exited) continue;
-    while (::waitpid(w->pid, nullptr, 0) < 0 && errno == EINTR) {
+    try {
+      State::reap(w->pid, w->via_server);
+    } catch (...) {
+      // The fork server has gone, and its workers with it.
     }
     w->exited = true;
     w->socket.reset();
     w->pidfd.reset();
   }
+  if (s.options.payload >= 0) ::close(s.options.payload);
 }
 
 void ProcessPool::start() {
@@ -752,7 +1006,7 @@ void ProcessPool::retire(std::function<void()> done) {
     ProcessTask stop;
     stop.kind = ProcessTask::Kind::stop;
     // NOTE: the stop is not a task that is answered: it is not queued as outstanding.
-    send_message(w->socket->native_handle(), encode_task(stop, -1, 0), -1);
+    send_message(w->socket->native_handle(), encode_task(stop, -1, 0), {});
     s.departing.push_back(std::move(w));
     w.reset();
   }
@@ -811,3 +1065,8 @@ ProcessPool::Awaiter ProcessPool::submit(int worker, ProcessTask task) {
 }
 
 }  // namespace coload::detail
+
+namespace coload {
+void start_forkserver() { detail::start_forkserver_impl(); }
+bool forkserver_running() noexcept { return detail::forkserver_running_impl(); }
+}  // namespace coload

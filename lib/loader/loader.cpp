@@ -235,6 +235,8 @@ Driver::Driver() : state_(std::make_shared<State>()) {
   pthread_setname_np(state_->thread.native_handle(), "coload-driver");
 }
 
+Driver::Driver(Idle) : state_(std::make_shared<State>()) {}
+
 Driver::~Driver() {
   if (state_->thread.joinable()) {
     asio::post(state_->context, [s = state_.get()] { s->guard.reset(); });

@@ -1,5 +1,5 @@
 // Specification of the DataLoader: options, order, workers, errors, the three ways to consume.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <ATen/ATen.h>
@@ -621,4 +621,11 @@ TEST_SUITE("loader") {
     CHECK(warnings[0].find("lower the worker number to avoid potential slowness/freeze if "
                            "necessary.") != std::string::npos);
   }
+}
+
+// As a program using process_start = forkserver: the fork server starts first thing in main,
+// before any thread exists.
+int main(int argc, char** argv) {
+  coload::start_forkserver();
+  return doctest::Context(argc, argv).run();
 }

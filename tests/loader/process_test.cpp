@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <new>
 #include <set>
 #include <sstream>
@@ -136,7 +137,39 @@ LoaderOptions<> process_options(int workers) {
   return o;
 }
 
+// A dataset the wire format can carry to a fork-server worker: rows of a table.
+struct Table {
+  at::Tensor rows;
+  std::int64_t crash_at = -1;
+  std::size_t size() const { return static_cast<std::size_t>(rows.size(0)); }
+  std::tuple<at::Tensor, std::int64_t, std::int64_t, std::int64_t> get(std::size_t i) const {
+    // The same lock the test holds in the parent: a forked copy of a locked mutex stays locked.
+    std::lock_guard lock(held_mutex());
+    if (static_cast<std::int64_t>(i) == crash_at) *static_cast<volatile int*>(nullptr) = 1;
+    return {rows[static_cast<std::int64_t>(i)], g_init_value, ::getpid(), ::getppid()};
+  }
+  static std::mutex& held_mutex() {
+    static std::mutex m;
+    return m;
+  }
+};
+
+void set_init_value(const WorkerInfo& info) { g_init_value = 500 + info.id; }
+
 }  // namespace
+
+template <>
+struct coload::wire::Wire<Table> {
+  static void write(Writer& w, const Table& t) {
+    Wire<at::Tensor>::write(w, t.rows);
+    Wire<std::int64_t>::write(w, t.crash_at);
+  }
+  static Table read(Reader& r) {
+    Table t{Wire<at::Tensor>::read(r)};
+    t.crash_at = Wire<std::int64_t>::read(r);
+    return t;
+  }
+};
 
 TEST_SUITE("loader") {
   TEST_CASE("process workers yield the same batches as threads, from forked processes") {
@@ -416,6 +449,71 @@ TEST_SUITE("loader") {
                                                              {6, 9}, {7}, {8}};
     CHECK(threads == expected);
     CHECK(processes == expected);
+  }
+
+  TEST_CASE("process_start = forkserver forks workers from the server, safe while a lock is held") {
+    REQUIRE(forkserver_running());
+    const auto rows = at::arange(40, at::kLong).reshape({20, 2});
+    auto options = process_options(2);
+    options.process_start = ProcessStart::forkserver;
+    options.worker_init_fn = &set_init_value;
+    std::set<std::int64_t> pids, parents, inits;
+    std::vector<std::int64_t> values;
+    {
+      // Held by this thread for the whole epoch: a worker forked from here would inherit it
+      // locked and hang in get(); the server forked before the lock was taken.
+      std::lock_guard held(Table::held_mutex());
+      auto loader = make_data_loader(Table{rows}, options);
+      for (auto& b : loader) {
+        for (auto v : ints(std::get<0>(b).flatten())) values.push_back(v);
+        for (auto v : ints(std::get<1>(b))) inits.insert(v);
+        for (auto v : ints(std::get<2>(b))) pids.insert(v);
+        for (auto v : ints(std::get<3>(b))) parents.insert(v);
+      }
+    }
+    std::vector<std::int64_t> expected(40);
+    for (std::int64_t i = 0; i < 40; ++i) expected[static_cast<std::size_t>(i)] = i;
+    CHECK(values == expected);
+    CHECK(inits == std::set<std::int64_t>{500, 501});
+    CHECK(pids.size() == 2);
+    // Their parent is the server, not this process.
+    REQUIRE(parents.size() == 1);
+    CHECK(*parents.begin() != ::getpid());
+    // The epoch's workers are gone (reaped by the server) once it ends.
+    for (auto p : pids) CHECK(::kill(static_cast<pid_t>(p), 0) == -1);
+
+    // A crash in a fork-server worker is reported as in a forked one, with the status the
+    // server saw.
+    Table crashing{rows};
+    crashing.crash_at = 9;
+    options.worker_init_fn = {};
+    auto loader = make_data_loader(crashing, options);
+    auto epoch = loader.epoch();
+    std::string what;
+    for (;;) {
+      try {
+        if (!sync_wait(epoch.next())) break;
+      } catch (const WorkerDied& e) {
+        what = e.what();
+        CHECK(e.signal() == SIGSEGV);
+        CHECK(e.batch() == 2);
+      }
+    }
+    CHECK(what.find("was killed by signal SIGSEGV (Segmentation fault) while fetching batch 2 "
+                    "(indices 8, 9, 10, 11)") != std::string::npos);
+  }
+
+  TEST_CASE("process_start = forkserver refuses what cannot reach a worker") {
+    auto options = process_options(2);
+    options.process_start = ProcessStart::forkserver;
+    CHECK_THROWS_WITH_AS(make_data_loader(Probe{}, options),
+                         doctest::Contains("specialise coload::wire::Wire for the dataset type"),
+                         std::invalid_argument);
+    int captured = 3;
+    options.worker_init_fn = [captured](const WorkerInfo&) { g_init_value = captured; };
+    CHECK_THROWS_WITH_AS(make_data_loader(Table{at::zeros({4, 2})}, options),
+                         doctest::Contains("worker_init_fn to be a plain function"),
+                         std::invalid_argument);
   }
 
   TEST_CASE("executor = processes without workers is refused") {

@@ -25,6 +25,26 @@ enum class Executor {
   processes,  ///< num_workers forked processes: a crash or a leak stays in the child
 };
 
+/// How worker processes start (`LoaderOptions::process_start`), as PyTorch's
+/// multiprocessing_context.
+enum class ProcessStart {
+  /// Forked from the loader itself: the child is a copy of the program as it is, dataset and
+  /// all. A lock another thread held at that moment stays locked in the child.
+  fork,
+  /// Forked from the fork server that start_forkserver() started at the top of main, before
+  /// any thread: nothing is locked there. The dataset travels to the worker through the wire
+  /// format (its type needs a coload::wire::Wire specialisation), worker_init_fn must be a
+  /// plain function, and the collate an empty type.
+  forkserver,
+};
+
+/// Starts the fork server for `process_start = forkserver`. Call it once, first thing in main,
+/// while the program has no other thread; later calls do nothing. Throws std::system_error
+/// when the server cannot be started.
+void start_forkserver();
+/// True once start_forkserver() has run in this process.
+bool forkserver_running() noexcept;
+
 /// What the loader does when a worker process dies (`LoaderOptions::on_worker_death`).
 enum class OnWorkerDeath {
   raise,    ///< the batch it was fetching fails with WorkerDied; the epoch ends after it
@@ -73,6 +93,15 @@ struct ProcessReply {
 /// Address space reserved for each slot of the arena, in the parent and in every child: a
 /// slot grows (ftruncate) inside it without ever moving.
 inline constexpr std::size_t slot_span = std::size_t{16} << 30;
+
+/// What a worker started by the fork server runs: `socket` is its link to the parent,
+/// `payload` the memfd with what the loader sent it (the dataset, the options).
+using ForkserverEntry = void (*)(int socket, int worker_id, int payload);
+
+/// A memfd of `size` bytes filled by `fill` (its mapping is 64-byte aligned), for a payload.
+int payload_memfd(std::size_t size, const std::function<void(std::span<std::byte>)>& fill);
+/// Maps payload memfd `fd` read-only for the rest of the process's life.
+std::span<const std::byte> map_payload(int fd);
 
 /// The child's side of its link to the parent: blocking, one task at a time. It is also the
 /// BatchAllocator of the current task: collate output is carved from the front of the slot.
@@ -131,6 +160,10 @@ class ProcessPool {
     int max_restarts = 3;
     /// Seconds between SIGTERM and SIGKILL at shutdown.
     double grace = 2.0;
+    /// Start workers from the fork server, running `entry` over `payload` (a memfd the pool
+    /// then owns), instead of forking `main` from this process.
+    ForkserverEntry entry = nullptr;
+    int payload = -1;
   };
 
   ProcessPool(asio::io_context& driver, Options options, ChildMain main);

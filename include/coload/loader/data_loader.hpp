@@ -746,6 +746,14 @@ class LoaderCore {
   static constexpr bool iterable = IterableDataset<D>;
   using Run = std::conditional_t<iterable, StreamRun<D, C>, EpochRun<D, C>>;
 
+  /// The copy of a loader that a fork-server worker builds from its payload: no driver thread,
+  /// no workers, nothing to validate; it only serves child_main.
+  struct ChildOnly {};
+  LoaderCore(ChildOnly, D ds, LoaderOptions<C> opts)
+      : dataset(std::move(ds)), options(std::move(opts)), driver(Driver::Idle{}) {
+    worker_init_epoch.assign(static_cast<std::size_t>(options.num_workers), -1);
+  }
+
   LoaderCore(D ds, LoaderOptions<C> opts) : dataset(std::move(ds)), options(std::move(opts)) {
     validate_options(options, LoaderKind{iterable, Plan::per_sample});
     check_worker_number(options.num_workers);
@@ -1018,9 +1026,86 @@ class LoaderCore {
   SkipLog skips;
 
  private:
+  /// What a fork-server worker receives: the dataset and the options it fetches with.
+  using Payload = std::tuple<D, std::int64_t /*batch_size, -1: none*/, bool /*drop_last*/,
+                             std::int32_t /*on_error*/, std::int32_t /*num_workers*/,
+                             bool /*persistent_workers*/, std::uint64_t /*worker_init_fn*/>;
+
+  /// A fork-server worker's entry: rebuilds the loader's fetching side from the payload and
+  /// serves the parent. Runs in the worker, never returns.
+  static void forkserver_entry(int socket, int id, int payload_fd) {
+    if constexpr (wire::Wireable<D>) {
+      auto bytes = map_payload(payload_fd);
+      ::close(payload_fd);
+      auto [ds, batch_size, drop_last, on_error, workers, persistent, init] =
+          wire::decode<Payload>(bytes, 0, nullptr);
+      LoaderOptions<C> o;
+      o.batch_size = batch_size < 0 ? std::nullopt : std::optional<std::int64_t>(batch_size);
+      o.drop_last = drop_last;
+      o.on_error = static_cast<OnError>(on_error);
+      o.num_workers = workers;
+      o.persistent_workers = persistent;
+      if (init) o.worker_init_fn = reinterpret_cast<void (*)(const WorkerInfo&)>(init);
+      o.executor = Executor::processes;
+      o.process_start = ProcessStart::forkserver;
+      auto core = std::make_unique<LoaderCore>(ChildOnly{}, std::move(ds), std::move(o));
+      ChildLink link(socket);
+      core->child_main(link, id);
+      std::fflush(stderr);
+      ::_exit(0);
+    } else {
+      (void)socket, (void)id, (void)payload_fd;
+      ::_exit(70);
+    }
+  }
+
+  /// The fork server's part of the pool's options, after checking that the loader's dataset,
+  /// collate and worker_init_fn can travel to a worker that does not share this memory.
+  void forkserver_options(ProcessPool::Options& o) {
+    if (!forkserver_running()) {
+      throw std::logic_error(
+          "process_start = forkserver needs coload::start_forkserver() called first thing in "
+          "main, before the program starts threads");
+    }
+    if constexpr (!wire::Wireable<D> || !std::is_copy_constructible_v<D>) {
+      throw std::invalid_argument(
+          "process_start = forkserver sends the dataset to each worker through the wire "
+          "format: specialise coload::wire::Wire for the dataset type (and make it copyable)");
+    } else if constexpr (!std::is_empty_v<C> || !std::default_initializable<C>) {
+      throw std::invalid_argument(
+          "process_start = forkserver needs a collate function of an empty type (a worker "
+          "makes its own); use executor = processes with process_start = fork");
+    } else {
+      std::uint64_t init = 0;
+      if (options.worker_init_fn) {
+        auto* fn = options.worker_init_fn.template target<void (*)(const WorkerInfo&)>();
+        if (!fn) {
+          throw std::invalid_argument(
+              "process_start = forkserver needs worker_init_fn to be a plain function (a "
+              "lambda that captures nothing, converted with +[](const WorkerInfo&) {...}): a "
+              "worker cannot receive anything else");
+        }
+        init = reinterpret_cast<std::uint64_t>(*fn);
+      }
+      Payload payload{dataset,
+                      options.batch_size.value_or(-1),
+                      options.drop_last,
+                      static_cast<std::int32_t>(options.on_error),
+                      options.num_workers,
+                      options.persistent_workers,
+                      init};
+      const std::size_t size = wire::encoded_size(payload);
+      o.payload = payload_memfd(size, [&](std::span<std::byte> region) {
+        wire::encode(payload, region, 0);
+      });
+      o.entry = &LoaderCore::forkserver_entry;
+    }
+  }
+
   void make_pool() {
     if constexpr (wire::Wireable<Batch>) {
       ProcessPool::Options o;
+      if (options.process_start == ProcessStart::forkserver) forkserver_options(o);
       o.num_workers = options.num_workers;
       // NOTE: a restarted stream would start over and repeat its samples.
       o.on_death = iterable ? OnWorkerDeath::raise : options.on_worker_death;

@@ -14,6 +14,9 @@ class Driver {
  public:
   /// Starts the thread; it runs until release() has been called and no work is left.
   Driver();
+  /// A driver without a thread (a worker process's copy of a loader, which never drives).
+  struct Idle {};
+  explicit Driver(Idle);
   Driver(const Driver&) = delete;
   Driver& operator=(const Driver&) = delete;
   /// Releases the keep-alive if still held and joins the thread.

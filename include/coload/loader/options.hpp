@@ -56,6 +56,10 @@ struct LoaderOptions {
   /// back through shared memory without a copy). Processes need a batch type the wire
   /// format knows (coload::wire::Wire).
   Executor executor = Executor::threads;
+  /// How worker processes start: forked from the loader (`fork`), or from the fork server
+  /// started by coload::start_forkserver() at the top of main (`forkserver`), which is safe
+  /// where other threads may hold locks when the loader forks.
+  ProcessStart process_start = ProcessStart::fork;
   /// What a worker process's death does: `raise` delivers WorkerDied in place of the batch it
   /// was fetching and ends the epoch after it; `restart` forks it again and re-fetches its
   /// batches, up to max_worker_restarts times per worker (then raises). Iterable datasets
