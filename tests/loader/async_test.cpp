@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
+#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -130,6 +132,46 @@ TEST_SUITE("loader") {
       CHECK(seen->on_driver_before_cpu == 40);
       CHECK(seen->on_worker_after_cpu == (workers ? 40 : 0));
       CHECK(seen->worker_info_after_cpu == (workers ? 40 : 0));
+    }
+  }
+
+  TEST_CASE("worker_init_fn runs on each worker before its first asynchronous fetch's CPU work") {
+    Files files(32);
+    struct Log {
+      std::mutex m;
+      std::vector<std::pair<int, std::int64_t>> inits;  // (worker, epoch seen by the loader)
+    };
+    auto log = std::make_shared<Log>();
+    auto epoch_no = std::make_shared<std::atomic<std::int64_t>>(0);
+    for (bool persistent : {false, true}) {
+      CAPTURE(persistent);
+      log->inits.clear();
+      LoaderOptions<> options{.batch_size = 4, .num_workers = 2};
+      options.persistent_workers = persistent;
+      options.worker_init_fn = [log, epoch_no](const WorkerInfo& info) {
+        // It runs on the worker itself, with that worker's info installed.
+        CHECK(get_worker_info()->id == info.id);
+        std::lock_guard l(log->m);
+        log->inits.emplace_back(info.id, epoch_no->load());
+      };
+      auto loader = make_data_loader(FileLengths{&files, 32}, options);
+      for (std::int64_t e = 0; e < 2; ++e) {
+        epoch_no->store(e);
+        std::int64_t n = 0;
+        for (auto& batch : loader) n += batch.size(0);
+        CHECK(n == 32);
+      }
+      std::sort(log->inits.begin(), log->inits.end());
+      // Each worker that did CPU work ran it once per epoch (once ever when persistent); a
+      // worker may sit an epoch out when the other took every batch, never run it twice.
+      std::set<std::pair<int, std::int64_t>> unique(log->inits.begin(), log->inits.end());
+      CHECK(unique.size() == log->inits.size());
+      if (persistent) {
+        CHECK(log->inits.size() <= 2);
+      } else {
+        CHECK(log->inits.size() <= 4);
+      }
+      CHECK(!log->inits.empty());
     }
   }
 

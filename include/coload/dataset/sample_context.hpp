@@ -6,6 +6,7 @@
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <atomic>
 #include <mutex>
 #include <span>
@@ -69,6 +70,8 @@ namespace detail {
 struct CpuPlace {
   ThreadExecutor* pool = nullptr;
   const WorkerInfo* workers = nullptr;  // indexed by worker id
+  /// Runs on a worker as work arrives there (the loader's worker_init_fn, once per epoch).
+  const std::function<void(const WorkerInfo&)>* on_worker = nullptr;
 };
 
 /// `co_await ctx.cpu()`: continues on one of the loader's workers (at once without workers),
@@ -77,8 +80,11 @@ struct CpuAwaiter {
   CpuPlace place;
   bool await_ready() const noexcept { return place.pool == nullptr; }
   void await_suspend(std::coroutine_handle<> h) const { place.pool->post(h); }
-  void await_resume() const noexcept {
-    if (place.workers) set_worker_info(&place.workers[ThreadExecutor::current_worker_id()]);
+  void await_resume() const {
+    if (!place.workers) return;
+    const WorkerInfo& info = place.workers[ThreadExecutor::current_worker_id()];
+    set_worker_info(&info);
+    if (place.on_worker && *place.on_worker) (*place.on_worker)(info);
   }
 };
 }  // namespace detail

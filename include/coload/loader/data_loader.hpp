@@ -197,6 +197,11 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   const WorkerInfo* worker_infos() const noexcept {
     return workers_.empty() ? nullptr : workers_.data();
   }
+  /// What an asynchronous fetch's move to a worker runs there: worker_init_fn, once per
+  /// worker per epoch (once ever with persistent_workers).
+  const std::function<void(const WorkerInfo&)>* on_worker() const noexcept {
+    return &on_worker_;
+  }
   bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
 
   // --- consumer side (any thread) ---
@@ -283,6 +288,9 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   const std::int64_t bound_;
   const double timeout_;
   std::vector<WorkerInfo> workers_;
+  const std::function<void(const WorkerInfo&)> on_worker_ = [this](const WorkerInfo& info) {
+    core_.init_worker(info, epoch_);
+  };
   // driver
   std::int64_t dispatched_ = 0;
 
@@ -934,7 +942,10 @@ class LoaderCore {
   /// The loader's place for CPU work, as a fetch's context carries it.
   template <class Scope>
   CpuPlace cpu_place(Scope& run) noexcept {
-    return executor ? CpuPlace{executor.get(), run.worker_infos()} : CpuPlace{};
+    if constexpr (requires { run.on_worker(); }) {
+      if (executor) return CpuPlace{executor.get(), run.worker_infos(), run.on_worker()};
+    }
+    return CpuPlace{};
   }
 
   /// An asynchronous fetch of batch `batch_no`: get_batch_async, or get_async for every index
