@@ -882,10 +882,16 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
                    "; restarting it (restart " +
                    std::to_string(restarts[static_cast<std::size_t>(w->id)]) + " of " +
                    std::to_string(options.max_restarts) + ")");
-      spawn(w->id);
-      auto& fresh = workers[static_cast<std::size_t>(w->id)];
-      for (auto& p : lost) send(*fresh, p);
-      return;
+      try {
+        spawn(w->id);
+        auto& fresh = workers[static_cast<std::size_t>(w->id)];
+        for (auto& p : lost) send(*fresh, p);
+        return;
+      } catch (const std::exception& e) {
+        // No new worker: the batches fail as under `raise`, saying why.
+        detail::warn(std::string("coload: restarting worker ") + std::to_string(w->id) +
+                     " failed: " + e.what());
+      }
     }
     broken = true;
     std::string what = describe_death(w->id, w->pid, status, first->task.batch,
@@ -906,7 +912,12 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
   void spawn_or_break(int id) {
     if (restarts[static_cast<std::size_t>(id)] >= options.max_restarts || shut) return;
     ++restarts[static_cast<std::size_t>(id)];
-    spawn(id);
+    try {
+      spawn(id);
+    } catch (const std::exception& e) {
+      detail::warn(std::string("coload: restarting worker ") + std::to_string(id) +
+                   " failed: " + e.what());
+    }
   }
 
   void send(Worker& w, const std::shared_ptr<Pending>& p) {
