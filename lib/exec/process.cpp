@@ -282,8 +282,9 @@ void prepare_worker(pid_t parent) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(1);
   // NOTE: a parent's OpenMP pool has no threads here; one thread keeps ATen from entering it
-  // (GNU OpenMP hangs a forked child that does).
-  at::set_num_threads(1);
+  // (GNU OpenMP hangs a forked child that does). Only when needed: setting it builds ATen's
+  // pthreadpool, a thread of its own.
+  if (at::get_num_threads() != 1) at::set_num_threads(1);
 }
 
 // ---- the fork server --------------------------------------------------------------------------
@@ -952,7 +953,9 @@ void ProcessPool::Awaiter::await_suspend(std::coroutine_handle<> h) const noexce
   pending->waiter = h;
 }
 ProcessResult ProcessPool::Awaiter::await_resume() const {
-  if (pending->error) std::rethrow_exception(pending->error);
+  // NOTE: the error leaves the pending record, so the exception has one owner on its way to
+  // the consumer: the driver never drops the last reference after the consumer has read it.
+  if (pending->error) std::rethrow_exception(std::exchange(pending->error, nullptr));
   return std::move(*pending->result);
 }
 
