@@ -627,7 +627,12 @@ class Arena {
     auto& s = slots_[static_cast<std::size_t>(id)];
     s.size = size;
     if (bytes > size) throw std::runtime_error("coload: a worker's batch overruns its slot");
-    if (!s.data && size) s.data = map_slot(s.fd);
+    if (!s.data && size) {
+      s.data = map_slot(s.fd);
+      // NOTE: workers map the slot themselves: forking the next ones need not copy the page
+      // tables of the parent's view (tens of MB per slot once the consumer has read it).
+      (void)::madvise(s.data, slot_span, MADV_DONTFORK);
+    }
     return {s.data, bytes};
   }
   std::size_t bytes() const {
