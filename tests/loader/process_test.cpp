@@ -286,20 +286,24 @@ TEST_SUITE("loader") {
     CHECK(batch == 2);
     CHECK(what.find("sample 9 is bad") != std::string::npos);
 
+    const int children_before = child_count();
     probe.fault = Fault::bad_alloc;
-    auto oom = make_data_loader(probe, process_options(2));
     int failures = 0;
-    auto e2 = oom.epoch();
-    for (;;) {
-      try {
-        if (!sync_wait(e2.next())) break;
-      } catch (const WorkerError& e) {
-        ++failures;
-        CHECK(e.original_type() == "std::bad_alloc");
-        CHECK(e.index() == 9);
+    {
+      auto oom = make_data_loader(probe, process_options(2));
+      auto e2 = oom.epoch();
+      for (;;) {
+        try {
+          if (!sync_wait(e2.next())) break;
+        } catch (const WorkerError& e) {
+          ++failures;
+          CHECK(e.original_type() == "std::bad_alloc");
+          CHECK(e.index() == 9);
+        }
       }
     }
     CHECK(failures == 1);
+    CHECK(child_count() == children_before);
   }
 
   TEST_CASE("a worker process that dies is reported with its pid, cause, batch and indices") {
