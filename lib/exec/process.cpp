@@ -225,7 +225,7 @@ ssize_t receive_message(int socket, std::vector<std::byte>& buffer, int* fd, boo
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
 std::string describe_death(int worker, int pid, int status, std::int64_t batch,
-                           const std::vector<std::int64_t>& indices, bool fetching) {
+                           const std::vector<std::int64_t>& indices) {
   std::string s = "DataLoader worker " + std::to_string(worker) + " (pid " +
                   std::to_string(pid) + ")";
   if (WIFSIGNALED(status)) {
@@ -234,8 +234,7 @@ std::string describe_death(int worker, int pid, int status, std::int64_t batch,
   } else {
     s += " exited with code " + std::to_string(WEXITSTATUS(status));
   }
-  s += fetching ? " while fetching batch " : " with batch ";
-  s += std::to_string(batch);
+  s += " while fetching batch " + std::to_string(batch);
   if (!indices.empty()) {
     s += " (indices ";
     for (std::size_t i = 0; i < indices.size(); ++i) {
@@ -285,6 +284,22 @@ void prepare_worker(pid_t parent) {
   // (GNU OpenMP hangs a forked child that does). Only when needed: setting it builds ATen's
   // pthreadpool, a thread of its own.
   if (at::get_num_threads() != 1) at::set_num_threads(1);
+}
+
+/// Runs worker `id`'s body in a fresh worker and ends the process: status 0 when the body
+/// returns, 70 when it throws (named on stderr).
+[[noreturn]] void run_worker(int id, const std::function<void()>& body) {
+  int code = 0;
+  try {
+    body();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "coload: worker %d: %s\n", id, e.what());
+    code = 70;
+  } catch (...) {
+    code = 70;
+  }
+  std::fflush(stderr);
+  ::_exit(code);
 }
 
 // ---- the fork server --------------------------------------------------------------------------
@@ -361,16 +376,7 @@ ForkServer g_server;
         ::close(control);
         ::close(sfd);
         prepare_worker(self);
-        try {
-          entry(socket, id, payload);
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "coload: worker %d: %s\n", id, e.what());
-          std::fflush(stderr);
-          ::_exit(70);
-        } catch (...) {
-          ::_exit(70);
-        }
-        ::_exit(0);
+        run_worker(id, [&] { entry(socket, id, payload); });
       }
       const int err = errno;
       if (socket >= 0) ::close(socket);
@@ -635,24 +641,6 @@ class Arena {
     }
     return {s.data, bytes};
   }
-  std::size_t bytes() const {
-    std::lock_guard lock(mutex_);
-    std::size_t n = 0;
-    for (const auto& s : slots_) n += s.size;
-    return n;
-  }
-  std::size_t count() const {
-    std::lock_guard lock(mutex_);
-    return slots_.size();
-  }
-  bool contains(const void* p) const {
-    std::lock_guard lock(mutex_);
-    const auto* b = static_cast<const std::byte*>(p);
-    for (const auto& s : slots_) {
-      if (s.data && b >= s.data && b < s.data + s.size) return true;
-    }
-    return false;
-  }
 
  private:
   struct Slot {
@@ -695,7 +683,6 @@ struct Worker {
   std::unique_ptr<asio::posix::stream_descriptor> pidfd;
   std::deque<std::shared_ptr<ProcessPool::Pending>> outstanding;
   bool exited = false;
-  int status = 0;
 };
 }  // namespace
 
@@ -753,18 +740,10 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       // The child: never returns.
       ::close(sv[0]);
       prepare_worker(parent);
-      int code = 0;
-      try {
+      run_worker(id, [&] {
         ChildLink link(sv[1]);
         main(link, id);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "coload: worker %d: %s\n", id, e.what());
-        code = 70;
-      } catch (...) {
-        code = 70;
-      }
-      std::fflush(stderr);
-      ::_exit(code);
+      });
     }
     ::close(sv[1]);
     // NOTE: a fork-server worker is the server's child: its pidfd still says at once when it
@@ -829,9 +808,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       w.outstanding.pop_front();
       ProcessResult result;
       result.worker = w.id;
-      const bool has_batch = reply.status == ProcessReply::Status::batch ||
-                             (reply.status == ProcessReply::Status::ended && reply.bytes > 0);
-      if (has_batch) {
+      if (reply.status == ProcessReply::Status::batch) {
         result.bytes = arena->view(p->slot, reply.slot_bytes, reply.offset + reply.bytes);
         result.lease = std::make_shared<SlotLease>(arena, p->slot);
       } else {
@@ -864,7 +841,6 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     if (w->socket) drain(*w);
     const int status = reap(w->pid, w->via_server);
     w->exited = true;
-    w->status = status;
     std::erase(departing, w);
     notify_retired();
     const bool current = workers[static_cast<std::size_t>(w->id)] == w;
@@ -883,8 +859,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     if (options.on_death == OnWorkerDeath::restart &&
         restarts[static_cast<std::size_t>(w->id)] < options.max_restarts && !shut) {
       ++restarts[static_cast<std::size_t>(w->id)];
-      detail::warn(describe_death(w->id, w->pid, status, first->task.batch, first->task.indices,
-                                  true) +
+      detail::warn(describe_death(w->id, w->pid, status, first->task.batch, first->task.indices) +
                    "; restarting it (restart " +
                    std::to_string(restarts[static_cast<std::size_t>(w->id)]) + " of " +
                    std::to_string(options.max_restarts) + ")");
@@ -900,8 +875,8 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       }
     }
     broken = true;
-    std::string what = describe_death(w->id, w->pid, status, first->task.batch,
-                                      first->task.indices, true);
+    std::string what =
+        describe_death(w->id, w->pid, status, first->task.batch, first->task.indices);
     if (options.on_death == OnWorkerDeath::restart) {
       what += " (after " + std::to_string(options.max_restarts) + " restarts)";
     }
@@ -1054,16 +1029,6 @@ void ProcessPool::shutdown(std::exception_ptr cancelled) {
 }
 
 bool ProcessPool::broken() const noexcept { return state_->broken; }
-
-std::vector<int> ProcessPool::pids() const {
-  std::vector<int> out;
-  for (const auto& w : state_->workers) out.push_back(w ? w->pid : -1);
-  return out;
-}
-
-std::size_t ProcessPool::arena_bytes() const { return state_->arena->bytes(); }
-std::size_t ProcessPool::arena_slots() const { return state_->arena->count(); }
-bool ProcessPool::in_arena(const void* p) const { return state_->arena->contains(p); }
 
 ProcessPool::Awaiter ProcessPool::submit(int worker, ProcessTask task) {
   auto& s = *state_;

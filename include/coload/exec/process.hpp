@@ -75,7 +75,6 @@ struct ProcessReply {
     batch = 1,  ///< the batch is in the slot, `bytes` long
     empty = 2,  ///< no batch: every sample was skipped, or the stream had nothing left
     error = 3,  ///< the fetch threw: `error_*` describe it
-    ended = 4,  ///< stream: the batch is in the slot and the stream is over (last batch)
   };
   Status status = Status::empty;
   std::int64_t batch = 0;
@@ -183,13 +182,6 @@ class ProcessPool {
   void shutdown(std::exception_ptr cancelled);
   /// True once a worker died under `on_death = raise` (or past its restarts): dispatch stops.
   bool broken() const noexcept;
-  /// Pids of the running workers, by worker id (-1 where none runs).
-  std::vector<int> pids() const;
-  /// The arena's bytes over all its slots, and its slot count (for tests).
-  std::size_t arena_bytes() const;
-  std::size_t arena_slots() const;
-  /// True when `p` lies inside one of the arena's mappings in this process.
-  bool in_arena(const void* p) const;
 
   struct Awaiter;
   /// Driver: sends `task` to worker `worker` (or, with -1, to the live worker with the fewest
