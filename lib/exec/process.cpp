@@ -882,8 +882,11 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     }
     const int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     const int code = WIFSIGNALED(status) ? -1 : WEXITSTATUS(status);
-    fail(*first, std::make_exception_ptr(WorkerDied(what, w->id, w->pid, sig, code,
-                                                    first->task.batch, first->task.indices)));
+    // NOTE: made before fail() hands it on, so the temporary (which shares the message's
+    // buffer) is gone by the time the consumer can read it on its own thread.
+    auto died = std::make_exception_ptr(WorkerDied(what, w->id, w->pid, sig, code,
+                                                   first->task.batch, first->task.indices));
+    fail(*first, std::move(died));
     // The batches queued behind it were never started: they end without a batch.
     for (std::size_t i = 1; i < lost.size(); ++i) {
       fail(*lost[i], std::make_exception_ptr(EmptyBatch{}));
