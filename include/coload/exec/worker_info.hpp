@@ -15,6 +15,16 @@ struct WorkerInfo {
   std::uint64_t seed = 0;
   /// The dataset this worker fetches from (shared by all thread workers).
   const void* dataset = nullptr;
+  /// This process's rank among the distributed replicas, and how many there are (from the
+  /// loader's options or torchrun's `RANK` and `WORLD_SIZE`; 0 and 1 when not distributed).
+  int rank = 0;
+  int world_size = 1;
+
+  /// The shard an iterable dataset streams in this worker, in [0, num_shards()): each rank's
+  /// workers take consecutive shards, `rank * num_workers + id`.
+  int shard_id() const noexcept { return rank * (num_workers > 0 ? num_workers : 1) + id; }
+  /// How many shards the iterable dataset is cut into: `world_size * num_workers`.
+  int num_shards() const noexcept { return world_size * (num_workers > 0 ? num_workers : 1); }
 
   /// The dataset, as the type the loader was built with.
   template <class D>
