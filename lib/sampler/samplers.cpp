@@ -4,11 +4,13 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <utility>
 
 #include "coload/sampler/distributed.hpp"
@@ -44,18 +46,21 @@ std::string tuple_of(at::IntArrayRef shape) {
   return out + (shape.size() == 1 ? ",)" : ")");
 }
 
-// The integer in environment variable `name`, or `fallback` when it is unset or empty.
-std::int64_t env_or(const char* name, std::int64_t fallback) {
+// The int in environment variable `name`, or nullopt when it is unset or empty. Anything but
+// a decimal integer (a minus sign allowed) is refused, naming the variable and its value.
+std::optional<int> env_int(const char* name) {
   const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  errno = 0;
-  char* end = nullptr;
-  const long long value = std::strtoll(text, &end, 10);
-  if (errno != 0 || *end != '\0') {
-    throw std::invalid_argument(std::string("environment variable ") + name +
-                                " should be an integer, but got " + name + "=" + text);
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  const std::string_view value(text);
+  int out = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  if (ec == std::errc::result_out_of_range) {
+    throw std::invalid_argument(std::string(name) + "=" + text + " is out of range");
   }
-  return value;
+  if (ec != std::errc{} || end != value.data() + value.size()) {
+    throw std::invalid_argument(std::string(name) + "=" + text + " is not an integer");
+  }
+  return out;
 }
 
 }  // namespace
@@ -124,6 +129,30 @@ Generator<std::span<const Index>> WeightedRandomSampler::index_blocks() {
 
 // ---- DistributedSampler --------------------------------------------------------------------
 
+DistributedEnv distributed_env() {
+  DistributedEnv env;
+  // `name=text`, as the messages quote the variable.
+  const auto quoted = [](const char* name) { return std::string(name) + "=" + std::getenv(name); };
+  if (const auto world_size = env_int("WORLD_SIZE")) {
+    if (*world_size < 1) {
+      throw std::invalid_argument(quoted("WORLD_SIZE") + " is not a positive integer");
+    }
+    env.world_size = *world_size;
+  }
+  // Both ranks lie in [0, WORLD_SIZE): one machine runs at most the whole job.
+  const auto rank_of = [&](const char* name) {
+    const auto value = env_int(name);
+    if (value && (*value < 0 || *value >= env.world_size)) {
+      throw std::invalid_argument(quoted(name) + " is not in [0, WORLD_SIZE=" +
+                                  std::to_string(env.world_size) + ")");
+    }
+    return value.value_or(0);
+  };
+  env.rank = rank_of("RANK");
+  env.local_rank = rank_of("LOCAL_RANK");
+  return env;
+}
+
 DistributedSampler::DistributedSampler(std::int64_t dataset_size,
                                        std::optional<std::int64_t> num_replicas,
                                        std::optional<std::int64_t> rank, bool shuffle,
@@ -131,8 +160,8 @@ DistributedSampler::DistributedSampler(std::int64_t dataset_size,
     : dataset_size_(dataset_size),
       // PyTorch asks the process group (dist.get_world_size(), dist.get_rank()); coload has
       // none and reads what torchrun exports instead.
-      num_replicas_(num_replicas ? *num_replicas : env_or("WORLD_SIZE", 1)),
-      rank_(rank ? *rank : env_or("RANK", 0)),
+      num_replicas_(num_replicas ? *num_replicas : distributed_env().world_size),
+      rank_(rank ? *rank : distributed_env().rank),
       shuffle_(shuffle),
       seed_(seed),
       drop_last_(drop_last) {

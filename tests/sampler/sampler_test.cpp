@@ -740,14 +740,75 @@ TEST_SUITE("sampler") {
       // The rank from the environment is checked too.
       ScopedEnv bad_rank("RANK", "4");
       CHECK(invalid_argument_of([] { DistributedSampler u(10); }) ==
-            "Invalid rank 4, rank should be in the interval [0, 3]");
+            "RANK=4 is not in [0, WORLD_SIZE=4)");
+      // Whenever the environment supplies one of the two, all of it is checked; with both
+      // explicit it is not read.
+      CHECK(invalid_argument_of([] { DistributedSampler u(10, 3); }) ==
+            "RANK=4 is not in [0, WORLD_SIZE=4)");
+      CHECK(invalid_argument_of([] { DistributedSampler u(10, 3, 2); }) == "");
     }
     {
       ScopedEnv world("WORLD_SIZE", "four");
       ScopedEnv rank("RANK", "0");
       CHECK(invalid_argument_of([] { DistributedSampler s(10); }) ==
-            "environment variable WORLD_SIZE should be an integer, but got WORLD_SIZE=four");
+            "WORLD_SIZE=four is not an integer");
     }
+  }
+
+  TEST_CASE("distributed_env reads torchrun's RANK, WORLD_SIZE and LOCAL_RANK") {
+    // Every case sets all three (nullopt: unset), then restores what the process had.
+    struct Case {
+      std::optional<std::string> rank, world_size, local_rank;
+    };
+    const auto env_of = [](const Case& c) {
+      ScopedEnv rank("RANK", c.rank);
+      ScopedEnv world("WORLD_SIZE", c.world_size);
+      ScopedEnv local("LOCAL_RANK", c.local_rank);
+      return distributed_env();
+    };
+    const auto error_of = [&env_of](const Case& c) {
+      return invalid_argument_of([&] { env_of(c); });
+    };
+
+    const DistributedEnv none = env_of({std::nullopt, std::nullopt, std::nullopt});
+    CHECK(none.rank == 0);
+    CHECK(none.world_size == 1);
+    CHECK(none.local_rank == 0);
+    const DistributedEnv empty = env_of({"", "", ""});
+    CHECK((empty.rank == 0 && empty.world_size == 1 && empty.local_rank == 0));
+    const DistributedEnv set = env_of({"5", "8", "1"});
+    CHECK(set.rank == 5);
+    CHECK(set.world_size == 8);
+    CHECK(set.local_rank == 1);
+
+    CHECK(error_of({"abc", "2", "0"}) == "RANK=abc is not an integer");
+    CHECK(error_of({"1", "2x", "0"}) == "WORLD_SIZE=2x is not an integer");
+    CHECK(error_of({"1", "2", " 1"}) == "LOCAL_RANK= 1 is not an integer");
+    CHECK(error_of({"1.0", "2", "0"}) == "RANK=1.0 is not an integer");
+    CHECK(error_of({"0", "99999999999", "0"}) == "WORLD_SIZE=99999999999 is out of range");
+    CHECK(error_of({"3", "2", "0"}) == "RANK=3 is not in [0, WORLD_SIZE=2)");
+    CHECK(error_of({"-1", "2", "0"}) == "RANK=-1 is not in [0, WORLD_SIZE=2)");
+    CHECK(error_of({"1", std::nullopt, "0"}) == "RANK=1 is not in [0, WORLD_SIZE=1)");
+    CHECK(error_of({"0", "2", "2"}) == "LOCAL_RANK=2 is not in [0, WORLD_SIZE=2)");
+    CHECK(error_of({"0", "0", "0"}) == "WORLD_SIZE=0 is not a positive integer");
+    CHECK(error_of({"0", "-3", "0"}) == "WORLD_SIZE=-3 is not a positive integer");
+  }
+
+  TEST_CASE("DistributedSampler shards by torchrun's WORLD_SIZE and RANK: the ranks partition "
+            "the padded order") {
+    // 7 indices over 3 ranks: 9 positions, the first two of the (unshuffled) order repeated.
+    ScopedEnv world("WORLD_SIZE", "3");
+    Indices all;
+    for (const char* r : {"0", "1", "2"}) {
+      ScopedEnv rank("RANK", r);
+      DistributedSampler s(7, std::nullopt, std::nullopt, false);
+      CHECK(s.num_replicas() == 3);
+      CHECK(s.size() == 3);
+      const Indices mine = epoch_of(s);
+      all.insert(all.end(), mine.begin(), mine.end());
+    }
+    std::sort(all.begin(), all.end());
+    CHECK(all == Indices{0, 0, 1, 1, 2, 3, 4, 5, 6});
   }
 
   TEST_CASE("the new samplers go into LoaderOptions::sampler, by value or shared") {

@@ -10,6 +10,25 @@
 
 namespace coload {
 
+/// Where this process stands in a distributed job, as `torchrun` (torch.distributed.run)
+/// describes it to each process it starts.
+struct DistributedEnv {
+  /// This process's global rank, in [0, world_size) (`RANK`).
+  int rank = 0;
+  /// How many processes share the job (`WORLD_SIZE`).
+  int world_size = 1;
+  /// This process's rank on its own machine (`LOCAL_RANK`): which GPU it should use.
+  int local_rank = 0;
+};
+
+/// Reads torchrun's `RANK`, `WORLD_SIZE` and `LOCAL_RANK`. A variable that is unset or empty
+/// takes its default (0, 1 and 0: a single, non-distributed process). Throws
+/// std::invalid_argument naming the variable and its value when one is not a decimal integer
+/// (`RANK=abc is not an integer`) or is out of range: `WORLD_SIZE` must be at least 1, `RANK`
+/// and `LOCAL_RANK` in [0, WORLD_SIZE) (`RANK=3 is not in [0, WORLD_SIZE=2)`).
+/// The environment is read on every call; nothing is cached.
+DistributedEnv distributed_env();
+
 /// This replica's share of a dataset's indices, as torch.utils.data.distributed.DistributedSampler.
 ///
 /// Every replica computes the same order (a `randperm` seeded with `seed + epoch` when
@@ -17,13 +36,18 @@ namespace coload {
 /// `num_replicas` (or, with `drop_last`, cuts its tail), and takes every `num_replicas`-th index
 /// starting at `rank`. Call set_epoch() before each epoch to get a new order.
 ///
-/// `num_replicas` and `rank` default to the environment `torchrun` sets (`WORLD_SIZE`, `RANK`),
-/// or 1 and 0 when it is unset: PyTorch would ask an initialised process group instead, which
-/// coload does not have.
+/// `num_replicas` and `rank` default to the environment `torchrun` sets (`WORLD_SIZE`, `RANK`,
+/// read by distributed_env()), or 1 and 0 when it is unset: PyTorch would ask an initialised
+/// process group instead, which coload does not have.
+///
+/// The loader does not call set_epoch(): hand it the sampler through a std::shared_ptr
+/// (`LoaderOptions::sampler = sampler_ptr`) and call `sampler_ptr->set_epoch(e)` before each
+/// epoch, as with PyTorch's.
 class DistributedSampler {
  public:
-  /// Refuses a rank outside `[0, num_replicas)` with PyTorch's message, and a malformed
-  /// `WORLD_SIZE` or `RANK` naming the variable.
+  /// Refuses a rank outside `[0, num_replicas)` with PyTorch's message. When `num_replicas` or
+  /// `rank` is left out, distributed_env() supplies it (and refuses a malformed or
+  /// inconsistent environment, naming the variable).
   explicit DistributedSampler(std::int64_t dataset_size,
                               std::optional<std::int64_t> num_replicas = std::nullopt,
                               std::optional<std::int64_t> rank = std::nullopt, bool shuffle = true,
