@@ -78,9 +78,12 @@ at::Tensor empty_batch_tensor(at::IntArrayRef sizes, at::TensorOptions options) 
     for (auto s : sizes) numel *= s;
     const std::size_t nbytes =
         static_cast<std::size_t>(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
-    if (void* p = nbytes ? a->allocate(nbytes) : nullptr) {
-      // The allocator owns the memory: the tensor only borrows it.
-      return at::from_blob(p, sizes, [](void*) {}, options);
+    if (BatchMemory m = nbytes ? a->allocate_owned(nbytes) : BatchMemory{}; m.data) {
+      if (!m.owner) {
+        // The allocator owns the memory: the tensor only borrows it.
+        return at::from_blob(m.data, sizes, [](void*) {}, options);
+      }
+      return at::from_blob(m.data, sizes, [owner = std::move(m.owner)](void*) {}, options);
     }
   }
   return at::empty(sizes, options);

@@ -5,6 +5,7 @@
 #include <c10/core/TensorOptions.h>
 
 #include <cstddef>
+#include <memory>
 
 namespace coload {
 
@@ -13,12 +14,22 @@ namespace coload {
 /// the batch is never copied on its way to the parent), and later pinned host memory.
 /// default_collate and vision::ImagePipeline take their output from it through
 /// empty_batch_tensor(); a collate of your own may do the same.
+/// Memory for one tensor of a batch, and what keeps it alive: the tensor made from it holds
+/// `owner` until it dies (nullptr: the memory is only lent, see empty_batch_tensor).
+struct BatchMemory {
+  void* data = nullptr;
+  std::shared_ptr<void> owner;
+};
+
 class BatchAllocator {
  public:
   virtual ~BatchAllocator() = default;
   /// `nbytes` bytes aligned to 64, valid until the batch has been handed on; nullptr lets the
   /// caller allocate as usual.
   virtual void* allocate(std::size_t nbytes) = 0;
+  /// `nbytes` bytes aligned to 64 that stay valid while the returned owner lives (pinned
+  /// slabs: a tensor keeps its slab until it dies). By default, allocate()'s lent memory.
+  virtual BatchMemory allocate_owned(std::size_t nbytes) { return {allocate(nbytes), nullptr}; }
 };
 
 /// Installs a BatchAllocator on the calling thread for the scope's life (nullptr: none).

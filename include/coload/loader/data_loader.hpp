@@ -39,6 +39,7 @@
 #include "coload/loader/epoch.hpp"
 #include "coload/loader/errors.hpp"
 #include "coload/loader/options.hpp"
+#include "coload/loader/state.hpp"
 #include "coload/sampler/batch.hpp"
 #include "coload/sampler/random.hpp"
 #include "coload/sampler/sequential.hpp"
@@ -171,14 +172,21 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   using Batch = typename FetchPlan<D, C>::batch;
   using Core = LoaderCore<D, C>;
 
-  RunBase(Core& core, std::int64_t epoch, std::uint64_t base_seed)
+  /// `resumed`: the batches of this epoch that a saved state says were delivered already;
+  /// they are not delivered again. `generator`: the loader's generator state that the epoch's
+  /// draws started from (what LoaderState records).
+  RunBase(Core& core, std::int64_t epoch, std::uint64_t base_seed, DeliveredSet resumed,
+          std::vector<std::uint8_t> generator)
       : core_(core),
         epoch_(epoch),
         base_seed_(base_seed),
         sample_seed_(core.options.seed.value_or(base_seed)),
         bound_(core.in_flight_bound()),
         timeout_(core.options.timeout),
+        resumed_(std::move(resumed)),
+        start_generator_(std::move(generator)),
         reorder_(static_cast<std::size_t>(bound_)) {
+    this->handoff.set_done(resumed_);
     // NOTE: only a loader with a timeout makes a timer: once a timer exists, Asio's driver
     // sleeps in epoll rather than on a condition variable, and every post costs a syscall.
     if (core.options.timeout > 0) timer_.emplace(core.driver.context());
@@ -186,7 +194,8 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     workers_.reserve(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) {
       workers_.push_back(WorkerInfo{i, n, base_seed + static_cast<std::uint64_t>(i),
-                                    static_cast<const void*>(&core.dataset)});
+                                    static_cast<const void*>(&core.dataset), core.rank,
+                                    core.world_size});
     }
   }
 
@@ -203,6 +212,8 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     return &on_worker_;
   }
   bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
+  /// The loader's generator state when this epoch began (immutable).
+  const std::vector<std::uint8_t>& start_generator() const noexcept { return start_generator_; }
 
   // --- consumer side (any thread) ---
   // NOTE: consumer calls after the run has finished do nothing, so an Epoch (or an async_next
@@ -254,6 +265,9 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
       maybe_finish();
       return;
     }
+    // Delivered before the state this epoch resumed from: it takes its place as a skip.
+    if (resumed_.contains(batch_no)) outcome = Outcome<Batch>{};
+    outcome.number = batch_no;
     const std::int64_t skipped_before = skipped_;
     if (!core_.options.in_order) {
       deliver(std::move(outcome));
@@ -288,6 +302,8 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   const std::int64_t bound_;
   const double timeout_;
   std::vector<WorkerInfo> workers_;
+  const DeliveredSet resumed_;
+  const std::vector<std::uint8_t> start_generator_;
   const std::function<void(const WorkerInfo&)> on_worker_ = [this](const WorkerInfo& info) {
     core_.init_worker(info, epoch_);
   };
@@ -299,6 +315,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     ++delivered_;
     if (!outcome.batch && !outcome.error) {
       ++skipped_;
+      this->handoff.note_done(outcome.number);
       return;
     }
     this->handoff.push(std::move(outcome));
@@ -380,6 +397,11 @@ class EpochRun final : public RunBase<D, C> {
         if (core.pool && core.pool->broken()) break;
         std::vector<Index>* indices = co_await batches.next();
         if (!indices) break;
+        if (self->resumed_.contains(self->dispatched_)) {
+          // Delivered before the state this epoch resumed from: not fetched again.
+          self->complete(self->dispatched_++, Outcome<Batch>(), false);
+          continue;
+        }
         if (core.pool) {
           fetch_in_process(self, self->dispatched_++, std::move(*indices));
         } else {
@@ -527,8 +549,9 @@ class StreamRun final : public RunBase<D, C> {
   using typename Base::Batch;
   using typename Base::Core;
 
-  StreamRun(Core& core, std::int64_t epoch, std::uint64_t base_seed)
-      : Base(core, epoch, base_seed),
+  StreamRun(Core& core, std::int64_t epoch, std::uint64_t base_seed, DeliveredSet resumed,
+            std::vector<std::uint8_t> generator)
+      : Base(core, epoch, base_seed, std::move(resumed), std::move(generator)),
         queues_(static_cast<std::size_t>(std::max(1, core.options.num_workers))) {}
 
   /// Driver: hands batch numbers to the active workers in turn, under the in-flight bound.
@@ -766,6 +789,8 @@ class LoaderCore {
     validate_options(options, LoaderKind{iterable, Plan::per_sample});
     check_worker_number(options.num_workers);
     if (options.seed) generator = make_generator(*options.seed);
+    rank = options.rank.value_or(0);
+    world_size = options.world_size.value_or(1);
     if constexpr (!iterable) batch_sampler = make_batch_sampler();
     worker_init_epoch.assign(static_cast<std::size_t>(options.num_workers), -1);
     replicas.resize(static_cast<std::size_t>(options.num_workers));
@@ -841,11 +866,71 @@ class LoaderCore {
     }
     // As PyTorch's iterator: the base seed is drawn before the sampler's first draw, from the
     // loader's generator (`seed`) or ATen's default one.
+    auto start_state = generator_state(generator);
     const std::uint64_t base_seed = draw_seed(generator);
-    auto run = std::make_shared<Run>(*this, epochs_started++, base_seed);
+    DeliveredSet resumed;
+    if (resume_from) {
+      resumed = std::move(*resume_from);
+      resume_from.reset();
+      if constexpr (iterable) {
+        if (resumed.count() > 0) warn_fast_forward(resumed.count());
+      }
+    }
+    if constexpr (!iterable) batch_sampler.set_epoch(epochs_started);
+    auto run = std::make_shared<Run>(*this, epochs_started++, base_seed, std::move(resumed),
+                                     std::move(start_state));
     current = run;
     asio::post(driver.context(), [run] { Run::run(run); });
     return run;
+  }
+
+  /// What must match between a saved state and the loader that loads it.
+  LoaderState identity() const {
+    LoaderState s;
+    if constexpr (requires(const D& d) { d.size(); }) {
+      s.dataset_size = static_cast<std::int64_t>(dataset.size());
+    }
+    s.batch_size = options.batch_size.value_or(-1);
+    s.seed = options.seed;
+    s.rank = rank;
+    s.world_size = world_size;
+    return s;
+  }
+
+  /// Where the loader stands: mid-epoch while the current epoch's consumer has not seen its
+  /// end (even if the epoch was abandoned), else at the start of the next epoch.
+  LoaderState state() const {
+    LoaderState s = identity();
+    auto run = current.lock();
+    if (run && !run->handoff.ended()) {
+      const DeliveredSet done = run->handoff.done();
+      s.epoch = run->epoch();
+      s.delivered = done.prefix();
+      s.beyond = done.beyond();
+      s.generator = run->start_generator();
+    } else if (resume_from) {
+      // Loaded but not started yet: the loaded state, unchanged.
+      s.epoch = epochs_started;
+      s.delivered = resume_from->prefix();
+      s.beyond = resume_from->beyond();
+      s.generator = generator_state(generator);
+    } else {
+      s.epoch = epochs_started;
+      s.generator = generator_state(generator);
+    }
+    return s;
+  }
+
+  /// Makes the next epoch the one `saved` was taken in, minus the batches it had delivered.
+  void load_state(const LoaderState& saved) {
+    if (auto run = current.lock(); run && !run->handoff.ended()) {
+      throw std::logic_error("DataLoader: load_state while epoch " +
+                             std::to_string(run->epoch()) + " is in progress");
+    }
+    check_compatible(saved, identity());
+    set_generator_state(generator, saved.generator);
+    epochs_started = saved.epoch;
+    resume_from.emplace(saved.delivered, saved.beyond);
   }
 
   std::int64_t size() const {
@@ -1027,6 +1112,9 @@ class LoaderCore {
   std::vector<std::int64_t> worker_init_epoch;  // element i: worker i's thread only
   std::vector<std::shared_ptr<D>> replicas;     // element i: worker i's thread only
   std::int64_t epochs_started = 0;
+  std::optional<DeliveredSet> resume_from;  // set by load_state, taken by the next epoch
+  int rank = 0;
+  int world_size = 1;
   std::weak_ptr<Run> current;
   int live = 0;           // driver
   bool stopping = false;  // driver
@@ -1380,6 +1468,26 @@ class DataLoader {
   const LoaderOptions<C>& options() const noexcept { return core_->options; }
   /// The driver's executor: where completions without an associated executor run.
   executor_type get_executor() noexcept { return core_->driver.context().get_executor(); }
+
+  /// Where the loader stands, between two batches: the epoch in progress (until its consumer
+  /// has seen its end, even if the epoch was stopped early) and which of its batches the
+  /// consumer has had, or the next epoch. Call it from the consumer, between batches.
+  LoaderState state() const { return core_->state(); }
+  /// Writes state() to `path` atomically (a temporary file renamed over it).
+  void save_state(const std::filesystem::path& path) const { state().save(path); }
+  /// Makes the next epoch resume from `saved`: it is the epoch `saved` was taken in, with the
+  /// same shuffle and sample seeds, and delivers exactly the batches that had not been
+  /// delivered (batches that were prefetched but not delivered are fetched again); the
+  /// epochs after it are those of the uninterrupted run. Refuses, with std::invalid_argument
+  /// naming the mismatch, a state from a loader with another dataset size, batch size, seed,
+  /// rank, world size or state version; std::logic_error while an epoch is in progress.
+  ///
+  /// A loader without `seed` draws from ATen's default generator: loading sets that generator
+  /// back to where it was when the saved epoch began. An iterable dataset is fast-forwarded:
+  /// its delivered batches are loaded again and dropped (said once on stderr).
+  void load_state(const LoaderState& saved) { core_->load_state(saved); }
+  /// Loads a state written by save_state().
+  void load_state(const std::filesystem::path& path) { load_state(LoaderState::load(path)); }
 
   /// Starts the next epoch. Throws std::logic_error while another epoch is in progress.
   Epoch<batch_type> epoch() { return Epoch<batch_type>(core_->start_epoch()); }

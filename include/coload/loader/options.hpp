@@ -66,6 +66,11 @@ struct LoaderOptions {
   /// always raise: a restarted stream would start over.
   OnWorkerDeath on_worker_death = OnWorkerDeath::raise;
   int max_worker_restarts = 3;
+  /// This process's rank and the number of ranks, for sharding an iterable dataset
+  /// (WorkerInfo::shard_id) and for the loader's state; unset, from torchrun's `RANK` and
+  /// `WORLD_SIZE` (0 and 1 without them).
+  std::optional<int> rank{};
+  std::optional<int> world_size{};
 };
 
 namespace detail {

@@ -49,6 +49,12 @@ class BatchSampler {
   }
 
   S& sampler() noexcept { return sampler_; }
+  /// Passes the epoch on to a sampler that has set_epoch (a DistributedSampler).
+  void set_epoch(std::int64_t epoch)
+    requires requires(S& s) { s.set_epoch(epoch); }
+  {
+    sampler_.set_epoch(epoch);
+  }
   std::int64_t batch_size() const noexcept { return batch_size_; }
   bool drop_last() const noexcept { return drop_last_; }
 

@@ -91,18 +91,27 @@ class AnyYielder {
 
   explicit operator bool() const noexcept { return static_cast<bool>(impl_); }
   std::optional<std::int64_t> size() const { return impl_ ? impl_->size() : std::nullopt; }
+  /// Tells the sampler which epoch starts, if it has set_epoch (as DistributedSampler); the
+  /// DataLoader calls it at the start of every epoch with its own epoch count.
+  void set_epoch(std::int64_t epoch) {
+    if (impl_) impl_->set_epoch(epoch);
+  }
 
  protected:
   struct Concept {
     virtual ~Concept() = default;
     virtual AsyncGenerator<T> next_epoch() = 0;
     virtual std::optional<std::int64_t> size() const = 0;
+    virtual void set_epoch(std::int64_t epoch) = 0;
   };
   template <class Holder, class Call>
   struct Model final : Concept {
     Holder held;
     explicit Model(Holder h) : held(std::move(h)) {}
     AsyncGenerator<T> next_epoch() override { return as_async(Call{}(deref(held))); }
+    void set_epoch(std::int64_t epoch) override {
+      if constexpr (requires { deref(held).set_epoch(epoch); }) deref(held).set_epoch(epoch);
+    }
     std::optional<std::int64_t> size() const override {
       using S = typename pointee<Holder>::type;
       if constexpr (SizedSampler<S>) {

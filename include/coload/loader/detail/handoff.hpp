@@ -7,15 +7,51 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <utility>
+#include <vector>
 
 namespace coload::detail {
+
+/// The batch numbers of an epoch that are done with, as a prefix `0 .. prefix() - 1` and the
+/// numbers beyond it (out of order, at most the in-flight bound of them).
+class DeliveredSet {
+ public:
+  DeliveredSet() = default;
+  DeliveredSet(std::int64_t prefix, const std::vector<std::int64_t>& beyond) : prefix_(prefix) {
+    for (auto n : beyond) add(n);
+  }
+  void add(std::int64_t n) {
+    if (n < prefix_) return;
+    if (n != prefix_) {
+      beyond_.insert(n);
+      return;
+    }
+    ++prefix_;
+    while (!beyond_.empty() && *beyond_.begin() == prefix_) {
+      beyond_.erase(beyond_.begin());
+      ++prefix_;
+    }
+  }
+  bool contains(std::int64_t n) const { return n < prefix_ || beyond_.count(n) != 0; }
+  std::int64_t prefix() const noexcept { return prefix_; }
+  std::vector<std::int64_t> beyond() const { return {beyond_.begin(), beyond_.end()}; }
+  std::int64_t count() const noexcept {
+    return prefix_ + static_cast<std::int64_t>(beyond_.size());
+  }
+
+ private:
+  std::int64_t prefix_ = 0;
+  std::set<std::int64_t> beyond_;
+};
 
 /// One delivered item: a batch, or the error that took its place.
 template <class Batch>
 struct Outcome {
   std::optional<Batch> batch;
   std::exception_ptr error;
+  /// The batch's number in its epoch; -1 for an error that ends the epoch (not a batch's).
+  std::int64_t number = -1;
 };
 
 /// What a consumer's poll found.
@@ -105,6 +141,23 @@ class Handoff {
     return ended_;
   }
 
+  /// Driver: batch `number` has nothing for the consumer (every sample skipped, or delivered
+  /// before a resume): it counts as done.
+  void note_done(std::int64_t number) {
+    std::lock_guard lock(mutex_);
+    done_.add(number);
+  }
+  /// Driver, before the first push: the batches a resumed epoch had delivered already.
+  void set_done(DeliveredSet done) {
+    std::lock_guard lock(mutex_);
+    done_ = std::move(done);
+  }
+  /// The batch numbers the consumer has taken (or that had nothing for it).
+  DeliveredSet done() const {
+    std::lock_guard lock(mutex_);
+    return done_;
+  }
+
  private:
   bool take_locked(ConsumerSlot<Batch>& slot) {
     if (!ready_.empty()) {
@@ -112,6 +165,7 @@ class Handoff {
       ready_.pop_front();
       slot.result = Poll::item;
       ++taken_;
+      if (slot.outcome.number >= 0) done_.add(slot.outcome.number);
       return true;
     }
     if (finished_) {
@@ -131,6 +185,7 @@ class Handoff {
   bool finished_ = false;
   bool ended_ = false;
   std::int64_t taken_ = 0;
+  DeliveredSet done_;
   ConsumerSlot<Batch>* slot_ = nullptr;
   Waker waker_;
   std::uint64_t generation_ = 0;

@@ -1,0 +1,279 @@
+// Specification of resuming: LoaderState, state(), save_state() and load_state().
+#include <doctest/doctest.h>
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "coload/coload.hpp"
+
+using namespace coload;
+
+namespace {
+
+// A sample is its index, its epoch and a draw from its own Rng: what resuming must reproduce.
+struct Drawn {
+  std::int64_t n;
+  std::int64_t size() const { return n; }
+  std::tuple<std::int64_t, std::int64_t> get(Index i, SampleContext& ctx) const {
+    return {i * 1000 + ctx.epoch, ctx.rng.randint(0, 1 << 30)};
+  }
+};
+
+using Batch = std::tuple<at::Tensor, at::Tensor>;
+using Row = std::vector<std::int64_t>;
+
+Row row(const Batch& b) {
+  Row r;
+  auto a = std::get<0>(b).contiguous();
+  auto c = std::get<1>(b).contiguous();
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    r.push_back(a.data_ptr<std::int64_t>()[i]);
+    r.push_back(c.data_ptr<std::int64_t>()[i]);
+  }
+  return r;
+}
+
+template <class Options>
+std::vector<Row> run_epochs(Options options, int epochs, std::int64_t n = 50) {
+  auto loader = make_data_loader(Drawn{n}, options);
+  std::vector<Row> out;
+  for (int e = 0; e < epochs; ++e) {
+    for (auto& b : loader) out.push_back(row(b));
+  }
+  return out;
+}
+
+// Takes `first` batches of epoch `stop_epoch` (after the earlier epochs), saves the state,
+// then a new loader resumes and runs to the end of epoch `epochs - 1`.
+template <class Options>
+std::vector<Row> interrupted(Options options, int epochs, int stop_epoch, int first,
+                             std::int64_t n = 50) {
+  std::vector<Row> out;
+  LoaderState saved;
+  {
+    auto loader = make_data_loader(Drawn{n}, options);
+    for (int e = 0; e < stop_epoch; ++e) {
+      for (auto& b : loader) out.push_back(row(b));
+    }
+    auto epoch = loader.epoch();
+    for (int i = 0; i < first; ++i) {
+      auto b = sync_wait(epoch.next());
+      REQUIRE(b);
+      out.push_back(row(*b));
+    }
+    // Round trip through text, as a file would.
+    saved = LoaderState::parse(loader.state().to_string());
+  }
+  auto loader = make_data_loader(Drawn{n}, options);
+  loader.load_state(saved);
+  for (int e = stop_epoch; e < epochs; ++e) {
+    for (auto& b : loader) out.push_back(row(b));
+  }
+  return out;
+}
+
+std::multiset<Row> as_multiset(const std::vector<Row>& rows) { return {rows.begin(), rows.end()}; }
+
+}  // namespace
+
+TEST_SUITE("loader") {
+  TEST_CASE("LoaderState round-trips through text, and malformed text is refused by name") {
+    LoaderState s;
+    s.epoch = 3;
+    s.delivered = 7;
+    s.beyond = {9, 12};
+    s.generator = {0, 1, 254, 255};
+    s.dataset_size = 100;
+    s.batch_size = 8;
+    s.seed = 42;
+    s.rank = 1;
+    s.world_size = 2;
+    const auto t = LoaderState::parse(s.to_string());
+    CHECK(t.epoch == 3);
+    CHECK(t.delivered == 7);
+    CHECK(t.beyond == std::vector<std::int64_t>{9, 12});
+    CHECK(t.generator == s.generator);
+    CHECK(t.dataset_size == 100);
+    CHECK(t.batch_size == 8);
+    CHECK(t.seed == std::optional<std::uint64_t>(42));
+    CHECK(t.rank == 1);
+    CHECK(t.world_size == 2);
+    s.seed.reset();
+    CHECK_FALSE(LoaderState::parse(s.to_string()).seed);
+
+    CHECK_THROWS_WITH(LoaderState::parse("hello 1\n"),
+                      doctest::Contains("not a coload loader state"));
+    CHECK_THROWS_WITH(LoaderState::parse("coload-loader-state 2\n"),
+                      doctest::Contains("version 2 is not this coload's version 1"));
+    std::string text = s.to_string();
+    text.erase(text.find("batch_size"), text.find('\n', text.find("batch_size")) -
+                                            text.find("batch_size") + 1);
+    CHECK_THROWS_WITH(LoaderState::parse(text), doctest::Contains("'batch_size' is missing"));
+    CHECK_THROWS_WITH(LoaderState::parse("coload-loader-state 1\nepoch x\n"),
+                      doctest::Contains("epoch is not a number: 'x'"));
+  }
+
+  TEST_CASE("a resumed loader delivers exactly what the interrupted one had not, then the "
+            "same epochs as an uninterrupted run") {
+    LoaderOptions<> o{.batch_size = 4, .shuffle = true, .num_workers = 2, .seed = 11};
+    const auto full = run_epochs(o, 3);
+    REQUIRE(full.size() == 3 * 13);
+    SUBCASE("threads, mid-epoch") { CHECK(interrupted(o, 3, 1, 5) == full); }
+    SUBCASE("at an epoch's first batch") { CHECK(interrupted(o, 3, 1, 0) == full); }
+    SUBCASE("after an epoch's last batch, before its end was seen") {
+      CHECK(interrupted(o, 3, 0, 13) == full);
+    }
+    SUBCASE("no workers") {
+      o.num_workers = 0;
+      CHECK(interrupted(o, 3, 2, 3) == run_epochs(o, 3));
+    }
+    SUBCASE("process workers") {
+      o.executor = Executor::processes;
+      CHECK(interrupted(o, 3, 1, 6) == full);
+    }
+    SUBCASE("in_order = false: nothing lost, nothing twice") {
+      o.in_order = false;
+      o.num_workers = 3;
+      const auto got = interrupted(o, 2, 1, 7);
+      CHECK(got.size() == 2 * 13);
+      CHECK(as_multiset(got) == as_multiset(run_epochs(o, 2)));
+    }
+  }
+
+  TEST_CASE("without a seed, resuming restores ATen's default generator for the epoch") {
+    LoaderOptions<> o{.batch_size = 5, .shuffle = true, .num_workers = 1};
+    at::manual_seed(5);
+    const auto full = run_epochs(o, 2);
+    at::manual_seed(5);
+    const auto got = interrupted(o, 2, 1, 4);
+    CHECK(got == full);
+  }
+
+  TEST_CASE("state() between epochs points at the next epoch; an abandoned epoch resumes where "
+            "its consumer stopped") {
+    LoaderOptions<> o{.batch_size = 10, .shuffle = true, .seed = 3};
+    auto loader = make_data_loader(Drawn{50}, o);
+    CHECK(loader.state().epoch == 0);
+    CHECK(loader.state().delivered == 0);
+    for ([[maybe_unused]] auto& b : loader) {
+    }
+    CHECK(loader.state().epoch == 1);
+    CHECK(loader.state().delivered == 0);
+    int taken = 0;
+    for ([[maybe_unused]] auto& b : loader) {
+      if (++taken == 2) break;
+    }
+    const auto s = loader.state();
+    CHECK(s.epoch == 1);
+    CHECK(s.delivered == 2);
+    CHECK(s.beyond.empty());
+    CHECK(s.seed == std::optional<std::uint64_t>(3));
+    CHECK(s.dataset_size == 50);
+    CHECK(s.batch_size == 10);
+  }
+
+  TEST_CASE("a state from an incompatible loader is refused, naming the mismatch") {
+    LoaderOptions<> o{.batch_size = 4, .shuffle = true, .seed = 1};
+    const auto saved = make_data_loader(Drawn{50}, o).state();
+    {
+      auto other = o;
+      other.batch_size = 8;
+      auto loader = make_data_loader(Drawn{50}, other);
+      CHECK_THROWS_WITH_AS(loader.load_state(saved),
+                           "loader state: it was saved by a loader with batch_size 4, but this "
+                           "loader has 8",
+                           std::invalid_argument);
+    }
+    {
+      auto loader = make_data_loader(Drawn{49}, o);
+      CHECK_THROWS_WITH(loader.load_state(saved), doctest::Contains("dataset size 50"));
+    }
+    {
+      auto other = o;
+      other.seed = 2;
+      auto loader = make_data_loader(Drawn{50}, other);
+      CHECK_THROWS_WITH(loader.load_state(saved),
+                        doctest::Contains("seed 1, but this loader has 2"));
+      other.seed.reset();
+      auto unseeded = make_data_loader(Drawn{50}, other);
+      CHECK_THROWS_WITH(unseeded.load_state(saved), doctest::Contains("has no seed"));
+    }
+    {
+      auto other = o;
+      other.rank = 1;
+      other.world_size = 2;
+      auto loader = make_data_loader(Drawn{50}, other);
+      CHECK_THROWS_WITH(loader.load_state(saved), doctest::Contains("world size 1"));
+    }
+    {
+      auto loader = make_data_loader(Drawn{50}, o);
+      auto epoch = loader.epoch();
+      CHECK_THROWS_AS(loader.load_state(saved), std::logic_error);
+    }
+  }
+
+  TEST_CASE("save_state writes atomically and load_state(path) reads it back") {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("coload-state-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const auto path = dir / "loader.state";
+    LoaderOptions<> o{.batch_size = 4, .shuffle = true, .num_workers = 2, .seed = 9};
+    std::vector<Row> first;
+    {
+      auto loader = make_data_loader(Drawn{30}, o);
+      auto epoch = loader.epoch();
+      for (int i = 0; i < 3; ++i) {
+        first.push_back(row(*sync_wait(epoch.next())));
+        loader.save_state(path);
+      }
+    }
+    // Only the state file: no temporary left behind.
+    int files = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++files;
+    CHECK(files == 1);
+    auto loader = make_data_loader(Drawn{30}, o);
+    loader.load_state(path);
+    for (auto& b : loader) first.push_back(row(b));
+    CHECK(first == run_epochs(o, 1, 30));
+
+    std::ofstream(dir / "bad.state") << "coload-loader-state 1\nepoch 1\n";
+    const std::string bad = (dir / "bad.state").string() + ": loader state: the field";
+    CHECK_THROWS_WITH(loader.load_state(dir / "bad.state"), doctest::Contains(bad.c_str()));
+    const std::string missing = "cannot open " + (dir / "missing.state").string();
+    CHECK_THROWS_WITH(loader.load_state(dir / "missing.state"),
+                      doctest::Contains(missing.c_str()));
+    std::filesystem::remove_all(dir);
+  }
+
+  TEST_CASE("the loader tells a DistributedSampler each epoch, so resumed epochs shuffle alike") {
+    auto make = [] {
+      return LoaderOptions<>{.batch_size = 3,
+                             .sampler = DistributedSampler(20, 2, 1, true, 7),
+                             .num_workers = 1};
+    };
+    auto loader = make_data_loader(Drawn{20}, make());
+    std::vector<std::vector<Row>> epochs(2);
+    for (auto& e : epochs) {
+      for (auto& b : loader) e.push_back(row(b));
+    }
+    CHECK(epochs[0] != epochs[1]);
+    // The same rank's indices in epoch 1 as a DistributedSampler told set_epoch(1).
+    DistributedSampler manual(20, 2, 1, true, 7);
+    manual.set_epoch(1);
+    std::vector<std::int64_t> want;
+    for (auto i : manual.indices()) want.push_back(i * 1000 + 1);
+    std::vector<std::int64_t> got;
+    for (auto& r : epochs[1]) {
+      for (std::size_t k = 0; k < r.size(); k += 2) got.push_back(r[k]);
+    }
+    CHECK(got == want);
+  }
+}
