@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <set>
 #include <string>
 #include <vector>
@@ -275,5 +276,84 @@ TEST_SUITE("loader") {
       for (std::size_t k = 0; k < r.size(); k += 2) got.push_back(r[k]);
     }
     CHECK(got == want);
+  }
+}
+
+namespace {
+// 0..n-1, cut into world_size × num_workers shards: worker w of rank r takes shard r*W + w.
+struct ShardedStream {
+  std::int64_t n;
+  Generator<std::int64_t> stream(const WorkerInfo& info) {
+    for (std::int64_t i = info.shard_id(); i < n; i += info.num_shards()) co_yield i;
+  }
+};
+
+std::vector<std::int64_t> flat(const at::Tensor& t) {
+  auto c = t.contiguous();
+  return {c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel()};
+}
+}  // namespace
+
+TEST_SUITE("loader") {
+  TEST_CASE("an iterable dataset's shards span ranks and workers: rank × num_workers + id") {
+    std::vector<std::int64_t> all;
+    for (int rank = 0; rank < 3; ++rank) {
+      auto loader = make_data_loader(
+          ShardedStream{40}, LoaderOptions<>{.batch_size = 4, .num_workers = 2, .rank = rank,
+                                             .world_size = 3});
+      for (auto& b : loader) {
+        for (auto v : flat(b)) {
+          // Worker w of this rank streams shard rank*2 + w of 6.
+          CHECK(v % 6 / 2 == rank);
+          all.push_back(v);
+        }
+      }
+    }
+    std::sort(all.begin(), all.end());
+    std::vector<std::int64_t> want(40);
+    std::iota(want.begin(), want.end(), 0);
+    CHECK(all == want);
+
+    ::setenv("RANK", "1", 1);
+    ::setenv("WORLD_SIZE", "2", 1);
+    auto from_env = make_data_loader(ShardedStream{8}, LoaderOptions<>{.batch_size = 2});
+    std::vector<std::int64_t> got;
+    for (auto& b : from_env) {
+      for (auto v : flat(b)) got.push_back(v);
+    }
+    CHECK(from_env.state().rank == 1);
+    ::unsetenv("RANK");
+    ::unsetenv("WORLD_SIZE");
+    CHECK(got == std::vector<std::int64_t>{1, 3, 5, 7});
+    CHECK_THROWS_WITH_AS(
+        make_data_loader(ShardedStream{8}, LoaderOptions<>{.rank = 2, .world_size = 2}),
+        "Invalid rank 2, rank should be in the interval [0, 1]", std::invalid_argument);
+  }
+
+  TEST_CASE("an iterable dataset without state() resumes by fast-forwarding") {
+    auto options = [] { return LoaderOptions<>{.batch_size = 3, .num_workers = 2}; };
+    std::vector<std::vector<std::int64_t>> full;
+    {
+      auto loader = make_data_loader(ShardedStream{30}, options());
+      for (int e = 0; e < 2; ++e) {
+        for (auto& b : loader) full.push_back(flat(b));
+      }
+    }
+    std::vector<std::vector<std::int64_t>> got;
+    LoaderState saved;
+    {
+      auto loader = make_data_loader(ShardedStream{30}, options());
+      auto epoch = loader.epoch();
+      for (int i = 0; i < 4; ++i) got.push_back(flat(*sync_wait(epoch.next())));
+      saved = loader.state();
+    }
+    CHECK(saved.dataset_size == -1);
+    CHECK(saved.delivered == 4);
+    auto loader = make_data_loader(ShardedStream{30}, options());
+    loader.load_state(saved);
+    for (int e = 0; e < 2; ++e) {
+      for (auto& b : loader) got.push_back(flat(b));
+    }
+    CHECK(got == full);
   }
 }

@@ -41,6 +41,7 @@
 #include "coload/loader/options.hpp"
 #include "coload/loader/state.hpp"
 #include "coload/sampler/batch.hpp"
+#include "coload/sampler/distributed.hpp"
 #include "coload/sampler/random.hpp"
 #include "coload/sampler/sequential.hpp"
 
@@ -635,7 +636,8 @@ class StreamRun final : public RunBase<D, C> {
     const bool hop = core.executor != nullptr;
     const std::size_t want = Plan::per_sample ? 1 : static_cast<std::size_t>(*core.options.batch_size);
     // Without workers the stream still gets a WorkerInfo, though get_worker_info() stays empty.
-    WorkerInfo solo{0, 1, self->base_seed_, static_cast<const void*>(&core.dataset)};
+    WorkerInfo solo{0, 1, self->base_seed_, static_cast<const void*>(&core.dataset), core.rank,
+                    core.world_size};
     WorkerInfo& info = hop ? self->workers_[static_cast<std::size_t>(w)] : solo;
     std::shared_ptr<D> replica;
     std::optional<StreamCursor<stream_t<D>>> cursor;
@@ -782,6 +784,8 @@ class LoaderCore {
   struct ChildOnly {};
   LoaderCore(ChildOnly, D ds, LoaderOptions<C> opts)
       : dataset(std::move(ds)), options(std::move(opts)), driver(Driver::Idle{}) {
+    rank = options.rank.value_or(0);
+    world_size = options.world_size.value_or(1);
     worker_init_epoch.assign(static_cast<std::size_t>(options.num_workers), -1);
   }
 
@@ -789,8 +793,19 @@ class LoaderCore {
     validate_options(options, LoaderKind{iterable, Plan::per_sample});
     check_worker_number(options.num_workers);
     if (options.seed) generator = make_generator(*options.seed);
-    rank = options.rank.value_or(0);
-    world_size = options.world_size.value_or(1);
+    if (!options.rank || !options.world_size) {
+      const DistributedEnv env = distributed_env();
+      rank = options.rank.value_or(env.rank);
+      world_size = options.world_size.value_or(env.world_size);
+    } else {
+      rank = *options.rank;
+      world_size = *options.world_size;
+    }
+    if (world_size < 1 || rank < 0 || rank >= world_size) {
+      throw std::invalid_argument("Invalid rank " + std::to_string(rank) +
+                                  ", rank should be in the interval [0, " +
+                                  std::to_string(world_size - 1) + "]");
+    }
     if constexpr (!iterable) batch_sampler = make_batch_sampler();
     worker_init_epoch.assign(static_cast<std::size_t>(options.num_workers), -1);
     replicas.resize(static_cast<std::size_t>(options.num_workers));
@@ -1128,7 +1143,8 @@ class LoaderCore {
   /// What a fork-server worker receives: the dataset and the options it fetches with.
   using Payload = std::tuple<D, std::int64_t /*batch_size, -1: none*/, bool /*drop_last*/,
                              std::int32_t /*on_error*/, std::int32_t /*num_workers*/,
-                             bool /*persistent_workers*/, std::uint64_t /*worker_init_fn*/>;
+                             bool /*persistent_workers*/, std::uint64_t /*worker_init_fn*/,
+                             std::int32_t /*rank*/, std::int32_t /*world_size*/>;
 
   /// A fork-server worker's entry: rebuilds the loader's fetching side from the payload and
   /// serves the parent. Runs in the worker, never returns.
@@ -1136,7 +1152,7 @@ class LoaderCore {
     if constexpr (wire::Wireable<D>) {
       auto bytes = map_payload(payload_fd);
       ::close(payload_fd);
-      auto [ds, batch_size, drop_last, on_error, workers, persistent, init] =
+      auto [ds, batch_size, drop_last, on_error, workers, persistent, init, rank_, world] =
           wire::decode<Payload>(bytes, 0, nullptr);
       LoaderOptions<C> o;
       o.batch_size = batch_size < 0 ? std::nullopt : std::optional<std::int64_t>(batch_size);
@@ -1147,6 +1163,8 @@ class LoaderCore {
       if (init) o.worker_init_fn = reinterpret_cast<void (*)(const WorkerInfo&)>(init);
       o.executor = Executor::processes;
       o.process_start = ProcessStart::forkserver;
+      o.rank = rank_;
+      o.world_size = world;
       auto core = std::make_unique<LoaderCore>(ChildOnly{}, std::move(ds), std::move(o));
       ChildLink link(socket);
       core->child_main(link, id);
@@ -1192,7 +1210,9 @@ class LoaderCore {
                       static_cast<std::int32_t>(options.on_error),
                       options.num_workers,
                       options.persistent_workers,
-                      init};
+                      init,
+                      rank,
+                      world_size};
       const std::size_t size = wire::encoded_size(payload);
       o.payload = payload_memfd(size, [&](std::span<std::byte> region) {
         wire::encode(payload, region, 0);
@@ -1254,7 +1274,8 @@ class LoaderCore {
       child_io.emplace();
       reader = std::make_unique<io::Reader>(*child_io);
     }
-    WorkerInfo info{id, options.num_workers, 0, static_cast<const void*>(&dataset)};
+    WorkerInfo info{id, options.num_workers, 0, static_cast<const void*>(&dataset), rank,
+                    world_size};
     bool initialised = false;
     std::optional<StreamCursor<stream_probe_t>> cursor;
     bool stream_over = false;
