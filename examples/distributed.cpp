@@ -244,8 +244,8 @@ template <class D>
 int run(D dataset, const Args& args, const coload::DistributedEnv& env,
         c10d::ProcessGroupGloo& group) {
   const std::int64_t size = dataset.size();
-  // Rank and world size from torchrun's environment; shared, so set_epoch reaches the copy the
-  // loader draws from.
+  // Rank and world size from torchrun's environment. The loader calls set_epoch as each epoch
+  // starts; shared here only so this function can ask the sampler its sizes.
   auto sampler = std::make_shared<coload::DistributedSampler>(
       size, std::nullopt, std::nullopt, /*shuffle=*/true, static_cast<std::uint64_t>(args.seed));
   auto loader = coload::make_data_loader(
@@ -266,7 +266,6 @@ int run(D dataset, const Args& args, const coload::DistributedEnv& env,
   std::int64_t loaded = 0;
   std::vector<std::string> failures;
   for (std::int64_t epoch = 0; epoch < args.epochs; ++epoch) {
-    sampler->set_epoch(epoch);
     at::Tensor counts = at::zeros({size}, at::kLong);
     auto* c = counts.data_ptr<std::int64_t>();
     bool drop_next = args.break_coverage && env.rank == breaker && epoch == 0;
@@ -282,6 +281,11 @@ int run(D dataset, const Args& args, const coload::DistributedEnv& env,
         }
         ++c[idx[k]];
       }
+    }
+    if (sampler->epoch() != epoch) {
+      throw std::logic_error("the loader ran epoch " + std::to_string(epoch) +
+                             " with the sampler set to epoch " +
+                             std::to_string(sampler->epoch()));
     }
     std::vector<at::Tensor> tensors(1, counts);
     group.allreduce(tensors)->wait();

@@ -34,15 +34,15 @@ DistributedEnv distributed_env();
 /// Every replica computes the same order (a `randperm` seeded with `seed + epoch` when
 /// shuffling, `0 .. size - 1` otherwise), pads it by repetition to a multiple of
 /// `num_replicas` (or, with `drop_last`, cuts its tail), and takes every `num_replicas`-th index
-/// starting at `rank`. Call set_epoch() before each epoch to get a new order.
+/// starting at `rank`. set_epoch() chooses the epoch, and so the order, that indices() yields.
 ///
 /// `num_replicas` and `rank` default to the environment `torchrun` sets (`WORLD_SIZE`, `RANK`,
 /// read by distributed_env()), or 1 and 0 when it is unset: PyTorch would ask an initialised
 /// process group instead, which coload does not have.
 ///
-/// The loader does not call set_epoch(): hand it the sampler through a std::shared_ptr
-/// (`LoaderOptions::sampler = sampler_ptr`) and call `sampler_ptr->set_epoch(e)` before each
-/// epoch, as with PyTorch's.
+/// A DataLoader calls set_epoch() with its own epoch count (0, 1, ...) as each epoch starts, so
+/// the order changes every epoch without the caller's help (PyTorch leaves that call to the
+/// training loop). Outside a loader, call it before each epoch.
 class DistributedSampler {
  public:
   /// Refuses a rank outside `[0, num_replicas)` with PyTorch's message. When `num_replicas` or
