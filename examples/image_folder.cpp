@@ -4,6 +4,7 @@
 //
 //   image_folder ROOT [--batch-size 64] [--workers 2] [--executor threads|processes]
 //                [--epochs 1] [--seed 0] [--eval] [--limit N] [--json]
+//                [--hashes] [--state FILE] [--resume FILE]
 //
 // ROOT holds one sub-folder per class, as torchvision's ImageFolder reads it. Each epoch runs
 // the standard train transform (RandomResizedCrop(224), RandomHorizontalFlip, ToTensor,
@@ -14,7 +15,12 @@
 // stderr (a line every few seconds when stderr is not a terminal). With --json, stdout is
 // exactly one JSON object per epoch, one per line:
 //   {"epoch": 0, "images": 1000, "seconds": 0.41, "images_per_s": 2439.0,
-//    "wait_seconds": 0.01, "loss": 2.1, "accuracy": 0.31}
+//    "wait_seconds": 0.01, "loss": 2.1, "accuracy": 0.31, "digest": "9f0c..."}
+// "digest" hashes every batch of the epoch in delivery order (coload::Digest), so two runs can
+// be compared from the command line; --hashes also prints, after each batch, a line
+// `batch <epoch> <n> <hex>` with that batch's hash (n counts the epoch's batches from 0).
+// --state FILE saves the loader's state after every batch (before its hash line); --resume
+// FILE starts the loader from such a state (the model starts afresh: only the data resumes).
 // Exit status: 0, 1 on an error (a missing or empty ROOT, an unreadable image), 2 on bad flags.
 
 #include <torch/torch.h>
@@ -54,11 +60,15 @@ struct Args {
   bool eval = false;
   std::optional<std::int64_t> limit;
   bool json = false;
+  bool hashes = false;
+  std::string state_file;
+  std::string resume_file;
 };
 
 constexpr const char* kUsage =
     "usage: image_folder ROOT [--batch-size 64] [--workers 2] [--executor threads|processes]\n"
     "                    [--epochs 1] [--seed 0] [--eval] [--limit N] [--json]\n"
+    "                    [--hashes] [--state FILE] [--resume FILE]\n"
     "  ROOT              a folder of class sub-folders of images (torchvision's ImageFolder)\n"
     "  --batch-size N    images per batch (default 64)\n"
     "  --workers N       loader workers; 0 decodes on the loader's own thread (default 2)\n"
@@ -67,7 +77,10 @@ constexpr const char* kUsage =
     "  --seed N          seeds the shuffle, every crop and flip, and the model (default 0)\n"
     "  --eval            eval transform (resize 256, centre-crop 224) in folder order\n"
     "  --limit N         use only the first N images of the folder\n"
-    "  --json            stdout: one JSON object per epoch and nothing else\n";
+    "  --json            stdout: one JSON object per epoch (and --hashes lines)\n"
+    "  --hashes          after each batch: batch <epoch> <n> <hash of its bytes>\n"
+    "  --state FILE      save the loader's state to FILE after every batch\n"
+    "  --resume FILE     start from a state saved with --state (--epochs counts from 0)\n";
 
 [[noreturn]] void usage(int rc) {
   std::fputs(kUsage, rc ? stderr : stdout);
@@ -121,6 +134,13 @@ Args parse_args(int argc, char** argv) {
     } else if (flag == "--json") {
       no_value();
       args.json = true;
+    } else if (flag == "--hashes") {
+      no_value();
+      args.hashes = true;
+    } else if (flag == "--state") {
+      args.state_file = value();
+    } else if (flag == "--resume") {
+      args.resume_file = value();
     } else if (flag.starts_with("-") || have_root) {
       usage(2);
     } else {
@@ -165,6 +185,7 @@ struct EpochStats {
   double wait_seconds = 0;
   double loss_sum = 0;  // weighted by batch size: the last batch may be short
   std::int64_t correct = 0;
+  coload::Digest digest;
 
   double images_per_s() const { return seconds > 0 ? static_cast<double>(images) / seconds : 0; }
   double mean_loss() const { return images ? loss_sum / static_cast<double>(images) : 0; }
@@ -222,11 +243,13 @@ class Progress {
 
 template <class Loader>
 EpochStats run_epoch(Loader& loader, Classifier& classifier, std::int64_t epoch_no,
-                     std::int64_t total, bool json) {
+                     std::int64_t total, const Args& args) {
   EpochStats stats;
   // With --json a harness is reading; it gets the bar only if it handed over a terminal.
-  Progress progress(epoch_no, total, json);
+  Progress progress(epoch_no, total, args.json);
   const auto start = Clock::now();
+  // A resumed epoch goes on counting its batches where the saved run stopped.
+  std::int64_t batch_no = loader.state().delivered;
   auto epoch = loader.epoch();
   for (;;) {
     // The time spent blocked here is the time the trainer was starved: 0 means the pipeline
@@ -236,6 +259,17 @@ EpochStats run_epoch(Loader& loader, Classifier& classifier, std::int64_t epoch_
     stats.wait_seconds += seconds_since(wait_start);
     if (!batch) break;
     const auto& [images, labels] = *batch;
+    if (!args.state_file.empty()) loader.save_state(args.state_file);
+    if (args.hashes || args.json) {
+      const std::uint64_t h = coload::Digest().add(images).add(labels).value();
+      stats.digest.add(h);
+      if (args.hashes) {
+        std::printf("batch %lld %lld %016llx\n", static_cast<long long>(epoch_no),
+                    static_cast<long long>(batch_no), static_cast<unsigned long long>(h));
+        std::fflush(stdout);
+      }
+    }
+    ++batch_no;
     const auto [loss, correct] = classifier.train(images, labels);
     const auto n = images.size(0);
     stats.images += n;
@@ -293,15 +327,23 @@ int main(int argc, char** argv) try {
     std::fflush(stdout);
   }
 
+  std::int64_t first_epoch = 0;
+  if (!args.resume_file.empty()) {
+    loader.load_state(args.resume_file);
+    first_epoch = loader.state().epoch;
+  }
+
   Classifier classifier(classes);
-  for (std::int64_t e = 0; e < args.epochs; ++e) {
-    const EpochStats s = run_epoch(loader, classifier, e, images, args.json);
+  for (std::int64_t e = first_epoch; e < args.epochs; ++e) {
+    const EpochStats s = run_epoch(loader, classifier, e, images, args);
     if (args.json) {
       std::printf(
           "{\"epoch\": %lld, \"images\": %lld, \"seconds\": %.4f, \"images_per_s\": %.1f, "
-          "\"wait_seconds\": %.4f, \"loss\": %.4f, \"accuracy\": %.4f}\n",
+          "\"wait_seconds\": %.4f, \"loss\": %.4f, \"accuracy\": %.4f, "
+          "\"digest\": \"%016llx\"}\n",
           static_cast<long long>(e), static_cast<long long>(s.images), s.seconds,
-          s.images_per_s(), s.wait_seconds, s.mean_loss(), s.accuracy());
+          s.images_per_s(), s.wait_seconds, s.mean_loss(), s.accuracy(),
+          static_cast<unsigned long long>(s.digest.value()));
     } else {
       std::printf(
           "epoch %lld  %lld images  %.2f s  %.1f images/s  waited %.2f s (%.0f%%)  "

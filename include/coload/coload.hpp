@@ -2,6 +2,7 @@
 // Everything coload offers, in one include.
 
 #include "coload/collate/collate.hpp"
+#include "coload/collate/digest.hpp"
 #include "coload/collate/wire.hpp"
 #include "coload/coro/coro.hpp"
 #include "coload/dataset/any_dataset.hpp"
@@ -23,6 +24,7 @@
 #include "coload/loader/epoch.hpp"
 #include "coload/loader/errors.hpp"
 #include "coload/loader/options.hpp"
+#include "coload/loader/state.hpp"
 #include "coload/sampler/batch.hpp"
 #include "coload/sampler/distributed.hpp"
 #include "coload/sampler/random.hpp"

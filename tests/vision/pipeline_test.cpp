@@ -23,9 +23,11 @@
 #include <future>
 #include <optional>
 #include <string>
+#include <set>
 #include <utility>
 #include <vector>
 
+#include "coload/collate/digest.hpp"
 #include "coload/coro/sync_wait.hpp"
 #include "coload/dataset/sample_context.hpp"
 #include "coload/loader/data_loader.hpp"
@@ -35,6 +37,8 @@
 #include "image_test_support.hpp"
 
 namespace fs = std::filesystem;
+using coload::Digest;
+using coload::Executor;
 using coload::Index;
 using coload::OnError;
 using coload::WorkerError;
@@ -692,6 +696,49 @@ TEST_SUITE("vision") {
           CHECK(same_bits((*first)[b].first, batches[b].first));
           CHECK(same_bits((*first)[b].second, batches[b].second));
         }
+      }
+    }
+  }
+
+  TEST_CASE("pipeline: with a seed, every batch of every epoch hashes alike whatever the "
+            "workers, the executor or in_order") {
+    const SmallFolder folder;
+    struct Config {
+      int workers;
+      Executor executor;
+      bool in_order;
+    };
+    auto hashes = [&](Config c) {
+      auto loader = coload::make_data_loader(
+          ImagePipeline(folder.root(), small_train()),
+          {.batch_size = 3, .shuffle = true, .num_workers = c.workers, .in_order = c.in_order,
+           .seed = 7, .executor = c.executor});
+      std::vector<std::vector<std::uint64_t>> epochs;
+      for (int e = 0; e < 2; ++e) {
+        auto& out = epochs.emplace_back();
+        for (auto& [images, labels] : loader) out.push_back(Digest().add(images).add(labels).value());
+      }
+      return epochs;
+    };
+    const auto reference = hashes({0, Executor::threads, true});
+    REQUIRE(reference.size() == 2);
+    REQUIRE(reference[0].size() == 4);
+    CHECK(reference[0] != reference[1]);  // the epoch changes the shuffle and the crops
+    for (const Config c : {Config{1, Executor::threads, true}, Config{3, Executor::threads, true},
+                           Config{2, Executor::processes, true}}) {
+      CAPTURE(c.workers);
+      CAPTURE(c.executor == Executor::processes);
+      CHECK(hashes(c) == reference);
+    }
+    // Out of order, the same batches as a multiset.
+    for (const Config c : {Config{3, Executor::threads, false},
+                           Config{2, Executor::processes, false}}) {
+      CAPTURE(c.workers);
+      auto got = hashes(c);
+      for (std::size_t e = 0; e < 2; ++e) {
+        std::multiset<std::uint64_t> a(got[e].begin(), got[e].end());
+        std::multiset<std::uint64_t> b(reference[e].begin(), reference[e].end());
+        CHECK(a == b);
       }
     }
   }
