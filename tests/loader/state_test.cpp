@@ -357,3 +357,50 @@ TEST_SUITE("loader") {
     CHECK(got == full);
   }
 }
+
+TEST_SUITE("loader") {
+  TEST_CASE("resume works per rank: each rank's state restores its own shard position") {
+    for (int rank = 0; rank < 2; ++rank) {
+      CAPTURE(rank);
+      auto options = [rank] {
+        return LoaderOptions<>{.batch_size = 3,
+                               .sampler = DistributedSampler(25, 2, rank, true, 5),
+                               .num_workers = 2,
+                               .seed = 1,
+                               .rank = rank,
+                               .world_size = 2};
+      };
+      std::vector<Row> full;
+      {
+        auto loader = make_data_loader(Drawn{25}, options());
+        for (int e = 0; e < 2; ++e) {
+          for (auto& b : loader) full.push_back(row(b));
+        }
+      }
+      std::vector<Row> got;
+      LoaderState saved;
+      {
+        auto loader = make_data_loader(Drawn{25}, options());
+        for (auto& b : loader) got.push_back(row(b));
+        auto epoch = loader.epoch();
+        got.push_back(row(*sync_wait(epoch.next())));
+        got.push_back(row(*sync_wait(epoch.next())));
+        saved = loader.state();
+      }
+      CHECK(saved.rank == rank);
+      CHECK(saved.epoch == 1);
+      auto loader = make_data_loader(Drawn{25}, options());
+      loader.load_state(saved);
+      for (auto& b : loader) got.push_back(row(b));
+      CHECK(got == full);
+      if (rank == 1) {
+        // Rank 0's state is refused here.
+        auto other = options();
+        other.rank = 0;
+        other.sampler = DistributedSampler(25, 2, 0, true, 5);
+        auto rank0 = make_data_loader(Drawn{25}, other);
+        CHECK_THROWS_WITH(rank0.load_state(saved), doctest::Contains("rank 1, but this loader has 0"));
+      }
+    }
+  }
+}
