@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -71,14 +72,19 @@ using Loader = coload::DataLoader<coload::TensorDataset>;
 
 /// Features ~ N(0, 1); the label is the argmax of a fixed random projection, so a model can
 /// learn it exactly and the loss has somewhere to fall to. Seeds the shuffle too.
-inline Loader make_loader(const Args& args) {
+///
+/// With a CUDA `device`, batches are collated into pinned memory and copied to the GPU by
+/// the loader's device stage; the loader refuses a device this machine or libtorch lacks.
+inline Loader make_loader(const Args& args, std::optional<at::Device> device = std::nullopt) {
   torch::manual_seed(0);  // the same data and initial weights on every run
   auto x = torch::randn({args.samples, kFeatures});
   auto y = x.matmul(torch::randn({kFeatures, kClasses})).argmax(1);
   return Loader(coload::TensorDataset{x, y}, {.batch_size = args.batch_size,
                                                .shuffle = true,
                                                .num_workers = static_cast<int>(args.workers),
-                                               .seed = 0});
+                                               .pin_memory = device.has_value(),
+                                               .seed = 0,
+                                               .device = device});
 }
 
 /// A 2-layer MLP with SGD: train(batch) takes one step and returns the batch's loss.

@@ -595,11 +595,13 @@ namespace {
 /// The slots, shared by every lease so that tensors may outlive the pool.
 class Arena {
  public:
-  Arena() = default;
+  Arena(std::function<void(void*, std::size_t)> pin, std::function<void(void*)> unpin)
+      : pin_(std::move(pin)), unpin_(std::move(unpin)) {}
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
   ~Arena() {
     for (auto& s : slots_) {
+      if (s.pinned && unpin_) unpin_(s.data);
       if (s.data) ::munmap(s.data, slot_span);
       if (s.fd >= 0) ::close(s.fd);
     }
@@ -615,7 +617,7 @@ class Arena {
     }
     const int fd = ::memfd_create("coload-batch", MFD_CLOEXEC);
     if (fd < 0) throw_errno("coload: memfd_create for a batch slot", errno);
-    slots_.push_back(Slot{fd, nullptr, 0});
+    slots_.push_back(Slot{fd, nullptr, 0, 0});
     return static_cast<std::int64_t>(slots_.size() - 1);
   }
   void give_back(std::int64_t id) {
@@ -639,6 +641,13 @@ class Arena {
       // tables of the parent's view (tens of MB per slot once the consumer has read it).
       (void)::madvise(s.data, slot_span, MADV_DONTFORK);
     }
+    // The parent's view is page-locked as far as the slot reaches (again when it grew).
+    if (pin_ && s.data && s.pinned != size) {
+      if (s.pinned && unpin_) unpin_(s.data);
+      s.pinned = 0;
+      pin_(s.data, size);
+      s.pinned = size;
+    }
     return {s.data, bytes};
   }
 
@@ -647,7 +656,10 @@ class Arena {
     int fd;
     std::byte* data;     // slot_span bytes reserved, the first `size` backed by the memfd
     std::uint64_t size;
+    std::uint64_t pinned;  // bytes of the view page-locked through pin_
   };
+  std::function<void(void*, std::size_t)> pin_;
+  std::function<void(void*)> unpin_;
   mutable std::mutex mutex_;
   std::vector<Slot> slots_;
   std::vector<std::int64_t> free_;
@@ -690,7 +702,8 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
   asio::io_context& driver;
   Options options;
   ChildMain main;
-  std::shared_ptr<Arena> arena = std::make_shared<Arena>();
+  std::shared_ptr<Arena> arena =
+      std::make_shared<Arena>(options.pin_range, options.unpin_range);
   std::vector<std::shared_ptr<Worker>> workers;    // by id; null where none runs
   std::vector<std::shared_ptr<Worker>> departing;  // retired or killed, not yet reaped
   std::vector<int> restarts;

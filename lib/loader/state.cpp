@@ -1,5 +1,7 @@
 #include "coload/loader/state.hpp"
 
+#include "coload/loader/errors.hpp"
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
@@ -265,11 +267,9 @@ void check_compatible(const LoaderState& saved, const LoaderState& expected) {
 }
 
 void warn_fast_forward(std::int64_t batches) {
-  static std::atomic<bool> said{false};
-  if (said.exchange(true)) return;
-  std::cerr << "coload: resuming an iterable dataset that has no state()/load_state(): "
-               "fast-forwarding by loading and dropping the "
-            << batches << " batches already delivered\n";
+  warn_once("fast-forward", "resuming an iterable dataset that has no state()/load_state(): "
+                            "fast-forwarding by loading and dropping the " +
+                                std::to_string(batches) + " batches already delivered");
 }
 
 }  // namespace detail

@@ -187,12 +187,18 @@ Task<ImagePipeline::batch_type> ImagePipeline::get_batch_async(std::span<const I
                                                               BatchContext& ctx) const {
   const auto n = static_cast<std::int64_t>(indices.size());
   const std::int64_t s = output_size();
-  // A worker process's batch goes straight into its shared-memory slot; otherwise into a
-  // recycled slab.
-  at::Tensor images = coload::detail::current_batch_allocator()
-                          ? coload::empty_batch_tensor({n, 3, s, s}, at::kFloat)
-                          : std::static_pointer_cast<SlabPool>(slabs_)->take({n, 3, s, s});
-  at::Tensor labels = coload::empty_batch_tensor({n}, at::kLong);
+  // The batch goes straight where the loader wants it (a pinned slab, a worker process's
+  // shared-memory slot); otherwise into a recycled slab of the pipeline's own.
+  BatchAllocator* allocator =
+      ctx.allocator ? ctx.allocator : coload::detail::current_batch_allocator();
+  at::Tensor images;
+  at::Tensor labels;
+  {
+    BatchAllocatorScope scope(allocator);
+    images = allocator ? coload::empty_batch_tensor({n, 3, s, s}, at::kFloat)
+                       : std::static_pointer_cast<SlabPool>(slabs_)->take({n, 3, s, s});
+    labels = coload::empty_batch_tensor({n}, at::kLong);
+  }
   float* rows = images.data_ptr<float>();
   auto* label = labels.data_ptr<std::int64_t>();
   std::vector<Task<bool>> loads;

@@ -20,6 +20,8 @@
 
 namespace coload {
 
+class BatchAllocator;
+
 namespace io {
 class Reader;
 }  // namespace io
@@ -175,6 +177,10 @@ struct BatchContext {
   OnError on_error = OnError::raise;
   /// Where skipped samples are counted (set by the loader; nullptr counts nothing).
   detail::SkipLog* skip_log = nullptr;
+  /// Where the batch's tensors should live (a pinned lease, a worker process's slot), or
+  /// nullptr: install it with BatchAllocatorScope around empty_batch_tensor() calls. Unlike
+  /// the thread's own BatchAllocator, it stays with the batch across threads.
+  BatchAllocator* allocator = nullptr;
 
   /// With `on_error = skip`: records that the sample at `position` was left out because of
   /// `what` and returns true; with `raise`, returns false (the caller throws).

@@ -163,6 +163,10 @@ class ProcessPool {
     /// then owns), instead of forking `main` from this process.
     ForkserverEntry entry = nullptr;
     int payload = -1;
+    /// Page-locks the parent's view of a slot's first `n` bytes (pin_memory), and undoes it;
+    /// called as slots are mapped and grown, and before they are unmapped.
+    std::function<void(void*, std::size_t)> pin_range;
+    std::function<void(void*)> unpin_range;
   };
 
   ProcessPool(asio::io_context& driver, Options options, ChildMain main);

@@ -31,6 +31,7 @@
 #include "coload/coro/when_all.hpp"
 #include "coload/dataset/dataset.hpp"
 #include "coload/dataset/iterable.hpp"
+#include "coload/device/device.hpp"
 #include "coload/exec/process.hpp"
 #include "coload/exec/thread_executor.hpp"
 #include "coload/exec/worker_info.hpp"
@@ -319,11 +320,40 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
       this->handoff.note_done(outcome.number);
       return;
     }
+    if (core_.stage) {
+      ++staging_;
+      to_device(this->shared_from_this(), std::move(outcome));
+      return;
+    }
     this->handoff.push(std::move(outcome));
   }
 
+  /// Driver: copies a batch to the device and hands it on once the copy has completed. An
+  /// error waits for the copies before it, so the consumer gets everything in order.
+  static Detached to_device(std::shared_ptr<RunBase> self, Outcome<Batch> outcome) {
+    Core& core = self->core_;
+    ++core.live;
+    bool failed = false;
+    if (outcome.batch) {
+      try {
+        auto copied = co_await core.stage->copy(std::move(*outcome.batch));
+        outcome.batch.emplace(std::move(copied.batch));
+      } catch (...) {
+        outcome.batch.reset();
+        outcome.error = std::current_exception();
+        failed = true;
+      }
+    }
+    if (!outcome.batch || failed) co_await core.stage->fence();
+    self->handoff.push(std::move(outcome));
+    --self->staging_;
+    self->maybe_finish();
+    --core.live;
+    core.maybe_stop();
+  }
+
   void maybe_finish() {
-    if (finished_ || !dispatch_done_) return;
+    if (finished_ || !dispatch_done_ || staging_ > 0) return;
     if (cancelled() ? completed_ != dispatched_ : delivered_ != dispatched_) return;
     finished_ = true;
     // Nothing of the driver is needed any more: drop the timer (it lives on the driver's
@@ -363,6 +393,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   std::int64_t completed_ = 0;
   std::int64_t delivered_ = 0;
   std::int64_t skipped_ = 0;
+  std::int64_t staging_ = 0;  // batches on their way to the device
   bool dispatch_done_ = false;
   bool finished_ = false;
   std::exception_ptr dispatch_error_;
@@ -454,7 +485,8 @@ class EpochRun final : public RunBase<D, C> {
         set_worker_info(info);
         try {
           if (info) core.init_worker(*info, self->epoch_);
-          outcome.batch.emplace(core.fetch_batch(*self, indices, info, batch_no));
+          outcome.batch.emplace(
+              core.place_batch([&] { return core.fetch_batch(*self, indices, info, batch_no); }));
         } catch (const Cancelled&) {
           dropped = true;
         } catch (const EmptyBatch&) {
@@ -489,7 +521,11 @@ class EpochRun final : public RunBase<D, C> {
         task.sample_seed = self->sample_seed_;
         task.indices = std::move(indices);
         auto result = co_await core.pool->submit(-1, std::move(task));
-        if (auto batch = core.take_result(std::move(result))) outcome.batch.emplace(std::move(*batch));
+        if (auto batch = core.take_result(std::move(result))) {
+          // NOTE: a batch in the (registered) arena is pinned already; pin_batch passes it on.
+          outcome.batch.emplace(core.pinned ? pin_batch(std::move(*batch), *core.pinned)
+                                            : std::move(*batch));
+        }
       } catch (const Cancelled&) {
         dropped = true;
       } catch (const EmptyBatch&) {
@@ -701,7 +737,9 @@ class StreamRun final : public RunBase<D, C> {
         }
         const bool partial = samples.size() < want;
         if (!samples.empty() && !(partial && core.options.drop_last)) {
-          outcome.batch.emplace(core.collate_samples(std::move(samples), hop ? w : -1, *task));
+          outcome.batch.emplace(core.place_batch([&] {
+            return core.collate_samples(std::move(samples), hop ? w : -1, *task);
+          }));
         }
       } catch (const Cancelled&) {
         dropped = true;
@@ -809,6 +847,7 @@ class LoaderCore {
     if constexpr (!iterable) batch_sampler = make_batch_sampler();
     worker_init_epoch.assign(static_cast<std::size_t>(options.num_workers), -1);
     replicas.resize(static_cast<std::size_t>(options.num_workers));
+    setup_device();
     if (options.executor == Executor::processes) {
       make_pool();
     } else if (options.num_workers > 0) {
@@ -828,6 +867,9 @@ class LoaderCore {
     driver.join();
     pool.reset();  // waits for the processes, SIGKILL after a grace period
     executor.reset();
+    // NOTE: the driver ran until every copy in flight had completed: nothing reads the slabs.
+    stage.reset();
+    pinned.reset();
   }
 
   /// Driver: forks the worker processes that are not running (at each epoch's start).
@@ -1058,8 +1100,12 @@ class LoaderCore {
     if constexpr (Plan::path == FetchPath::whole_batch_async) {
       BatchContext ctx{indices, batch_no, run.epoch(), run.sample_seed(), reader.get(), place,
                        options.on_error, &skips};
+      // The batch's memory: a pinned lease, or (in a worker process) the task's slot.
+      std::unique_ptr<BatchLease> lease = pinned ? pinned->begin_batch() : nullptr;
+      ctx.allocator = lease ? lease.get() : detail::current_batch_allocator();
       try {
-        co_return co_await dataset.get_batch_async(indices, ctx);
+        Batch batch = co_await dataset.get_batch_async(indices, ctx);
+        co_return pinned ? pin_batch(std::move(batch), *pinned) : std::move(batch);
       } catch (const EmptyBatch&) {
         throw;
       } catch (const SampleError& e) {
@@ -1087,8 +1133,23 @@ class LoaderCore {
       if (samples.empty()) throw EmptyBatch{};
       // Collating is CPU work: a fetch whose samples did none of theirs on a worker moves now.
       if (executor && !detail::current_worker_info()) co_await CpuAwaiter{place};
-      co_return collate_samples(std::move(samples), current_worker_id_or_driver(), batch_no);
+      co_return place_batch(
+          [&] { return collate_samples(std::move(samples), current_worker_id_or_driver(), batch_no); });
     }
+  }
+
+  /// `make()`'s batch in pinned memory when the loader pins: collate writes into a lease of
+  /// the pool, and tensors made elsewhere are copied in once (pin_batch).
+  template <class F>
+  Batch place_batch(F&& make) {
+    if (!pinned) return make();
+    auto lease = pinned->begin_batch();
+    std::optional<Batch> batch;
+    {
+      BatchAllocatorScope scope(lease.get());
+      batch.emplace(make());
+    }
+    return pin_batch(std::move(*batch), *pinned);
   }
 
   /// The id of the worker running the caller, or -1 (the driver).
@@ -1137,6 +1198,9 @@ class LoaderCore {
   std::unique_ptr<ThreadExecutor> executor;
   std::unique_ptr<ProcessPool> pool;   // executor = processes
   std::unique_ptr<io::Reader> reader;  // asynchronous datasets only; driver after construction
+  std::shared_ptr<DeviceBackend> device_backend;  // pin_memory or device
+  std::unique_ptr<PinnedPool> pinned;             // pin_memory or device, with a backend
+  std::unique_ptr<DeviceStage> stage;             // device
   SkipLog skips;
 
  private:
@@ -1221,6 +1285,48 @@ class LoaderCore {
     }
   }
 
+  /// pin_memory and device: the device runtime, the pinned pool and the device stage.
+  void setup_device() {
+    const bool with_stage = options.device.has_value();
+    if (!options.pin_memory && !with_stage) return;
+    device_backend = options.device_backend;
+    if (!device_backend) {
+      if (with_stage) {
+        const at::Device d = *options.device;
+        if (d.is_cuda()) {
+          try {
+            device_backend = make_cuda_backend(d.has_index() ? d.index() : 0);
+          } catch (const std::exception& e) {
+            throw std::invalid_argument("device = " + d.str() + ": " + e.what());
+          }
+        } else if (d.is_cpu()) {
+          device_backend = std::make_shared<HostDeviceBackend>();
+        } else {
+          throw std::invalid_argument("device = " + d.str() +
+                                      ": coload's device stage copies to CUDA devices (or, "
+                                      "through its host backend, to the CPU)");
+        }
+      } else if (cuda_available()) {
+        device_backend = make_cuda_backend(0);
+      } else {
+        // As PyTorch: without an accelerator, pin_memory leaves batches where they are.
+        warn_once("pin_memory without CUDA",
+                  "'pin_memory' argument is set as true but no accelerator is found, then "
+                  "device pinned memory won't be used (" + cuda_unavailable_reason() + ")");
+        return;
+      }
+    }
+    if (with_stage && device_backend->device().type() != options.device->type()) {
+      throw std::invalid_argument("device = " + options.device->str() +
+                                  ", but device_backend copies to " +
+                                  device_backend->device().str());
+    }
+    // Batches between dispatch and consumer, one the consumer holds, one being collated.
+    pinned = std::make_unique<PinnedPool>(device_backend,
+                                          static_cast<std::size_t>(in_flight_bound()) + 2);
+    if (with_stage) stage = std::make_unique<DeviceStage>(device_backend, driver.context());
+  }
+
   void make_pool() {
     if constexpr (wire::Wireable<Batch>) {
       ProcessPool::Options o;
@@ -1229,6 +1335,13 @@ class LoaderCore {
       // NOTE: a restarted stream would start over and repeat its samples.
       o.on_death = iterable ? OnWorkerDeath::raise : options.on_worker_death;
       o.max_restarts = options.max_worker_restarts;
+      if (pinned) {
+        // The arena itself is pinned in the parent: batches decoded over it need no copy.
+        o.pin_range = [backend = device_backend](void* p, std::size_t n) {
+          backend->register_host(p, n);
+        };
+        o.unpin_range = [backend = device_backend](void* p) { backend->unregister_host(p); };
+      }
       pool = std::make_unique<ProcessPool>(
           driver.context(), o, [this](ChildLink& link, int id) { child_main(link, id); });
     } else {
@@ -1274,6 +1387,10 @@ class LoaderCore {
       child_io.emplace();
       reader = std::make_unique<io::Reader>(*child_io);
     }
+    // The parent's pinned pool and device stage are the parent's: the child writes into its
+    // slot, which the parent has registered as pinned.
+    (void)pinned.release();
+    (void)stage.release();
     WorkerInfo info{id, options.num_workers, 0, static_cast<const void*>(&dataset), rank,
                     world_size};
     bool initialised = false;

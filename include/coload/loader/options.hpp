@@ -1,8 +1,11 @@
 #pragma once
 // LoaderOptions: the DataLoader's constructor arguments, as an aggregate.
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -14,6 +17,8 @@
 #include "coload/sampler/sampler.hpp"
 
 namespace coload {
+
+class DeviceBackend;
 
 /// What a DataLoader does, set with designated initializers in declaration order, e.g.
 /// `{.batch_size = 64, .shuffle = true, .num_workers = 4}`. Fields follow PyTorch's DataLoader;
@@ -34,6 +39,12 @@ struct LoaderOptions {
   int num_workers = 0;
   /// Turns a std::vector of samples into a batch; must be safe to call from several workers.
   CollateFn collate{};
+  /// Batches in page-locked memory, for fast asynchronous copies to a CUDA device: collate
+  /// writes straight into slabs of a pinned pool allocated once and recycled (no extra copy;
+  /// tensors that a dataset made elsewhere are copied in once; a batch type with a
+  /// `pin_memory()` member or a coload::Pin specialisation is pinned through it). Without CUDA
+  /// (in coload, libtorch or the machine) batches stay in pageable memory, with one warning.
+  bool pin_memory = false;
   /// Drop the last batch when it is smaller than batch_size.
   bool drop_last = false;
   /// Seconds to wait for a batch before raising TimeoutError; 0 waits forever.
@@ -71,6 +82,15 @@ struct LoaderOptions {
   /// `WORLD_SIZE` (0 and 1 without them).
   std::optional<int> rank{};
   std::optional<int> world_size{};
+  /// Adds the device stage: each batch is copied from its pinned slab to this device on a
+  /// stream of coload's own, and the consumer receives it once the copy has completed (the host
+  /// never blocks on the device). A CUDA device that libtorch or the machine lacks is refused
+  /// at construction, saying which. The batch's device tensors are freed stream-ordered: hand
+  /// them to your stream with `coload::device_batch(batch).wait(stream)`.
+  std::optional<at::Device> device{};
+  /// The device runtime under pin_memory and the device stage; unset, CUDA's (for `device =
+  /// at::kCPU`, a coload::HostDeviceBackend, which runs the stage on the host).
+  std::shared_ptr<DeviceBackend> device_backend{};
 };
 
 namespace detail {
