@@ -406,6 +406,22 @@ void resample_any(const ImageView& src, const AxisSpec& ax, const AxisSpec& ay, 
   }
 }
 
+// The source pixels [first, last) that the outputs of axis `a` read.
+std::pair<int, int> source_span(const AxisSpec& a) {
+  thread_local AxisCoeffs c;
+  compute_coeffs(a, c);
+  int first = a.hi;
+  int last = a.lo;
+  for (int i = 0; i < a.count; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    if (c.taps[k] == 0) continue;
+    first = std::min(first, c.start[k]);
+    last = std::max(last, c.start[k] + c.taps[k]);
+  }
+  if (first >= last) return {a.lo, a.hi};
+  return {first, last};
+}
+
 // An axis that crops [begin, begin + length) of the source, then resizes it to `out`.
 AxisSpec crop_axis(int begin, int length, int out) {
   return AxisSpec{static_cast<double>(begin), static_cast<double>(begin) + length, begin,
@@ -775,16 +791,40 @@ void EvalTransform::operator()(std::span<const std::byte> encoded, float* dst) c
                     ? choose_jpeg_scale(info.width, info.height, rw, rh)
                     : 1;
   thread_local std::vector<std::uint8_t> pixels;
+  const NormalizeTable table(mean, std_dev);
+  auto write = [&](int y, const std::uint8_t* row) {
+    write_normalized_row(table, row, crop_size, crop_size, y, false, dst);
+  };
+  if (d == 1 && info.format == ImageFormat::jpeg) {
+    // Only the source rows and columns that the crop's outputs read (their filter support) are
+    // decoded; anything the region decoder does not handle falls through to the whole image.
+    const AxisSpec full_x{0.0, static_cast<double>(info.width), 0, info.width, rw, box.left,
+                          crop_size};
+    const AxisSpec full_y{0.0, static_cast<double>(info.height), 0, info.height, rh, box.top,
+                          crop_size};
+    const auto [x0, x1] = source_span(full_x);
+    const auto [y0, y1] = source_span(full_y);
+    if (auto region = detail::decode_jpeg_region(encoded, y0, x0, y1 - y0, x1 - x0, pixels)) {
+      const ImageView image{region->pixels, region->width, region->height, 3, region->stride};
+      // The same axes, with positions counted from the region's origin: every filter tap
+      // lies inside the region, so the outputs are those of the whole-image resize.
+      const AxisSpec ax{-static_cast<double>(region->x0),
+                        static_cast<double>(info.width - region->x0), 0, region->width, rw,
+                        box.left, crop_size};
+      const AxisSpec ay{-static_cast<double>(region->y0),
+                        static_cast<double>(info.height - region->y0), 0, region->height, rh,
+                        box.top, crop_size};
+      resample<3>(image, ax, ay, write);
+      return;
+    }
+  }
   const ImageView image = decode_into(encoded, pixels, d);
   // Resize the whole (possibly scaled) image to rh × rw, computing only the crop's outputs.
   const AxisSpec ax{0.0, static_cast<double>(info.width) / d, 0, image.width, rw, box.left,
                     crop_size};
   const AxisSpec ay{0.0, static_cast<double>(info.height) / d, 0, image.height, rh, box.top,
                     crop_size};
-  const NormalizeTable table(mean, std_dev);
-  resample<3>(image, ax, ay, [&](int y, const std::uint8_t* row) {
-    write_normalized_row(table, row, crop_size, crop_size, y, false, dst);
-  });
+  resample<3>(image, ax, ay, write);
 }
 
 at::Tensor EvalTransform::operator()(std::span<const std::byte> encoded) const {

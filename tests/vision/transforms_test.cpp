@@ -337,7 +337,11 @@ TEST_CASE("the fused eval transform equals Resize, CenterCrop, ToTensor and Norm
   const auto norm = vision::Normalize{{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}};
   const auto composed =
       vision::Compose{vision::Resize{256}, vision::CenterCrop{224}, vision::ToTensor{}, norm};
-  for (auto [w, h] : {std::pair{500, 375}, std::pair{333, 500}, std::pair{256, 256}}) {
+  // Decoded as the region the centre crop reads (its rows and columns plus filter support),
+  // which must give the whole-image pipeline's values at every size.
+  for (auto [w, h] : {std::pair{500, 375}, std::pair{333, 500}, std::pair{256, 256},
+                      std::pair{640, 480}, std::pair{257, 300}, std::pair{1000, 260},
+                      std::pair{301, 999}}) {
     CAPTURE(w);
     CAPTURE(h);
     const auto jpeg = vision::test::synthetic_jpeg(w, h, 13);
