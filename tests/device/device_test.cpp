@@ -8,10 +8,16 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <asio/executor_work_guard.hpp>
+#include <asio/post.hpp>
+
 #include <array>
 #include <coroutine>
+#include <latch>
+#include <thread>
 #include <cstdlib>
 #include <exception>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -61,6 +67,13 @@ Job copy_job(DeviceStage& stage, Pair batch, Results& results, int id) {
   DeviceBatch<Pair> d = co_await stage.copy(std::move(batch));
   results.order.push_back(id);
   results.batches.push_back(std::move(d));
+}
+
+Job counted_copy_job(DeviceStage& stage, Pair batch, Results& results, int id, std::latch& done) {
+  DeviceBatch<Pair> d = co_await stage.copy(std::move(batch));
+  results.order.push_back(id);
+  results.batches.push_back(std::move(d));
+  done.count_down();
 }
 
 Job fence_job(DeviceStage& stage, Results& results, int id) {
@@ -319,6 +332,56 @@ TEST_CASE("DeviceStage: copies arrive byte-identical and resume in submission or
   results.batches.clear();
   f.backend->synchronize(f.backend->copy_stream());
   CHECK(f.backend->live_device_allocations() == 0);
+  CHECK(pool.stats().slabs_in_use == 0);
+}
+
+TEST_CASE("DeviceStage: batches collated on worker threads, copied and resumed on a driver thread") {
+  auto backend = std::make_shared<HostDeviceBackend>();
+  constexpr int kPerWorker = 24;
+  PinnedPool pool(backend, 6);
+  asio::io_context ctx;
+  auto guard = asio::make_work_guard(ctx);
+  std::thread driver([&ctx] { ctx.run(); });
+  Results results;      // touched on the driver only
+  std::vector<Job> jobs;  // likewise
+  std::latch done(2 * kPerWorker);
+  {
+    DeviceStage stage(backend, ctx);
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 2; ++w) {
+      workers.emplace_back([&, w] {
+        for (int i = 0; i < kPerWorker; ++i) {
+          const int id = w * 1000 + i;
+          Pair batch = make_batch(pool, id % 97);
+          asio::post(ctx, [&, id, batch = std::move(batch)]() mutable {
+            jobs.push_back(counted_copy_job(stage, std::move(batch), results, id, done));
+          });
+        }
+      });
+    }
+    for (auto& t : workers) t.join();
+    done.wait();
+    std::promise<void> checked;
+    asio::post(ctx, [&] {
+      // Each worker's batches resume in the order it posted them, with their own bytes.
+      int last[2] = {-1, -1};
+      for (std::size_t k = 0; k < results.order.size(); ++k) {
+        const int id = results.order[k];
+        const int w = id / 1000;
+        CHECK(id % 1000 == last[w] + 1);
+        last[w] = id % 1000;
+        CHECK(at::equal(results.batches[k].batch.first, expected_batch(id % 97).first));
+      }
+      results.batches.clear();
+      jobs.clear();
+      checked.set_value();
+    });
+    checked.get_future().wait();
+  }
+  guard.reset();
+  driver.join();
+  backend->synchronize(backend->copy_stream());
+  CHECK(backend->live_device_allocations() == 0);
   CHECK(pool.stats().slabs_in_use == 0);
 }
 
