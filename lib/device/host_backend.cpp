@@ -9,6 +9,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <initializer_list>
 #include <stdexcept>
 #include <thread>
 
@@ -101,10 +102,12 @@ struct HostDeviceBackend::Stream : std::enable_shared_from_this<Stream> {
 };
 
 HostDeviceBackend::HostDeviceBackend() : counters_(std::make_shared<Counters>()) {
-  auto s = std::make_shared<Stream>();
-  s->start();
-  copy_stream_ = s.get();
-  streams_.push_back(std::move(s));
+  for (Stream** which : {&copy_stream_, &default_stream_}) {
+    auto s = std::make_shared<Stream>();
+    s->start();
+    *which = s.get();
+    streams_.push_back(std::move(s));
+  }
 }
 
 HostDeviceBackend::~HostDeviceBackend() {
@@ -126,9 +129,10 @@ HostDeviceBackend::~HostDeviceBackend() {
 }
 
 std::shared_ptr<HostDeviceBackend::Stream> HostDeviceBackend::stream_of(DeviceStream s) const {
+  const void* handle = s.handle ? s.handle : default_stream_;
   std::lock_guard lock(mutex_);
   for (const auto& p : streams_) {
-    if (p.get() == s.handle) return p;
+    if (p.get() == handle) return p;
   }
   throw std::invalid_argument("HostDeviceBackend: unknown stream handle");
 }
@@ -197,7 +201,9 @@ DeviceStream HostDeviceBackend::create_stream() {
 }
 
 void HostDeviceBackend::destroy_stream(DeviceStream stream) {
-  if (stream.handle == copy_stream_) throw std::invalid_argument("HostDeviceBackend: the copy stream cannot be destroyed");
+  if (stream.handle == copy_stream_ || stream.handle == default_stream_ || !stream.handle) {
+    throw std::invalid_argument("HostDeviceBackend: the copy stream and the default stream cannot be destroyed");
+  }
   std::shared_ptr<Stream> s;
   {
     std::lock_guard lock(mutex_);

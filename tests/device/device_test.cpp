@@ -553,6 +553,20 @@ TEST_CASE("DeviceBatch::wait makes the consumer's stream wait and moves the free
   f.backend->synchronize(consumer);
   CHECK(f.backend->live_device_allocations() == 0);
   f.backend->destroy_stream(consumer);
+
+  // DeviceStream{} is the default stream (where libtorch runs by default on CUDA).
+  Job c = copy_job(stage, make_batch(pool, 2), results, 2);
+  settle(*f.backend, f.ctx);
+  REQUIRE(results.batches.size() == 1);
+  f.backend->pause(DeviceStream{});
+  results.batches[0].wait(DeviceStream{});
+  results.batches.clear();
+  f.backend->synchronize(f.backend->copy_stream());
+  CHECK(f.backend->live_device_allocations() == 1);
+  CHECK(f.backend->queued(DeviceStream{}) == 2);
+  f.backend->resume(DeviceStream{});
+  f.backend->synchronize(DeviceStream{});
+  CHECK(f.backend->live_device_allocations() == 0);
 }
 
 TEST_CASE("device_batch recovers the DeviceBatch of a plain batch, and refuses others") {

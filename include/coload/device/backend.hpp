@@ -21,6 +21,8 @@
 namespace coload {
 
 /// An opaque stream handle (CUDA: a cudaStream_t; host backend: one of its FIFO threads).
+/// A default-constructed DeviceStream is the device's default stream (CUDA: the legacy default
+/// stream, on which libtorch runs unless told otherwise; host backend: a FIFO of its own).
 struct DeviceStream {
   void* handle = nullptr;
   friend bool operator==(DeviceStream, DeviceStream) = default;
@@ -167,6 +169,7 @@ class HostDeviceBackend final : public DeviceBackend {
   mutable std::mutex mutex_;  // guards streams_, pinned_ and registered_
   std::vector<std::shared_ptr<Stream>> streams_;
   Stream* copy_stream_ = nullptr;
+  Stream* default_stream_ = nullptr;  // what DeviceStream{} names
   struct Range {
     const char* begin;
     std::size_t size;
