@@ -79,6 +79,11 @@ std::string LoaderState::to_string() const {
   out << "rank " << rank << '\n';
   out << "world_size " << world_size << '\n';
   out << "generator " << hex(generator) << '\n';
+  out << "last_stream " << last_stream << '\n';
+  for (const auto& [worker, state] : streams) {
+    out << "stream " << worker << ' '
+        << hex(std::vector<std::uint8_t>(state.begin(), state.end())) << '\n';
+  }
   return out.str();
 }
 
@@ -136,6 +141,13 @@ LoaderState LoaderState::parse(std::string_view text) {
       s.world_size = number<int>(key, value), seen |= k_world;
     } else if (key == "generator") {
       s.generator = unhex(value), seen |= k_gen;
+    } else if (key == "last_stream") {
+      s.last_stream = number<int>(key, value);
+    } else if (key == "stream") {
+      const auto p = value.find(' ');
+      const auto bytes = unhex(p == std::string_view::npos ? std::string_view{} : value.substr(p + 1));
+      s.streams.emplace_back(number<int>(key, value.substr(0, p)),
+                             std::string(bytes.begin(), bytes.end()));
     } else {
       throw std::invalid_argument("loader state: unknown field '" + std::string(key) + "'");
     }

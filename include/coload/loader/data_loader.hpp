@@ -48,6 +48,15 @@
 
 namespace coload {
 
+/// An iterable dataset that can say where its stream stands (`state()`, any text) and continue
+/// from there (`load_state(text)`: the next `stream()` resumes where that state was taken), so
+/// a loader resumes it without re-reading what was delivered.
+template <class D>
+concept ResumableStream = requires(const D& d, D& m, const std::string& s) {
+  { d.state() } -> std::convertible_to<std::string>;
+  m.load_state(s);
+};
+
 /// What a DataLoader loads from: a map-style dataset (`size()` and `get`) or an iterable one
 /// (`stream`). A type with both is loaded as iterable, as PyTorch decides by IterableDataset.
 template <class D>
@@ -361,7 +370,9 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     timer_.reset();
     closed_.store(true);
     if (dispatch_error_ && !cancelled()) {
-      this->handoff.push(Outcome<Batch>{std::nullopt, dispatch_error_});
+      Outcome<Batch> end;
+      end.error = dispatch_error_;
+      this->handoff.push(std::move(end));
     }
     // NOTE: worker processes that end with the epoch are gone before the consumer sees its end.
     core_.run_finished([self = this->shared_from_this()] { self->handoff.finish(); });
@@ -653,6 +664,21 @@ class StreamRun final : public RunBase<D, C> {
     }
   };
 
+  // Each worker's saved stream state, for an epoch resumed from a LoaderState (read-only once
+  // the epoch runs).
+  std::map<int, std::string> resume_states_;
+
+ public:
+  /// Before the epoch runs: resume each worker's stream from `marks`, the rotation after the
+  /// worker of the last delivered batch.
+  void resume_streams(StreamMarks marks) {
+    resume_states_ = marks.states;
+    const int n = static_cast<int>(queues_.size());
+    if (marks.last_worker >= 0 && n > 0) next_worker_ = (marks.last_worker + 1) % n;
+    this->handoff.set_marks(std::move(marks));
+  }
+
+ private:
   /// Driver: the next worker in the rotation still streaming, or -1 when none is.
   int next_active_worker() {
     const int n = static_cast<int>(queues_.size());
@@ -700,6 +726,11 @@ class StreamRun final : public RunBase<D, C> {
           }
           D& dataset = replica ? *replica : core.dataset;
           try {
+            if constexpr (ResumableStream<D>) {
+              if (auto it = self->resume_states_.find(w); it != self->resume_states_.end()) {
+                dataset.load_state(it->second);
+              }
+            }
             cursor.emplace(dataset.stream(std::as_const(info)));
           } catch (...) {
             throw wrap_current_exception(hop ? w : -1, *task, -1, "starting the stream for");
@@ -736,6 +767,11 @@ class StreamRun final : public RunBase<D, C> {
           samples.push_back(std::move(*sample));
         }
         const bool partial = samples.size() < want;
+        if constexpr (ResumableStream<D>) {
+          const D& streamed = replica ? *replica : core.dataset;
+          outcome.stream_state = std::make_shared<const std::string>(streamed.state());
+          outcome.stream_worker = w;
+        }
         if (!samples.empty() && !(partial && core.options.drop_last)) {
           outcome.batch.emplace(core.place_batch([&] {
             return core.collate_samples(std::move(samples), hop ? w : -1, *task);
@@ -936,6 +972,12 @@ class LoaderCore {
     if constexpr (!iterable) batch_sampler.set_epoch(epochs_started);
     auto run = std::make_shared<Run>(*this, epochs_started++, base_seed, std::move(resumed),
                                      std::move(start_state));
+    if constexpr (iterable) {
+      if (resume_marks) {
+        run->resume_streams(std::move(*resume_marks));
+        resume_marks.reset();
+      }
+    }
     current = run;
     asio::post(driver.context(), [run] { Run::run(run); });
     return run;
@@ -965,12 +1007,19 @@ class LoaderCore {
       s.delivered = done.prefix();
       s.beyond = done.beyond();
       s.generator = run->start_generator();
+      StreamMarks marks = run->handoff.marks();
+      s.streams.assign(marks.states.begin(), marks.states.end());
+      s.last_stream = marks.last_worker;
     } else if (resume_from) {
       // Loaded but not started yet: the loaded state, unchanged.
       s.epoch = epochs_started;
       s.delivered = resume_from->prefix();
       s.beyond = resume_from->beyond();
       s.generator = generator_state(generator);
+      if (resume_marks) {
+        s.streams.assign(resume_marks->states.begin(), resume_marks->states.end());
+        s.last_stream = resume_marks->last_worker;
+      }
     } else {
       s.epoch = epochs_started;
       s.generator = generator_state(generator);
@@ -987,6 +1036,16 @@ class LoaderCore {
     check_compatible(saved, identity());
     set_generator_state(generator, saved.generator);
     epochs_started = saved.epoch;
+    resume_marks.reset();
+    if constexpr (iterable && ResumableStream<D>) {
+      if (!saved.streams.empty()) {
+        // The streams continue from their states: nothing is delivered twice or re-read.
+        resume_marks.emplace(StreamMarks{{saved.streams.begin(), saved.streams.end()},
+                                         saved.last_stream});
+        resume_from.emplace();
+        return;
+      }
+    }
     resume_from.emplace(saved.delivered, saved.beyond);
   }
 
@@ -1189,6 +1248,7 @@ class LoaderCore {
   std::vector<std::shared_ptr<D>> replicas;     // element i: worker i's thread only
   std::int64_t epochs_started = 0;
   std::optional<DeliveredSet> resume_from;  // set by load_state, taken by the next epoch
+  std::optional<StreamMarks> resume_marks;  // the same, for a ResumableStream
   int rank = 0;
   int world_size = 1;
   std::weak_ptr<Run> current;
@@ -1621,8 +1681,11 @@ class DataLoader {
   /// rank, world size or state version; std::logic_error while an epoch is in progress.
   ///
   /// A loader without `seed` draws from ATen's default generator: loading sets that generator
-  /// back to where it was when the saved epoch began. An iterable dataset is fast-forwarded:
-  /// its delivered batches are loaded again and dropped (said once on stderr).
+  /// back to where it was when the saved epoch began. An iterable dataset with `state()` and
+  /// `load_state()` members (ResumableStream) continues each worker's stream from the state
+  /// taken after its last delivered batch (thread workers and none; with process workers, and
+  /// for other iterable datasets, the loader fast-forwards: it loads the delivered batches
+  /// again and drops them, and says so once).
   void load_state(const LoaderState& saved) { core_->load_state(saved); }
   /// Loads a state written by save_state().
   void load_state(const std::filesystem::path& path) { load_state(LoaderState::load(path)); }

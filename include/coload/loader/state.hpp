@@ -34,6 +34,11 @@ struct LoaderState {
   /// The loader's random generator (`seed` set) or ATen's default one (unset) when the epoch
   /// began: the epoch's base seed and the shuffle are drawn from it again.
   std::vector<std::uint8_t> generator;
+  /// An iterable dataset with state()/load_state() members: each worker's stream state after
+  /// its last delivered batch, and the worker of the last delivered batch (the rotation goes
+  /// on after it). Empty otherwise (the loader then fast-forwards).
+  std::vector<std::pair<int, std::string>> streams;
+  int last_stream = -1;
 
   // What the state must match in the loader that loads it.
   /// The dataset's size; -1 for an iterable dataset without one.

@@ -5,7 +5,10 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <optional>
 #include <set>
 #include <utility>
@@ -52,6 +55,17 @@ struct Outcome {
   std::exception_ptr error;
   /// The batch's number in its epoch; -1 for an error that ends the epoch (not a batch's).
   std::int64_t number = -1;
+  /// An iterable dataset's state (its state() member) right after this batch's samples, and
+  /// the worker whose stream it is: where that stream resumes once the batch was delivered.
+  std::shared_ptr<const std::string> stream_state;
+  int stream_worker = -1;
+};
+
+/// Where each worker's stream of an iterable dataset stands after the batches its consumer
+/// has taken, and the worker of the last of them.
+struct StreamMarks {
+  std::map<int, std::string> states;
+  int last_worker = -1;
 };
 
 /// What a consumer's poll found.
@@ -157,6 +171,16 @@ class Handoff {
     std::lock_guard lock(mutex_);
     return done_;
   }
+  /// Driver, before the first push: the stream positions a resumed epoch starts from.
+  void set_marks(StreamMarks marks) {
+    std::lock_guard lock(mutex_);
+    marks_ = std::move(marks);
+  }
+  /// The stream positions after the batches the consumer has taken.
+  StreamMarks marks() const {
+    std::lock_guard lock(mutex_);
+    return marks_;
+  }
 
  private:
   bool take_locked(ConsumerSlot<Batch>& slot) {
@@ -166,6 +190,10 @@ class Handoff {
       slot.result = Poll::item;
       ++taken_;
       if (slot.outcome.number >= 0) done_.add(slot.outcome.number);
+      if (slot.outcome.stream_state) {
+        marks_.states[slot.outcome.stream_worker] = *slot.outcome.stream_state;
+        marks_.last_worker = slot.outcome.stream_worker;
+      }
       return true;
     }
     if (finished_) {
@@ -186,6 +214,7 @@ class Handoff {
   bool ended_ = false;
   std::int64_t taken_ = 0;
   DeliveredSet done_;
+  StreamMarks marks_;
   ConsumerSlot<Batch>* slot_ = nullptr;
   Waker waker_;
   std::uint64_t generation_ = 0;
