@@ -169,6 +169,22 @@ struct Cancelled {};
 template <class D, class C>
 class LoaderCore;
 
+/// Where an epoch stands for its consumer: what LoaderState records of it.
+struct EpochPosition {
+  std::int64_t epoch = 0;
+  DeliveredSet done;
+  StreamMarks marks;
+  std::vector<std::uint8_t> generator;
+  bool ended = false;  // the consumer has seen the epoch's end
+};
+
+/// The position of the epoch its consumer stopped last, kept by the loader and every run, so
+/// that state() still knows it once the stopped run is gone.
+struct StoppedEpoch {
+  std::mutex mutex;
+  std::optional<EpochPosition> position;
+};
+
 /// What every epoch shares, whatever feeds it: the consumer-side entry points, the in-flight
 /// bound, the reorder ring, the timeout and the end. Fields marked "driver" are touched only on
 /// the driver thread.
@@ -196,6 +212,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
         timeout_(core.options.timeout),
         resumed_(std::move(resumed)),
         start_generator_(std::move(generator)),
+        stopped_(core.stopped),
         reorder_(static_cast<std::size_t>(bound_)) {
     this->handoff.set_done(resumed_);
     // NOTE: only a loader with a timeout makes a timer: once a timer exists, Asio's driver
@@ -223,8 +240,11 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     return &on_worker_;
   }
   bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
-  /// The loader's generator state when this epoch began (immutable).
-  const std::vector<std::uint8_t>& start_generator() const noexcept { return start_generator_; }
+  /// Where the epoch stands for its consumer (any thread).
+  EpochPosition position() const {
+    return EpochPosition{epoch_, this->handoff.done(), this->handoff.marks(), start_generator_,
+                         this->handoff.ended()};
+  }
 
   // --- consumer side (any thread) ---
   // NOTE: consumer calls after the run has finished do nothing, so an Epoch (or an async_next
@@ -250,6 +270,12 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
         TimeoutError(waited_batch_.load(std::memory_order_relaxed), timeout_));
   }
   void cancel() override {
+    // The consumer stops here: remember where, for state() after this run is gone.
+    {
+      EpochPosition at = position();
+      std::lock_guard lock(stopped_->mutex);
+      stopped_->position = std::move(at);
+    }
     if (cancelled_.exchange(true) || closed_.load()) return;
     asio::post(core_.driver.context(), [self = this->shared_from_this()] { self->on_cancel(); });
   }
@@ -315,6 +341,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   std::vector<WorkerInfo> workers_;
   const DeliveredSet resumed_;
   const std::vector<std::uint8_t> start_generator_;
+  const std::shared_ptr<StoppedEpoch> stopped_;
   const std::function<void(const WorkerInfo&)> on_worker_ = [this](const WorkerInfo& info) {
     core_.init_worker(info, epoch_);
   };
@@ -1000,16 +1027,25 @@ class LoaderCore {
   /// end (even if the epoch was abandoned), else at the start of the next epoch.
   LoaderState state() const {
     LoaderState s = identity();
+    std::optional<EpochPosition> at;
     auto run = current.lock();
-    if (run && !run->handoff.ended()) {
-      const DeliveredSet done = run->handoff.done();
-      s.epoch = run->epoch();
-      s.delivered = done.prefix();
-      s.beyond = done.beyond();
-      s.generator = run->start_generator();
-      StreamMarks marks = run->handoff.marks();
-      s.streams.assign(marks.states.begin(), marks.states.end());
-      s.last_stream = marks.last_worker;
+    if (run) {
+      if (!run->handoff.ended()) at = run->position();
+    } else if (!resume_from) {
+      // The run is gone: its consumer stopped it, or saw its end.
+      std::lock_guard lock(stopped->mutex);
+      if (stopped->position && stopped->position->epoch == epochs_started - 1 &&
+          !stopped->position->ended) {
+        at = stopped->position;
+      }
+    }
+    if (at) {
+      s.epoch = at->epoch;
+      s.delivered = at->done.prefix();
+      s.beyond = at->done.beyond();
+      s.generator = std::move(at->generator);
+      s.streams.assign(at->marks.states.begin(), at->marks.states.end());
+      s.last_stream = at->marks.last_worker;
     } else if (resume_from) {
       // Loaded but not started yet: the loaded state, unchanged.
       s.epoch = epochs_started;
@@ -1029,7 +1065,7 @@ class LoaderCore {
 
   /// Makes the next epoch the one `saved` was taken in, minus the batches it had delivered.
   void load_state(const LoaderState& saved) {
-    if (auto run = current.lock(); run && !run->handoff.ended()) {
+    if (auto run = current.lock(); run && !run->handoff.ended() && !run->cancelled()) {
       throw std::logic_error("DataLoader: load_state while epoch " +
                              std::to_string(run->epoch()) + " is in progress");
     }
@@ -1249,6 +1285,7 @@ class LoaderCore {
   std::int64_t epochs_started = 0;
   std::optional<DeliveredSet> resume_from;  // set by load_state, taken by the next epoch
   std::optional<StreamMarks> resume_marks;  // the same, for a ResumableStream
+  std::shared_ptr<StoppedEpoch> stopped = std::make_shared<StoppedEpoch>();
   int rank = 0;
   int world_size = 1;
   std::weak_ptr<Run> current;
