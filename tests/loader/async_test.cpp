@@ -261,3 +261,59 @@ TEST_SUITE("loader") {
     }
   }
 }
+
+TEST_SUITE("loader") {
+  TEST_CASE("Subset, ConcatDataset and map forward get_async and get_batch_async") {
+    const Files files(12);
+    // Subset: sample k is file indices[k].
+    auto subset = Subset(FileLengths{&files, 12}, std::vector<Index>{11, 3, 7, 0});
+    auto seen = subset.dataset().seen;
+    {
+      auto loader = make_data_loader(std::move(subset),
+                                     LoaderOptions<>{.batch_size = 2, .num_workers = 2});
+      std::vector<std::int64_t> got;
+      for (auto& b : loader) {
+        for (auto v : values(b)) got.push_back(v);
+      }
+      CHECK(got == std::vector<std::int64_t>{11, 3, 7, 0});
+      // Read asynchronously (on the driver first), not through a blocking get.
+      CHECK(seen->on_driver_before_cpu.load() == 4);
+    }
+    {
+      auto loader = make_data_loader(
+          Subset(BatchLengths{&files, 12}, std::vector<Index>{5, 9, 2}),
+          LoaderOptions<>{.batch_size = 3, .num_workers = 1});
+      int batches = 0;
+      for (auto& [lengths, first_bytes] : loader) {
+        CHECK(values(lengths) == std::vector<std::int64_t>{5, 9, 2});
+        CHECK(first_bytes == ('a' + 5) + ('a' + 9) + ('a' + 2));
+        ++batches;
+      }
+      CHECK(batches == 1);
+    }
+    {
+      std::vector<FileLengths> parts{FileLengths{&files, 4}, FileLengths{&files, 12}};
+      auto loader = make_data_loader(ConcatDataset<FileLengths>(std::move(parts)),
+                                     LoaderOptions<>{.batch_size = 8, .num_workers = 2});
+      std::vector<std::int64_t> got;
+      for (auto& b : loader) {
+        for (auto v : values(b)) got.push_back(v);
+      }
+      REQUIRE(got.size() == 16);
+      CHECK(got[3] == 3);
+      CHECK(got[4] == 0);  // the second dataset's first file
+      CHECK(got[15] == 11);
+    }
+    {
+      auto doubled = coload::map(FileLengths{&files, 6}, [](std::int64_t len, SampleContext& ctx) {
+        CHECK(ThreadExecutor::current_worker_id() >= 0);  // the transform runs on a worker
+        return len * 2 + ctx.epoch;
+      });
+      auto loader = make_data_loader(std::move(doubled),
+                                     LoaderOptions<>{.batch_size = 6, .num_workers = 2});
+      for (auto& b : loader) {
+        CHECK(values(b) == std::vector<std::int64_t>{0, 2, 4, 6, 8, 10});
+      }
+    }
+  }
+}

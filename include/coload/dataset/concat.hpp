@@ -49,6 +49,11 @@ class ConcatDataset {
     const auto [which, local] = locate(index);
     return datasets_[which].get(local, ctx);
   }
+  /// The owning dataset's get_async at the local index, given the context.
+  auto get_async(Index index, SampleContext& ctx) requires AsyncGet<D> {
+    const auto [which, local] = locate(index);
+    return datasets_[which].get_async(local, ctx);
+  }
 
   /// Which dataset holds sample `index`, and its index there. Throws std::invalid_argument
   /// ("absolute value of index should not exceed dataset length") for a negative index below

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "coload/coro/task.hpp"
 #include "coload/dataset/dataset.hpp"
 #include "coload/dataset/sample_context.hpp"
 #include "coload/sampler/sampler.hpp"
@@ -37,12 +38,18 @@ class MappedDataset {
   /// The number of samples (the dataset's).
   std::int64_t size() const { return static_cast<std::int64_t>(dataset_.size()); }
   /// The transform of the dataset's sample `index` (returned by value).
-  auto get(Index index, SampleContext& ctx) {
+  auto get(Index index, SampleContext& ctx) requires(PlainGet<D> || ContextualGet<D>) {
     if constexpr (std::invocable<F&, sample_t<D>&&, SampleContext&>) {
       return std::invoke(transform_, get_sample(dataset_, index, ctx), ctx);
     } else {
       return std::invoke(transform_, get_sample(dataset_, index, ctx));
     }
+  }
+
+  /// The transform of the dataset's asynchronous sample `index`: the dataset's get_async, then
+  /// the transform, on a worker (CPU work).
+  auto get_async(Index index, SampleContext& ctx) requires AsyncGet<D> {
+    return transform_async<D>(index, ctx);
   }
 
   /// The underlying dataset.
@@ -53,6 +60,27 @@ class MappedDataset {
   F& transform() noexcept { return transform_; }
 
  private:
+  // (Templates, so that these are only formed for datasets that have get_async.)
+  template <class DD>
+  using async_sample_t = typename detail::TaskValue<std::remove_cvref_t<decltype(
+      std::declval<DD&>().get_async(Index{}, std::declval<SampleContext&>()))>>::type;
+  template <class S>
+  static auto apply(F& f, S&& s, SampleContext& ctx) {
+    if constexpr (std::invocable<F&, S&&, SampleContext&>) {
+      return std::invoke(f, std::move(s), ctx);
+    } else {
+      return std::invoke(f, std::move(s));
+    }
+  }
+  template <class DD>
+  auto transform_async(Index index, SampleContext& ctx)
+      -> Task<decltype(apply(std::declval<F&>(), std::declval<async_sample_t<DD>&&>(),
+                             std::declval<SampleContext&>()))> {
+    async_sample_t<DD> sample = co_await dataset_.get_async(index, ctx);
+    co_await ctx.cpu();
+    co_return apply(transform_, std::move(sample), ctx);
+  }
+
   D dataset_;
   F transform_;
 };

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "coload/coro/task.hpp"
 #include "coload/dataset/dataset.hpp"
 #include "coload/dataset/sample_context.hpp"
 #include "coload/sampler/sampler.hpp"
@@ -42,6 +43,20 @@ class Subset {
   decltype(auto) get(Index index, SampleContext& ctx) requires ContextualGet<D> {
     return dataset_->get(resolve(index), ctx);
   }
+  /// The dataset's get_async for sample `indices()[index]`, given the context.
+  auto get_async(Index index, SampleContext& ctx) requires AsyncGet<D> {
+    return dataset_->get_async(resolve(index), ctx);
+  }
+  /// The dataset's get_batch_async at the mapped indices: the dataset sees its own indices,
+  /// in its batch context too (as PyTorch's Subset.__getitems__ hands them on).
+  auto get_batch_async(std::span<const Index> indices, BatchContext& ctx)
+    requires AsyncBatchedDataset<D>
+  {
+    std::vector<Index> mapped;
+    mapped.reserve(indices.size());
+    for (Index i : indices) mapped.push_back(resolve(i));
+    return forward_batch(dataset_, std::move(mapped), ctx);
+  }
   /// The dataset's get_batch at the mapped indices (as PyTorch's Subset.__getitems__).
   decltype(auto) get_batch(std::span<const Index> indices) requires BatchedDataset<D> {
     std::vector<Index> mapped;
@@ -67,6 +82,21 @@ class Subset {
                               " is out of range for a subset of size " + std::to_string(n));
     }
     return indices_[static_cast<std::size_t>(index < 0 ? index + n : index)];
+  }
+
+  // NOTE: a coroutine of its own so that the mapped indices (and the context that points at
+  // them) live in its frame while the dataset's task runs.
+  // (A template, so that its return type is only formed for datasets that have
+  // get_batch_async.)
+  template <class DD>
+  static auto forward_batch(std::shared_ptr<DD> dataset, std::vector<Index> mapped,
+                            BatchContext& outer)
+      -> Task<typename detail::TaskValue<std::remove_cvref_t<decltype(std::declval<DD&>()
+                 .get_batch_async(std::declval<std::span<const Index>>(),
+                                  std::declval<BatchContext&>()))>>::type> {
+    BatchContext ctx = outer;
+    ctx.indices = mapped;
+    co_return co_await dataset->get_batch_async(std::span<const Index>(mapped), ctx);
   }
 
   std::shared_ptr<D> dataset_;
