@@ -30,7 +30,29 @@ int cuda_device_count(std::string* error) noexcept {
   return n;
 }
 
+int cuda_current_device() noexcept {
+  int d = 0;
+  return cudaGetDevice(&d) == cudaSuccess ? d : 0;
+}
+
 namespace {
+
+/// Sets the calling thread's current device for a scope, and restores the one it had.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    cudaSetDevice(index);
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
 
 /// Runs on_done() functions on a thread of its own: a cudaLaunchHostFunc callback may not call
 /// CUDA, so it only hands the function on. Held by the thread and by each queued item, so it
@@ -96,7 +118,8 @@ struct Dispatcher : std::enable_shared_from_this<Dispatcher> {
 class CudaBackend final : public DeviceBackend {
  public:
   explicit CudaBackend(int index) : index_(index) {
-    check(cudaSetDevice(index_), "cudaSetDevice");
+    // NOTE: the loader's user chose the thread's current device (a rank's own GPU): keep it.
+    DeviceGuard guard(index_);
     cudaMemPool_t pool = nullptr;
     check(cudaDeviceGetDefaultMemPool(&pool, index_), "cudaDeviceGetDefaultMemPool");
     // Keep freed blocks in the pool: batches of the same size reuse them instead of going
@@ -110,7 +133,7 @@ class CudaBackend final : public DeviceBackend {
   }
 
   ~CudaBackend() override {
-    cudaSetDevice(index_);
+    DeviceGuard guard(index_);
     // Every queued callback has handed its function on once the streams have run.
     cudaStreamSynchronize(copy_);
     std::vector<cudaStream_t> streams;
@@ -150,7 +173,7 @@ class CudaBackend final : public DeviceBackend {
 
   DeviceStream copy_stream() override { return DeviceStream{copy_}; }
   DeviceStream create_stream() override {
-    check(cudaSetDevice(index_), "cudaSetDevice");
+    DeviceGuard guard(index_);
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     std::lock_guard lock(mutex_);
@@ -170,6 +193,7 @@ class CudaBackend final : public DeviceBackend {
   }
 
   void* alloc_device(std::size_t nbytes, DeviceStream stream) override {
+    DeviceGuard guard(index_);
     void* p = nullptr;
     check(cudaMallocAsync(&p, nbytes, static_cast<cudaStream_t>(stream.handle)),
           "cudaMallocAsync(" + std::to_string(nbytes) + " bytes)");
@@ -184,7 +208,7 @@ class CudaBackend final : public DeviceBackend {
   }
 
   DeviceEvent record(DeviceStream stream) override {
-    check(cudaSetDevice(index_), "cudaSetDevice");
+    DeviceGuard guard(index_);
     cudaEvent_t e = nullptr;
     check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     const cudaError_t r = cudaEventRecord(e, static_cast<cudaStream_t>(stream.handle));

@@ -14,6 +14,7 @@ namespace coload {
 #if COLOAD_HAVE_CUDA
 namespace detail {
 int cuda_device_count(std::string* error) noexcept;  // cuda_backend.cpp
+int cuda_current_device() noexcept;                  // cuda_backend.cpp
 std::shared_ptr<DeviceBackend> make_cuda_backend_unchecked(int device_index);
 }  // namespace detail
 #endif
@@ -48,6 +49,12 @@ std::string cuda_problem(int device_index) {
 }  // namespace
 
 std::shared_ptr<DeviceBackend> make_cuda_backend(int device_index) {
+#if COLOAD_HAVE_CUDA
+  // -1: the calling thread's current device (under torchrun, the one this rank chose).
+  if (device_index < 0 && at::globalContext().hasCUDART()) {
+    device_index = detail::cuda_current_device();
+  }
+#endif
   if (std::string why = cuda_problem(device_index); !why.empty()) {
     throw std::runtime_error("make_cuda_backend(" + std::to_string(device_index) + "): " + why);
   }

@@ -79,10 +79,13 @@ std::string LoaderState::to_string() const {
   out << "rank " << rank << '\n';
   out << "world_size " << world_size << '\n';
   out << "generator " << hex(generator) << '\n';
+  out << "stream_workers " << stream_workers << '\n';
   out << "last_stream " << last_stream << '\n';
-  for (const auto& [worker, state] : streams) {
-    out << "stream " << worker << ' '
-        << hex(std::vector<std::uint8_t>(state.begin(), state.end())) << '\n';
+  for (const auto& st : streams) {
+    out << "stream " << st.worker << ' ' << st.delivered << ' '
+        << (st.state ? hex(std::vector<std::uint8_t>(st.state->begin(), st.state->end()))
+                     : std::string("-"))
+        << '\n';
   }
   return out.str();
 }
@@ -141,13 +144,26 @@ LoaderState LoaderState::parse(std::string_view text) {
       s.world_size = number<int>(key, value), seen |= k_world;
     } else if (key == "generator") {
       s.generator = unhex(value), seen |= k_gen;
+    } else if (key == "stream_workers") {
+      s.stream_workers = number<std::int64_t>(key, value);
     } else if (key == "last_stream") {
       s.last_stream = number<int>(key, value);
     } else if (key == "stream") {
-      const auto p = value.find(' ');
-      const auto bytes = unhex(p == std::string_view::npos ? std::string_view{} : value.substr(p + 1));
-      s.streams.emplace_back(number<int>(key, value.substr(0, p)),
-                             std::string(bytes.begin(), bytes.end()));
+      // stream <worker> <delivered> <hex state | ->
+      const auto p1 = value.find(' ');
+      const auto p2 = p1 == std::string_view::npos ? p1 : value.find(' ', p1 + 1);
+      if (p2 == std::string_view::npos) {
+        throw std::invalid_argument("loader state: a stream line needs a worker, a count and a "
+                                    "state: '" + std::string(value) + "'");
+      }
+      LoaderState::Stream st;
+      st.worker = number<int>(key, value.substr(0, p1));
+      st.delivered = number<std::int64_t>(key, value.substr(p1 + 1, p2 - p1 - 1));
+      if (const auto text = value.substr(p2 + 1); text != "-") {
+        const auto bytes = unhex(text);
+        st.state.emplace(bytes.begin(), bytes.end());
+      }
+      s.streams.push_back(std::move(st));
     } else {
       throw std::invalid_argument("loader state: unknown field '" + std::string(key) + "'");
     }
@@ -270,6 +286,10 @@ void check_compatible(const LoaderState& saved, const LoaderState& expected) {
     refuse("batch_size", std::to_string(saved.batch_size), std::to_string(expected.batch_size));
   }
   if (saved.seed != expected.seed) refuse("seed", seed(saved.seed), seed(expected.seed));
+  if (saved.stream_workers != expected.stream_workers) {
+    refuse("num_workers (for an iterable dataset)", std::to_string(saved.stream_workers),
+           std::to_string(expected.stream_workers));
+  }
   if (saved.world_size != expected.world_size) {
     refuse("world size", std::to_string(saved.world_size), std::to_string(expected.world_size));
   }

@@ -472,3 +472,63 @@ TEST_SUITE("loader") {
     }
   }
 }
+
+namespace {
+// Worker w yields lengths[w] values w*100, w*100+1, ...: shards that end at different times.
+struct Uneven {
+  std::vector<std::int64_t> lengths;
+  Generator<std::int64_t> stream(const WorkerInfo& info) {
+    const std::int64_t len = lengths[static_cast<std::size_t>(info.id)];
+    for (std::int64_t i = 0; i < len; ++i) {
+      std::int64_t v = info.id * 100 + i;
+      co_yield v;
+    }
+  }
+};
+}  // namespace
+
+TEST_SUITE("loader") {
+  TEST_CASE("resuming iterable datasets counts each worker's batches: uneven shards, process "
+            "workers, and a changed num_workers refused") {
+    auto check = [](auto make, LoaderOptions<> o, int first) {
+      std::vector<std::vector<std::int64_t>> full, got;
+      {
+        auto loader = make_data_loader(make(), o);
+        for (int e = 0; e < 2; ++e) {
+          for (auto& b : loader) full.push_back(flat(b));
+        }
+      }
+      LoaderState saved;
+      {
+        auto loader = make_data_loader(make(), o);
+        auto epoch = loader.epoch();
+        for (int i = 0; i < first; ++i) got.push_back(flat(*sync_wait(epoch.next())));
+        saved = LoaderState::parse(loader.state().to_string());
+      }
+      auto loader = make_data_loader(make(), o);
+      loader.load_state(saved);
+      for (int e = 0; e < 2; ++e) {
+        for (auto& b : loader) got.push_back(flat(b));
+      }
+      CHECK(got == full);
+      return saved;
+    };
+    const auto uneven = [] { return Uneven{{3, 17}}; };
+    for (int first : {1, 2, 3, 5, 8}) {
+      CAPTURE(first);
+      check(uneven, LoaderOptions<>{.batch_size = 2, .num_workers = 2}, first);
+    }
+    check(uneven, LoaderOptions<>{.batch_size = 2, .num_workers = 2,
+                                  .executor = Executor::processes}, 4);
+    // A dataset with state(), under process workers: fast-forwarded, still exact.
+    const auto saved = check([] { return ResumableRange{30}; },
+                             LoaderOptions<>{.batch_size = 3, .num_workers = 2,
+                                             .executor = Executor::processes}, 3);
+    CHECK(saved.stream_workers == 2);
+    auto three = make_data_loader(ResumableRange{30}, LoaderOptions<>{.batch_size = 3,
+                                                                      .num_workers = 3});
+    CHECK_THROWS_WITH(three.load_state(saved),
+                      doctest::Contains("num_workers (for an iterable dataset) 2, but this "
+                                        "loader has 3"));
+  }
+}

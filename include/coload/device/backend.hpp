@@ -188,7 +188,9 @@ class HostDeviceBackend final : public DeviceBackend {
 /// Throws std::runtime_error saying which is missing, checked in this order: coload was built
 /// without the CUDA Toolkit; libtorch was built without CUDA; the machine has no CUDA device
 /// (with the runtime's error) or `device_index` is out of range.
-std::shared_ptr<DeviceBackend> make_cuda_backend(int device_index = 0);
+/// `device_index = -1` takes the calling thread's current device (under torchrun, the one the
+/// rank selected). The backend never changes the calling thread's current device.
+std::shared_ptr<DeviceBackend> make_cuda_backend(int device_index = -1);
 
 /// True when make_cuda_backend(0) can succeed: coload was built with the CUDA Toolkit,
 /// libtorch has CUDA, and a CUDA device exists. Never throws.

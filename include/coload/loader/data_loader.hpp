@@ -274,7 +274,10 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     {
       EpochPosition at = position();
       std::lock_guard lock(stopped_->mutex);
-      stopped_->position = std::move(at);
+      // An older epoch's late stop does not hide a newer one's position.
+      if (!stopped_->position || stopped_->position->epoch <= epoch_) {
+        stopped_->position = std::move(at);
+      }
     }
     if (cancelled_.exchange(true) || closed_.load()) return;
     asio::post(core_.driver.context(), [self = this->shared_from_this()] { self->on_cancel(); });
@@ -380,7 +383,14 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
         failed = true;
       }
     }
-    if (!outcome.batch || failed) co_await core.stage->fence();
+    if (!outcome.batch || failed) {
+      try {
+        co_await core.stage->fence();
+      } catch (...) {
+        // The device failed: the order behind earlier copies cannot be kept; deliver anyway.
+        if (!outcome.error) outcome.error = std::current_exception();
+      }
+    }
     self->handoff.push(std::move(outcome));
     --self->staging_;
     self->maybe_finish();
@@ -459,6 +469,8 @@ class EpochRun final : public RunBase<D, C> {
     std::exception_ptr error;
     try {
       core.start_workers();
+      // On the driver: a stopped epoch's dispatcher may still be reading the sampler here.
+      core.batch_sampler.set_epoch(self->epoch_);
       auto batches = core.batch_sampler.batches();
       for (;;) {
         while (self->full() && !self->cancelled()) co_await self->slot();
@@ -627,6 +639,7 @@ class StreamRun final : public RunBase<D, C> {
   StreamRun(Core& core, std::int64_t epoch, std::uint64_t base_seed, DeliveredSet resumed,
             std::vector<std::uint8_t> generator)
       : Base(core, epoch, base_seed, std::move(resumed), std::move(generator)),
+        skip_counts_(static_cast<std::size_t>(std::max(1, core.options.num_workers)), 0),
         queues_(static_cast<std::size_t>(std::max(1, core.options.num_workers))) {}
 
   /// Driver: hands batch numbers to the active workers in turn, under the in-flight bound.
@@ -694,12 +707,41 @@ class StreamRun final : public RunBase<D, C> {
   // Each worker's saved stream state, for an epoch resumed from a LoaderState (read-only once
   // the epoch runs).
   std::map<int, std::string> resume_states_;
+  // Batches (or errors) of each worker's stream to drop, delivered before the state this epoch
+  // resumed from (a stream without a saved state is fast-forwarded).
+  std::vector<std::int64_t> skip_counts_;  // element w: worker w only, once the epoch runs
+
+  /// Worker `w` (its thread, or the driver): true when `outcome` was delivered before the
+  /// state this epoch resumed from; it is then emptied, and the worker fetches again.
+  bool drop_delivered(int w, Outcome<Batch>& outcome, bool dropped) {
+    auto& skip = skip_counts_[static_cast<std::size_t>(w)];
+    if (dropped || skip == 0 || (!outcome.batch && !outcome.error)) return false;
+    --skip;
+    outcome = Outcome<Batch>{};
+    return true;
+  }
+
+  /// Driver: worker `w`'s outcome for batch number `n`, marked with its worker.
+  void hand_on(int w, std::int64_t n, Outcome<Batch> outcome, bool dropped) {
+    if (outcome.batch || outcome.error) outcome.stream_worker = w;
+    this->complete(n, std::move(outcome), dropped);
+  }
 
  public:
-  /// Before the epoch runs: resume each worker's stream from `marks`, the rotation after the
-  /// worker of the last delivered batch.
+  /// Before the epoch runs: resume each worker's stream from `marks` (its saved state, or by
+  /// dropping as many of its batches as were delivered), the rotation after the worker of the
+  /// last delivered batch.
   void resume_streams(StreamMarks marks) {
     resume_states_ = marks.states;
+    std::int64_t dropped = 0;
+    for (const auto& [w, count] : marks.counts) {
+      if (w < 0 || w >= static_cast<int>(skip_counts_.size())) continue;
+      if (!resume_states_.count(w)) {
+        skip_counts_[static_cast<std::size_t>(w)] = count;
+        dropped += count;
+      }
+    }
+    if (dropped > 0) warn_fast_forward(dropped);
     const int n = static_cast<int>(queues_.size());
     if (marks.last_worker >= 0 && n > 0) next_worker_ = (marks.last_worker + 1) % n;
     this->handoff.set_marks(std::move(marks));
@@ -744,6 +786,9 @@ class StreamRun final : public RunBase<D, C> {
       bool ended = false;
       std::vector<Sample> samples;
       if (hop) set_worker_info(&info);
+      // NOTE: a resumed epoch drops the batches this worker had delivered before, without
+      // giving up this batch number: the rotation stays that of the interrupted run.
+      for (;;) {
       try {
         if (!cursor) {
           if (hop) {
@@ -795,9 +840,10 @@ class StreamRun final : public RunBase<D, C> {
         }
         const bool partial = samples.size() < want;
         if constexpr (ResumableStream<D>) {
-          const D& streamed = replica ? *replica : core.dataset;
-          outcome.stream_state = std::make_shared<const std::string>(streamed.state());
-          outcome.stream_worker = w;
+          if (core.stream_states_usable()) {
+            const D& streamed = replica ? *replica : core.dataset;
+            outcome.stream_state = std::make_shared<const std::string>(streamed.state());
+          }
         }
         if (!samples.empty() && !(partial && core.options.drop_last)) {
           outcome.batch.emplace(core.place_batch([&] {
@@ -810,13 +856,16 @@ class StreamRun final : public RunBase<D, C> {
         outcome.error = std::current_exception();
         ended = true;
       }
+      if (!self->drop_delivered(w, outcome, dropped) || ended) break;
+      samples.clear();
+      }
       if (hop) set_worker_info(nullptr);
       if (hop) co_await core.driver.schedule();
       if (ended) {
         over = true;
         self->queues_[static_cast<std::size_t>(w)].active = false;
       }
-      self->complete(*task, std::move(outcome), dropped);
+      self->hand_on(w, *task, std::move(outcome), dropped);
     }
     // NOTE: the stream (and with it the replica's generator frame) ends here, on the driver.
     cursor.reset();
@@ -840,6 +889,7 @@ class StreamRun final : public RunBase<D, C> {
       }
       Outcome<Batch> outcome;
       bool dropped = false;
+      for (;;) {
       try {
         ProcessTask t;
         t.kind = ProcessTask::Kind::stream;
@@ -859,8 +909,10 @@ class StreamRun final : public RunBase<D, C> {
         outcome.error = std::current_exception();
         over = true;
       }
+      if (!self->drop_delivered(w, outcome, dropped) || over) break;
+      }
       if (over) self->queues_[static_cast<std::size_t>(w)].active = false;
-      self->complete(*task, std::move(outcome), dropped);
+      self->hand_on(w, *task, std::move(outcome), dropped);
     }
     --core.live;
     core.maybe_stop();
@@ -992,11 +1044,7 @@ class LoaderCore {
     if (resume_from) {
       resumed = std::move(*resume_from);
       resume_from.reset();
-      if constexpr (iterable) {
-        if (resumed.count() > 0) warn_fast_forward(resumed.count());
-      }
     }
-    if constexpr (!iterable) batch_sampler.set_epoch(epochs_started);
     auto run = std::make_shared<Run>(*this, epochs_started++, base_seed, std::move(resumed),
                                      std::move(start_state));
     if constexpr (iterable) {
@@ -1018,9 +1066,33 @@ class LoaderCore {
     }
     s.batch_size = options.batch_size.value_or(-1);
     s.seed = options.seed;
+    if constexpr (iterable) s.stream_workers = options.num_workers;
     s.rank = rank;
     s.world_size = world_size;
     return s;
+  }
+
+  /// True when each stream's state() describes that worker's stream alone: the dataset has
+  /// state()/load_state(), each worker streams its own copy, and in this process.
+  bool stream_states_usable() const {
+    if constexpr (ResumableStream<D>) {
+      return options.executor != Executor::processes &&
+             (std::is_copy_constructible_v<D> || options.num_workers <= 1);
+    } else {
+      return false;
+    }
+  }
+
+  static std::vector<LoaderState::Stream> streams_of(const StreamMarks& marks) {
+    std::vector<LoaderState::Stream> out;
+    for (const auto& [w, count] : marks.counts) {
+      LoaderState::Stream st;
+      st.worker = w;
+      st.delivered = count;
+      if (auto it = marks.states.find(w); it != marks.states.end()) st.state = it->second;
+      out.push_back(std::move(st));
+    }
+    return out;
   }
 
   /// Where the loader stands: mid-epoch while the current epoch's consumer has not seen its
@@ -1029,9 +1101,11 @@ class LoaderCore {
     LoaderState s = identity();
     std::optional<EpochPosition> at;
     auto run = current.lock();
-    if (run) {
+    if (resume_from) {
+      // Loaded and not started yet: the loaded state, whatever an old run still drains.
+    } else if (run) {
       if (!run->handoff.ended()) at = run->position();
-    } else if (!resume_from) {
+    } else {
       // The run is gone: its consumer stopped it, or saw its end.
       std::lock_guard lock(stopped->mutex);
       if (stopped->position && stopped->position->epoch == epochs_started - 1 &&
@@ -1044,7 +1118,7 @@ class LoaderCore {
       s.delivered = at->done.prefix();
       s.beyond = at->done.beyond();
       s.generator = std::move(at->generator);
-      s.streams.assign(at->marks.states.begin(), at->marks.states.end());
+      s.streams = streams_of(at->marks);
       s.last_stream = at->marks.last_worker;
     } else if (resume_from) {
       // Loaded but not started yet: the loaded state, unchanged.
@@ -1053,7 +1127,7 @@ class LoaderCore {
       s.beyond = resume_from->beyond();
       s.generator = generator_state(generator);
       if (resume_marks) {
-        s.streams.assign(resume_marks->states.begin(), resume_marks->states.end());
+        s.streams = streams_of(*resume_marks);
         s.last_stream = resume_marks->last_worker;
       }
     } else {
@@ -1073,14 +1147,18 @@ class LoaderCore {
     set_generator_state(generator, saved.generator);
     epochs_started = saved.epoch;
     resume_marks.reset();
-    if constexpr (iterable && ResumableStream<D>) {
-      if (!saved.streams.empty()) {
-        // The streams continue from their states: nothing is delivered twice or re-read.
-        resume_marks.emplace(StreamMarks{{saved.streams.begin(), saved.streams.end()},
-                                         saved.last_stream});
-        resume_from.emplace();
-        return;
+    if constexpr (iterable) {
+      // Per worker: its stream continues from its saved state where it has one (and states can
+      // be used here), else from its start, dropping the batches it had delivered.
+      StreamMarks marks;
+      marks.last_worker = saved.last_stream;
+      for (const auto& st : saved.streams) {
+        marks.counts[st.worker] = st.delivered;
+        if (st.state && stream_states_usable()) marks.states[st.worker] = *st.state;
       }
+      resume_marks.emplace(std::move(marks));
+      resume_from.emplace();
+      return;
     }
     resume_from.emplace(saved.delivered, saved.beyond);
   }
@@ -1392,7 +1470,8 @@ class LoaderCore {
         const at::Device d = *options.device;
         if (d.is_cuda()) {
           try {
-            device_backend = make_cuda_backend(d.has_index() ? d.index() : 0);
+            // No index: the thread's current device, as at::Device("cuda") means in libtorch.
+            device_backend = make_cuda_backend(d.has_index() ? d.index() : -1);
           } catch (const std::exception& e) {
             throw std::invalid_argument("device = " + d.str() + ": " + e.what());
           }
@@ -1404,7 +1483,7 @@ class LoaderCore {
                                       "through its host backend, to the CPU)");
         }
       } else if (cuda_available()) {
-        device_backend = make_cuda_backend(0);
+        device_backend = make_cuda_backend(-1);
       } else {
         // As PyTorch: without an accelerator, pin_memory leaves batches where they are.
         warn_once("pin_memory without CUDA",

@@ -34,10 +34,16 @@ struct LoaderState {
   /// The loader's random generator (`seed` set) or ATen's default one (unset) when the epoch
   /// began: the epoch's base seed and the shuffle are drawn from it again.
   std::vector<std::uint8_t> generator;
-  /// An iterable dataset with state()/load_state() members: each worker's stream state after
-  /// its last delivered batch, and the worker of the last delivered batch (the rotation goes
-  /// on after it). Empty otherwise (the loader then fast-forwards).
-  std::vector<std::pair<int, std::string>> streams;
+  /// An iterable dataset: for each worker, how many of its batches were delivered and (with
+  /// state()/load_state() members) its stream's state after the last of them; and the worker
+  /// of the last delivered batch (the rotation goes on after it).
+  struct Stream {
+    int worker = 0;
+    std::int64_t delivered = 0;
+    std::optional<std::string> state;
+    friend bool operator==(const Stream&, const Stream&) = default;
+  };
+  std::vector<Stream> streams;
   int last_stream = -1;
 
   // What the state must match in the loader that loads it.
@@ -46,6 +52,8 @@ struct LoaderState {
   /// The batch size; -1 without automatic batching.
   std::int64_t batch_size = -1;
   std::optional<std::uint64_t> seed;
+  /// An iterable dataset's num_workers (its shards and streams depend on it); -1 map-style.
+  std::int64_t stream_workers = -1;
   /// The distributed rank and world size the loader ran with.
   int rank = 0;
   int world_size = 1;

@@ -62,8 +62,10 @@ struct Outcome {
 };
 
 /// Where each worker's stream of an iterable dataset stands after the batches its consumer
-/// has taken, and the worker of the last of them.
+/// has taken: how many it took from each worker (batches and errors), each stream's state
+/// (datasets with state()), and the worker of the last of them.
 struct StreamMarks {
+  std::map<int, std::int64_t> counts;
   std::map<int, std::string> states;
   int last_worker = -1;
 };
@@ -190,9 +192,10 @@ class Handoff {
       slot.result = Poll::item;
       ++taken_;
       if (slot.outcome.number >= 0) done_.add(slot.outcome.number);
-      if (slot.outcome.stream_state) {
-        marks_.states[slot.outcome.stream_worker] = *slot.outcome.stream_state;
-        marks_.last_worker = slot.outcome.stream_worker;
+      if (const int w = slot.outcome.stream_worker; w >= 0) {
+        ++marks_.counts[w];
+        if (slot.outcome.stream_state) marks_.states[w] = *slot.outcome.stream_state;
+        marks_.last_worker = w;
       }
       return true;
     }
