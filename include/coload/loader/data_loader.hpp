@@ -789,75 +789,75 @@ class StreamRun final : public RunBase<D, C> {
       // NOTE: a resumed epoch drops the batches this worker had delivered before, without
       // giving up this batch number: the rotation stays that of the interrupted run.
       for (;;) {
-      try {
-        if (!cursor) {
-          if (hop) {
-            core.init_worker(info, self->epoch_);
-            replica = core.replica(w);
-            info.dataset = static_cast<const void*>(replica.get());
-          }
-          D& dataset = replica ? *replica : core.dataset;
-          try {
-            if constexpr (ResumableStream<D>) {
-              if (auto it = self->resume_states_.find(w); it != self->resume_states_.end()) {
-                dataset.load_state(it->second);
-              }
+        try {
+          if (!cursor) {
+            if (hop) {
+              core.init_worker(info, self->epoch_);
+              replica = core.replica(w);
+              info.dataset = static_cast<const void*>(replica.get());
             }
-            cursor.emplace(dataset.stream(std::as_const(info)));
-          } catch (...) {
-            throw wrap_current_exception(hop ? w : -1, *task, -1, "starting the stream for");
-          }
-        }
-        samples.reserve(want);
-        while (samples.size() < want) {
-          if (self->cancelled()) throw Cancelled{};
-          typename stream_t<D>::pointer sample = nullptr;
-          try {
-            if constexpr (async_stream_v<D>) {
-              const auto thread = std::this_thread::get_id();
-              sample = co_await cursor->next_async();
-              // A stream that awaited something may resume elsewhere: come back to this
-              // worker's thread (or the driver) before going on.
-              if (std::this_thread::get_id() != thread) {
-                if (hop) {
-                  co_await core.executor->schedule_on(w);
-                } else {
-                  co_await core.driver.schedule();
+            D& dataset = replica ? *replica : core.dataset;
+            try {
+              if constexpr (ResumableStream<D>) {
+                if (auto it = self->resume_states_.find(w); it != self->resume_states_.end()) {
+                  dataset.load_state(it->second);
                 }
               }
-            } else {
-              sample = cursor->next_sync();
+              cursor.emplace(dataset.stream(std::as_const(info)));
+            } catch (...) {
+              throw wrap_current_exception(hop ? w : -1, *task, -1, "starting the stream for");
             }
-          } catch (...) {
-            ended = true;
-            throw wrap_current_exception(hop ? w : -1, *task, -1, "fetching");
           }
-          if (!sample) {
-            ended = true;
-            break;
+          samples.reserve(want);
+          while (samples.size() < want) {
+            if (self->cancelled()) throw Cancelled{};
+            typename stream_t<D>::pointer sample = nullptr;
+            try {
+              if constexpr (async_stream_v<D>) {
+                const auto thread = std::this_thread::get_id();
+                sample = co_await cursor->next_async();
+                // A stream that awaited something may resume elsewhere: come back to this
+                // worker's thread (or the driver) before going on.
+                if (std::this_thread::get_id() != thread) {
+                  if (hop) {
+                    co_await core.executor->schedule_on(w);
+                  } else {
+                    co_await core.driver.schedule();
+                  }
+                }
+              } else {
+                sample = cursor->next_sync();
+              }
+            } catch (...) {
+              ended = true;
+              throw wrap_current_exception(hop ? w : -1, *task, -1, "fetching");
+            }
+            if (!sample) {
+              ended = true;
+              break;
+            }
+            samples.push_back(std::move(*sample));
           }
-          samples.push_back(std::move(*sample));
-        }
-        const bool partial = samples.size() < want;
-        if constexpr (ResumableStream<D>) {
-          if (core.stream_states_usable()) {
-            const D& streamed = replica ? *replica : core.dataset;
-            outcome.stream_state = std::make_shared<const std::string>(streamed.state());
+          const bool partial = samples.size() < want;
+          if constexpr (ResumableStream<D>) {
+            if (core.stream_states_usable()) {
+              const D& streamed = replica ? *replica : core.dataset;
+              outcome.stream_state = std::make_shared<const std::string>(streamed.state());
+            }
           }
+          if (!samples.empty() && !(partial && core.options.drop_last)) {
+            outcome.batch.emplace(core.place_batch([&] {
+              return core.collate_samples(std::move(samples), hop ? w : -1, *task);
+            }));
+          }
+        } catch (const Cancelled&) {
+          dropped = true;
+        } catch (...) {
+          outcome.error = std::current_exception();
+          ended = true;
         }
-        if (!samples.empty() && !(partial && core.options.drop_last)) {
-          outcome.batch.emplace(core.place_batch([&] {
-            return core.collate_samples(std::move(samples), hop ? w : -1, *task);
-          }));
-        }
-      } catch (const Cancelled&) {
-        dropped = true;
-      } catch (...) {
-        outcome.error = std::current_exception();
-        ended = true;
-      }
-      if (!self->drop_delivered(w, outcome, dropped) || ended) break;
-      samples.clear();
+        if (!self->drop_delivered(w, outcome, dropped) || ended) break;
+        samples.clear();
       }
       if (hop) set_worker_info(nullptr);
       if (hop) co_await core.driver.schedule();
@@ -890,26 +890,26 @@ class StreamRun final : public RunBase<D, C> {
       Outcome<Batch> outcome;
       bool dropped = false;
       for (;;) {
-      try {
-        ProcessTask t;
-        t.kind = ProcessTask::Kind::stream;
-        t.batch = *task;
-        t.epoch = self->epoch_;
-        t.worker_seed = self->base_seed_;
-        t.sample_seed = self->sample_seed_;
-        t.want = Plan::per_sample ? 1 : *core.options.batch_size;
-        auto result = co_await core.pool->submit(w, std::move(t));
-        over = result.reply.stream_over;
-        if (auto batch = core.take_result(std::move(result))) outcome.batch.emplace(std::move(*batch));
-      } catch (const Cancelled&) {
-        dropped = true;
-      } catch (const EmptyBatch&) {
-        over = true;
-      } catch (...) {
-        outcome.error = std::current_exception();
-        over = true;
-      }
-      if (!self->drop_delivered(w, outcome, dropped) || over) break;
+        try {
+          ProcessTask t;
+          t.kind = ProcessTask::Kind::stream;
+          t.batch = *task;
+          t.epoch = self->epoch_;
+          t.worker_seed = self->base_seed_;
+          t.sample_seed = self->sample_seed_;
+          t.want = Plan::per_sample ? 1 : *core.options.batch_size;
+          auto result = co_await core.pool->submit(w, std::move(t));
+          over = result.reply.stream_over;
+          if (auto batch = core.take_result(std::move(result))) outcome.batch.emplace(std::move(*batch));
+        } catch (const Cancelled&) {
+          dropped = true;
+        } catch (const EmptyBatch&) {
+          over = true;
+        } catch (...) {
+          outcome.error = std::current_exception();
+          over = true;
+        }
+        if (!self->drop_delivered(w, outcome, dropped) || over) break;
       }
       if (over) self->queues_[static_cast<std::size_t>(w)].active = false;
       self->hand_on(w, *task, std::move(outcome), dropped);
