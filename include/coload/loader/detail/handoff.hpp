@@ -17,7 +17,7 @@
 namespace coload::detail {
 
 /// The batch numbers of an epoch that are done with, as a prefix `0 .. prefix() - 1` and the
-/// numbers beyond it (out of order, at most the in-flight bound of them).
+/// numbers beyond it (done out of order, with `in_order = false`).
 class DeliveredSet {
  public:
   DeliveredSet() = default;
@@ -39,9 +39,6 @@ class DeliveredSet {
   bool contains(std::int64_t n) const { return n < prefix_ || beyond_.count(n) != 0; }
   std::int64_t prefix() const noexcept { return prefix_; }
   std::vector<std::int64_t> beyond() const { return {beyond_.begin(), beyond_.end()}; }
-  std::int64_t count() const noexcept {
-    return prefix_ + static_cast<std::int64_t>(beyond_.size());
-  }
 
  private:
   std::int64_t prefix_ = 0;
