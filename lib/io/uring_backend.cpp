@@ -166,13 +166,18 @@ class UringBackend final : public ReaderBackend {
 
 bool UringBackend::init(std::string& why) {
   const unsigned depth = std::clamp(options_.queue_depth, 4u, 32768u);
+  // NOTE: COOP_TASKRUN: completions that need this thread's task work (the steps of a chain
+  // that ran inline) no longer interrupt it with an IPI; they run at its next system call, and
+  // a thread asleep in epoll is still woken. io-wq's completions posted to the CQ are unaffected.
+  // Each kernel that does not know a flag answers EINVAL; the next set drops the newest.
+  int rc = -EINVAL;
   io_uring_params params{};
-  params.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CLAMP;
-  int rc = io_uring_queue_init_params(depth, &ring_, &params);
-  if (rc == -EINVAL) {  // a kernel older than 5.18 does not know SUBMIT_ALL
+  for (unsigned flags : {IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CLAMP | IORING_SETUP_COOP_TASKRUN,
+                         IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CLAMP, unsigned{IORING_SETUP_CLAMP}}) {
     params = io_uring_params{};
-    params.flags = IORING_SETUP_CLAMP;
+    params.flags = flags;
     rc = io_uring_queue_init_params(depth, &ring_, &params);
+    if (rc != -EINVAL) break;
   }
   if (rc < 0) {
     why = errno_text("io_uring_queue_init", -rc);
