@@ -179,7 +179,7 @@ Task<bool> ImagePipeline::fetch_one(BatchContext& ctx, std::size_t position, flo
   } catch (const std::exception& e) {
     what = e.what();
   }
-  if (!ctx.skip(position, what)) throw SampleError(i, what);
+  if (!ctx.skip(position, what)) throw SampleError(ctx.loader_index(position), what);
   co_return false;
 }
 

@@ -89,6 +89,30 @@ struct BatchLengths {
   }
 };
 
+// Sample i: the first draw of its Rng, fetched one by one (get_async) ...
+struct DrawEach {
+  std::int64_t n;
+  std::int64_t size() const { return n; }
+  Task<std::int64_t> get_async(Index, SampleContext& ctx) {
+    co_return static_cast<std::int64_t>(ctx.rng.next_u64() >> 1);
+  }
+};
+
+// ... or by whole batches (get_batch_async), each sample drawing from ctx.sample(k).
+struct DrawBatch {
+  std::int64_t n;
+  std::int64_t size() const { return n; }
+  std::int64_t get(Index i) const { return i; }  // the sample type; not used by the loader
+  Task<at::Tensor> get_batch_async(std::span<const Index> indices, BatchContext& ctx) {
+    at::Tensor draws = at::empty({static_cast<std::int64_t>(indices.size())}, at::kLong);
+    for (std::size_t k = 0; k < indices.size(); ++k) {
+      draws.data_ptr<std::int64_t>()[k] =
+          static_cast<std::int64_t>(ctx.sample(k).rng.next_u64() >> 1);
+    }
+    co_return draws;
+  }
+};
+
 }  // namespace
 
 TEST_SUITE("loader") {
@@ -263,6 +287,26 @@ TEST_SUITE("loader") {
 }
 
 TEST_SUITE("loader") {
+  TEST_CASE("a Subset's samples draw the same randomness fetched by batch or one by one") {
+    const std::vector<Index> picked{9, 2, 14, 5, 2, 11};
+    auto draws = [&](auto dataset) {
+      auto loader = make_data_loader(Subset(std::move(dataset), picked),
+                                     LoaderOptions<>{.batch_size = 3, .num_workers = 2, .seed = 7});
+      std::vector<std::int64_t> all;
+      for (auto& b : loader) {
+        for (auto v : values(b)) all.push_back(v);
+      }
+      return all;
+    };
+    const std::vector<std::int64_t> each = draws(DrawEach{16});
+    const std::vector<std::int64_t> batched = draws(DrawBatch{16});
+    REQUIRE(each.size() == 6);
+    // Sample k draws from its index in the subset, not from the dataset index it maps to:
+    // positions 1 and 4 both map to dataset index 2, yet draw differently.
+    CHECK(batched == each);
+    CHECK(each[1] != each[4]);
+  }
+
   TEST_CASE("Subset, ConcatDataset and map forward get_async and get_batch_async") {
     const Files files(12);
     // Subset: sample k is file indices[k].

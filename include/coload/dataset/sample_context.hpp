@@ -181,18 +181,29 @@ struct BatchContext {
   /// nullptr: install it with BatchAllocatorScope around empty_batch_tensor() calls. Unlike
   /// the thread's own BatchAllocator, it stays with the batch across threads.
   BatchAllocator* allocator = nullptr;
+  /// The loader's own indices of the batch's samples, where a wrapper (Subset) handed the
+  /// dataset its own `indices`; empty when they are the same. Each sample's Rng, and the index
+  /// that skips and errors name, go by these: a wrapped dataset then draws and reports alike
+  /// whether it is fetched by batch or sample by sample.
+  std::span<const Index> loader_indices{};
 
   /// With `on_error = skip`: records that the sample at `position` was left out because of
   /// `what` and returns true; with `raise`, returns false (the caller throws).
   bool skip(std::size_t position, const std::string& what) const {
     if (on_error != OnError::skip) return false;
-    if (skip_log) skip_log->skip(indices[position], what);
+    if (skip_log) skip_log->skip(loader_index(position), what);
     return true;
   }
 
-  /// The context of the sample at `position` in the batch, with its own Rng.
+  /// The loader's index of the sample at `position` (see loader_indices).
+  Index loader_index(std::size_t position) const noexcept {
+    return loader_indices.empty() ? indices[position] : loader_indices[position];
+  }
+
+  /// The context of the sample at `position` in the batch, with its own Rng: the same as the
+  /// loader gives a per-sample fetch of it.
   SampleContext sample(std::size_t position) const noexcept {
-    const Index i = indices[position];
+    const Index i = loader_index(position);
     return SampleContext{i, epoch, Rng::for_sample(seed, epoch, i), nullptr, io, cpu_place};
   }
   /// As SampleContext::cpu().

@@ -48,7 +48,9 @@ class Subset {
     return dataset_->get_async(resolve(index), ctx);
   }
   /// The dataset's get_batch_async at the mapped indices: the dataset sees its own indices,
-  /// in its batch context too (as PyTorch's Subset.__getitems__ hands them on).
+  /// in its batch context too (as PyTorch's Subset.__getitems__ hands them on), while each
+  /// sample's Rng stays that of its index in the subset (BatchContext::loader_indices), as in
+  /// get(index, ctx).
   auto get_batch_async(std::span<const Index> indices, BatchContext& ctx)
     requires AsyncBatchedDataset<D>
   {
@@ -95,6 +97,7 @@ class Subset {
                  .get_batch_async(std::declval<std::span<const Index>>(),
                                   std::declval<BatchContext&>()))>>::type> {
     BatchContext ctx = outer;
+    if (ctx.loader_indices.empty()) ctx.loader_indices = outer.indices;  // outermost wins
     ctx.indices = mapped;
     co_return co_await dataset->get_batch_async(std::span<const Index>(mapped), ctx);
   }
