@@ -110,4 +110,9 @@ IoError::IoError(std::string path, const char* operation, int error)
     : std::system_error(error, std::system_category(), describe(path, operation)),
       path_(std::move(path)) {}
 
+IoError::IoError(std::string path, const char* operation, int error, const char* detail)
+    : std::system_error(error, std::system_category(),
+                        describe(path, operation) + " (" + detail + ")"),
+      path_(std::move(path)) {}
+
 }  // namespace coload::io

@@ -48,9 +48,11 @@ struct Job {
   // Keeps io_context::run() from returning while the job is out, as Asio's own operations do.
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
 
-  void fail(const char* call, int e) noexcept {
+  const char* detail = nullptr;  // what the file is, when it is no regular file
+  void fail(const char* call, int e, const char* what = nullptr) noexcept {
     failed = call;
     error = e;
+    detail = what;
   }
 };
 
@@ -90,6 +92,20 @@ void run_read_file(Job& job, Buffer& staging) {
   const int fd = open_read_only(job.path, flags);
   if (fd < 0) return job.fail("open", errno);
   const ssize_t first = read_fully(fd, staging.data(), staging.capacity(), 0);
+  if (first == 0 || (first < 0 && errno == ESPIPE)) {
+    // Nothing read, or nothing that can be read at an offset: a FIFO or a device is refused
+    // by name (as the io_uring backend does), an empty file is empty.
+    const int read_error = errno;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) {
+      if (const char* what = not_regular(st.st_mode)) {
+        job.fail("read", EINVAL, what);
+        ::close(fd);
+        return;
+      }
+    }
+    errno = read_error;
+  }
   if (first < 0) {
     job.fail("read", errno);
     ::close(fd);
@@ -203,6 +219,7 @@ class PreadBackend final : public ReaderBackend {
     job.path = path.c_str();
     job.open_flags = open_flags();
     co_await run(job);
+    if (job.error != 0 && job.detail) throw IoError(std::move(path), job.failed, job.error, job.detail);
     if (job.error != 0) throw IoError(std::move(path), job.failed, job.error);
     co_return std::move(job.buffer);
   }

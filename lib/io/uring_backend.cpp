@@ -364,7 +364,7 @@ void UringBackend::prep(Request* r) {
       io_uring_sqe_set_data64(sqe, tag(r, 0));
       break;
     case Request::Kind::statx:
-      io_uring_prep_statx(sqe, AT_FDCWD, r->path, 0, STATX_SIZE, r->stx);
+      io_uring_prep_statx(sqe, AT_FDCWD, r->path, 0, STATX_TYPE | STATX_SIZE, r->stx);
       io_uring_sqe_set_data64(sqe, tag(r, 0));
       break;
   }
@@ -483,6 +483,19 @@ Task<Buffer> UringBackend::read_file(std::string path) {
     buffer = Buffer(size);
     if (size > 0) std::memcpy(buffer.data(), first.buf, size);
     if (first.pooled) pool_->give_back(first.buf);
+  }
+  if (size == 0 && !more) {
+    // Nothing read: an empty file, or no regular file at all (a FIFO without a writer reads
+    // as empty), which is refused by name. An empty read is rare enough for one more statx.
+    struct statx stx {};
+    Request stat;
+    stat.kind = Request::Kind::statx;
+    stat.path = path.c_str();
+    stat.stx = &stx;
+    co_await submit(stat);
+    if (stat.res[0] == 0) {
+      if (const char* what = not_regular(stx.stx_mode)) throw IoError(std::move(path), "read", EINVAL, what);
+    }
   }
 
   // NOTE: the follow-up for a file that filled the first buffer. The chain has closed the

@@ -34,7 +34,8 @@ std::vector<std::byte> read_whole_file(const std::string& path) {
   }
   std::vector<std::byte> data;
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) data.reserve(static_cast<std::size_t>(st.st_size));
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  if (stat_ok && st.st_size > 0) data.reserve(static_cast<std::size_t>(st.st_size));
   std::byte chunk[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, chunk, sizeof chunk);
@@ -49,6 +50,10 @@ std::vector<std::byte> read_whole_file(const std::string& path) {
     data.insert(data.end(), chunk, chunk + n);
   }
   ::close(fd);
+  if (const char* what = stat_ok ? io::not_regular(st.st_mode) : nullptr; data.empty() && what) {
+    throw std::system_error(EINVAL, std::generic_category(),
+                            "cannot read '" + path + "' (" + what + ")");
+  }
   return data;
 }
 

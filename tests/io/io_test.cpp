@@ -616,7 +616,7 @@ TEST_CASE("a coroutine resumed by the Reader may destroy it while others are in 
   }
 }
 
-TEST_CASE("a FIFO reads as empty at once instead of blocking the read (both backends)") {
+TEST_CASE("a FIFO is refused at once as no regular file, naming the path (both backends)") {
   TempDir dir;
   const std::string fifo = (dir.path / "fifo").string();
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
@@ -628,12 +628,10 @@ TEST_CASE("a FIFO reads as empty at once instead of blocking the read (both back
     std::latch done(1);
     io.call([&] { read_into(*reader, fifo, out, done); });
     done.wait();
-    // No writer: the FIFO is at its end (pread refuses it: a FIFO cannot seek).
-    if (out.data) {
-      CHECK(out.data->empty());
-    } else {
-      CHECK(out.what.find(fifo) != std::string::npos);
-    }
+    // Opened without blocking (no writer), then refused for what it is.
+    CHECK_FALSE(out.data);
+    CHECK(out.error == EINVAL);
+    CHECK(out.what == "cannot read '" + fifo + "' (a FIFO, not a regular file): Invalid argument");
     io.call([&] { reader.reset(); });
   }
 }

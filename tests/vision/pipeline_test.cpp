@@ -573,7 +573,7 @@ BadInput fifo() {
   return {"FIFO named .jpg",
           [](const fs::path& p) { REQUIRE(::mkfifo(p.c_str(), 0600) == 0); },
           {},
-          {"'PATH'"}};
+          {"'PATH' (a FIFO, not a regular file)"}};
 }
 
 // Opens `fifo` for writing without blocking and closes it at once: a reader blocked opening it
@@ -645,13 +645,13 @@ void check_fifo(bool pread) {
       check_batch(pipeline, *out[0].batch, {0, 1, 2, 3});
       if (policy == OnError::raise) {
         REQUIRE(out[1].error);
-        CHECK(out[1].what.find(quoted(bad)) != std::string::npos);
+        CHECK(out[1].what.find(quoted(bad) + " (a FIFO, not a regular file)") != std::string::npos);
       } else {
         REQUIRE(out[1].batch);
         check_batch(pipeline, *out[1].batch, {4, 6, 7});
         CHECK(loader.skipped() == 1);
         CHECK(err.find("coload: skipping sample 5: ") != std::string::npos);
-        CHECK(err.find(quoted(bad)) != std::string::npos);
+        CHECK(err.find(quoted(bad) + " (a FIFO, not a regular file)") != std::string::npos);
       }
       REQUIRE(out[2].batch);
       check_batch(pipeline, *out[2].batch, {8, 9, 10, 11});
@@ -1044,7 +1044,7 @@ TEST_SUITE("vision") {
     }
     const std::string what = result.get();
     CHECK_MESSAGE(!blocked, "get() blocked opening a FIFO without a writer");
-    CHECK(what.find(quoted(bad)) != std::string::npos);
+    CHECK(what.find(quoted(bad) + " (a FIFO, not a regular file)") != std::string::npos);
   }
 
 }  // TEST_SUITE("vision")
