@@ -219,7 +219,9 @@ class PreadBackend final : public ReaderBackend {
     job.path = path.c_str();
     job.open_flags = open_flags();
     co_await run(job);
-    if (job.error != 0 && job.detail) throw IoError(std::move(path), job.failed, job.error, job.detail);
+    if (job.error != 0 && job.detail) {
+      throw IoError(std::move(path), job.failed, job.error, job.detail);
+    }
     if (job.error != 0) throw IoError(std::move(path), job.failed, job.error);
     co_return std::move(job.buffer);
   }

@@ -172,8 +172,8 @@ bool UringBackend::init(std::string& why) {
   // Each kernel that does not know a flag answers EINVAL; the next set drops the newest.
   int rc = -EINVAL;
   io_uring_params params{};
-  for (unsigned flags : {IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CLAMP | IORING_SETUP_COOP_TASKRUN,
-                         IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CLAMP, unsigned{IORING_SETUP_CLAMP}}) {
+  constexpr unsigned base = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CLAMP;
+  for (unsigned flags : {base | IORING_SETUP_COOP_TASKRUN, base, unsigned{IORING_SETUP_CLAMP}}) {
     params = io_uring_params{};
     params.flags = flags;
     rc = io_uring_queue_init_params(depth, &ring_, &params);
@@ -494,7 +494,9 @@ Task<Buffer> UringBackend::read_file(std::string path) {
     stat.stx = &stx;
     co_await submit(stat);
     if (stat.res[0] == 0) {
-      if (const char* what = not_regular(stx.stx_mode)) throw IoError(std::move(path), "read", EINVAL, what);
+      if (const char* what = not_regular(stx.stx_mode)) {
+        throw IoError(std::move(path), "read", EINVAL, what);
+      }
     }
   }
 
