@@ -127,6 +127,8 @@ class UringBackend final : public ReaderBackend {
     void await_resume() const noexcept {}
   };
   Awaiter submit(Request& request) noexcept { return Awaiter{this, &request}; }
+  /// statx of `path` (its type and size) through the ring: 0, or a negative errno.
+  Task<int> stat(const char* path, struct statx& stx);
 
   void start(Request* request);
   void schedule_flush();
@@ -488,12 +490,7 @@ Task<Buffer> UringBackend::read_file(std::string path) {
     // Nothing read: an empty file, or no regular file at all (a FIFO without a writer reads
     // as empty), which is refused by name. An empty read is rare enough for one more statx.
     struct statx stx {};
-    Request stat;
-    stat.kind = Request::Kind::statx;
-    stat.path = path.c_str();
-    stat.stx = &stx;
-    co_await submit(stat);
-    if (stat.res[0] == 0) {
+    if (co_await stat(path.c_str(), stx) == 0) {
       if (const char* what = not_regular(stx.stx_mode)) {
         throw IoError(std::move(path), "read", EINVAL, what);
       }
@@ -508,12 +505,9 @@ Task<Buffer> UringBackend::read_file(std::string path) {
   int retries = 0;
   while (more) {
     struct statx stx {};
-    Request stat;
-    stat.kind = Request::Kind::statx;
-    stat.path = path.c_str();
-    stat.stx = &stx;
-    co_await submit(stat);
-    if (stat.res[0] < 0) throw IoError(std::move(path), "stat", -stat.res[0]);
+    if (const int rc = co_await stat(path.c_str(), stx); rc < 0) {
+      throw IoError(std::move(path), "stat", -rc);
+    }
     const std::uint64_t total = buffer.size();
     if (stx.stx_size <= total) break;
     const std::size_t want = round_up(stx.stx_size - total + 1, Buffer::alignment);
@@ -541,6 +535,15 @@ Task<Buffer> UringBackend::read_file(std::string path) {
     buffer.resize(total + static_cast<std::size_t>(n));
   }
   co_return buffer;
+}
+
+Task<int> UringBackend::stat(const char* path, struct statx& stx) {
+  Request r;
+  r.kind = Request::Kind::statx;
+  r.path = path;
+  r.stx = &stx;
+  co_await submit(r);
+  co_return r.res[0];
 }
 
 Task<File> UringBackend::open(std::string path) {
