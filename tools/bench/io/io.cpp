@@ -10,9 +10,9 @@
 //
 // Besides the buffered Reader (the default, "uring"), the Reader's direct mode (ReaderOptions::
 // direct, meant for cold storage) runs against a pool of 32 threads reading with O_DIRECT too,
-// and its cold rate is also compared with the best buffered pool: on a device whose requests
-// are costly per page (a virtio disk), the page cache's 4 KiB pages bound every buffered reader
-// alike, while direct reads into the ring's registered buffers go round that bound.
+// and its cold rate is also compared with the best buffered pool: on the development VM's
+// virtio disk every buffered reader stops at about the same rate, while direct reads into the
+// ring's registered buffers go faster (why buffered reads stop there was not pinned down).
 
 #include <fcntl.h>
 #include <sys/resource.h>
