@@ -77,6 +77,16 @@ struct Plain {
   std::int64_t get(Index i) const { return i; }
 };
 
+// A batch struct with a tensor inside but no TensorMap: the device stage cannot see into it.
+struct Opaque {
+  at::Tensor values;
+};
+struct OpaqueCollate {
+  Opaque operator()(std::vector<std::int64_t> samples) const {
+    return Opaque{at::tensor(samples, at::kLong)};
+  }
+};
+
 using Batch = std::tuple<at::Tensor, at::Tensor>;
 
 std::vector<std::int64_t> firsts(const Batch& b) {
@@ -194,6 +204,39 @@ TEST_SUITE("loader") {
     }
     CHECK(backend->live_device_allocations() == 0);
     CHECK(backend->live_pinned_bytes() == 0);
+  }
+
+  TEST_CASE("the device stage warns once when a batch type shows it no tensor") {
+    std::vector<std::string> warnings;
+    set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
+    coload::detail::forget_warnings();
+    auto backend = std::make_shared<HostDeviceBackend>();
+    std::vector<std::int64_t> got;
+    {
+      auto loader = make_data_loader(
+          Plain{}, LoaderOptions<OpaqueCollate>{.batch_size = 4, .collate = OpaqueCollate{},
+                                                .device = at::Device(at::kCPU),
+                                                .device_backend = backend});
+      for (int epoch = 0; epoch < 2; ++epoch) {
+        for (auto& b : loader) {
+          auto t = b.values.contiguous();
+          got.insert(got.end(), t.data_ptr<std::int64_t>(), t.data_ptr<std::int64_t>() + t.numel());
+        }
+      }
+      // A batch the stage can see into says nothing.
+      auto plain = make_data_loader(Counted{8}, LoaderOptions<>{.batch_size = 4,
+                                                                .device = at::Device(at::kCPU),
+                                                                .device_backend = backend});
+      for ([[maybe_unused]] auto& b : plain) {
+      }
+    }
+    set_warning_handler({});
+    CHECK(got == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7});
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("found no tensor in a batch of type") != std::string::npos);
+    CHECK(warnings[0].find("Opaque") != std::string::npos);
+    CHECK(warnings[0].find("coload::TensorMap") != std::string::npos);
+    CHECK(backend->live_device_allocations() == 0);
   }
 
   TEST_CASE("the device stage keeps an error in its place behind the copies before it") {

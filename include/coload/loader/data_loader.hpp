@@ -2,6 +2,7 @@
 // DataLoader: owns the pipeline from sampler to consumer.
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/Type.h>
 #include <asio/async_result.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/executor_work_guard.hpp>
@@ -20,8 +21,10 @@
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -271,13 +274,16 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   }
   void cancel() override {
     // The consumer stops here: remember where, for state() after this run is gone.
-    {
+    // NOTE: Epoch::stop() is noexcept, and the copy allocates: out of memory, the stop goes on
+    // without recording its position rather than terminating.
+    try {
       EpochPosition at = position();
       std::lock_guard lock(stopped_->mutex);
       // An older epoch's late stop does not hide a newer one's position.
       if (!stopped_->position || stopped_->position->epoch <= epoch_) {
         stopped_->position = std::move(at);
       }
+    } catch (...) {
     }
     if (cancelled_.exchange(true) || closed_.load()) return;
     asio::post(core_.driver.context(), [self = this->shared_from_this()] { self->on_cancel(); });
@@ -367,6 +373,19 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     this->handoff.push(std::move(outcome));
   }
 
+  /// Driver: says once per batch type when the device stage reaches no tensor in a batch, so
+  /// that a struct without a TensorMap does not stay on the CPU unnoticed.
+  static void warn_if_opaque(const Batch& batch) {
+    bool any = false;
+    visit_tensors(batch, [&any](const at::Tensor&) { any = true; });
+    if (any) return;
+    const std::string type = c10::demangle(typeid(Batch).name());
+    warn_once("device stage: no tensor in " + type,
+              "the device stage found no tensor in a batch of type " + type +
+                  ", so it stays where it is: specialise coload::TensorMap for it "
+                  "(coload/device/tensor_map.hpp) to reach its tensors");
+  }
+
   /// Driver: copies a batch to the device and hands it on once the copy has completed. An
   /// error waits for the copies before it, so the consumer gets everything in order.
   static Detached to_device(std::shared_ptr<RunBase> self, Outcome<Batch> outcome) {
@@ -374,6 +393,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     ++core.live;
     bool failed = false;
     if (outcome.batch) {
+      warn_if_opaque(*outcome.batch);
       try {
         auto copied = co_await core.stage->copy(std::move(*outcome.batch));
         outcome.batch.emplace(std::move(copied.batch));
