@@ -334,11 +334,9 @@ int main(int argc, char** argv) {
   };
   const double ratio_cold = files_per_s("uring_cold") / best_pool("cold");
   const double ratio_warm = files_per_s("uring_warm") / best_pool("warm");
-  const bool have_direct = best.count("uring_direct_cold") && best.count("pread32_direct_cold");
-  const double ratio_cold_direct =
-      have_direct ? files_per_s("uring_direct_cold") / best_pool("cold") : 0.0;
+  const double ratio_cold_direct = files_per_s("uring_direct_cold") / best_pool("cold");
   const double ratio_direct_pools =
-      have_direct ? files_per_s("uring_direct_cold") / files_per_s("pread32_direct_cold") : 0.0;
+      files_per_s("uring_direct_cold") / files_per_s("pread32_direct_cold");
 
   if (args.json) {
     std::printf("{\"files\": %zu, \"bytes\": %llu, \"repeat\": %u, \"backend\": \"%s\"",
