@@ -1,0 +1,310 @@
+// The resampling kernels and weights of lib/vision/resample.hpp: Pillow's arithmetic, and
+// its SSSE3/AVX2 forms, chosen at run time.
+
+#include "resample.hpp"
+
+#ifdef COLOAD_VISION_X86
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace coload::vision {
+namespace detail {
+namespace {
+
+inline double triangle(double x) noexcept {
+  if (x < 0.0) x = -x;
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+
+}  // namespace
+
+void compute_coeffs(const AxisSpec& a, AxisCoeffs& c) {
+  const double scale = (a.in1 - a.in0) / a.out_size;
+  const double filterscale = std::max(scale, 1.0);
+  const double support = 1.0 * filterscale;
+  const double inverse = 1.0 / filterscale;
+  c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  c.start.resize(static_cast<std::size_t>(a.count));
+  c.taps.resize(static_cast<std::size_t>(a.count));
+  c.weights.assign(static_cast<std::size_t>(a.count) * c.ksize, 0);
+  thread_local std::vector<double> k;
+  k.resize(static_cast<std::size_t>(c.ksize));
+  // NOTE: positions are relative to `lo`, so for a crop followed by a resize (lo = in0) every
+  // double below is the one Pillow computes on the cropped image.
+  const double origin = a.in0 - a.lo;
+  const int available = a.hi - a.lo;
+  for (int i = 0; i < a.count; ++i) {
+    const int xx = a.first + i;
+    const double center = origin + (xx + 0.5) * scale;
+    int xmin = static_cast<int>(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = static_cast<int>(center + support + 0.5);
+    if (xmax > available) xmax = available;
+    xmax = std::max(xmax - xmin, 0);
+    double total = 0.0;
+    for (int x = 0; x < xmax; ++x) {
+      const double w = triangle((x + xmin - center + 0.5) * inverse);
+      k[static_cast<std::size_t>(x)] = w;
+      total += w;
+    }
+    std::int32_t* out = c.weights.data() + static_cast<std::size_t>(i) * c.ksize;
+    for (int x = 0; x < xmax; ++x) {
+      double w = k[static_cast<std::size_t>(x)];
+      if (total != 0.0) w /= total;
+      const double fixed = w * (1 << precision_bits);
+      out[x] = static_cast<std::int32_t>(w < 0 ? -0.5 + fixed : 0.5 + fixed);
+    }
+    c.start[static_cast<std::size_t>(i)] = a.lo + xmin;
+    c.taps[static_cast<std::size_t>(i)] = xmax;
+  }
+}
+
+
+namespace {
+
+[[gnu::always_inline]] inline void vertical_body(const std::uint8_t* __restrict base,
+                                                std::size_t row_bytes, int n,
+                                                const std::int32_t* __restrict w,
+                                                std::int32_t* __restrict acc,
+                                                std::uint8_t* __restrict out) {
+  for (std::size_t i = 0; i < row_bytes; ++i) acc[i] = std::int32_t{1} << (precision_bits - 1);
+  for (int t = 0; t < n; ++t) {
+    const std::uint8_t* __restrict r = base + static_cast<std::size_t>(t) * row_bytes;
+    const std::int32_t wt = w[t];
+    for (std::size_t i = 0; i < row_bytes; ++i) acc[i] += r[i] * wt;
+  }
+  for (std::size_t i = 0; i < row_bytes; ++i) {
+    out[i] = static_cast<std::uint8_t>(std::clamp(acc[i] >> precision_bits, 0, 255));
+  }
+}
+
+void vertical_row_generic(const std::uint8_t* base, std::size_t row_bytes, int n,
+                          const std::int32_t* w, std::int32_t* acc, std::uint8_t* out) {
+  vertical_body(base, row_bytes, n, w, acc, out);
+}
+
+#ifdef COLOAD_VISION_X86
+// NOTE: the same loop compiled for AVX2 (chosen at run time): 8 × 32-bit multiplies per
+// instruction, where baseline x86-64 has no packed 32-bit multiply at all.
+[[gnu::target("avx2")]] void vertical_row_avx2(const std::uint8_t* base, std::size_t row_bytes,
+                                               int n, const std::int32_t* w, std::int32_t* acc,
+                                               std::uint8_t* out) {
+  vertical_body(base, row_bytes, n, w, acc, out);
+}
+
+// Horizontal pass for RGB with SSSE3: each step loads two neighbouring source pixels, spreads
+// them into 16-bit (tap, tap + 1) pairs per channel and multiply-adds them with the two weights.
+// NOTE: Pillow's weights have 22 fractional bits, too wide for 16-bit lanes, so each weight is
+// split as hi * 2^11 + lo and both halves are multiplied: the sums are Pillow's, exactly.
+// Reads up to 2 × Pairs + 3 pixels from a tap window's start, past its last tap: callers make
+// sure that memory exists (rows below follow; the image's last row is read from a padded copy).
+// NOTE: every output pixel runs `Pairs` steps (weights zero-padded), so the loop has no
+// data-dependent trip count to mispredict; `Pairs` = 0 takes the count from `max_pairs`.
+template <int Pairs>
+[[gnu::target("ssse3")]] void horizontal_row_rgb_ssse3(
+    const std::uint8_t* __restrict in, std::uint8_t* __restrict out, int n_out,
+    const int* __restrict start, int max_pairs, const std::int32_t* __restrict packed_hi,
+    const std::int32_t* __restrict packed_lo) {
+  const __m128i spread = _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+  const __m128i half = _mm_set1_epi32(1 << (precision_bits - 1));
+  const int steps = Pairs > 0 ? Pairs : max_pairs;
+  for (int x = 0; x < n_out; ++x) {
+    const std::uint8_t* p = in + static_cast<std::ptrdiff_t>(start[x]) * 3;
+    const std::int32_t* hi = packed_hi + static_cast<std::ptrdiff_t>(x) * max_pairs;
+    const std::int32_t* lo = packed_lo + static_cast<std::ptrdiff_t>(x) * max_pairs;
+    __m128i sum_hi = _mm_setzero_si128();
+    __m128i sum_lo = _mm_setzero_si128();
+    for (int j = 0; j < steps; ++j) {
+      const __m128i px = _mm_shuffle_epi8(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 6 * j)), spread);
+      sum_hi = _mm_add_epi32(sum_hi, _mm_madd_epi16(px, _mm_set1_epi32(hi[j])));
+      sum_lo = _mm_add_epi32(sum_lo, _mm_madd_epi16(px, _mm_set1_epi32(lo[j])));
+    }
+    __m128i s = _mm_add_epi32(_mm_add_epi32(_mm_slli_epi32(sum_hi, 11), sum_lo), half);
+    s = _mm_srai_epi32(s, precision_bits);
+    s = _mm_packus_epi16(_mm_packs_epi32(s, s), s);  // saturates to 0..255, as clip8
+    // Four bytes stored, three kept: the fourth is overwritten by the next pixel (the output
+    // row has slack after its end).
+    const std::int32_t v = _mm_cvtsi128_si32(s);
+    std::memcpy(out + 3 * x, &v, 4);
+  }
+}
+
+// The same pass with AVX2, two output pixels per 256-bit register (one per 128-bit lane).
+// `packed_hi`/`packed_lo` hold, for each pair of output pixels and each step, eight words: the
+// first pixel's packed weights four times, then the second's.
+template <int Pairs>
+[[gnu::target("avx2")]] void horizontal_row_rgb_avx2(
+    const std::uint8_t* __restrict in, std::uint8_t* __restrict out, int n_out,
+    const int* __restrict start, int max_pairs, const std::int32_t* __restrict packed_hi,
+    const std::int32_t* __restrict packed_lo) {
+  const __m256i spread = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
+                                          0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+  const __m256i half = _mm256_set1_epi32(1 << (precision_bits - 1));
+  const int steps = Pairs > 0 ? Pairs : max_pairs;
+  int x = 0;
+  for (; x + 1 < n_out; x += 2) {
+    const std::uint8_t* p0 = in + static_cast<std::ptrdiff_t>(start[x]) * 3;
+    const std::uint8_t* p1 = in + static_cast<std::ptrdiff_t>(start[x + 1]) * 3;
+    const std::int32_t* hi = packed_hi + static_cast<std::ptrdiff_t>(x / 2) * max_pairs * 8;
+    const std::int32_t* lo = packed_lo + static_cast<std::ptrdiff_t>(x / 2) * max_pairs * 8;
+    __m256i sum_hi = _mm256_setzero_si256();
+    __m256i sum_lo = _mm256_setzero_si256();
+    for (int j = 0; j < steps; ++j) {
+      const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0 + 6 * j));
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p1 + 6 * j));
+      const __m256i px = _mm256_shuffle_epi8(_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1), spread);
+      sum_hi = _mm256_add_epi32(sum_hi, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + 8 * j))));
+      sum_lo = _mm256_add_epi32(sum_lo, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + 8 * j))));
+    }
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(sum_hi, 11), sum_lo), half);
+    s = _mm256_srai_epi32(s, precision_bits);
+    s = _mm256_packus_epi16(_mm256_packs_epi32(s, s), s);  // per lane, saturating to 0..255
+    const std::int32_t v0 = _mm256_extract_epi32(s, 0);
+    const std::int32_t v1 = _mm256_extract_epi32(s, 4);
+    std::memcpy(out + 3 * x, &v0, 4);
+    std::memcpy(out + 3 * x + 3, &v1, 4);
+  }
+  if (x < n_out) {
+    // The odd last pixel: its weights sit in the first half of the last pair's words.
+    const std::uint8_t* p = in + static_cast<std::ptrdiff_t>(start[x]) * 3;
+    const std::int32_t* hi = packed_hi + static_cast<std::ptrdiff_t>(x / 2) * max_pairs * 8;
+    const std::int32_t* lo = packed_lo + static_cast<std::ptrdiff_t>(x / 2) * max_pairs * 8;
+    std::int32_t sum[3] = {1 << (precision_bits - 1), 1 << (precision_bits - 1),
+                           1 << (precision_bits - 1)};
+    for (int j = 0; j < steps; ++j) {
+      const auto h = static_cast<std::uint32_t>(hi[8 * j]);
+      const auto l = static_cast<std::uint32_t>(lo[8 * j]);
+      const std::int32_t w0 = static_cast<std::int16_t>(h & 0xffff) * 2048 + static_cast<std::int16_t>(l & 0xffff);
+      const std::int32_t w1 = static_cast<std::int16_t>(h >> 16) * 2048 + static_cast<std::int16_t>(l >> 16);
+      for (int c = 0; c < 3; ++c) sum[c] += p[6 * j + c] * w0 + p[6 * j + 3 + c] * w1;
+    }
+    for (int c = 0; c < 3; ++c) out[3 * x + c] = clip8(sum[c]);
+  }
+}
+
+#endif
+}  // namespace
+
+#ifdef COLOAD_VISION_X86
+
+HorizontalKernel horizontal_kernel_avx2(int max_pairs) {
+  switch (max_pairs) {
+    case 1: return horizontal_row_rgb_avx2<1>;
+    case 2: return horizontal_row_rgb_avx2<2>;
+    case 3: return horizontal_row_rgb_avx2<3>;
+    case 4: return horizontal_row_rgb_avx2<4>;
+    case 5: return horizontal_row_rgb_avx2<5>;
+    default: return horizontal_row_rgb_avx2<0>;
+  }
+}
+
+HorizontalKernel horizontal_kernel(int max_pairs) {
+  switch (max_pairs) {
+    case 1: return horizontal_row_rgb_ssse3<1>;
+    case 2: return horizontal_row_rgb_ssse3<2>;
+    case 3: return horizontal_row_rgb_ssse3<3>;
+    case 4: return horizontal_row_rgb_ssse3<4>;
+    case 5: return horizontal_row_rgb_ssse3<5>;
+    default: return horizontal_row_rgb_ssse3<0>;
+  }
+}
+
+#endif
+
+namespace {
+
+#ifdef COLOAD_VISION_X86
+const bool cpu_avx2 = __builtin_cpu_supports("avx2");
+const bool cpu_ssse3 = __builtin_cpu_supports("ssse3");
+#else
+const bool cpu_avx2 = false;
+const bool cpu_ssse3 = false;
+#endif
+
+std::atomic<detail::SimdLevel> simd_cap{detail::SimdLevel::avx2};
+
+}  // namespace
+
+bool use_avx2() noexcept { return cpu_avx2 && simd_cap.load(std::memory_order_relaxed) >= detail::SimdLevel::avx2; }
+bool use_ssse3() noexcept { return cpu_ssse3 && simd_cap.load(std::memory_order_relaxed) >= detail::SimdLevel::ssse3; }
+
+void vertical_row(const std::uint8_t* base, std::size_t row_bytes, int n, const std::int32_t* w,
+                  std::int32_t* acc, std::uint8_t* out) {
+#ifdef COLOAD_VISION_X86
+  if (use_avx2()) return vertical_row_avx2(base, row_bytes, n, w, acc, out);
+#endif
+  vertical_row_generic(base, row_bytes, n, w, acc, out);
+}
+
+void pack_weights(const AxisCoeffs& c, PackedWeights& p, bool pixel_pairs) {
+  const std::size_t n = c.start.size();
+  const auto pairs = static_cast<std::size_t>((c.ksize + 1) / 2);
+  p.max_pairs = static_cast<int>(pairs);
+  // SSSE3 layout: one word per (pixel, step). AVX2 layout: per (pixel pair, step) eight words,
+  // the first pixel's word four times, then the second's.
+  const std::size_t words = pixel_pairs ? (n + 1) / 2 * pairs * 8 : n * pairs;
+  p.hi.assign(words, 0);
+  p.lo.assign(words, 0);
+  auto pack = [](std::int32_t a, std::int32_t b) {
+    return static_cast<std::int32_t>(static_cast<std::uint32_t>(static_cast<std::uint16_t>(a)) |
+                                     (static_cast<std::uint32_t>(static_cast<std::uint16_t>(b)) << 16));
+  };
+  for (std::size_t x = 0; x < n; ++x) {
+    const std::int32_t* w = c.weights.data() + x * static_cast<std::size_t>(c.ksize);
+    for (std::size_t j = 0; j < pairs; ++j) {
+      const std::int32_t w0 = w[2 * j];
+      const std::int32_t w1 = 2 * j + 1 < static_cast<std::size_t>(c.ksize) ? w[2 * j + 1] : 0;
+      const std::int32_t hi = pack(w0 >> 11, w1 >> 11);
+      const std::int32_t lo = pack(w0 & 2047, w1 & 2047);
+      if (pixel_pairs) {
+        const std::size_t base = (x / 2) * pairs * 8 + j * 8 + (x % 2) * 4;
+        std::fill_n(p.hi.begin() + static_cast<std::ptrdiff_t>(base), 4, hi);
+        std::fill_n(p.lo.begin() + static_cast<std::ptrdiff_t>(base), 4, lo);
+      } else {
+        p.hi[x * pairs + j] = hi;
+        p.lo[x * pairs + j] = lo;
+      }
+    }
+  }
+}
+
+std::pair<int, int> source_span(const AxisSpec& a) {
+  thread_local AxisCoeffs c;
+  compute_coeffs(a, c);
+  int first = a.hi;
+  int last = a.lo;
+  for (int i = 0; i < a.count; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    if (c.taps[k] == 0) continue;
+    first = std::min(first, c.start[k]);
+    last = std::max(last, c.start[k] + c.taps[k]);
+  }
+  if (first >= last) return {a.lo, a.hi};
+  return {first, last};
+}
+
+
+Image resample_to_image(const ImageView& src, const AxisSpec& ax, const AxisSpec& ay) {
+  Image out = Image::zeros(ax.count, ay.count, src.channels);
+  const std::size_t row_bytes = static_cast<std::size_t>(ax.count) * src.channels;
+  resample_any(src, ax, ay, [&](int y, const std::uint8_t* row) {
+    std::memcpy(out.data.data() + static_cast<std::size_t>(y) * row_bytes, row, row_bytes);
+  });
+  return out;
+}
+
+}  // namespace detail
+
+detail::SimdLevel detail::set_simd_level(SimdLevel level) noexcept {
+  return simd_cap.exchange(level);
+}
+
+}  // namespace coload::vision

@@ -1,0 +1,209 @@
+#pragma once
+// Pillow's antialiased bilinear resampling, bit for bit: the axes, the fixed-point weights,
+// the separable passes (scalar, SSSE3 and AVX2, chosen at run time) and the crop/resize axes
+// that the transforms build on. Private to lib/vision.
+
+#include "coload/vision/image.hpp"
+#include "coload/vision/transforms.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define COLOAD_VISION_X86 1
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace coload::vision::detail {
+
+// ---- Pillow's resampling --------------------------------------------------------------------
+//
+// Pillow resamples 8-bit images in two separable passes (horizontal, then vertical over only
+// the rows the vertical pass reads), each a weighted sum with weights from a triangle filter of
+// support max(scale, 1), normalised, rounded to fixed point with 22 fractional bits, and each
+// pass rounds and clamps to 8 bits. Doing the same arithmetic gives Pillow's bytes exactly.
+
+constexpr int precision_bits = 32 - 8 - 2;
+
+inline std::uint8_t clip8(std::int32_t v) noexcept {
+  return static_cast<std::uint8_t>(std::clamp(v >> precision_bits, 0, 255));
+}
+
+
+// One axis of a resampling: the source interval [in0, in1) (in source pixels, maybe
+// fractional) maps onto `out_size` output pixels, of which `count` from `first` are wanted;
+// filter taps are confined to source pixels [lo, hi).
+struct AxisSpec {
+  double in0 = 0;
+  double in1 = 0;
+  int lo = 0;
+  int hi = 0;
+  int out_size = 0;
+  int first = 0;
+  int count = 0;
+};
+
+struct AxisCoeffs {
+  int ksize = 0;
+  std::vector<int> start;  // first source pixel of each output pixel
+  std::vector<int> taps;   // source pixels each output pixel reads
+  std::vector<std::int32_t> weights;  // count × ksize fixed-point weights
+};
+
+
+/// Fills `c` with the weights of axis `a`.
+void compute_coeffs(const AxisSpec& a, AxisCoeffs& c);
+
+// NOTE: the kernels below work on raw __restrict pointers taken out of the vectors first: a store
+// through std::uint8_t* may alias anything, so indexing the vectors inside the loops would reload
+// their data pointers on every iteration and keep the compiler from vectorising.
+template <int C>
+void horizontal_row(const std::uint8_t* __restrict in, std::uint8_t* __restrict out, int n_out,
+                    int ksize, const int* __restrict start, const int* __restrict taps,
+                    const std::int32_t* __restrict weights) {
+  for (int x = 0; x < n_out; ++x) {
+    const std::int32_t* __restrict w = weights + static_cast<std::ptrdiff_t>(x) * ksize;
+    const std::uint8_t* __restrict p = in + static_cast<std::ptrdiff_t>(start[x]) * C;
+    const int n = taps[x];
+    std::int32_t s[C];
+    for (int ch = 0; ch < C; ++ch) s[ch] = 1 << (precision_bits - 1);
+    for (int t = 0; t < n; ++t) {
+      const std::int32_t wt = w[t];
+      for (int ch = 0; ch < C; ++ch) s[ch] += p[t * C + ch] * wt;
+    }
+    for (int ch = 0; ch < C; ++ch) out[x * C + ch] = clip8(s[ch]);
+  }
+}
+
+/// A horizontal pass over one RGB row with packed weights (SSSE3 or AVX2).
+using HorizontalKernel = void (*)(const std::uint8_t*, std::uint8_t*, int, const int*, int,
+                                  const std::int32_t*, const std::int32_t*);
+#ifdef COLOAD_VISION_X86
+/// The AVX2 / SSSE3 kernel for tap windows of up to `max_pairs` pairs.
+HorizontalKernel horizontal_kernel_avx2(int max_pairs);
+HorizontalKernel horizontal_kernel(int max_pairs);
+#endif
+
+/// Whether the kernels may use AVX2 / SSSE3 (the CPU has it and set_simd_level allows it).
+bool use_avx2() noexcept;
+bool use_ssse3() noexcept;
+
+/// The vertical pass over one output row: `n` source rows from `base`, weights `w`.
+void vertical_row(const std::uint8_t* base, std::size_t row_bytes, int n, const std::int32_t* w,
+                  std::int32_t* acc, std::uint8_t* out);
+
+// Weights of an axis split into 16-bit halves, two taps per 32-bit word, for the SIMD pass.
+struct PackedWeights {
+  int max_pairs = 0;
+  std::vector<std::int32_t> hi;
+  std::vector<std::int32_t> lo;
+};
+
+/// Packs `c`'s weights for the SIMD pass (`pixel_pairs`: the AVX2 layout).
+void pack_weights(const AxisCoeffs& c, PackedWeights& p, bool pixel_pairs);
+
+// Resamples `src` along both axes and hands each output row (count_x × C bytes) to
+// `sink(y, row)`, in order. Scratch memory is per thread and reused.
+template <int C, typename Sink>
+void resample(const ImageView& src, const AxisSpec& ax, const AxisSpec& ay, Sink&& sink) {
+  thread_local AxisCoeffs tl_cx;
+  thread_local AxisCoeffs tl_cy;
+  thread_local std::vector<std::uint8_t> tl_rows;
+  thread_local std::vector<std::int32_t> tl_acc;
+  thread_local std::vector<std::uint8_t> tl_line;
+  AxisCoeffs& cx = tl_cx;
+  AxisCoeffs& cy = tl_cy;
+  compute_coeffs(ax, cx);
+  compute_coeffs(ay, cy);
+  const int out_w = ax.count;
+  const int out_h = ay.count;
+  int y_first = src.height;
+  int y_last = 0;
+  for (int y = 0; y < out_h; ++y) {
+    y_first = std::min(y_first, cy.start[static_cast<std::size_t>(y)]);
+    y_last = std::max(y_last, cy.start[static_cast<std::size_t>(y)] + cy.taps[static_cast<std::size_t>(y)]);
+  }
+  if (y_first > y_last) y_first = y_last;
+  const std::size_t row_bytes = static_cast<std::size_t>(out_w) * C;
+  tl_rows.resize(static_cast<std::size_t>(y_last - y_first) * row_bytes + 16);
+  tl_acc.resize(row_bytes);
+  tl_line.resize(row_bytes);
+  std::uint8_t* rows = tl_rows.data();
+  std::int32_t* acc = tl_acc.data();
+  std::uint8_t* line = tl_line.data();
+#ifdef COLOAD_VISION_X86
+  if (C == 3 && use_ssse3()) {
+    const bool avx2 = use_avx2();
+    thread_local PackedWeights tl_packed;
+    thread_local std::vector<std::uint8_t> tl_last_row;
+    PackedWeights& packed = tl_packed;
+    pack_weights(cx, packed, avx2);
+    const HorizontalKernel kernel =
+        avx2 ? horizontal_kernel_avx2(packed.max_pairs) : horizontal_kernel(packed.max_pairs);
+    for (int y = y_first; y < y_last; ++y) {
+      const std::uint8_t* in = src.row(y);
+      if (y == src.height - 1) {
+        // The SIMD loads reach up to 2 × max_pairs + 3 pixels past a tap window's start, maybe
+        // past the image's end: read the last row from a padded copy.
+        const std::size_t bytes = static_cast<std::size_t>(src.width) * 3;
+        tl_last_row.assign(bytes + 6 * static_cast<std::size_t>(packed.max_pairs) + 16, 0);
+        std::memcpy(tl_last_row.data(), in, bytes);
+        in = tl_last_row.data();
+      }
+      kernel(in, rows + static_cast<std::size_t>(y - y_first) * row_bytes, out_w, cx.start.data(),
+             packed.max_pairs, packed.hi.data(), packed.lo.data());
+    }
+  } else
+#endif
+  {
+    for (int y = y_first; y < y_last; ++y) {
+      horizontal_row<C>(src.row(y), rows + static_cast<std::size_t>(y - y_first) * row_bytes,
+                        out_w, cx.ksize, cx.start.data(), cx.taps.data(), cx.weights.data());
+    }
+  }
+  for (int y = 0; y < out_h; ++y) {
+    const auto yi = static_cast<std::size_t>(y);
+    vertical_row(rows + static_cast<std::size_t>(cy.start[yi] - y_first) * row_bytes, row_bytes,
+                 cy.taps[yi], cy.weights.data() + yi * static_cast<std::size_t>(cy.ksize), acc, line);
+    sink(y, static_cast<const std::uint8_t*>(line));
+  }
+}
+
+template <typename Sink>
+void resample_any(const ImageView& src, const AxisSpec& ax, const AxisSpec& ay, Sink&& sink) {
+  switch (src.channels) {
+    case 1: resample<1>(src, ax, ay, sink); break;
+    case 3: resample<3>(src, ax, ay, sink); break;
+    case 4: resample<4>(src, ax, ay, sink); break;
+    default:
+      throw std::invalid_argument("resampling needs 1, 3 or 4 channels, got " +
+                                  std::to_string(src.channels));
+  }
+}
+
+/// The source pixels [first, last) that the outputs of axis `a` read.
+std::pair<int, int> source_span(const AxisSpec& a);
+
+// An axis that crops [begin, begin + length) of the source, then resizes it to `out`.
+inline AxisSpec crop_axis(int begin, int length, int out) {
+  return AxisSpec{static_cast<double>(begin), static_cast<double>(begin) + length, begin,
+                  begin + length, out, 0, out};
+}
+
+// The same crop, in a source decoded at 1/`d` of the full size (`scaled` pixels long).
+inline AxisSpec scaled_crop_axis(int begin, int length, int out, int d, int scaled) {
+  const double in0 = static_cast<double>(begin) / d;
+  const double in1 = static_cast<double>(begin + length) / d;
+  const int lo = static_cast<int>(std::floor(in0));
+  const int hi = std::min(static_cast<int>(std::ceil(in1)), scaled);
+  return AxisSpec{in0, in1, lo, hi, out, 0, out};
+}
+/// `src` resampled along `ax` and `ay` into a new image.
+Image resample_to_image(const ImageView& src, const AxisSpec& ax, const AxisSpec& ay);
+
+}  // namespace coload::vision::detail
