@@ -1,7 +1,8 @@
 #pragma once
-// The coroutine core: Task, Generator, AsyncGenerator and sync_wait.
+// The coroutine core: Task, Generator, AsyncGenerator, sync_wait, when_all and Detached.
 
 #include "coload/coro/async_generator.hpp"
+#include "coload/coro/detached.hpp"
 #include "coload/coro/generator.hpp"
 #include "coload/coro/sync_wait.hpp"
 #include "coload/coro/task.hpp"
