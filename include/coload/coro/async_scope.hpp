@@ -48,8 +48,9 @@ struct ScopeEntry {
 ///
 /// Lifetimes: a spawned awaitable is moved into a frame the scope frees when it finishes,
 /// before the joiner can resume, so after join() nothing spawned is alive. The scope must
-/// outlive its work: destroy it only after join() has completed, or when nothing spawned is
-/// unfinished. A scope is joined once; spawn after that is an error.
+/// outlive its work: destroy it only after join() has completed (the resumed joiner may do so
+/// at once), or when nothing spawned is unfinished. A scope is joined once: awaiting join()
+/// again completes at once, and spawn() after a completed join is an error (asserted).
 class AsyncScope {
  public:
   AsyncScope() noexcept = default;
