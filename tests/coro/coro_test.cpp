@@ -1,8 +1,16 @@
-// Specification of the coroutine core: Task, Generator, AsyncGenerator, sync_wait.
+// Specification of the coroutine core: Task, Generator, AsyncGenerator, sync_wait, AsyncScope,
+// Detached.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <latch>
+#include <limits>
+#include <mutex>
 #include <memory>
 #include <numeric>
 #include <ranges>
@@ -60,6 +68,85 @@ struct ThreadResume {
   }
   void await_resume() const noexcept {}
 };
+
+// A one-shot event the test sets: waiters resume inline, in the order they waited, on the
+// thread that calls set().
+class ManualEvent {
+ public:
+  // NOTE: a separate awaiter, not the event itself: GCC 12 copies an lvalue awaiter reached
+  // through a lambda's reference capture, so a waiter would queue on the copy.
+  auto operator co_await() noexcept {
+    struct Awaiter {
+      ManualEvent* event;
+      bool await_ready() const noexcept { return event->set_; }
+      void await_suspend(std::coroutine_handle<> h) { event->waiters_.push_back(h); }
+      void await_resume() const noexcept {}
+    };
+    return Awaiter{this};
+  }
+  void set() {
+    set_ = true;
+    for (auto h : std::exchange(waiters_, {})) h.resume();
+  }
+
+ private:
+  bool set_ = false;
+  std::vector<std::coroutine_handle<>> waiters_;
+};
+
+// A thread that resumes the coroutines scheduled onto it, in order.
+class Loop {
+ public:
+  Loop() : thread_([this] { run(); }) {}
+  ~Loop() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    ready_.notify_one();
+    thread_.join();
+  }
+  auto schedule() {
+    struct Awaiter {
+      Loop* loop;
+      bool await_ready() const noexcept { return false; }
+      void await_suspend(std::coroutine_handle<> h) { loop->post(h); }
+      void await_resume() const noexcept {}
+    };
+    return Awaiter{this};
+  }
+  std::thread::id id() const { return thread_.get_id(); }
+
+ private:
+  void post(std::coroutine_handle<> h) {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(h);
+    ready_.notify_one();
+  }
+  void run() {
+    for (;;) {
+      std::coroutine_handle<> h;
+      {
+        std::unique_lock lock(mutex_);
+        ready_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        h = queue_.front();
+        queue_.pop_front();
+      }
+      h.resume();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::coroutine_handle<>> queue_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+// The address of this function's own frame: how deep the stack is where it is called.
+[[gnu::noinline]] std::uintptr_t stack_depth() {
+  return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+}
 
 }  // namespace
 
@@ -287,5 +374,186 @@ TEST_SUITE("coro") {
       co_return n;
     };
     CHECK(sync_wait(consume()) == 1'000'000);
+  }
+}
+
+TEST_SUITE("coro") {
+  TEST_CASE("joining an empty scope completes at once, and so does joining it again") {
+    AsyncScope scope;
+    int joined = 0;
+    auto joiner = [&]() -> Detached {
+      co_await scope.join();
+      ++joined;
+      co_await scope.join();
+      ++joined;
+    };
+    joiner();
+    CHECK(joined == 2);
+  }
+
+  TEST_CASE("join completes only after the last spawned task has finished") {
+    std::vector<std::string> log;
+    ManualEvent first, second;
+    auto work = [&log](ManualEvent& event, std::string name) -> Task<void> {
+      log.push_back(name + " started");
+      co_await event;
+      log.push_back(name + " finished");
+    };
+    AsyncScope scope;
+    scope.spawn(work(first, "a"));
+    scope.spawn(work(second, "b"));
+    CHECK(log == std::vector<std::string>{"a started", "b started"});
+    auto joiner = [&]() -> Detached {
+      co_await scope.join();
+      log.push_back("joined");
+    };
+    joiner();
+    CHECK(log.size() == 2);
+    second.set();
+    CHECK(log.back() == "b finished");
+    first.set();
+    CHECK(log == std::vector<std::string>{"a started", "b started", "b finished", "a finished",
+                                          "joined"});
+  }
+
+  TEST_CASE("a spawned task's frame and arguments are destroyed before the joiner resumes") {
+    Counted::reset();
+    ManualEvent go;
+    AsyncScope scope;
+    auto hold = [](ManualEvent& event, Counted c) -> Task<void> {
+      co_await event;
+      CHECK(c.value >= 0);
+    };
+    for (int i = 0; i < 3; ++i) scope.spawn(hold(go, Counted(i)));
+    CHECK(Counted::alive() == 3);  // one argument in each suspended frame
+    int alive_at_join = -1;
+    auto joiner = [&]() -> Detached {
+      co_await scope.join();
+      alive_at_join = Counted::alive();
+    };
+    joiner();
+    go.set();
+    CHECK(alive_at_join == 0);
+    CHECK(Counted::alive() == 0);
+    CHECK(Counted::constructed >= 6);
+  }
+
+  TEST_CASE("an exception escaping spawned work is rethrown by join once all work has finished") {
+    std::vector<std::string> log;
+    ManualEvent go;
+    auto fail_now = []() -> Task<void> {
+      throw std::runtime_error("first failure");
+      co_return;
+    };
+    auto fail_later = [&log](ManualEvent& event) -> Task<void> {
+      co_await event;
+      log.push_back("later failed");
+      throw std::logic_error("second failure");  // dropped: the first is kept
+    };
+    auto finish_later = [&log](ManualEvent& event) -> Task<void> {
+      co_await event;
+      log.push_back("other finished");
+    };
+    AsyncScope scope;
+    scope.spawn(fail_now());
+    scope.spawn(fail_later(go));
+    scope.spawn(finish_later(go));
+    auto joiner = [&]() -> Detached {
+      try {
+        co_await scope.join();
+        log.push_back("joined without error");
+      } catch (const std::exception& e) {
+        log.push_back(std::string("join threw: ") + e.what());
+      }
+    };
+    joiner();
+    CHECK(log.empty());
+    go.set();
+    CHECK(log == std::vector<std::string>{"later failed", "other finished",
+                                          "join threw: first failure"});
+  }
+
+  TEST_CASE("a million spawns that complete synchronously do not grow the stack") {
+    AsyncScope scope;
+    long runs = 0;
+    std::uintptr_t lowest = std::numeric_limits<std::uintptr_t>::max(), highest = 0;
+    auto body = [&]() -> Task<void> {
+      const std::uintptr_t depth = stack_depth();
+      lowest = std::min(lowest, depth);
+      highest = std::max(highest, depth);
+      ++runs;
+      co_return;
+    };
+    auto spawner = [&]() -> Task<void> {
+      for (int i = 0; i < 1'000'000; ++i) scope.spawn(body());
+      co_await scope.join();
+    };
+    sync_wait(spawner());
+    CHECK(runs == 1'000'000);
+    CHECK(highest - lowest < 4096);
+  }
+
+  TEST_CASE("the joiner resumes on the thread that finishes the last spawned task") {
+    ManualEvent go;
+    AsyncScope scope;
+    auto wait_for = [](ManualEvent& event) -> Task<void> { co_await event; };
+    scope.spawn(wait_for(go));
+    std::thread::id resumed_on;
+    auto joiner = [&]() -> Detached {
+      co_await scope.join();
+      resumed_on = std::this_thread::get_id();
+    };
+    joiner();
+    CHECK(resumed_on == std::thread::id{});
+    std::thread other([&] { go.set(); });
+    const auto other_id = other.get_id();
+    other.join();
+    CHECK(resumed_on == other_id);
+  }
+
+  TEST_CASE("spawns from two threads and completions on two others are all joined") {
+    constexpr int kPerThread = 20'000;
+    std::atomic<int> finished{0};
+    AsyncScope scope;
+    Loop loops[2];
+    auto hop = [&finished](Loop& loop) -> Task<void> {
+      co_await loop.schedule();
+      finished.fetch_add(1, std::memory_order_relaxed);
+    };
+    std::latch start(2);
+    auto spawner = [&](int k) {
+      start.arrive_and_wait();
+      for (int i = 0; i < kPerThread; ++i) scope.spawn(hop(loops[(i + k) % 2]));
+    };
+    std::thread a(spawner, 0), b(spawner, 1);
+    a.join();
+    b.join();
+    std::thread::id resumed_on;
+    auto join_and_note = [&]() -> Task<void> {
+      co_await scope.join();
+      resumed_on = std::this_thread::get_id();
+    };
+    sync_wait(join_and_note());
+    CHECK(finished.load() == 2 * kPerThread);
+    CHECK((resumed_on == loops[0].id() || resumed_on == loops[1].id() ||
+           resumed_on == std::this_thread::get_id()));
+  }
+
+  TEST_CASE("a Detached coroutine starts at once and frees its frame when its body ends") {
+    Counted::reset();
+    ManualEvent go;
+    bool started = false, ended = false;
+    auto body = [&](Counted c) -> Detached {
+      started = true;
+      co_await go;
+      ended = c.value == 1;
+    };
+    body(Counted(1));
+    CHECK(started);
+    CHECK_FALSE(ended);
+    CHECK(Counted::alive() == 1);
+    go.set();
+    CHECK(ended);
+    CHECK(Counted::alive() == 0);
   }
 }

@@ -29,17 +29,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// A fire-and-forget coroutine: starts at once, frees itself when it finishes.
-struct Detached {
-  struct promise_type {
-    Detached get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() const noexcept { return {}; }
-    std::suspend_never final_suspend() const noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
-
 // A one-shot flag another thread can wait on, with a bound so a broken executor fails the
 // test instead of hanging it.
 class Flag {

@@ -29,12 +29,14 @@
 #include <thread>
 #include <vector>
 
+#include "coload/coro/detached.hpp"
 #include "coload/coro/sync_wait.hpp"
 #include "coload/coro/task.hpp"
 #include "coload/io/io.hpp"
 
 namespace io = coload::io;
 namespace fs = std::filesystem;
+using coload::Detached;
 
 namespace {
 
@@ -125,17 +127,6 @@ struct ReaderOn {
   }
   io::Reader& operator*() { return *reader; }
   io::Reader* operator->() { return reader.get(); }
-};
-
-/// A coroutine nobody awaits: starts at once and frees itself at the end.
-struct Detached {
-  struct promise_type {
-    Detached get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() const noexcept { return {}; }
-    std::suspend_never final_suspend() const noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
 };
 
 struct Outcome {

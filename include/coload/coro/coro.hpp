@@ -1,7 +1,10 @@
 #pragma once
-// The coroutine core: Task, Generator, AsyncGenerator and sync_wait.
+// The coroutine core: Task, Generator, AsyncGenerator, sync_wait, when_all, AsyncScope and
+// Detached.
 
 #include "coload/coro/async_generator.hpp"
+#include "coload/coro/async_scope.hpp"
+#include "coload/coro/detached.hpp"
 #include "coload/coro/generator.hpp"
 #include "coload/coro/sync_wait.hpp"
 #include "coload/coro/task.hpp"

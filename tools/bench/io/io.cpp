@@ -38,10 +38,12 @@
 #include <thread>
 #include <vector>
 
+#include "coload/coro/detached.hpp"
 #include "coload/io/io.hpp"
 
 namespace io = coload::io;
 namespace fs = std::filesystem;
+using coload::Detached;
 
 namespace {
 
@@ -154,16 +156,6 @@ double cpu_seconds() {
 }
 
 // ---- io_uring (and coload's pread fallback) through io::Reader ---------------------------------
-
-struct Detached {
-  struct promise_type {
-    Detached get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() const noexcept { return {}; }
-    std::suspend_never final_suspend() const noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
 
 struct PassState {
   asio::io_context* ctx;
