@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -52,6 +53,15 @@ using stream_result_t =
 template <class D>
 concept IterableDataset = requires(D& d, const WorkerInfo& info) { d.stream(info); } &&
                           detail::StreamTraits<detail::stream_result_t<D>>::valid;
+
+/// An iterable dataset that can say where its stream stands (`state()`, any text) and continue
+/// from there (`load_state(text)`: the next `stream()` resumes where that state was taken), so
+/// a loader resumes it without re-reading what was delivered.
+template <class D>
+concept ResumableStream = requires(const D& d, D& m, const std::string& s) {
+  { d.state() } -> std::convertible_to<std::string>;
+  m.load_state(s);
+};
 
 /// The generator type that `D::stream` returns.
 template <IterableDataset D>

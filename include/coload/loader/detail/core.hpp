@@ -1,0 +1,403 @@
+#pragma once
+// The loader's core: what a DataLoader owns at a stable address (the fetch side, the driver,
+// the workers, the device stage, the resume book), its setup and shutdown, and the narrow
+// interface through which a run asks it for work.
+
+#include <ATen/core/Generator.h>
+#include <asio/post.hpp>
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "coload/coro/async_scope.hpp"
+#include "coload/coro/detached.hpp"
+#include "coload/coro/task.hpp"
+#include "coload/device/device.hpp"
+#include "coload/exec/thread_executor.hpp"
+#include "coload/io/reader.hpp"
+#include "coload/loader/detail/fetch.hpp"
+#include "coload/loader/detail/map_run.hpp"
+#include "coload/loader/detail/process_bridge.hpp"
+#include "coload/loader/detail/resume.hpp"
+#include "coload/loader/detail/stream_run.hpp"
+#include "coload/loader/driver.hpp"
+#include "coload/loader/errors.hpp"
+#include "coload/loader/options.hpp"
+#include "coload/loader/state.hpp"
+#include "coload/sampler/batch.hpp"
+#include "coload/sampler/distributed.hpp"
+#include "coload/sampler/random.hpp"
+#include "coload/sampler/sequential.hpp"
+
+namespace coload::detail {
+
+/// What a DataLoader owns. Built on the consumer's thread; everything after runs on the
+/// driver, except where a member says otherwise. Every coroutine it or a run starts is
+/// spawned into its scope, which the destructor joins on the driver before the driver ends.
+template <class D, class C>
+class LoaderCore {
+ public:
+  using Plan = FetchPlan<D, C>;
+  using Batch = typename Plan::batch;
+  static constexpr bool iterable = IterableDataset<D>;
+  using Run = std::conditional_t<iterable, StreamRun<D, C>, MapRun<D, C>>;
+
+  /// Validates the options and starts the driver and the workers (consumer's thread).
+  LoaderCore(D ds, LoaderOptions<C> opts) : fetcher_(std::move(ds), std::move(opts)) {
+    const LoaderOptions<C>& o = fetcher_.options;
+    validate_options(o, LoaderKind{iterable, Plan::per_sample});
+    check_worker_number(o.num_workers);
+    if (o.seed) generator_ = make_generator(*o.seed);
+    if (!o.rank || !o.world_size) {
+      const DistributedEnv env = distributed_env();
+      fetcher_.rank = o.rank.value_or(env.rank);
+      fetcher_.world_size = o.world_size.value_or(env.world_size);
+    } else {
+      fetcher_.rank = *o.rank;
+      fetcher_.world_size = *o.world_size;
+    }
+    const int rank = fetcher_.rank;
+    const int world_size = fetcher_.world_size;
+    if (world_size < 1 || rank < 0 || rank >= world_size) {
+      throw std::invalid_argument("Invalid rank " + std::to_string(rank) +
+                                  ", rank should be in the interval [0, " +
+                                  std::to_string(world_size - 1) + "]");
+    }
+    if constexpr (!iterable) batch_sampler_ = make_batch_sampler();
+    setup_device();
+    if (o.executor == Executor::processes) {
+      processes_ = std::make_unique<ProcessBridge<D, C>>(fetcher_, driver_.context(),
+                                                         device_backend_);
+    } else if (o.num_workers > 0) {
+      executor_ = std::make_unique<ThreadExecutor>(o.num_workers);
+      fetcher_.executor = executor_.get();
+    }
+    if constexpr (Plan::is_async) {
+      reader_ = std::make_unique<io::Reader>(driver_.context());
+      fetcher_.reader = reader_.get();
+    }
+  }
+
+  /// Cancels the current epoch, joins every coroutine on the driver, then the driver, the
+  /// workers and the device (consumer's thread, never the driver's).
+  ~LoaderCore() {
+    if (auto run = current_.lock()) run->cancel();
+    asio::post(driver_.context(), [this] {
+      // Fetches waiting on worker processes end now (dropped), and the processes are told to go.
+      if (processes_) processes_->shutdown(std::make_exception_ptr(Cancelled{}));
+      stop_when_joined(*this);
+    });
+    driver_.join();
+    processes_.reset();  // waits for the processes, SIGKILL after a grace period
+    fetcher_.executor = nullptr;
+    executor_.reset();
+    // NOTE: the driver ran until every copy in flight had completed: nothing reads the slabs.
+    stage_.reset();
+    fetcher_.pinned = nullptr;
+    pinned_.reset();
+  }
+
+  // --- the DataLoader's side (consumer's thread) ---
+
+  Fetcher<D, C>& fetcher() noexcept { return fetcher_; }
+  const LoaderOptions<C>& options() const noexcept { return fetcher_.options; }
+  Driver& driver() noexcept { return driver_; }
+  std::int64_t skipped() const noexcept { return fetcher_.skips.count(); }
+
+  /// Starts the next epoch; refuses while the current one is in progress.
+  std::shared_ptr<Run> start_epoch() {
+    if (auto run = current_.lock(); run && !run->cancelled() && !run->handoff.ended()) {
+      throw std::logic_error("DataLoader: epoch " + std::to_string(run->epoch()) +
+                             " is still in progress; finish or destroy it before starting "
+                             "another");
+    }
+    // As PyTorch's iterator: the base seed is drawn before the sampler's first draw, from the
+    // loader's generator (`seed`) or ATen's default one.
+    auto start_state = generator_state(generator_);
+    const std::uint64_t base_seed = draw_seed(generator_);
+    auto run = std::make_shared<Run>(*this, epochs_started_++, base_seed,
+                                     resume_.take_delivered(), std::move(start_state));
+    if constexpr (iterable) {
+      if (auto marks = resume_.take_marks()) run->resume_streams(std::move(*marks));
+    }
+    current_ = run;
+    asio::post(driver_.context(), [this, run] { spawn(Run::run(run)); });
+    return run;
+  }
+
+  /// Where the loader stands: mid-epoch while the current epoch's consumer has not seen its
+  /// end (even if the epoch was abandoned), else at the start of the next epoch.
+  LoaderState state() const {
+    auto run = current_.lock();
+    std::optional<EpochPosition> running;
+    if (run && !run->handoff.ended()) running = run->position();
+    return resume_.state(identity(), std::move(running), static_cast<bool>(run),
+                         epochs_started_, generator_state(generator_));
+  }
+
+  /// Makes the next epoch the one `saved` was taken in, minus the batches it had delivered.
+  void load_state(const LoaderState& saved) {
+    if (auto run = current_.lock(); run && !run->handoff.ended() && !run->cancelled()) {
+      throw std::logic_error("DataLoader: load_state while epoch " +
+                             std::to_string(run->epoch()) + " is in progress");
+    }
+    check_compatible(saved, identity());
+    set_generator_state(generator_, saved.generator);
+    epochs_started_ = saved.epoch;
+    resume_.load(saved, iterable, stream_states_usable());
+  }
+
+  /// Batches in an epoch, as len(DataLoader).
+  std::int64_t size() const {
+    if constexpr (iterable) {
+      // As len(DataLoader) over an IterableDataset: from the dataset's own length.
+      if constexpr (requires(const D& d) { d.size(); }) {
+        const auto n = static_cast<std::int64_t>(fetcher_.dataset.size());
+        const auto& o = fetcher_.options;
+        if (!o.batch_size) return n;
+        const std::int64_t b = *o.batch_size;
+        return o.drop_last ? n / b : (n + b - 1) / b;
+      } else {
+        throw std::logic_error("DataLoader: the iterable dataset has no size()");
+      }
+    } else {
+      auto n = batch_sampler_.size();
+      if (!n) throw std::logic_error("DataLoader: the batch sampler has no size()");
+      return *n;
+    }
+  }
+
+  // --- a run's side: what a run may ask of the core (driver, unless said otherwise) ---
+
+  /// Starts `task` now, in the core's scope: the loader ends only after it has finished.
+  void spawn(Task<void> task) { scope_.spawn(std::move(task)); }
+  /// The driver's io_context (any thread).
+  asio::io_context& context() noexcept { return driver_.context(); }
+  /// At most this many batches between dispatch and the consumer (any thread).
+  std::int64_t in_flight_bound() const noexcept {
+    const auto& o = fetcher_.options;
+    // NOTE: with no workers the driver still fetches up to two batches ahead of the consumer.
+    return o.num_workers > 0
+               ? static_cast<std::int64_t>(o.prefetch_factor.value_or(2)) * o.num_workers
+               : 2;
+  }
+  /// Where runs record the position their consumer stopped at (any thread).
+  const std::shared_ptr<StoppedEpoch>& stopped() const noexcept { return resume_.stopped(); }
+  /// Worker `id` of `n` for an epoch whose worker seed is `seed` (any thread).
+  WorkerInfo worker_info(int id, int n, std::uint64_t seed) const noexcept {
+    return WorkerInfo{id, n, seed, static_cast<const void*>(&fetcher_.dataset), fetcher_.rank,
+                      fetcher_.world_size};
+  }
+  /// worker_init_fn for `info` (worker `info.id`'s thread).
+  void init_worker(const WorkerInfo& info, std::int64_t epoch) { fetcher_.init_worker(info, epoch); }
+  /// The device stage, or nullptr.
+  DeviceStage* stage() const noexcept { return stage_.get(); }
+
+  /// Forks the worker processes that are not running (at each epoch's start).
+  void start_workers() {
+    if (processes_) processes_->start();
+  }
+  /// True once a worker process died unrecovered: dispatch stops.
+  bool workers_broken() const noexcept { return processes_ && processes_->broken(); }
+  /// True when the workers are processes.
+  bool in_processes() const noexcept { return processes_ != nullptr; }
+  /// True when the workers are threads of this process.
+  bool worker_threads() const noexcept { return executor_ != nullptr; }
+  /// Awaitable: continue on worker thread `w` (worker_threads() only).
+  auto to_worker(int w) noexcept { return executor_->schedule_on(w); }
+  /// Awaitable: continue on the driver (any thread).
+  auto to_driver() noexcept { return driver_.schedule(); }
+  /// An epoch has ended; without persistent_workers its processes go with it, and `done`
+  /// runs once they are gone.
+  template <class F>
+  void run_finished(F done) {
+    if (processes_ && !fetcher_.options.persistent_workers) {
+      processes_->retire(std::move(done));
+    } else {
+      done();
+    }
+  }
+
+  /// The batch sampler's index lists for epoch `epoch`.
+  auto batches(std::int64_t epoch)
+    requires(!iterable)
+  {
+    // On the driver: a stopped epoch's dispatcher may still be reading the sampler here.
+    batch_sampler_.set_epoch(epoch);
+    return batch_sampler_.batches();
+  }
+
+  /// True when each stream's state() describes that worker's stream alone: the dataset has
+  /// state()/load_state(), each worker streams its own copy, and in this process (any thread).
+  bool stream_states_usable() const noexcept {
+    if constexpr (ResumableStream<D>) {
+      return fetcher_.options.executor != Executor::processes &&
+             (std::is_copy_constructible_v<D> || fetcher_.options.num_workers <= 1);
+    } else {
+      return false;
+    }
+  }
+
+  /// Batch `batch_no` of a map-style run: on a worker process, a worker thread, or the
+  /// driver; an asynchronous fetch starts on the driver (where its reads are submitted) and
+  /// moves onto a worker itself with `co_await ctx.cpu()`. Starts and ends on the driver.
+  Task<Fetched<Batch>> fetch(Run& run, std::int64_t batch_no, std::vector<Index> indices)
+    requires(!iterable)
+  {
+    if (processes_) co_return co_await processes_->fetch(run, batch_no, std::move(indices));
+    Fetched<Batch> out;
+    if constexpr (Plan::is_async) {
+      out.dropped = run.cancelled();
+      if (!out.dropped) {
+        try {
+          out.outcome.batch.emplace(co_await fetcher_.fetch_batch_async(run, indices, batch_no));
+        } catch (const Cancelled&) {
+          out.dropped = true;
+        } catch (const EmptyBatch&) {
+          // Every sample was skipped: the batch number completes as a skip.
+        } catch (...) {
+          out.outcome.error = std::current_exception();
+        }
+        set_worker_info(nullptr);
+        if (!driver_.on_driver_thread()) co_await driver_.schedule();
+      }
+    } else {
+      const bool hop = executor_ != nullptr;
+      if (hop) co_await executor_->schedule();
+      out.dropped = run.cancelled();
+      if (!out.dropped) {
+        const int worker = hop ? ThreadExecutor::current_worker_id() : -1;
+        const WorkerInfo* info = hop ? &run.worker_infos()[worker] : nullptr;
+        set_worker_info(info);
+        try {
+          if (info) fetcher_.init_worker(*info, run.epoch());
+          out.outcome.batch.emplace(fetcher_.place_batch(
+              [&] { return fetcher_.fetch_batch(run, indices, info, batch_no); }));
+        } catch (const Cancelled&) {
+          out.dropped = true;
+        } catch (const EmptyBatch&) {
+          // Every sample was skipped: the batch number completes as a skip.
+        } catch (...) {
+          out.outcome.error = std::current_exception();
+        }
+        set_worker_info(nullptr);
+      }
+      if (hop) co_await driver_.schedule();
+    }
+    co_return out;
+  }
+
+  /// The next batch of worker process `w`'s stream, as batch `batch_no` (in_processes()).
+  Task<Fetched<Batch>> stream_in_process(Run& run, int w, std::int64_t batch_no)
+    requires iterable
+  {
+    co_return co_await processes_->stream(run, w, batch_no);
+  }
+
+ private:
+  /// What must match between a saved state and the loader that loads it.
+  LoaderState identity() const {
+    LoaderState s;
+    if constexpr (requires(const D& d) { d.size(); }) {
+      s.dataset_size = static_cast<std::int64_t>(fetcher_.dataset.size());
+    }
+    s.batch_size = fetcher_.options.batch_size.value_or(-1);
+    s.seed = fetcher_.options.seed;
+    if constexpr (iterable) s.stream_workers = fetcher_.options.num_workers;
+    s.rank = fetcher_.rank;
+    s.world_size = fetcher_.world_size;
+    return s;
+  }
+
+  /// Driver: once every coroutine of the scope has finished, lets the driver thread end (the
+  /// reader, idle by then, goes first, on the thread that runs its io_context).
+  static Detached stop_when_joined(LoaderCore& core) {
+    co_await core.scope_.join();
+    core.fetcher_.reader = nullptr;
+    core.reader_.reset();
+    core.driver_.release();
+  }
+
+  /// pin_memory and device: the device runtime, the pinned pool and the device stage.
+  void setup_device() {
+    const auto& o = fetcher_.options;
+    const bool with_stage = o.device.has_value();
+    if (!o.pin_memory && !with_stage) return;
+    device_backend_ = o.device_backend;
+    if (!device_backend_) {
+      if (with_stage) {
+        const at::Device d = *o.device;
+        if (d.is_cuda()) {
+          try {
+            // No index: the thread's current device, as at::Device("cuda") means in libtorch.
+            device_backend_ = make_cuda_backend(d.has_index() ? d.index() : -1);
+          } catch (const std::exception& e) {
+            throw std::invalid_argument("device = " + d.str() + ": " + e.what());
+          }
+        } else if (d.is_cpu()) {
+          device_backend_ = std::make_shared<HostDeviceBackend>();
+        } else {
+          throw std::invalid_argument("device = " + d.str() +
+                                      ": coload's device stage copies to CUDA devices (or, "
+                                      "through its host backend, to the CPU)");
+        }
+      } else if (cuda_available()) {
+        device_backend_ = make_cuda_backend(-1);
+      } else {
+        // As PyTorch: without an accelerator, pin_memory leaves batches where they are.
+        warn_once("pin_memory without CUDA",
+                  "'pin_memory' argument is set as true but no accelerator is found, then "
+                  "device pinned memory won't be used (" + cuda_unavailable_reason() + ")");
+        return;
+      }
+    }
+    if (with_stage && device_backend_->device().type() != o.device->type()) {
+      throw std::invalid_argument("device = " + o.device->str() +
+                                  ", but device_backend copies to " +
+                                  device_backend_->device().str());
+    }
+    // Batches between dispatch and consumer, one the consumer holds, one being collated.
+    pinned_ = std::make_unique<PinnedPool>(device_backend_,
+                                           static_cast<std::size_t>(in_flight_bound()) + 2);
+    fetcher_.pinned = pinned_.get();
+    if (with_stage) stage_ = std::make_unique<DeviceStage>(device_backend_, driver_.context());
+  }
+
+  AnyBatchSampler make_batch_sampler() {
+    auto& o = fetcher_.options;
+    if (o.batch_sampler) return std::move(o.batch_sampler);
+    const auto n = static_cast<std::int64_t>(fetcher_.dataset.size());
+    // Without automatic batching each "batch" is one index.
+    const std::int64_t b = o.batch_size.value_or(1);
+    if (o.sampler) return BatchSampler<AnySampler>(std::move(o.sampler), b, o.drop_last);
+    if (o.shuffle) {
+      return BatchSampler<RandomSampler>(RandomSampler(n, false, std::nullopt, generator_), b,
+                                         o.drop_last);
+    }
+    return BatchSampler<SequentialSampler>(SequentialSampler(n), b, o.drop_last);
+  }
+
+  Fetcher<D, C> fetcher_;
+  AnyBatchSampler batch_sampler_;
+  std::optional<at::Generator> generator_;
+  std::int64_t epochs_started_ = 0;
+  ResumeBook resume_;
+  std::weak_ptr<Run> current_;
+  AsyncScope scope_;  // driver
+  Driver driver_;
+  std::unique_ptr<ThreadExecutor> executor_;
+  std::unique_ptr<ProcessBridge<D, C>> processes_;  // executor = processes
+  std::unique_ptr<io::Reader> reader_;  // asynchronous datasets only; driver after construction
+  std::shared_ptr<DeviceBackend> device_backend_;  // pin_memory or device
+  std::unique_ptr<PinnedPool> pinned_;             // pin_memory or device, with a backend
+  std::unique_ptr<DeviceStage> stage_;             // device
+};
+
+}  // namespace coload::detail

@@ -1,0 +1,302 @@
+#pragma once
+// The fetch side of a loader: one batch from the dataset and the collate, on whatever thread
+// calls it. Used by the loader's runs (on the driver and the worker threads) and, in a worker
+// process, by that process's loop; it owns the dataset and nothing that drives.
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "coload/collate/batch_allocator.hpp"
+#include "coload/coro/async_generator.hpp"
+#include "coload/coro/task.hpp"
+#include "coload/coro/when_all.hpp"
+#include "coload/dataset/dataset.hpp"
+#include "coload/dataset/sample_context.hpp"
+#include "coload/device/device.hpp"
+#include "coload/exec/thread_executor.hpp"
+#include "coload/exec/worker_info.hpp"
+#include "coload/io/reader.hpp"
+#include "coload/loader/detail/fetch_plan.hpp"
+#include "coload/loader/detail/handoff.hpp"
+#include "coload/loader/errors.hpp"
+#include "coload/loader/options.hpp"
+
+namespace coload::detail {
+
+/// Thrown inside a fetch when its epoch was cancelled; never reaches a consumer.
+struct Cancelled {};
+
+/// Pulls samples from a Generator or an AsyncGenerator, one at a time.
+template <class G>
+class StreamCursor {
+ public:
+  using pointer = typename G::pointer;
+  explicit StreamCursor(G generator) : generator_(std::move(generator)) {}
+  /// The next sample, or nullptr at the end.
+  pointer next_sync() {
+    if (!it_) {
+      it_.emplace(generator_.begin());
+    } else {
+      ++*it_;
+    }
+    return *it_ == std::default_sentinel ? nullptr : std::addressof(**it_);
+  }
+
+ private:
+  G generator_;
+  std::optional<decltype(std::declval<G&>().begin())> it_;
+};
+template <class T>
+class StreamCursor<AsyncGenerator<T>> {
+ public:
+  explicit StreamCursor(AsyncGenerator<T> generator) : generator_(std::move(generator)) {}
+  /// Awaitable of the next sample, or nullptr at the end.
+  auto next_async() { return generator_.next(); }
+
+ private:
+  AsyncGenerator<T> generator_;
+};
+
+/// A fetch's result as its run takes it: the batch or its error (neither: every sample was
+/// skipped), `dropped` when its epoch was cancelled, and for a stream `over` when nothing
+/// follows it.
+template <class Batch>
+struct Fetched {
+  Outcome<Batch> outcome;
+  bool dropped = false;
+  bool over = false;
+};
+
+/// What a fetch asks of the epoch it runs in (a run, or a worker process's task):
+/// `cancelled()`, `epoch()` and `sample_seed()`; a run also offers `worker_infos()` and
+/// `on_worker()`, so that an asynchronous fetch can move onto a worker thread.
+template <class S>
+concept FetchScope = requires(const S& s) {
+  { s.cancelled() } -> std::convertible_to<bool>;
+  { s.epoch() } -> std::convertible_to<std::int64_t>;
+  { s.sample_seed() } -> std::convertible_to<std::uint64_t>;
+};
+
+/// The dataset, the options it is fetched with, and where a fetch's memory, reads and CPU
+/// work go. The pointers are the loader's (or, in a worker process, that process's own);
+/// every member may be called from several worker threads at once.
+template <class D, class C>
+class Fetcher {
+ public:
+  using Plan = FetchPlan<D, C>;
+  using Batch = typename Plan::batch;
+  using Sample = typename Plan::sample;
+  static constexpr bool iterable = IterableDataset<D>;
+
+  Fetcher(D ds, LoaderOptions<C> opts) : dataset(std::move(ds)), options(std::move(opts)) {
+    // NOTE: the options are validated after this (by the core): a negative count sizes nothing.
+    const auto workers = static_cast<std::size_t>(std::max(0, options.num_workers));
+    worker_init_epoch_.assign(workers, -1);
+    replicas_.resize(workers);
+  }
+
+  D dataset;
+  LoaderOptions<C> options;
+  SkipLog skips;
+  int rank = 0;
+  int world_size = 1;
+  ThreadExecutor* executor = nullptr;  ///< worker threads, when the loader has them
+  io::Reader* reader = nullptr;        ///< asynchronous datasets only
+  PinnedPool* pinned = nullptr;        ///< pin_memory with a device runtime
+
+  /// worker_init_fn, once per worker per epoch (once ever with persistent_workers). Called on
+  /// worker `info.id`'s thread only.
+  void init_worker(const WorkerInfo& info, std::int64_t epoch) {
+    auto& last = worker_init_epoch_[static_cast<std::size_t>(info.id)];
+    if (last >= 0 && (options.persistent_workers || last == epoch)) return;
+    last = epoch;
+    if (!options.worker_init_fn) return;
+    try {
+      options.worker_init_fn(info);
+    } catch (...) {
+      throw wrap_current_exception(info.id, -1, -1, "running worker_init_fn before");
+    }
+  }
+
+  /// Worker `w`'s own copy of the dataset (as each PyTorch worker process has one), made on
+  /// its first stream and, with persistent_workers, kept across epochs. A dataset that cannot
+  /// be copied is shared. Called on worker `w`'s thread only.
+  std::shared_ptr<D> replica(int w) {
+    auto& slot = replicas_[static_cast<std::size_t>(w)];
+    if constexpr (std::is_copy_constructible_v<D>) {
+      if (!slot || !options.persistent_workers) slot = std::make_shared<D>(std::as_const(dataset));
+      return slot;
+    } else {
+      return std::shared_ptr<D>(std::shared_ptr<D>{}, &dataset);
+    }
+  }
+
+  /// Batch `batch_no` of indices `indices`, synchronously on the calling thread (worker
+  /// `info`, or the driver when null).
+  template <FetchScope Scope>
+  Batch fetch_batch(Scope& run, std::span<const Index> indices, const WorkerInfo* info,
+                    std::int64_t batch_no)
+    requires(!iterable && !Plan::is_async)
+  {
+    const int worker = info ? info->id : -1;
+    if constexpr (Plan::whole_batch) {
+      try {
+        return dataset.get_batch(indices);
+      } catch (const EmptyBatch&) {
+        throw;
+      } catch (const SampleError& e) {
+        throw wrap_current_exception(worker, batch_no, e.index(), "fetching");
+      } catch (...) {
+        throw wrap_current_exception(worker, batch_no, -1, "fetching");
+      }
+    } else {
+      std::vector<Sample> samples;
+      if constexpr (Plan::batch_of_samples) {
+        try {
+          samples = dataset.get_batch(indices);
+        } catch (const EmptyBatch&) {
+          throw;
+        } catch (const SampleError& e) {
+          throw wrap_current_exception(worker, batch_no, e.index(), "fetching");
+        } catch (...) {
+          throw wrap_current_exception(worker, batch_no, -1, "fetching");
+        }
+      } else {
+        samples.reserve(indices.size());
+        for (Index i : indices) {
+          if (run.cancelled()) throw Cancelled{};
+          SampleContext ctx{i, run.epoch(), Rng::for_sample(run.sample_seed(), run.epoch(), i),
+                            info};
+          try {
+            samples.push_back(get_sample(dataset, i, ctx));
+          } catch (...) {
+            auto error = wrap_current_exception(worker, batch_no, i, "fetching");
+            if (options.on_error != OnError::skip) throw error;
+            skips.skip(i, error.what());
+          }
+        }
+        if (samples.empty()) throw EmptyBatch{};
+      }
+      return collate_samples(std::move(samples), worker, batch_no);
+    }
+  }
+
+  /// An asynchronous fetch of batch `batch_no`: get_batch_async, or get_async for every index
+  /// at once and then collate (on a worker). Starts on the driver.
+  template <FetchScope Scope>
+  Task<Batch> fetch_batch_async(Scope& run, std::span<const Index> indices, std::int64_t batch_no)
+    requires(Plan::is_async)
+  {
+    const CpuPlace place = cpu_place(run);
+    if constexpr (Plan::path == FetchPath::whole_batch_async) {
+      BatchContext ctx{indices, batch_no, run.epoch(), run.sample_seed(), reader, place,
+                       options.on_error, &skips};
+      // The batch's memory: a pinned lease, or (in a worker process) the task's slot.
+      std::unique_ptr<BatchLease> lease = pinned ? pinned->begin_batch() : nullptr;
+      ctx.allocator = lease ? lease.get() : current_batch_allocator();
+      try {
+        Batch batch = co_await dataset.get_batch_async(indices, ctx);
+        co_return pinned ? pin_batch(std::move(batch), *pinned) : std::move(batch);
+      } catch (const EmptyBatch&) {
+        throw;
+      } catch (const SampleError& e) {
+        throw wrap_current_exception(current_worker_id_or_driver(), batch_no, e.index(),
+                                     "fetching");
+      } catch (...) {
+        throw wrap_current_exception(current_worker_id_or_driver(), batch_no, -1, "fetching");
+      }
+    } else {
+      std::vector<Task<std::optional<Sample>>> tasks;
+      tasks.reserve(indices.size());
+      for (Index i : indices) {
+        tasks.push_back(sample_async(
+            SampleContext{i, run.epoch(), Rng::for_sample(run.sample_seed(), run.epoch(), i),
+                          nullptr, reader, place},
+            batch_no));
+      }
+      auto fetched = co_await when_all(std::move(tasks));
+      if (run.cancelled()) throw Cancelled{};
+      std::vector<Sample> samples;
+      samples.reserve(fetched.size());
+      for (auto& s : fetched) {
+        if (s) samples.push_back(std::move(*s));
+      }
+      if (samples.empty()) throw EmptyBatch{};
+      // Collating is CPU work: a fetch whose samples did none of theirs on a worker moves now.
+      if (executor && !current_worker_info()) co_await CpuAwaiter{place};
+      co_return place_batch([&] {
+        return collate_samples(std::move(samples), current_worker_id_or_driver(), batch_no);
+      });
+    }
+  }
+
+  /// `make()`'s batch in pinned memory when the loader pins: collate writes into a lease of
+  /// the pool, and tensors made elsewhere are copied in once (pin_batch).
+  template <class F>
+  Batch place_batch(F&& make) {
+    if (!pinned) return make();
+    auto lease = pinned->begin_batch();
+    std::optional<Batch> batch;
+    {
+      BatchAllocatorScope scope(lease.get());
+      batch.emplace(make());
+    }
+    return pin_batch(std::move(*batch), *pinned);
+  }
+
+  /// Collate's batch from `samples` (a per-sample collate gets the one sample alone).
+  Batch collate_samples(std::vector<Sample>&& samples, int worker, std::int64_t batch_no) {
+    try {
+      if constexpr (Plan::per_sample) {
+        return std::invoke(options.collate, std::move(samples.front()));
+      } else {
+        return std::invoke(options.collate, std::move(samples));
+      }
+    } catch (...) {
+      throw wrap_current_exception(worker, batch_no, -1, "collating");
+    }
+  }
+
+  /// The id of the worker running the caller, or -1 (the driver).
+  static int current_worker_id_or_driver() noexcept {
+    const WorkerInfo* info = current_worker_info();
+    return info ? info->id : -1;
+  }
+
+ private:
+  /// The loader's place for CPU work, as a fetch's context carries it.
+  template <class Scope>
+  CpuPlace cpu_place(Scope& run) noexcept {
+    if constexpr (requires { run.on_worker(); }) {
+      if (executor) return CpuPlace{executor, run.worker_infos(), run.on_worker()};
+    }
+    return CpuPlace{};
+  }
+
+  /// One sample of an asynchronous fetch; its failure names the sample, and with
+  /// `on_error = skip` leaves it out (an empty result).
+  Task<std::optional<Sample>> sample_async(SampleContext ctx, std::int64_t batch_no) {
+    std::optional<WorkerError> error;
+    try {
+      co_return co_await dataset.get_async(ctx.index, ctx);
+    } catch (...) {
+      error.emplace(wrap_current_exception(current_worker_id_or_driver(), batch_no, ctx.index,
+                                           "fetching"));
+    }
+    if (options.on_error != OnError::skip) throw *error;
+    skips.skip(ctx.index, error->what());
+    co_return std::nullopt;
+  }
+
+  std::vector<std::int64_t> worker_init_epoch_;  // element i: worker i's thread only
+  std::vector<std::shared_ptr<D>> replicas_;     // element i: worker i's thread only
+};
+
+}  // namespace coload::detail

@@ -1,0 +1,67 @@
+#pragma once
+// The map-style run: one epoch over a map-style dataset, fed by the batch sampler's index
+// lists, each fetched and collated on whichever worker is free.
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "coload/coro/task.hpp"
+#include "coload/loader/detail/run.hpp"
+
+namespace coload::detail {
+
+/// One epoch over a map-style dataset. The dispatcher walks the batch sampler on the driver,
+/// keeping at most the in-flight bound of batches between dispatch and consumer; each batch
+/// is a fetch of its own, spawned into the loader's scope, which the core runs on a worker
+/// thread, on the driver, or in a worker process.
+template <class D, class C>
+class MapRun final : public RunBase<D, C> {
+  using Base = RunBase<D, C>;
+
+ public:
+  using typename Base::Batch;
+  using typename Base::Core;
+  using Base::Base;
+
+  /// Driver: the dispatcher. Ends once the sampler is exhausted, the epoch is cancelled, or a
+  /// worker process died unrecovered; an error from the sampler ends the epoch after the
+  /// batches before it.
+  static Task<void> run(std::shared_ptr<MapRun> self) {
+    Core& core = self->core_;
+    std::exception_ptr error;
+    try {
+      core.start_workers();
+      auto batches = core.batches(self->epoch_);
+      for (;;) {
+        while (self->full() && !self->cancelled()) co_await self->slot();
+        if (self->cancelled()) break;
+        // A worker process died and was not restarted: the epoch ends after its error.
+        if (core.workers_broken()) break;
+        std::vector<Index>* indices = co_await batches.next();
+        if (!indices) break;
+        if (self->resumed_.contains(self->dispatched_)) {
+          // Delivered before the state this epoch resumed from: not fetched again.
+          self->complete(self->dispatched_++, Outcome<Batch>(), false);
+          continue;
+        }
+        core.spawn(fetch(self, self->dispatched_++, std::move(*indices)));
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    self->dispatch_done(std::move(error));
+  }
+
+ private:
+  /// Driver (at its start and its end): batch `batch_no`, fetched where the core fetches, and
+  /// handed to the reorder ring.
+  static Task<void> fetch(std::shared_ptr<MapRun> self, std::int64_t batch_no,
+                          std::vector<Index> indices) {
+    auto fetched = co_await self->core_.fetch(*self, batch_no, std::move(indices));
+    self->complete(batch_no, std::move(fetched.outcome), fetched.dropped);
+  }
+};
+
+}  // namespace coload::detail

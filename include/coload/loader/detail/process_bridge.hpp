@@ -1,0 +1,449 @@
+#pragma once
+// The bridge to worker processes: what the loader hands exec's process pool (the fetch that a
+// worker process runs, the fork server's payload) and how a worker's answer becomes a batch.
+
+#include <asio/io_context.hpp>
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "coload/collate/wire.hpp"
+#include "coload/coro/detached.hpp"
+#include "coload/coro/sync_wait.hpp"
+#include "coload/coro/task.hpp"
+#include "coload/device/device.hpp"
+#include "coload/exec/process.hpp"
+#include "coload/exec/worker_info.hpp"
+#include "coload/io/reader.hpp"
+#include "coload/loader/detail/fetch.hpp"
+#include "coload/loader/errors.hpp"
+#include "coload/loader/options.hpp"
+
+namespace coload::detail {
+
+/// The options a fork-server worker receives: batch_size (-1: none), drop_last, on_error,
+/// num_workers, persistent_workers, worker_init_fn's address (0: none), rank, world_size.
+using ChildOptions = std::tuple<std::int64_t, bool, std::int32_t, std::int32_t, bool,
+                                std::uint64_t, std::int32_t, std::int32_t>;
+
+/// What a fork-server worker needs of `o`. Every field of LoaderOptions is named here, sent or
+/// left to the parent, so that a new option does not compile until it is decided here (and in
+/// options_in_child).
+template <class C>
+ChildOptions child_options(const LoaderOptions<C>& o, std::uint64_t init, int rank, int world) {
+  [[maybe_unused]] const auto& [batch_size, shuffle, sampler, batch_sampler, num_workers, collate,
+                                pin_memory, drop_last, timeout, worker_init_fn, prefetch_factor,
+                                persistent_workers, in_order, seed, on_error, executor,
+                                process_start, on_worker_death, max_worker_restarts, rank_option,
+                                world_size_option, device, device_backend] = o;
+  // The parent's alone: where indices and seeds come from (each task carries them), the
+  // scheduling of tasks and deaths, and where batches go (a worker writes into its slot, which
+  // the parent pins). The worker makes its own collate (an empty type), and worker_init_fn
+  // travels as a plain function's address; rank and world size as the loader resolved them.
+  return ChildOptions{batch_size.value_or(-1), drop_last, static_cast<std::int32_t>(on_error),
+                      num_workers, persistent_workers, init, rank, world};
+}
+
+/// The options a fork-server worker fetches with, from what child_options() sent.
+template <class C>
+LoaderOptions<C> options_in_child(const ChildOptions& sent) {
+  LoaderOptions<C> o;
+  [[maybe_unused]] auto& [batch_size, shuffle, sampler, batch_sampler, num_workers, collate,
+                          pin_memory, drop_last, timeout, worker_init_fn, prefetch_factor,
+                          persistent_workers, in_order, seed, on_error, executor, process_start,
+                          on_worker_death, max_worker_restarts, rank, world_size, device,
+                          device_backend] = o;
+  const auto& [batch, drop, error, workers, persistent, init, rank_sent, world_sent] = sent;
+  batch_size = batch < 0 ? std::nullopt : std::optional<std::int64_t>(batch);
+  drop_last = drop;
+  on_error = static_cast<OnError>(error);
+  num_workers = workers;
+  persistent_workers = persistent;
+  if (init) worker_init_fn = reinterpret_cast<void (*)(const WorkerInfo&)>(init);
+  executor = Executor::processes;
+  process_start = ProcessStart::forkserver;
+  rank = rank_sent;
+  world_size = world_sent;
+  return o;
+}
+
+/// A loader's worker processes: the pool, the fetch each worker runs over the loader's fetch
+/// side (its forked copy, or one rebuilt from the fork server's payload), and the parent's
+/// side of a task. Driver only, but where said.
+template <class D, class C>
+class ProcessBridge {
+ public:
+  using Plan = FetchPlan<D, C>;
+  using Batch = typename Plan::batch;
+  static constexpr bool iterable = IterableDataset<D>;
+
+  /// Makes the pool (nothing is forked before start()). `pin_backend`, when set, pins the
+  /// arena in this process, so that batches decoded over it need no copy (consumer's thread).
+  ProcessBridge(Fetcher<D, C>& fetcher, asio::io_context& driver,
+                std::shared_ptr<DeviceBackend> pin_backend)
+      : fetcher_(fetcher) {
+    if constexpr (wire::Wireable<Batch>) {
+      const auto& options = fetcher.options;
+      ProcessPool::Options o;
+      if (options.process_start == ProcessStart::forkserver) forkserver_options(o);
+      o.num_workers = options.num_workers;
+      // NOTE: a restarted stream would start over and repeat its samples.
+      o.on_death = iterable ? OnWorkerDeath::raise : options.on_worker_death;
+      o.max_restarts = options.max_worker_restarts;
+      if (pin_backend) {
+        o.pin_range = [pin_backend](void* p, std::size_t n) { pin_backend->register_host(p, n); };
+        o.unpin_range = [pin_backend](void* p) { pin_backend->unregister_host(p); };
+      }
+      pool_ = std::make_unique<ProcessPool>(
+          driver, o, [&fetcher](ChildLink& link, int id) { child_main(fetcher, link, id); });
+    } else {
+      (void)driver, (void)pin_backend;
+      throw std::invalid_argument(
+          "executor = processes needs a batch type that the wire format knows: specialise "
+          "coload::wire::Wire for it");
+    }
+  }
+
+  /// Forks every worker that is not running.
+  void start() { pool_->start(); }
+  /// Asks the workers to exit after their queued tasks; `done` runs once they are gone.
+  template <class F>
+  void retire(F done) {
+    pool_->retire(std::move(done));
+  }
+  /// Ends pending tasks with `cancelled` and the workers with SIGTERM (then SIGKILL).
+  void shutdown(std::exception_ptr cancelled) { pool_->shutdown(std::move(cancelled)); }
+  /// True once a worker died unrecovered.
+  bool broken() const noexcept { return pool_->broken(); }
+
+  /// Batch `batch_no` of a map-style epoch, fetched by the least busy worker process: the
+  /// indices go out over its socket, the batch comes back in a shared-memory slot.
+  template <class Run>
+  Task<Fetched<Batch>> fetch(Run& run, std::int64_t batch_no, std::vector<Index> indices) {
+    Fetched<Batch> out;
+    out.dropped = run.cancelled();
+    if (out.dropped) co_return out;
+    try {
+      ProcessTask task;
+      task.kind = ProcessTask::Kind::fetch;
+      task.batch = batch_no;
+      task.epoch = run.epoch();
+      task.worker_seed = run.base_seed();
+      task.sample_seed = run.sample_seed();
+      task.indices = std::move(indices);
+      auto result = co_await pool_->submit(-1, std::move(task));
+      if (auto batch = take_result(std::move(result))) {
+        // NOTE: a batch in the (registered) arena is pinned already; pin_batch passes it on.
+        PinnedPool* pinned = fetcher_.pinned;
+        out.outcome.batch.emplace(pinned ? pin_batch(std::move(*batch), *pinned)
+                                         : std::move(*batch));
+      }
+    } catch (const Cancelled&) {
+      out.dropped = true;
+    } catch (const EmptyBatch&) {
+      // Every sample was skipped, or the batch was queued on a worker that died.
+    } catch (...) {
+      out.outcome.error = std::current_exception();
+    }
+    co_return out;
+  }
+
+  /// The next batch of worker process `w`'s stream (the process keeps the stream between
+  /// tasks); `over` once nothing follows it.
+  template <class Run>
+  Task<Fetched<Batch>> stream(Run& run, int w, std::int64_t batch_no) {
+    Fetched<Batch> out;
+    try {
+      ProcessTask t;
+      t.kind = ProcessTask::Kind::stream;
+      t.batch = batch_no;
+      t.epoch = run.epoch();
+      t.worker_seed = run.base_seed();
+      t.sample_seed = run.sample_seed();
+      t.want = Plan::per_sample ? 1 : *fetcher_.options.batch_size;
+      auto result = co_await pool_->submit(w, std::move(t));
+      out.over = result.reply.stream_over;
+      if (auto batch = take_result(std::move(result))) out.outcome.batch.emplace(std::move(*batch));
+    } catch (const Cancelled&) {
+      out.dropped = true;
+    } catch (const EmptyBatch&) {
+      out.over = true;
+    } catch (...) {
+      out.outcome.error = std::current_exception();
+      out.over = true;
+    }
+    co_return out;
+  }
+
+ private:
+  /// A worker process's answer as a batch: decoded over its slot without a copy; nothing when
+  /// every sample was skipped; its error as a WorkerError.
+  std::optional<Batch> take_result(ProcessResult result) {
+    const auto& r = result.reply;
+    if (r.skipped) fetcher_.skips.add(r.skipped);
+    if (r.status == ProcessReply::Status::error) {
+      throw WorkerError(r.error_what, result.worker, r.batch, r.error_index, r.error_type,
+                        r.error_message, nullptr);
+    }
+    if (!result.lease) {
+      if (r.status == ProcessReply::Status::empty && !r.stream_over) throw EmptyBatch{};
+      return std::nullopt;
+    }
+    if constexpr (wire::Wireable<Batch>) {
+      return wire::decode<Batch>(result.bytes, static_cast<std::size_t>(r.offset),
+                                 std::move(result.lease));
+    } else {
+      throw std::logic_error("unreachable: a batch type without a wire format");
+    }
+  }
+
+  /// What a fork-server worker receives: the dataset and the options it fetches with.
+  using Payload = std::tuple<D, ChildOptions>;
+
+  /// A fork-server worker's entry: rebuilds the loader's fetch side from the payload and
+  /// serves the parent. Runs in the worker, never returns.
+  static void forkserver_entry(int socket, int id, int payload_fd) {
+    if constexpr (wire::Wireable<D>) {
+      auto bytes = map_payload(payload_fd);
+      ::close(payload_fd);
+      auto [ds, sent] = wire::decode<Payload>(bytes, 0, nullptr);
+      auto fetcher = std::make_unique<Fetcher<D, C>>(std::move(ds), options_in_child<C>(sent));
+      fetcher->rank = std::get<6>(sent);
+      fetcher->world_size = std::get<7>(sent);
+      ChildLink link(socket);
+      child_main(*fetcher, link, id);
+      std::fflush(stderr);
+      ::_exit(0);
+    } else {
+      (void)socket, (void)id, (void)payload_fd;
+      ::_exit(70);
+    }
+  }
+
+  /// The fork server's part of the pool's options, after checking that the loader's dataset,
+  /// collate and worker_init_fn can travel to a worker that does not share this memory.
+  void forkserver_options(ProcessPool::Options& o) {
+    const auto& options = fetcher_.options;
+    if (!forkserver_running()) {
+      throw std::logic_error(
+          "process_start = forkserver needs coload::start_forkserver() called first thing in "
+          "main, before the program starts threads");
+    }
+    if constexpr (!wire::Wireable<D> || !std::is_copy_constructible_v<D>) {
+      throw std::invalid_argument(
+          "process_start = forkserver sends the dataset to each worker through the wire "
+          "format: specialise coload::wire::Wire for the dataset type (and make it copyable)");
+    } else if constexpr (!std::is_empty_v<C> || !std::default_initializable<C>) {
+      throw std::invalid_argument(
+          "process_start = forkserver needs a collate function of an empty type (a worker "
+          "makes its own); use executor = processes with process_start = fork");
+    } else {
+      std::uint64_t init = 0;
+      if (options.worker_init_fn) {
+        auto* fn = options.worker_init_fn.template target<void (*)(const WorkerInfo&)>();
+        if (!fn) {
+          throw std::invalid_argument(
+              "process_start = forkserver needs worker_init_fn to be a plain function (a "
+              "lambda that captures nothing, converted with +[](const WorkerInfo&) {...}): a "
+              "worker cannot receive anything else");
+        }
+        init = reinterpret_cast<std::uint64_t>(*fn);
+      }
+      Payload payload{fetcher_.dataset,
+                      child_options(options, init, fetcher_.rank, fetcher_.world_size)};
+      const std::size_t size = wire::encoded_size(payload);
+      o.payload = payload_memfd(size, [&](std::span<std::byte> region) {
+        wire::encode(payload, region, 0);
+      });
+      o.entry = &ProcessBridge::forkserver_entry;
+    }
+  }
+
+  /// What a fetch in a worker process sees of its epoch.
+  struct ChildScope {
+    std::int64_t epoch_no;
+    std::uint64_t seed;
+    bool cancelled() const noexcept { return false; }
+    std::int64_t epoch() const noexcept { return epoch_no; }
+    std::uint64_t sample_seed() const noexcept { return seed; }
+  };
+
+  /// Runs an asynchronous fetch to its end on the child's own io_context.
+  static Detached child_fetch_async(Fetcher<D, C>& fetcher, ChildScope& scope,
+                                    std::span<const Index> indices, std::int64_t batch_no,
+                                    std::optional<Batch>& out, std::exception_ptr& error,
+                                    bool& done)
+    requires(Plan::is_async)
+  {
+    try {
+      out.emplace(co_await fetcher.fetch_batch_async(scope, indices, batch_no));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    done = true;
+  }
+
+  static auto stream_probe() {
+    if constexpr (iterable) {
+      return std::type_identity<stream_t<D>>{};
+    } else {
+      return std::type_identity<Generator<int>>{};
+    }
+  }
+  using stream_probe_t = typename decltype(stream_probe())::type;
+
+  /// A worker process's next batch of its stream: up to `want` samples, collated; nothing
+  /// once the stream is over (or a last partial batch under drop_last).
+  static std::optional<Batch> child_stream(Fetcher<D, C>& fetcher,
+                                           std::optional<StreamCursor<stream_probe_t>>& cursor,
+                                           bool& over, const WorkerInfo& info,
+                                           std::int64_t want, int id, std::int64_t batch_no) {
+    if constexpr (iterable) {
+      if (over) return std::nullopt;
+      if (!cursor) {
+        try {
+          cursor.emplace(fetcher.dataset.stream(info));
+        } catch (...) {
+          over = true;
+          throw wrap_current_exception(id, batch_no, -1, "starting the stream for");
+        }
+      }
+      std::vector<typename Plan::sample> samples;
+      samples.reserve(static_cast<std::size_t>(want));
+      while (static_cast<std::int64_t>(samples.size()) < want) {
+        typename stream_t<D>::pointer sample = nullptr;
+        try {
+          if constexpr (async_stream_v<D>) {
+            sample = sync_wait(cursor->next_async());
+          } else {
+            sample = cursor->next_sync();
+          }
+        } catch (...) {
+          over = true;
+          throw wrap_current_exception(id, batch_no, -1, "fetching");
+        }
+        if (!sample) {
+          over = true;
+          break;
+        }
+        samples.push_back(std::move(*sample));
+      }
+      const bool partial = static_cast<std::int64_t>(samples.size()) < want;
+      if (samples.empty() || (partial && fetcher.options.drop_last)) return std::nullopt;
+      return fetcher.collate_samples(std::move(samples), id, batch_no);
+    } else {
+      (void)fetcher, (void)cursor, (void)over, (void)info, (void)want, (void)id, (void)batch_no;
+      return std::nullopt;
+    }
+  }
+
+  static void fill_error(ProcessReply& reply, const WorkerError& e) {
+    reply.status = ProcessReply::Status::error;
+    reply.error_what = e.what();
+    reply.error_type = e.original_type();
+    reply.error_message = e.original_message();
+    reply.error_index = e.index();
+  }
+
+  /// The body of worker process `id`: `fetcher` is the child's copy of the loader's fetch
+  /// side, whose reader, executor and pinned pool belong to the parent and are never touched.
+  static void child_main(Fetcher<D, C>& fetcher, ChildLink& link, int id) {
+    std::optional<asio::io_context> child_io;
+    std::unique_ptr<io::Reader> child_reader;
+    if constexpr (Plan::is_async) {
+      // NOTE: the parent's reader shares its ring with the parent: destroying it here would
+      // cancel the parent's reads. It is left alone, and the child reads through its own.
+      child_io.emplace();
+      child_reader = std::make_unique<io::Reader>(*child_io);
+    }
+    fetcher.reader = child_reader.get();
+    fetcher.executor = nullptr;
+    // The parent's pinned pool is the parent's: the child writes into its slot, which the
+    // parent has registered as pinned.
+    fetcher.pinned = nullptr;
+    const auto& options = fetcher.options;
+    WorkerInfo info{id, options.num_workers, 0, static_cast<const void*>(&fetcher.dataset),
+                    fetcher.rank, fetcher.world_size};
+    bool initialised = false;
+    std::optional<StreamCursor<stream_probe_t>> cursor;
+    bool stream_over = false;
+    while (auto task = link.next()) {
+      info.seed = task->worker_seed + static_cast<std::uint64_t>(id);
+      set_worker_info(&info);
+      ProcessReply reply;
+      reply.batch = task->batch;
+      const std::int64_t skipped_before = fetcher.skips.count();
+      try {
+        if (!initialised) {
+          initialised = true;
+          fetcher.init_worker(info, task->epoch);
+        }
+        std::optional<Batch> batch;
+        // Collate's output is carved from the task's slot: the batch is encoded where it lies.
+        BatchAllocatorScope in_slot(&link);
+        if constexpr (iterable) {
+          batch = child_stream(fetcher, cursor, stream_over, info, task->want, id, task->batch);
+          reply.stream_over = stream_over;
+        } else {
+          ChildScope scope{task->epoch, task->sample_seed};
+          if constexpr (Plan::is_async) {
+            std::exception_ptr error;
+            bool done = false;
+            child_fetch_async(fetcher, scope, task->indices, task->batch, batch, error, done);
+            child_io->restart();
+            while (!done && child_io->run_one() > 0) {
+            }
+            if (!done) throw std::logic_error("coload: an asynchronous fetch stalled in a worker process");
+            if (error) std::rethrow_exception(error);
+          } else {
+            batch.emplace(fetcher.fetch_batch(scope, task->indices, &info, task->batch));
+          }
+        }
+        if (batch) {
+          if constexpr (wire::Wireable<Batch>) {
+            const std::size_t at = link.allocated();
+            const std::size_t need = wire::encoded_size(
+                *batch, std::span<const std::byte>(link.slot(at)));
+            reply.bytes = wire::encode(*batch, link.slot(at + need), at);
+            reply.offset = at;
+            reply.status = ProcessReply::Status::batch;
+          }
+        } else {
+          reply.status = ProcessReply::Status::empty;
+        }
+      } catch (const EmptyBatch&) {
+        reply.status = ProcessReply::Status::empty;
+      } catch (const WorkerError& e) {
+        fill_error(reply, e);
+      } catch (...) {
+        fill_error(reply, wrap_current_exception(id, task->batch, -1, "fetching"));
+      }
+      if constexpr (iterable) {
+        if (reply.status == ProcessReply::Status::error) reply.stream_over = stream_over = true;
+      }
+      set_worker_info(nullptr);
+      reply.skipped = fetcher.skips.count() - skipped_before;
+      link.reply(std::move(reply));
+    }
+    cursor.reset();
+    // NOTE: the child exits next: its ring goes with the process, without the cancel-and-reap
+    // walk of an orderly shutdown, so the parent sees the worker gone sooner.
+    (void)child_reader.release();
+  }
+
+  Fetcher<D, C>& fetcher_;
+  std::unique_ptr<ProcessPool> pool_;
+};
+
+}  // namespace coload::detail

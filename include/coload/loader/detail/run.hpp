@@ -1,0 +1,314 @@
+#pragma once
+// The run of one epoch, whatever feeds it: the consumer's entry points, the in-flight bound,
+// the reorder ring, the timeout, the device stage's hand-on and the end. MapRun and StreamRun
+// add what feeds it.
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Type.h>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "coload/coro/task.hpp"
+#include "coload/device/device.hpp"
+#include "coload/exec/worker_info.hpp"
+#include "coload/loader/detail/fetch_plan.hpp"
+#include "coload/loader/detail/resume.hpp"
+#include "coload/loader/epoch.hpp"
+#include "coload/loader/errors.hpp"
+
+namespace coload::detail {
+
+template <class D, class C>
+class LoaderCore;
+
+/// What every epoch shares, whatever feeds it: the consumer-side entry points, the in-flight
+/// bound, the reorder ring, the timeout and the end. Fields marked "driver" are touched only on
+/// the driver thread.
+///
+/// Each dispatched batch number completes exactly once, with a batch, an error, or nothing at
+/// all (a skip: an iterable worker that had no more samples); skips keep their place in the
+/// order but are never handed to the consumer.
+template <class D, class C>
+class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
+                public std::enable_shared_from_this<RunBase<D, C>> {
+ public:
+  using Batch = typename FetchPlan<D, C>::batch;
+  using Core = LoaderCore<D, C>;
+
+  /// `resumed`: the batches of this epoch that a saved state says were delivered already;
+  /// they are not delivered again. `generator`: the loader's generator state that the epoch's
+  /// draws started from (what LoaderState records).
+  RunBase(Core& core, std::int64_t epoch, std::uint64_t base_seed, DeliveredSet resumed,
+          std::vector<std::uint8_t> generator)
+      : core_(core),
+        epoch_(epoch),
+        base_seed_(base_seed),
+        sample_seed_(core.options().seed.value_or(base_seed)),
+        bound_(core.in_flight_bound()),
+        timeout_(core.options().timeout),
+        resumed_(std::move(resumed)),
+        start_generator_(std::move(generator)),
+        stopped_(core.stopped()),
+        reorder_(static_cast<std::size_t>(bound_)) {
+    this->handoff.set_done(resumed_);
+    // NOTE: only a loader with a timeout makes a timer: once a timer exists, Asio's driver
+    // sleeps in epoll rather than on a condition variable, and every post costs a syscall.
+    if (timeout_ > 0) timer_.emplace(core.context());
+    const int n = core.options().num_workers;
+    workers_.reserve(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      workers_.push_back(core.worker_info(i, n, base_seed + static_cast<std::uint64_t>(i)));
+    }
+  }
+
+  std::int64_t epoch() const noexcept { return epoch_; }
+  std::uint64_t base_seed() const noexcept { return base_seed_; }
+  std::uint64_t sample_seed() const noexcept { return sample_seed_; }
+  /// The workers' infos for this epoch, indexed by worker id (empty without workers).
+  const WorkerInfo* worker_infos() const noexcept {
+    return workers_.empty() ? nullptr : workers_.data();
+  }
+  /// What an asynchronous fetch's move to a worker runs there: worker_init_fn, once per
+  /// worker per epoch (once ever with persistent_workers).
+  const std::function<void(const WorkerInfo&)>* on_worker() const noexcept {
+    return &on_worker_;
+  }
+  bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
+  /// Where the epoch stands for its consumer (any thread).
+  EpochPosition position() const {
+    return EpochPosition{epoch_, this->handoff.done(), this->handoff.marks(), start_generator_,
+                         this->handoff.ended()};
+  }
+
+  // --- consumer side (any thread) ---
+  // NOTE: consumer calls after the run has finished do nothing, so an Epoch (or an async_next
+  // completion) that outlives its loader never touches the freed driver.
+  void consumed() override {
+    if (closed_.load()) return;
+    consumed_.fetch_add(1);
+    // Only a driver that stopped at the in-flight bound needs telling.
+    if (slot_wanted_.exchange(false)) {
+      asio::post(core_.context(),
+                 [self = this->shared_from_this()] { self->on_slot_freed(); });
+    }
+  }
+  void arm_timeout(std::uint64_t generation, std::int64_t batch) override {
+    if (timeout_ <= 0 || closed_.load()) return;
+    waited_batch_.store(batch, std::memory_order_relaxed);
+    asio::post(core_.context(), [self = this->shared_from_this(), generation] {
+      self->on_arm(generation);
+    });
+  }
+  std::exception_ptr timeout_error() const override {
+    return std::make_exception_ptr(
+        TimeoutError(waited_batch_.load(std::memory_order_relaxed), timeout_));
+  }
+  void cancel() override {
+    // The consumer stops here: remember where, for state() after this run is gone.
+    // NOTE: Epoch::stop() is noexcept, and the copy allocates: out of memory, the stop goes on
+    // without recording its position rather than terminating.
+    try {
+      EpochPosition at = position();
+      std::lock_guard lock(stopped_->mutex);
+      // An older epoch's late stop does not hide a newer one's position.
+      if (!stopped_->position || stopped_->position->epoch <= epoch_) {
+        stopped_->position = std::move(at);
+      }
+    } catch (...) {
+    }
+    if (cancelled_.exchange(true) || closed_.load()) return;
+    asio::post(core_.context(), [self = this->shared_from_this()] { self->on_cancel(); });
+  }
+
+ protected:
+  /// Driver: `while (full() && !cancelled()) co_await slot();` waits for room under the bound.
+  struct SlotAwaiter {
+    RunBase* run;
+    bool await_ready() const noexcept {
+      run->slot_wanted_.store(true);
+      // Re-check after announcing: a consumer that took a batch in between either is seen
+      // here or sees the announcement and posts on_slot_freed.
+      return !run->full() || run->cancelled();
+    }
+    void await_suspend(std::coroutine_handle<> h) noexcept { run->slot_waiter_ = h; }
+    void await_resume() const noexcept {}
+  };
+  SlotAwaiter slot() noexcept { return SlotAwaiter{this}; }
+
+  /// Driver: batch `batch_no` is done. An outcome with neither batch nor error is a skip.
+  void complete(std::int64_t batch_no, Outcome<Batch> outcome, bool dropped) {
+    ++completed_;
+    if (cancelled() || dropped) {
+      maybe_finish();
+      return;
+    }
+    // Delivered before the state this epoch resumed from: it takes its place as a skip.
+    if (resumed_.contains(batch_no)) outcome = Outcome<Batch>{};
+    outcome.number = batch_no;
+    const std::int64_t skipped_before = skipped_;
+    if (!core_.options().in_order) {
+      deliver(std::move(outcome));
+    } else {
+      reorder_[static_cast<std::size_t>(batch_no % bound_)] = std::move(outcome);
+      for (;;) {
+        auto& slot = reorder_[static_cast<std::size_t>(delivered_ % bound_)];
+        if (!slot) break;
+        deliver(std::move(*slot));
+        slot.reset();
+      }
+    }
+    // A skip frees its place under the bound without the consumer: wake a waiting dispatcher.
+    if (skipped_ != skipped_before && !full()) on_slot_freed();
+    maybe_finish();
+  }
+
+  /// Driver: true when `bound_` batches are between dispatch and the consumer.
+  bool full() const noexcept { return dispatched_ - consumed_.load() - skipped_ >= bound_; }
+
+  /// Driver: nothing more will be dispatched (after an error, if any, from the dispatcher).
+  void dispatch_done(std::exception_ptr error) {
+    dispatch_error_ = std::move(error);
+    dispatch_done_ = true;
+    maybe_finish();
+  }
+
+  Core& core_;
+  const std::int64_t epoch_;
+  const std::uint64_t base_seed_;
+  const std::uint64_t sample_seed_;
+  const std::int64_t bound_;
+  const double timeout_;
+  std::vector<WorkerInfo> workers_;
+  const DeliveredSet resumed_;
+  const std::vector<std::uint8_t> start_generator_;
+  const std::shared_ptr<StoppedEpoch> stopped_;
+  const std::function<void(const WorkerInfo&)> on_worker_ = [this](const WorkerInfo& info) {
+    core_.init_worker(info, epoch_);
+  };
+  // driver
+  std::int64_t dispatched_ = 0;
+
+ private:
+  void deliver(Outcome<Batch> outcome) {
+    ++delivered_;
+    if (!outcome.batch && !outcome.error) {
+      ++skipped_;
+      this->handoff.note_done(outcome.number);
+      return;
+    }
+    if (core_.stage()) {
+      ++staging_;
+      core_.spawn(to_device(this->shared_from_this(), std::move(outcome)));
+      return;
+    }
+    this->handoff.push(std::move(outcome));
+  }
+
+  /// Driver: says once per batch type when the device stage reaches no tensor in a batch, so
+  /// that a struct without a TensorMap does not stay on the CPU unnoticed.
+  static void warn_if_opaque(const Batch& batch) {
+    bool any = false;
+    visit_tensors(batch, [&any](const at::Tensor&) { any = true; });
+    if (any) return;
+    const std::string type = c10::demangle(typeid(Batch).name());
+    warn_once("device stage: no tensor in " + type,
+              "the device stage found no tensor in a batch of type " + type +
+                  ", so it stays where it is: specialise coload::TensorMap for it "
+                  "(coload/device/tensor_map.hpp) to reach its tensors");
+  }
+
+  /// Driver: copies a batch to the device and hands it on once the copy has completed. An
+  /// error waits for the copies before it, so the consumer gets everything in order.
+  static Task<void> to_device(std::shared_ptr<RunBase> self, Outcome<Batch> outcome) {
+    DeviceStage& stage = *self->core_.stage();
+    bool failed = false;
+    if (outcome.batch) {
+      warn_if_opaque(*outcome.batch);
+      try {
+        auto copied = co_await stage.copy(std::move(*outcome.batch));
+        outcome.batch.emplace(std::move(copied.batch));
+      } catch (...) {
+        outcome.batch.reset();
+        outcome.error = std::current_exception();
+        failed = true;
+      }
+    }
+    if (!outcome.batch || failed) {
+      try {
+        co_await stage.fence();
+      } catch (...) {
+        // The device failed: the order behind earlier copies cannot be kept; deliver anyway.
+        if (!outcome.error) outcome.error = std::current_exception();
+      }
+    }
+    self->handoff.push(std::move(outcome));
+    --self->staging_;
+    self->maybe_finish();
+  }
+
+  void maybe_finish() {
+    if (finished_ || !dispatch_done_ || staging_ > 0) return;
+    if (cancelled() ? completed_ != dispatched_ : delivered_ != dispatched_) return;
+    finished_ = true;
+    // Nothing of the driver is needed any more: drop the timer (it lives on the driver's
+    // io_context) and close the consumer-side entry points.
+    timer_.reset();
+    closed_.store(true);
+    if (dispatch_error_ && !cancelled()) {
+      Outcome<Batch> end;
+      end.error = dispatch_error_;
+      this->handoff.push(std::move(end));
+    }
+    // NOTE: worker processes that end with the epoch are gone before the consumer sees its end.
+    core_.run_finished([self = this->shared_from_this()] { self->handoff.finish(); });
+  }
+
+  void on_slot_freed() {
+    if (slot_waiter_) std::exchange(slot_waiter_, nullptr).resume();
+  }
+  void on_arm(std::uint64_t generation) {
+    if (finished_ || !timer_) return;
+    timer_->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(timeout_)));
+    timer_->async_wait([self = this->shared_from_this(), generation](std::error_code ec) {
+      if (!ec) self->handoff.expire(generation);
+    });
+  }
+  void on_cancel() {
+    if (timer_) timer_->cancel();
+    on_slot_freed();
+    maybe_finish();
+  }
+
+  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> closed_{false};
+  std::atomic<std::int64_t> waited_batch_{0};
+  std::atomic<std::int64_t> consumed_{0};
+  std::atomic<bool> slot_wanted_{false};
+  // driver
+  std::int64_t completed_ = 0;
+  std::int64_t delivered_ = 0;
+  std::int64_t skipped_ = 0;
+  std::int64_t staging_ = 0;  // batches on their way to the device
+  bool dispatch_done_ = false;
+  bool finished_ = false;
+  std::exception_ptr dispatch_error_;
+  std::vector<std::optional<Outcome<Batch>>> reorder_;
+  std::coroutine_handle<> slot_waiter_;
+  std::optional<asio::steady_timer> timer_;
+};
+
+}  // namespace coload::detail
