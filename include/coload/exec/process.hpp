@@ -89,10 +89,6 @@ struct ProcessReply {
   std::string error_message;
 };
 
-/// Address space reserved for each slot of the arena, in the parent and in every child: a
-/// slot grows (ftruncate) inside it without ever moving.
-inline constexpr std::size_t slot_span = std::size_t{16} << 30;
-
 /// What a worker started by the fork server runs: `socket` is its link to the parent,
 /// `payload` the memfd with what the loader sent it (the dataset, the options).
 using ForkserverEntry = void (*)(int socket, int worker_id, int payload);
@@ -204,9 +200,6 @@ class ProcessPool {
   struct State;
   std::shared_ptr<State> state_;
 };
-
-/// The name of signal `sig`, as "SIGSEGV".
-std::string signal_name(int sig);
 
 }  // namespace detail
 }  // namespace coload
