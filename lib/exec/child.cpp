@@ -1,5 +1,5 @@
-// The child's side of process workers: what every worker does first, and its link to the parent
-// (tasks in, the slot as batch allocator, replies out).
+// The child's side of process workers: what every worker does first, its link to the parent
+// (tasks in, the slot as batch allocator, replies out) and the child's loop.
 
 #include <ATen/Parallel.h>
 #include <signal.h>
@@ -12,7 +12,10 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "coload/dataset/sample_context.hpp"
 #include "coload/exec/process.hpp"
+#include "coload/exec/worker_info.hpp"
+#include "coload/loader/errors.hpp"
 #include "messages.hpp"
 #include "workers.hpp"
 
@@ -147,6 +150,46 @@ void* ChildLink::allocate(std::size_t nbytes) {
 void ChildLink::reply(ProcessReply reply) {
   reply.slot_bytes = slot_bytes_;
   send_value(socket_, reply);
+}
+
+// ---- the child's loop -------------------------------------------------------------------------
+
+namespace {
+void fill_error(ProcessReply& reply, const WorkerError& e) {
+  reply.status = ProcessReply::Status::error;
+  reply.error_what = e.what();
+  reply.error_type = e.original_type();
+  reply.error_message = e.original_message();
+  reply.error_index = e.index();
+}
+}  // namespace
+
+void run_child(ChildLink& link, int worker_id, const ChildWork& work) {
+  if (work.start) work.start(worker_id);
+  while (auto task = link.next()) {
+    ProcessReply reply;
+    reply.batch = task->batch;
+    const std::int64_t skipped_before = work.skipped ? work.skipped() : 0;
+    try {
+      // Collate's output is carved from the task's slot: the batch is encoded where it lies.
+      BatchAllocatorScope in_slot(&link);
+      work.fetch(*task, link, reply);
+    } catch (const EmptyBatch&) {
+      reply.status = ProcessReply::Status::empty;
+    } catch (const WorkerError& e) {
+      fill_error(reply, e);
+    } catch (...) {
+      fill_error(reply, wrap_current_exception(worker_id, task->batch, -1, "fetching"));
+    }
+    // A stream that failed has nothing after this reply.
+    if (task->kind == ProcessTask::Kind::stream && reply.status == ProcessReply::Status::error) {
+      reply.stream_over = true;
+    }
+    set_worker_info(nullptr);
+    if (work.skipped) reply.skipped = work.skipped() - skipped_before;
+    link.reply(std::move(reply));
+  }
+  if (work.finish) work.finish();
 }
 
 }  // namespace coload::detail

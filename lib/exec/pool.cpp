@@ -433,6 +433,12 @@ ProcessResult ProcessPool::Awaiter::await_resume() const {
   return std::move(*pending->result);
 }
 
+ProcessPool::ProcessPool(asio::io_context& driver, Options options, ChildWork work)
+    : ProcessPool(driver, std::move(options),
+                  ChildMain([work = std::move(work)](ChildLink& link, int id) {
+                    run_child(link, id, work);
+                  })) {}
+
 ProcessPool::ProcessPool(asio::io_context& driver, Options options, ChildMain main)
     : state_(std::make_shared<State>(driver, options, std::move(main))) {}
 
