@@ -1,5 +1,7 @@
-// The child's side of process workers: what every worker does first, its link to the parent
-// (tasks in, the slot as batch allocator, replies out) and the child's loop.
+// The child's side of process workers: its setup after fork, its link to the parent, its loop.
+//
+// The link reads tasks, lends the task's slot as the batch allocator and sends replies; the
+// loop runs the owner's fetch function for each task (see ChildWork in coload/exec/process.hpp).
 
 #include <ATen/Parallel.h>
 #include <signal.h>

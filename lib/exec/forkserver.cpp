@@ -1,10 +1,9 @@
-// The fork server (started before main has threads; forks each worker on request) and the
-// payload memfd that carries a loader's dataset and options to the workers it forks.
+// The fork server, and the payload memfd that carries a loader's dataset to the workers it forks.
 //
-// The server is a child of main. It forks each worker on request (the request carries the
-// worker's socket and payload fds, and the address of the function to run: the server is a
-// copy of this program, so the address is valid there), reaps its workers and reports each
-// pid's wait status back.
+// The server is a child of main, started before main has threads. It forks each worker on
+// request (the request carries the worker's socket and payload fds, and the address of the
+// function to run: the server is a copy of this program, so the address is valid there), reaps
+// its workers and reports each pid's wait status back.
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,6 +1,5 @@
 #pragma once
-// What a worker and its parent (and the fork server and main) say to each other: the messages,
-// encoded with the wire format, and the socket calls that carry them with their fds.
+// Worker messages (parent and worker, main and fork server) on the wire format, and their socket.
 //
 // Every message is one SOCK_SEQPACKET record holding one wire message (coload/collate/wire.hpp:
 // header, then one value). A task is the tuple (ProcessTask, i64 slot id or -1, u64 the slot's

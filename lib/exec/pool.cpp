@@ -1,5 +1,4 @@
-// The parent's side of process workers: ProcessPool forks its workers, sends them tasks, maps
-// their slots, reads their replies and sees their deaths (through each child's pidfd).
+// The parent's side of process workers: ProcessPool, its shared-memory arena, death detection.
 //
 // Every worker is a child forked from the loader's driver thread (or by the fork server),
 // linked to the parent by a SOCK_SEQPACKET socket pair (one message a task or a reply; the

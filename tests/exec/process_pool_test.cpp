@@ -2,11 +2,11 @@
 // deaths named, restarts, shutdown leaving no child behind, and malformed messages refused.
 #include <doctest/doctest.h>
 
-#include <asio/io_context.hpp>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <asio/io_context.hpp>
 
 #include <atomic>
 #include <cerrno>
@@ -41,13 +41,13 @@ using Answer = std::tuple<std::vector<std::int64_t>, std::int64_t, std::int64_t>
 
 /// How a test worker treats an index: fetch it, or fail in some way.
 struct Faults {
-  std::int64_t throw_at = -1;        // throws std::out_of_range("no row N")
-  std::int64_t wrapped_at = -1;      // throws the WorkerError naming the sample
-  std::int64_t empty_at = -1;        // throws EmptyBatch
-  std::int64_t skip_at = -1;         // counts one skipped sample, fetches the others
-  std::int64_t kill_at = -1;         // raise(SIGKILL), the first `kill_times` times
-  std::int64_t exit_at = -1;         // _exit(3)
-  std::int64_t block_at = -1;        // waits for a signal, forever
+  std::int64_t throw_at = -1;    // throws std::out_of_range("no row N")
+  std::int64_t wrapped_at = -1;  // throws the WorkerError naming the sample
+  std::int64_t empty_at = -1;    // throws EmptyBatch
+  std::int64_t skip_at = -1;     // counts one skipped sample, fetches the others
+  std::int64_t kill_at = -1;     // raise(SIGKILL), the first `kill_times` times
+  std::int64_t exit_at = -1;     // _exit(3)
+  std::int64_t block_at = -1;    // waits for a signal, forever
   int kill_times = 1 << 30;
 };
 
@@ -59,8 +59,8 @@ struct Shared {
 
 Shared* shared_page() {
   static Shared* page = [] {
-    void* p = ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                     -1, 0);
+    void* p =
+        ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     REQUIRE(p != MAP_FAILED);
     return new (p) Shared;
   }();
@@ -82,7 +82,7 @@ ChildWork test_work(Faults faults) {
     shared->starts.fetch_add(1);
   };
   work.fetch = [state, faults, shared](const ProcessTask& task, ChildLink& link,
-                                        ProcessReply& reply) {
+                                       ProcessReply& reply) {
     state->info.id = state->id;
     set_worker_info(&state->info);
     std::vector<std::int64_t> doubled;
@@ -203,7 +203,7 @@ struct Warnings {
 }  // namespace
 
 TEST_SUITE("process pool") {
-  TEST_CASE("a pool of 2 workers answers each task with its batch, from the worker it was sent to") {
+  TEST_CASE("a pool of 2 workers answers each task with its batch, from the worker it went to") {
     asio::io_context io;
     std::vector<std::int64_t> pids;
     {
@@ -407,8 +407,8 @@ TEST_SUITE("process pool") {
       auto b = submit(pool, 1, {2}, 1);
       REQUIRE(run_until_done(io, {a, b}));
       pids = {std::get<1>(answer_of(*a)), std::get<1>(answer_of(*b))};
-      busy = submit(pool, 0, {99}, 2);     // worker 0 blocks in it
-      queued = submit(pool, 0, {3}, 3);    // behind it
+      busy = submit(pool, 0, {99}, 2);   // worker 0 blocks in it
+      queued = submit(pool, 0, {3}, 3);  // behind it
       idle_queued = submit(pool, 1, {4, 99}, 4);
       pool.shutdown(std::make_exception_ptr(std::runtime_error("cancelled by the test")));
       for (auto& o : {busy, queued, idle_queued}) {
@@ -482,8 +482,8 @@ TEST_SUITE("process pool messages") {
 
     // Truncated: the header declares more than arrived.
     buffer.resize(size - 1);
-    CHECK_THROWS_WITH_AS(decode_value<ProcessReply>(buffer),
-                         doctest::Contains("truncated message"), wire::FormatError);
+    CHECK_THROWS_WITH_AS(decode_value<ProcessReply>(buffer), doctest::Contains("truncated message"),
+                         wire::FormatError);
 
     // A task where a reply was expected: the tag says so.
     ProcessTask task;
@@ -505,8 +505,8 @@ TEST_SUITE("process pool messages") {
     const std::size_t message_at = size - 8 - 3;  // error_message's length field
     const std::uint64_t huge = std::uint64_t{1} << 62;
     std::memcpy(buffer.bytes().data() + message_at, &huge, sizeof huge);
-    CHECK_THROWS_WITH_AS(decode_value<ProcessReply>(buffer),
-                         doctest::Contains("truncated message"), wire::FormatError);
+    CHECK_THROWS_WITH_AS(decode_value<ProcessReply>(buffer), doctest::Contains("truncated message"),
+                         wire::FormatError);
 
     // A task claiming 2^61 indices: refused before the vector is sized.
     task.indices = {1, 2};
@@ -516,8 +516,8 @@ TEST_SUITE("process pool messages") {
     const std::uint64_t many = std::uint64_t{1} << 61;
     std::memcpy(buffer.bytes().data() + count_at, &many, sizeof many);
     CHECK_THROWS_WITH_AS(decode_value<TaskMessage>(buffer),
-                         doctest::Contains("truncated message: a worker task of 2305843009213693952 "
-                                           "indices"),
+                         doctest::Contains("truncated message: a worker task of "
+                                           "2305843009213693952 indices"),
                          wire::FormatError);
   }
 }
