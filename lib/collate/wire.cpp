@@ -89,6 +89,8 @@ const char* tag_name(std::uint8_t t) noexcept {
     case tag::array: return "an array";
     case tag::optional: return "an optional";
     case tag::dict: return "a string-keyed map";
+    case tag::worker_task: return "a worker task";
+    case tag::worker_reply: return "a worker reply";
     default: return t >= tag::user ? "a user type" : "an unknown tag";
   }
 }

@@ -42,6 +42,9 @@
 //     dict            u64 entry count, then for each entry its key (u64 length, bytes: a string
 //                     without its tag) and its value; std::map and std::unordered_map both
 //                     write a dict, so either type can read it
+//     worker_task     a process worker's task and its reply: not batches but the messages
+//     worker_reply    on the socket between a worker and its parent (coload/exec; their
+//                     fields are listed in lib/exec/messages.hpp)
 //     user … 0xff     free for user types' Wire specialisations
 //
 // NOTE: numbers are in the machine's own byte order and long double in its own layout: the format
@@ -111,6 +114,8 @@ inline constexpr std::uint8_t vector = 0x13;       ///< std::vector
 inline constexpr std::uint8_t array = 0x14;        ///< std::array
 inline constexpr std::uint8_t optional = 0x15;     ///< std::optional
 inline constexpr std::uint8_t dict = 0x16;         ///< std::map / std::unordered_map, string keys
+inline constexpr std::uint8_t worker_task = 0x20;  ///< a process worker's task (coload/exec)
+inline constexpr std::uint8_t worker_reply = 0x21; ///< a process worker's reply (coload/exec)
 /// Tags from here to 0xff are left to user types; coload never uses them.
 inline constexpr std::uint8_t user = 0x80;
 }  // namespace tag

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "coload/collate/batch_allocator.hpp"
+#include "coload/collate/wire.hpp"
 
 namespace coload {
 
@@ -89,10 +90,6 @@ struct ProcessReply {
   std::string error_message;
 };
 
-/// Address space reserved for each slot of the arena, in the parent and in every child: a
-/// slot grows (ftruncate) inside it without ever moving.
-inline constexpr std::size_t slot_span = std::size_t{16} << 30;
-
 /// What a worker started by the fork server runs: `socket` is its link to the parent,
 /// `payload` the memfd with what the loader sent it (the dataset, the options).
 using ForkserverEntry = void (*)(int socket, int worker_id, int payload);
@@ -135,8 +132,51 @@ class ChildLink final : public BatchAllocator {
   std::vector<Mapping> mappings_;  // by slot id
 };
 
+/// What a worker process does, as its owner (the loader) gives it to exec. exec runs the
+/// child's loop: it reads each task, fetches it through `fetch` with the slot as the batch
+/// allocator (BatchAllocatorScope), turns what `fetch` throws into the reply (EmptyBatch: an empty
+/// reply; WorkerError: its fields; anything else: wrapped by wrap_current_exception as
+/// "fetching" the task's batch, index -1; a stream task's error also ends its stream), clears the
+/// worker info, reports the growth of `skipped` and sends the reply.
+struct ChildWork {
+  /// Runs once in each new child (after fork, or in a fork-server worker), with the worker's id,
+  /// before its first task: release what belongs to the parent, build the child's own context.
+  /// What it throws ends the child with status 70. May be empty.
+  std::function<void(int worker_id)> start;
+  /// Fetches one task into `reply`, whose `batch` is set and `status` is `empty`: encode the
+  /// batch into the slot with encode_batch(), or leave the reply empty (no batch), and set
+  /// `stream_over` when a stream has nothing after this reply. May install the thread's worker
+  /// info (detail::set_worker_info): the loop clears it after each task.
+  std::function<void(const ProcessTask& task, ChildLink& link, ProcessReply& reply)> fetch;
+  /// Samples left out so far in this child (on_error = skip); each reply carries how much it
+  /// grew during its task. May be empty (no skips).
+  std::function<std::int64_t()> skipped;
+  /// Runs once after the last task (the parent's stop, or its end), before the child exits.
+  /// May be empty.
+  std::function<void()> finish;
+};
+
+/// The child's loop: serves the parent over `link` with `work` until a stop message or the
+/// parent's end, then returns. Runs in the child; a fork-server entry calls it with a ChildLink
+/// over its socket (a forked worker of a pool made with a ChildWork runs it by itself).
+void run_child(ChildLink& link, int worker_id, const ChildWork& work);
+
+/// Encodes `batch` into the current task's slot, after what collate already allocated there (the
+/// tensors it made in the slot are written where they lie), and makes `reply` say so: status
+/// `batch`, its offset in the slot and its bytes. Throws what wire::encode throws.
+template <wire::Wireable B>
+void encode_batch(ChildLink& link, const B& batch, ProcessReply& reply) {
+  const std::size_t at = link.allocated();
+  const std::size_t need =
+      wire::encoded_size(batch, std::span<const std::byte>(link.slot(at)));
+  reply.bytes = wire::encode(batch, link.slot(at + need), at);
+  reply.offset = at;
+  reply.status = ProcessReply::Status::batch;
+}
+
 /// What a worker process runs: serve `link` until it returns nullopt. Runs in the child,
 /// after fork, with the worker's id; its return ends the child with status 0.
+/// NOTE: transitional: the loader's own loop, until it hands exec a ChildWork instead.
 using ChildMain = std::function<void(ChildLink& link, int worker_id)>;
 
 /// A finished task as the parent sees it: the reply and, for a batch, the slot's bytes and a
@@ -169,6 +209,9 @@ class ProcessPool {
     std::function<void(void*)> unpin_range;
   };
 
+  /// Workers that run exec's child loop over `work` (see ChildWork).
+  ProcessPool(asio::io_context& driver, Options options, ChildWork work);
+  /// Workers that run `main` as their whole body (transitional: see ChildMain).
   ProcessPool(asio::io_context& driver, Options options, ChildMain main);
   ProcessPool(const ProcessPool&) = delete;
   ProcessPool& operator=(const ProcessPool&) = delete;
@@ -204,9 +247,6 @@ class ProcessPool {
   struct State;
   std::shared_ptr<State> state_;
 };
-
-/// The name of signal `sig`, as "SIGSEGV".
-std::string signal_name(int sig);
 
 }  // namespace detail
 }  // namespace coload

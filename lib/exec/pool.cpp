@@ -1,0 +1,550 @@
+// The parent's side of process workers: ProcessPool, its shared-memory arena, death detection.
+//
+// Every worker is a child forked from the loader's driver thread (or by the fork server),
+// linked to the parent by a SOCK_SEQPACKET socket pair (one message a task or a reply; the
+// slot's memfd rides along with each task as SCM_RIGHTS). The parent watches each child's socket
+// and pidfd on the driver's io_context: replies resume the fetch that waits for them; a readable
+// pidfd means the child is gone, and its replies still queued in the socket are taken before its
+// death is judged.
+//
+// The arena is a set of slots, each a memfd the parent maps once (and again only when a child
+// grew it). A slot is taken per task and comes back when the last tensor made over it dies.
+
+#include <asio/posix/stream_descriptor.hpp>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <stdexcept>
+
+#include "coload/dataset/sample_context.hpp"
+#include "coload/exec/process.hpp"
+#include "coload/loader/errors.hpp"
+#include "messages.hpp"
+#include "workers.hpp"
+
+namespace coload::detail {
+
+namespace {
+
+/// The name of signal `sig`, as "SIGSEGV".
+std::string signal_name(int sig) {
+  if (const char* abbrev = ::sigabbrev_np(sig)) return std::string("SIG") + abbrev;
+  return "signal " + std::to_string(sig);
+}
+
+std::string describe_death(int worker, int pid, int status, std::int64_t batch,
+                           const std::vector<std::int64_t>& indices) {
+  std::string s = "DataLoader worker " + std::to_string(worker) + " (pid " +
+                  std::to_string(pid) + ")";
+  if (WIFSIGNALED(status)) {
+    s += " was killed by signal " + signal_name(WTERMSIG(status)) + " (" +
+         ::strsignal(WTERMSIG(status)) + ")";
+  } else {
+    s += " exited with code " + std::to_string(WEXITSTATUS(status));
+  }
+  s += " while fetching batch " + std::to_string(batch);
+  if (!indices.empty()) {
+    s += " (indices ";
+    for (std::size_t i = 0; i < indices.size(); ++i) {
+      if (i == 8 && indices.size() > 10) {
+        s += ", ... " + std::to_string(indices.size() - 9) + " more, " + std::to_string(indices.back());
+        break;
+      }
+      if (i) s += ", ";
+      s += std::to_string(indices[i]);
+    }
+    s += ")";
+  }
+  return s;
+}
+
+/// The slots, shared by every lease so that tensors may outlive the pool.
+class Arena {
+ public:
+  Arena(std::function<void(void*, std::size_t)> pin, std::function<void(void*)> unpin)
+      : pin_(std::move(pin)), unpin_(std::move(unpin)) {}
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  ~Arena() {
+    for (auto& s : slots_) {
+      if (s.pinned && unpin_) unpin_(s.data);
+      if (s.data) ::munmap(s.data, slot_span);
+      if (s.fd >= 0) ::close(s.fd);
+    }
+  }
+
+  /// A free slot, or a new empty one.
+  std::int64_t take() {
+    std::lock_guard lock(mutex_);
+    if (!free_.empty()) {
+      const auto id = free_.back();
+      free_.pop_back();
+      return id;
+    }
+    const int fd = ::memfd_create("coload-batch", MFD_CLOEXEC);
+    if (fd < 0) throw_errno("coload: memfd_create for a batch slot", errno);
+    slots_.push_back(Slot{fd, nullptr, 0, 0});
+    return static_cast<std::int64_t>(slots_.size() - 1);
+  }
+  void give_back(std::int64_t id) {
+    std::lock_guard lock(mutex_);
+    free_.push_back(id);
+  }
+  std::pair<int, std::uint64_t> fd_and_size(std::int64_t id) {
+    std::lock_guard lock(mutex_);
+    const auto& s = slots_[static_cast<std::size_t>(id)];
+    return {s.fd, s.size};
+  }
+  /// The slot's first `bytes` bytes, now that a child has made it `size` bytes long.
+  std::span<const std::byte> view(std::int64_t id, std::uint64_t size, std::uint64_t bytes) {
+    std::lock_guard lock(mutex_);
+    auto& s = slots_[static_cast<std::size_t>(id)];
+    s.size = size;
+    if (bytes > size) throw std::runtime_error("coload: a worker's batch overruns its slot");
+    if (!s.data && size) {
+      s.data = map_slot(s.fd);
+      // NOTE: workers map the slot themselves: forking the next ones need not copy the page
+      // tables of the parent's view (tens of MB per slot once the consumer has read it).
+      (void)::madvise(s.data, slot_span, MADV_DONTFORK);
+    }
+    // The parent's view is page-locked as far as the slot reaches (again when it grew).
+    if (pin_ && s.data && s.pinned != size) {
+      if (s.pinned && unpin_) unpin_(s.data);
+      s.pinned = 0;
+      pin_(s.data, size);
+      s.pinned = size;
+    }
+    return {s.data, bytes};
+  }
+
+ private:
+  struct Slot {
+    int fd;
+    std::byte* data;     // slot_span bytes reserved, the first `size` backed by the memfd
+    std::uint64_t size;
+    std::uint64_t pinned;  // bytes of the view page-locked through pin_
+  };
+  std::function<void(void*, std::size_t)> pin_;
+  std::function<void(void*)> unpin_;
+  mutable std::mutex mutex_;
+  std::vector<Slot> slots_;
+  std::vector<std::int64_t> free_;
+};
+
+struct SlotLease {
+  std::shared_ptr<Arena> arena;
+  std::int64_t id;
+  SlotLease(std::shared_ptr<Arena> a, std::int64_t i) : arena(std::move(a)), id(i) {}
+  SlotLease(const SlotLease&) = delete;
+  SlotLease& operator=(const SlotLease&) = delete;
+  ~SlotLease() { arena->give_back(id); }
+};
+
+}  // namespace
+
+struct ProcessPool::Pending {
+  ProcessTask task;
+  int worker = -1;
+  std::int64_t slot = -1;
+  std::coroutine_handle<> waiter;
+  std::optional<ProcessResult> result;
+  std::exception_ptr error;
+  bool done = false;
+};
+
+namespace {
+struct Worker {
+  int id = 0;
+  int pid = -1;
+  bool via_server = false;  // a fork-server worker: the server reaps it
+  std::unique_ptr<asio::posix::stream_descriptor> socket;
+  std::unique_ptr<asio::posix::stream_descriptor> pidfd;
+  std::deque<std::shared_ptr<ProcessPool::Pending>> outstanding;
+  bool exited = false;
+};
+}  // namespace
+
+struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
+  asio::io_context& driver;
+  Options options;
+  ChildMain main;
+  std::shared_ptr<Arena> arena =
+      std::make_shared<Arena>(options.pin_range, options.unpin_range);
+  std::vector<std::shared_ptr<Worker>> workers;    // by id; null where none runs
+  std::vector<std::shared_ptr<Worker>> departing;  // retired or killed, not yet reaped
+  std::vector<int> restarts;
+  bool broken = false;
+  bool shut = false;
+  std::exception_ptr cancelled;
+  std::size_t next_worker = 0;
+  std::vector<std::function<void()>> retired;  // waiting for every departing worker's end
+
+  void notify_retired() {
+    if (!departing.empty() && !shut) return;
+    auto waiting = std::move(retired);
+    retired.clear();
+    for (auto& f : waiting) f();
+  }
+
+  State(asio::io_context& d, Options o, ChildMain m)
+      : driver(d), options(o), main(std::move(m)),
+        workers(static_cast<std::size_t>(o.num_workers)),
+        restarts(static_cast<std::size_t>(o.num_workers), 0) {}
+
+  void spawn(int id) {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+      throw_errno("coload: socketpair for worker " + std::to_string(id), errno);
+    }
+    const pid_t parent = ::getpid();
+    pid_t pid = -1;
+    if (options.entry) {
+      try {
+        pid = forkserver_spawn(options.entry, id, sv[1], options.payload);
+      } catch (...) {
+        ::close(sv[0]);
+        ::close(sv[1]);
+        throw;
+      }
+    } else {
+      pid = ::fork();
+    }
+    if (pid < 0) {
+      const int err = errno;
+      ::close(sv[0]);
+      ::close(sv[1]);
+      throw_errno("coload: fork for worker " + std::to_string(id), err);
+    }
+    if (pid == 0) {
+      // The child: never returns.
+      ::close(sv[0]);
+      prepare_worker(parent);
+      run_worker(id, [&] {
+        ChildLink link(sv[1]);
+        main(link, id);
+      });
+    }
+    ::close(sv[1]);
+    // NOTE: a fork-server worker is the server's child: its pidfd still says at once when it
+    // ends, and the server reports its wait status.
+    // NOTE: glibc 2.36's <sys/pidfd.h> lacks extern "C" for C++; the system call is direct.
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (pidfd < 0) {
+      const int err = errno;
+      ::kill(pid, SIGKILL);
+      reap(pid, options.entry != nullptr);
+      ::close(sv[0]);
+      throw_errno("coload: pidfd_open for worker " + std::to_string(id), err);
+    }
+    auto w = std::make_shared<Worker>();
+    w->id = id;
+    w->pid = pid;
+    w->via_server = options.entry != nullptr;
+    w->socket = std::make_unique<asio::posix::stream_descriptor>(driver, sv[0]);
+    w->pidfd = std::make_unique<asio::posix::stream_descriptor>(driver, pidfd);
+    workers[static_cast<std::size_t>(id)] = w;
+    watch_socket(w);
+    watch_pid(w);
+  }
+
+  /// Waits for worker `pid` to end; its wait status.
+  static int reap(pid_t pid, bool via_server) {
+    if (via_server) return forkserver_status(pid);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return status;
+  }
+
+  void watch_socket(const std::shared_ptr<Worker>& w) {
+    w->socket->async_wait(asio::posix::stream_descriptor::wait_read,
+                          [self = shared_from_this(), w](std::error_code ec) {
+                            if (ec || self->shut) return;
+                            if (self->drain(*w)) self->watch_socket(w);
+                          });
+  }
+  void watch_pid(const std::shared_ptr<Worker>& w) {
+    w->pidfd->async_wait(asio::posix::stream_descriptor::wait_read,
+                         [self = shared_from_this(), w](std::error_code ec) {
+                           if (ec || self->shut) return;
+                           self->on_exit(w);
+                         });
+  }
+
+  /// Takes every reply queued on `w`'s socket. False once the socket is at its end.
+  bool drain(Worker& w) {
+    MessageBuffer buffer(max_message);
+    for (;;) {
+      const ssize_t n = receive_message(w.socket->native_handle(), buffer, nullptr, true);
+      if (n < 0) return true;
+      if (n == 0) return false;
+      ProcessReply reply = decode_value<ProcessReply>(buffer);
+      if (w.outstanding.empty() || w.outstanding.front()->task.batch != reply.batch) {
+        throw std::runtime_error("coload: worker " + std::to_string(w.id) +
+                                 " answered a batch it was not given");
+      }
+      auto p = w.outstanding.front();
+      w.outstanding.pop_front();
+      ProcessResult result;
+      result.worker = w.id;
+      if (reply.status == ProcessReply::Status::batch) {
+        result.bytes = arena->view(p->slot, reply.slot_bytes, reply.offset + reply.bytes);
+        result.lease = std::make_shared<SlotLease>(arena, p->slot);
+      } else {
+        // The slot may have been grown without a batch in it: remember its size.
+        (void)arena->view(p->slot, reply.slot_bytes, 0);
+        arena->give_back(p->slot);
+      }
+      p->slot = -1;
+      result.reply = std::move(reply);
+      p->result = std::move(result);
+      finish(*p);
+    }
+  }
+
+  void finish(Pending& p) {
+    p.done = true;
+    if (p.waiter) std::exchange(p.waiter, nullptr).resume();
+  }
+  void fail(Pending& p, std::exception_ptr e) {
+    if (p.slot >= 0) {
+      arena->give_back(p.slot);
+      p.slot = -1;
+    }
+    p.error = std::move(e);
+    finish(p);
+  }
+
+  void on_exit(const std::shared_ptr<Worker>& w) {
+    // Replies it sent before it went are results like any other.
+    if (w->socket) drain(*w);
+    const int status = reap(w->pid, w->via_server);
+    w->exited = true;
+    std::erase(departing, w);
+    notify_retired();
+    const bool current = workers[static_cast<std::size_t>(w->id)] == w;
+    if (current) workers[static_cast<std::size_t>(w->id)].reset();
+    w->socket.reset();
+    w->pidfd.reset();
+    if (w->outstanding.empty()) {
+      if (current && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        // Died idle: the next epoch (or a restart) forks a new one; nothing was lost.
+        if (options.on_death == OnWorkerDeath::restart) spawn_or_break(w->id);
+      }
+      return;
+    }
+    auto lost = std::move(w->outstanding);
+    const auto& first = lost.front();
+    if (options.on_death == OnWorkerDeath::restart &&
+        restarts[static_cast<std::size_t>(w->id)] < options.max_restarts && !shut) {
+      ++restarts[static_cast<std::size_t>(w->id)];
+      detail::warn(describe_death(w->id, w->pid, status, first->task.batch, first->task.indices) +
+                   "; restarting it (restart " +
+                   std::to_string(restarts[static_cast<std::size_t>(w->id)]) + " of " +
+                   std::to_string(options.max_restarts) + ")");
+      try {
+        spawn(w->id);
+        auto& fresh = workers[static_cast<std::size_t>(w->id)];
+        for (auto& p : lost) send(*fresh, p);
+        return;
+      } catch (const std::exception& e) {
+        // No new worker: the batches fail as under `raise`, saying why.
+        detail::warn(std::string("coload: restarting worker ") + std::to_string(w->id) +
+                     " failed: " + e.what());
+      }
+    }
+    broken = true;
+    std::string what =
+        describe_death(w->id, w->pid, status, first->task.batch, first->task.indices);
+    if (options.on_death == OnWorkerDeath::restart) {
+      what += " (after " + std::to_string(options.max_restarts) + " restarts)";
+    }
+    const int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    const int code = WIFSIGNALED(status) ? -1 : WEXITSTATUS(status);
+    // NOTE: made before fail() hands it on, so the temporary (which shares the message's
+    // buffer) is gone by the time the consumer can read it on its own thread.
+    auto died = std::make_exception_ptr(WorkerDied(what, w->id, w->pid, sig, code,
+                                                   first->task.batch, first->task.indices));
+    fail(*first, std::move(died));
+    // The batches queued behind it were never started: they end without a batch.
+    for (std::size_t i = 1; i < lost.size(); ++i) {
+      fail(*lost[i], std::make_exception_ptr(EmptyBatch{}));
+    }
+  }
+
+  void spawn_or_break(int id) {
+    if (restarts[static_cast<std::size_t>(id)] >= options.max_restarts || shut) return;
+    ++restarts[static_cast<std::size_t>(id)];
+    try {
+      spawn(id);
+    } catch (const std::exception& e) {
+      detail::warn(std::string("coload: restarting worker ") + std::to_string(id) +
+                   " failed: " + e.what());
+    }
+  }
+
+  void send(Worker& w, const std::shared_ptr<Pending>& p) {
+    p->worker = w.id;
+    w.outstanding.push_back(p);
+    if (p->slot < 0 && p->task.kind != ProcessTask::Kind::stop) p->slot = arena->take();
+    const auto [fd, size] =
+        p->slot >= 0 ? arena->fd_and_size(p->slot) : std::pair<int, std::uint64_t>{-1, 0};
+    // A worker that is gone reports through its pidfd; its queue is handled there.
+    send_value(w.socket->native_handle(), TaskMessage{p->task, p->slot, size}, {fd});
+  }
+
+  int pick(int wanted) {
+    if (wanted >= 0) return wanted;
+    int best = -1;
+    const std::size_t n = workers.size();
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = (next_worker + k) % n;
+      if (!workers[i]) continue;
+      if (best < 0 || workers[i]->outstanding.size() <
+                          workers[static_cast<std::size_t>(best)]->outstanding.size()) {
+        best = static_cast<int>(i);
+      }
+    }
+    next_worker = (next_worker + 1) % std::max<std::size_t>(n, 1);
+    return best;
+  }
+};
+
+bool ProcessPool::Awaiter::await_ready() const noexcept { return pending->done; }
+void ProcessPool::Awaiter::await_suspend(std::coroutine_handle<> h) const noexcept {
+  pending->waiter = h;
+}
+ProcessResult ProcessPool::Awaiter::await_resume() const {
+  // NOTE: the error leaves the pending record, so the exception has one owner on its way to
+  // the consumer: the driver never drops the last reference after the consumer has read it.
+  if (pending->error) std::rethrow_exception(std::exchange(pending->error, nullptr));
+  return std::move(*pending->result);
+}
+
+ProcessPool::ProcessPool(asio::io_context& driver, Options options, ChildWork work)
+    : ProcessPool(driver, std::move(options),
+                  ChildMain([work = std::move(work)](ChildLink& link, int id) {
+                    run_child(link, id, work);
+                  })) {}
+
+ProcessPool::ProcessPool(asio::io_context& driver, Options options, ChildMain main)
+    : state_(std::make_shared<State>(driver, options, std::move(main))) {}
+
+ProcessPool::~ProcessPool() {
+  auto& s = *state_;
+  s.shut = true;
+  std::vector<std::shared_ptr<Worker>> all = s.departing;
+  for (auto& w : s.workers) {
+    if (w) all.push_back(w);
+  }
+  for (auto& w : all) {
+    if (!w->exited) ::kill(w->pid, SIGTERM);
+  }
+  // Wait for each to go, up to the grace period, then kill what is left.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(s.options.grace));
+  for (auto& w : all) {
+    if (w->exited || !w->pidfd) continue;
+    pollfd p{w->pidfd->native_handle(), POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(0, left.count()))) == 0) {
+      ::kill(w->pid, SIGKILL);
+    }
+  }
+  for (auto& w : all) {
+    if (w->exited) continue;
+    try {
+      State::reap(w->pid, w->via_server);
+    } catch (...) {
+      // The fork server has gone, and its workers with it.
+    }
+    w->exited = true;
+    w->socket.reset();
+    w->pidfd.reset();
+  }
+  if (s.options.payload >= 0) ::close(s.options.payload);
+}
+
+void ProcessPool::start() {
+  auto& s = *state_;
+  if (s.shut) return;
+  for (int i = 0; i < s.options.num_workers; ++i) {
+    if (!s.workers[static_cast<std::size_t>(i)]) s.spawn(i);
+  }
+  s.broken = false;
+}
+
+void ProcessPool::retire(std::function<void()> done) {
+  auto& s = *state_;
+  if (s.shut) {
+    done();
+    return;
+  }
+  s.retired.push_back(std::move(done));
+  for (auto& w : s.workers) {
+    if (!w) continue;
+    ProcessTask stop;
+    stop.kind = ProcessTask::Kind::stop;
+    // NOTE: the stop is not a task that is answered: it is not queued as outstanding.
+    send_value(w->socket->native_handle(), TaskMessage{stop, -1, 0});
+    s.departing.push_back(std::move(w));
+    w.reset();
+  }
+  s.notify_retired();
+}
+
+void ProcessPool::shutdown(std::exception_ptr cancelled) {
+  auto& s = *state_;
+  if (s.shut) return;
+  s.shut = true;
+  s.cancelled = cancelled;
+  std::vector<std::shared_ptr<Worker>> all = s.departing;
+  for (auto& w : s.workers) {
+    if (w) all.push_back(w);
+  }
+  for (auto& w : all) {
+    ::kill(w->pid, SIGTERM);
+    // NOTE: cancelling the waits lets the driver's io_context run out of work; the destructor
+    // reaps the children.
+    if (w->socket) w->socket->cancel();
+    if (w->pidfd) w->pidfd->cancel();
+    auto lost = std::move(w->outstanding);
+    for (auto& p : lost) s.fail(*p, cancelled);
+  }
+  s.notify_retired();
+}
+
+bool ProcessPool::broken() const noexcept { return state_->broken; }
+
+ProcessPool::Awaiter ProcessPool::submit(int worker, ProcessTask task) {
+  auto& s = *state_;
+  auto p = std::make_shared<Pending>();
+  p->task = std::move(task);
+  if (s.shut) {
+    s.fail(*p, s.cancelled);
+    return Awaiter{p};
+  }
+  const int w = s.pick(worker);
+  if (w < 0 || !s.workers[static_cast<std::size_t>(w)]) {
+    // Every worker is gone (each death already reported): nothing fetches this batch.
+    s.fail(*p, std::make_exception_ptr(EmptyBatch{}));
+    return Awaiter{p};
+  }
+  s.send(*s.workers[static_cast<std::size_t>(w)], p);
+  return Awaiter{p};
+}
+
+}  // namespace coload::detail

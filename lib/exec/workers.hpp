@@ -1,0 +1,44 @@
+#pragma once
+// What the fork server, the child's side and the parent's side of process workers share.
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <system_error>
+
+#include "coload/exec/process.hpp"
+
+namespace coload::detail {
+
+[[noreturn]] inline void throw_errno(const std::string& what, int err) {
+  throw std::system_error(err, std::generic_category(), what);
+}
+
+inline std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+/// Address space reserved for each slot of the arena, in the parent and in every child: a
+/// slot grows (ftruncate) inside it without ever moving.
+inline constexpr std::size_t slot_span = std::size_t{16} << 30;
+
+/// Reserves `slot_span` bytes of address space over memfd `fd` (pages past its size are never
+/// touched: the slot is grown first).
+std::byte* map_slot(int fd);
+
+/// In a fresh worker, forked by `parent`: defaults for fatal signals, a prompt exit(), death
+/// with the parent, one ATen thread.
+void prepare_worker(pid_t parent);
+
+/// Runs worker `id`'s body in a fresh worker and ends the process: status 0 when the body
+/// returns, 70 when it throws (named on stderr).
+[[noreturn]] void run_worker(int id, const std::function<void()>& body);
+
+/// Asks the fork server for a worker running `entry`; returns its pid (a child of the server,
+/// not of ours).
+pid_t forkserver_spawn(ForkserverEntry entry, int id, int socket, int payload);
+
+/// The wait status of fork-server worker `pid`, once the server has reaped it (blocking).
+int forkserver_status(pid_t pid);
+
+}  // namespace coload::detail

@@ -1,0 +1,523 @@
+// Specification of the process pool without a DataLoader: tasks in, batches and errors out,
+// deaths named, restarts, shutdown leaving no child behind, and malformed messages refused.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <asio/io_context.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "coload/collate/wire.hpp"
+#include "coload/dataset/sample_context.hpp"
+#include "coload/exec/process.hpp"
+#include "coload/exec/worker_info.hpp"
+#include "coload/loader/errors.hpp"
+#include "exec/messages.hpp"  // lib/exec: the messages, for the malformed-message cases
+
+using namespace coload;
+using namespace coload::detail;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// What a test worker answers: each index times two, the worker's pid and id.
+using Answer = std::tuple<std::vector<std::int64_t>, std::int64_t, std::int64_t>;
+
+/// How a test worker treats an index: fetch it, or fail in some way.
+struct Faults {
+  std::int64_t throw_at = -1;    // throws std::out_of_range("no row N")
+  std::int64_t wrapped_at = -1;  // throws the WorkerError naming the sample
+  std::int64_t empty_at = -1;    // throws EmptyBatch
+  std::int64_t skip_at = -1;     // counts one skipped sample, fetches the others
+  std::int64_t kill_at = -1;     // raise(SIGKILL), the first `kill_times` times
+  std::int64_t exit_at = -1;     // _exit(3)
+  std::int64_t block_at = -1;    // waits for a signal, forever
+  int kill_times = 1 << 30;
+};
+
+/// Memory shared by the test and every worker it forks (a MAP_SHARED anonymous mapping).
+struct Shared {
+  std::atomic<int> kills{0};
+  std::atomic<int> starts{0};
+};
+
+Shared* shared_page() {
+  static Shared* page = [] {
+    void* p =
+        ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(p != MAP_FAILED);
+    return new (p) Shared;
+  }();
+  return page;
+}
+
+/// The child's work of a test pool: `state` is the child's own copy once forked.
+ChildWork test_work(Faults faults) {
+  struct State {
+    int id = -1;
+    std::int64_t skipped = 0;
+    WorkerInfo info;
+  };
+  auto state = std::make_shared<State>();
+  Shared* shared = shared_page();
+  ChildWork work;
+  work.start = [state, shared](int id) {
+    state->id = id;
+    shared->starts.fetch_add(1);
+  };
+  work.fetch = [state, faults, shared](const ProcessTask& task, ChildLink& link,
+                                       ProcessReply& reply) {
+    state->info.id = state->id;
+    set_worker_info(&state->info);
+    std::vector<std::int64_t> doubled;
+    for (const std::int64_t i : task.indices) {
+      if (i == faults.throw_at) throw std::out_of_range("no row " + std::to_string(i));
+      if (i == faults.wrapped_at) {
+        try {
+          throw std::invalid_argument("bad sample");
+        } catch (...) {
+          throw wrap_current_exception(state->id, task.batch, i, "fetching");
+        }
+      }
+      if (i == faults.empty_at) throw EmptyBatch{};
+      if (i == faults.kill_at && shared->kills.fetch_add(1) < faults.kill_times) {
+        ::raise(SIGKILL);
+      }
+      if (i == faults.exit_at) ::_exit(3);
+      if (i == faults.block_at) {
+        for (;;) ::pause();
+      }
+      if (i == faults.skip_at) {
+        ++state->skipped;
+        continue;
+      }
+      doubled.push_back(2 * i);
+    }
+    if (task.kind == ProcessTask::Kind::stream) reply.stream_over = true;
+    encode_batch(link, Answer{doubled, ::getpid(), state->id}, reply);
+  };
+  work.skipped = [state] { return state->skipped; };
+  return work;
+}
+
+/// A coroutine that starts at once and records what an awaited submit gave.
+struct Outcome {
+  std::optional<ProcessResult> result;
+  std::exception_ptr error;
+  bool done = false;
+};
+
+struct Eager {
+  struct promise_type {
+    Eager get_return_object() noexcept { return {}; }
+    std::suspend_never initial_suspend() const noexcept { return {}; }
+    std::suspend_never final_suspend() const noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+};
+
+Eager await_into(ProcessPool::Awaiter awaiter, std::shared_ptr<Outcome> out) {
+  try {
+    out->result.emplace(co_await awaiter);
+  } catch (...) {
+    out->error = std::current_exception();
+  }
+  out->done = true;
+}
+
+std::shared_ptr<Outcome> submit(ProcessPool& pool, int worker, std::vector<std::int64_t> indices,
+                                std::int64_t batch,
+                                ProcessTask::Kind kind = ProcessTask::Kind::fetch) {
+  ProcessTask task;
+  task.kind = kind;
+  task.batch = batch;
+  task.indices = std::move(indices);
+  auto out = std::make_shared<Outcome>();
+  await_into(pool.submit(worker, std::move(task)), out);
+  return out;
+}
+
+/// Runs `io` until every outcome is done; false when it stalls (nothing left to run) or takes
+/// longer than the limit, so a broken pool fails the test instead of hanging it.
+bool run_until_done(asio::io_context& io, const std::vector<std::shared_ptr<Outcome>>& outs) {
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  for (;;) {
+    bool all = true;
+    for (const auto& o : outs) all = all && o->done;
+    if (all) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    io.restart();
+    if (io.run_one_for(deadline - now) == 0 && io.stopped()) return false;
+  }
+}
+
+Answer answer_of(Outcome& out) {
+  REQUIRE(out.done);
+  if (out.error) std::rethrow_exception(out.error);
+  REQUIRE(out.result);
+  REQUIRE(out.result->reply.status == ProcessReply::Status::batch);
+  return wire::decode<Answer>(out.result->bytes, static_cast<std::size_t>(out.result->reply.offset),
+                              out.result->lease);
+}
+
+/// True when `pid` is neither running nor a zombie waiting to be reaped.
+bool gone(std::int64_t pid) {
+  return ::kill(static_cast<pid_t>(pid), 0) == -1 && errno == ESRCH;
+}
+
+ProcessPool::Options pool_options(int workers, OnWorkerDeath on_death = OnWorkerDeath::raise) {
+  ProcessPool::Options o;
+  o.num_workers = workers;
+  o.on_death = on_death;
+  o.max_restarts = 3;
+  return o;
+}
+
+/// Collects warnings for the life of the object.
+struct Warnings {
+  std::vector<std::string> seen;
+  Warnings() {
+    set_warning_handler([this](const std::string& w) { seen.push_back(w); });
+  }
+  ~Warnings() { set_warning_handler({}); }
+};
+
+}  // namespace
+
+TEST_SUITE("process pool") {
+  TEST_CASE("a pool of 2 workers answers each task with its batch, from the worker it went to") {
+    asio::io_context io;
+    std::vector<std::int64_t> pids;
+    {
+      ProcessPool pool(io, pool_options(2), test_work({}));
+      pool.start();
+      auto a = submit(pool, 0, {1, 2, 3}, 0);
+      auto b = submit(pool, 1, {4, 5}, 1);
+      auto c = submit(pool, 0, {6}, 2);
+      auto d = submit(pool, -1, {7, 8}, 3);  // the live worker with the fewest tasks
+      REQUIRE(run_until_done(io, {a, b, c, d}));
+      const auto [va, pa, ia] = answer_of(*a);
+      const auto [vb, pb, ib] = answer_of(*b);
+      const auto [vc, pc, ic] = answer_of(*c);
+      const auto [vd, pd, id] = answer_of(*d);
+      CHECK(va == std::vector<std::int64_t>{2, 4, 6});
+      CHECK(vb == std::vector<std::int64_t>{8, 10});
+      CHECK(vc == std::vector<std::int64_t>{12});
+      CHECK(vd == std::vector<std::int64_t>{14, 16});
+      // The worker that answered is the one the task went to, in the parent's and its own view.
+      CHECK(a->result->worker == 0);
+      CHECK(ia == 0);
+      CHECK(b->result->worker == 1);
+      CHECK(ib == 1);
+      CHECK(c->result->worker == 0);
+      CHECK(pc == pa);
+      CHECK(d->result->worker == id);
+      // Two processes, neither of them this one.
+      CHECK(pa != pb);
+      CHECK(pa != ::getpid());
+      CHECK(pb != ::getpid());
+      CHECK(a->result->reply.batch == 0);
+      CHECK(d->result->reply.batch == 3);
+      CHECK(!pool.broken());
+      pids = {pa, pb};
+    }
+    // The destructor reaped both.
+    for (auto p : pids) CHECK(gone(p));
+  }
+
+  TEST_CASE("a fetch's failure comes back in the reply: its type, message and sample index") {
+    asio::io_context io;
+    Faults faults;
+    faults.throw_at = 7;
+    faults.wrapped_at = 8;
+    faults.empty_at = 9;
+    faults.skip_at = 10;
+    ProcessPool pool(io, pool_options(2), test_work(faults));
+    pool.start();
+    auto plain = submit(pool, 0, {6, 7}, 4);
+    auto wrapped = submit(pool, 1, {8}, 5);
+    auto empty = submit(pool, 0, {9}, 6);
+    auto skipped = submit(pool, 1, {10, 11}, 7);
+    auto stream = submit(pool, 0, {7}, 8, ProcessTask::Kind::stream);
+    auto after = submit(pool, 0, {1}, 9);
+    REQUIRE(run_until_done(io, {plain, wrapped, empty, skipped, stream, after}));
+
+    // Any exception: wrapped as WorkerError naming the worker and batch, no sample.
+    REQUIRE(plain->result);
+    const auto& p = plain->result->reply;
+    CHECK(p.status == ProcessReply::Status::error);
+    CHECK(p.batch == 4);
+    CHECK(p.error_type == "std::out_of_range");
+    CHECK(p.error_message == "no row 7");
+    CHECK(p.error_index == -1);
+    CHECK(p.error_what ==
+          "Caught std::out_of_range in DataLoader worker 0 while fetching batch 4: no row 7");
+    CHECK(!p.stream_over);
+    CHECK(!plain->result->lease);
+
+    // A WorkerError keeps its own fields, the sample index included.
+    const auto& w = wrapped->result->reply;
+    CHECK(w.status == ProcessReply::Status::error);
+    CHECK(w.error_type == "std::invalid_argument");
+    CHECK(w.error_message == "bad sample");
+    CHECK(w.error_index == 8);
+    CHECK(w.error_what ==
+          "Caught std::invalid_argument in DataLoader worker 1 while fetching sample 8 of batch "
+          "5: bad sample");
+
+    // EmptyBatch: no batch, no error.
+    CHECK(empty->result->reply.status == ProcessReply::Status::empty);
+    CHECK(!empty->result->lease);
+
+    // Skips are counted per reply.
+    CHECK(skipped->result->reply.skipped == 1);
+    CHECK(std::get<0>(answer_of(*skipped)) == std::vector<std::int64_t>{22});
+    CHECK(plain->result->reply.skipped == 0);
+
+    // A stream task's failure ends its stream.
+    CHECK(stream->result->reply.status == ProcessReply::Status::error);
+    CHECK(stream->result->reply.stream_over);
+
+    // The worker goes on after a failure.
+    CHECK(std::get<0>(answer_of(*after)) == std::vector<std::int64_t>{2});
+    CHECK(!pool.broken());
+  }
+
+  TEST_CASE("a worker that dies with a task fails that submit with WorkerDied naming it") {
+    asio::io_context io;
+    Faults faults;
+    faults.kill_at = 13;
+    faults.exit_at = 21;
+    shared_page()->kills = 0;
+
+    SUBCASE("killed by a signal") {
+      ProcessPool pool(io, pool_options(2), test_work(faults));
+      pool.start();
+      auto first = submit(pool, 1, {1}, 0);
+      REQUIRE(run_until_done(io, {first}));
+      const std::int64_t pid = std::get<1>(answer_of(*first));
+      auto dying = submit(pool, 1, {12, 13, 14}, 5);
+      REQUIRE(run_until_done(io, {dying}));
+      REQUIRE(dying->error);
+      try {
+        std::rethrow_exception(dying->error);
+      } catch (const WorkerDied& e) {
+        CHECK(e.worker_id() == 1);
+        CHECK(e.pid() == pid);
+        CHECK(e.signal() == SIGKILL);
+        CHECK(e.exit_code() == -1);
+        CHECK(e.batch() == 5);
+        CHECK(e.indices() == std::vector<std::int64_t>{12, 13, 14});
+        CHECK(std::string(e.what()) ==
+              "DataLoader worker 1 (pid " + std::to_string(pid) +
+                  ") was killed by signal SIGKILL (Killed) while fetching batch 5 (indices 12, "
+                  "13, 14)");
+      }
+      CHECK(pool.broken());
+      CHECK(gone(pid));
+    }
+
+    SUBCASE("exited") {
+      ProcessPool pool(io, pool_options(2), test_work(faults));
+      pool.start();
+      auto first = submit(pool, 0, {1}, 0);
+      REQUIRE(run_until_done(io, {first}));
+      const std::int64_t pid = std::get<1>(answer_of(*first));
+      auto dying = submit(pool, 0, {21}, 3);
+      REQUIRE(run_until_done(io, {dying}));
+      REQUIRE(dying->error);
+      try {
+        std::rethrow_exception(dying->error);
+      } catch (const WorkerDied& e) {
+        CHECK(e.worker_id() == 0);
+        CHECK(e.pid() == pid);
+        CHECK(e.signal() == 0);
+        CHECK(e.exit_code() == 3);
+        CHECK(e.batch() == 3);
+        CHECK(e.indices() == std::vector<std::int64_t>{21});
+        CHECK(std::string(e.what()) == "DataLoader worker 0 (pid " + std::to_string(pid) +
+                                           ") exited with code 3 while fetching batch 3 (indices "
+                                           "21)");
+      }
+      CHECK(pool.broken());
+    }
+  }
+
+  TEST_CASE("on_death = restart: a new worker fetches the lost task again") {
+    asio::io_context io;
+    Faults faults;
+    faults.kill_at = 13;
+    faults.kill_times = 1;  // the first worker to see 13 dies; its successor fetches it
+    shared_page()->kills = 0;
+    shared_page()->starts = 0;
+    Warnings warnings;
+    ProcessPool pool(io, pool_options(2, OnWorkerDeath::restart), test_work(faults));
+    pool.start();
+    auto first = submit(pool, 1, {1}, 0);
+    auto other = submit(pool, 0, {2}, 1);
+    REQUIRE(run_until_done(io, {first, other}));
+    const std::int64_t pid = std::get<1>(answer_of(*first));
+    auto lost = submit(pool, 1, {13}, 4);
+    auto queued = submit(pool, 1, {14}, 5);  // queued behind it on the same worker
+    REQUIRE(run_until_done(io, {lost, queued}));
+    const auto [values, new_pid, id] = answer_of(*lost);
+    CHECK(values == std::vector<std::int64_t>{26});
+    CHECK(lost->result->worker == 1);
+    CHECK(id == 1);
+    CHECK(new_pid != pid);
+    CHECK(gone(pid));
+    CHECK(std::get<0>(answer_of(*queued)) == std::vector<std::int64_t>{28});
+    CHECK(std::get<1>(answer_of(*queued)) == new_pid);
+    CHECK(!pool.broken());
+    CHECK(shared_page()->starts.load() == 3);  // two workers, and the one that replaced worker 1
+    REQUIRE(warnings.seen.size() == 1);
+    CHECK(warnings.seen[0] == "DataLoader worker 1 (pid " + std::to_string(pid) +
+                                  ") was killed by signal SIGKILL (Killed) while fetching batch "
+                                  "4 (indices 13); restarting it (restart 1 of 3)");
+  }
+
+  TEST_CASE("shutdown fails pending tasks with the cancellation given, and leaves no child") {
+    asio::io_context io;
+    Faults faults;
+    faults.block_at = 99;
+    std::vector<std::int64_t> pids;
+    std::shared_ptr<Outcome> busy, queued, idle_queued, late;
+    {
+      ProcessPool pool(io, pool_options(2), test_work(faults));
+      pool.start();
+      auto a = submit(pool, 0, {1}, 0);
+      auto b = submit(pool, 1, {2}, 1);
+      REQUIRE(run_until_done(io, {a, b}));
+      pids = {std::get<1>(answer_of(*a)), std::get<1>(answer_of(*b))};
+      busy = submit(pool, 0, {99}, 2);   // worker 0 blocks in it
+      queued = submit(pool, 0, {3}, 3);  // behind it
+      idle_queued = submit(pool, 1, {4, 99}, 4);
+      pool.shutdown(std::make_exception_ptr(std::runtime_error("cancelled by the test")));
+      for (auto& o : {busy, queued, idle_queued}) {
+        CHECK(o->done);
+        REQUIRE(o->error);
+        CHECK_THROWS_WITH_AS(std::rethrow_exception(o->error), "cancelled by the test",
+                             std::runtime_error);
+      }
+      // After shutdown, a submit fails at once with the same exception.
+      late = submit(pool, -1, {5}, 5);
+      CHECK(late->done);
+      CHECK_THROWS_WITH_AS(std::rethrow_exception(late->error), "cancelled by the test",
+                           std::runtime_error);
+    }
+    // The destructor has killed and reaped both workers: no process, no zombie.
+    for (auto p : pids) CHECK(gone(p));
+    int status = 0;
+    CHECK(::waitpid(-1, &status, WNOHANG) == -1);
+    CHECK(errno == ECHILD);
+  }
+}
+
+TEST_SUITE("process pool messages") {
+  TEST_CASE("a task and a reply go through the wire format and come back equal") {
+    ProcessTask task;
+    task.kind = ProcessTask::Kind::stream;
+    task.batch = 7;
+    task.epoch = 2;
+    task.worker_seed = 11;
+    task.sample_seed = 13;
+    task.want = 4;
+    task.indices = {5, 6, 7};
+    MessageBuffer buffer(max_message);
+    buffer.resize(wire::encode(TaskMessage{task, 3, 4096}, buffer.whole()));
+    const auto [back, slot, slot_bytes] = decode_value<TaskMessage>(buffer);
+    CHECK(back.kind == task.kind);
+    CHECK(back.batch == 7);
+    CHECK(back.epoch == 2);
+    CHECK(back.worker_seed == 11);
+    CHECK(back.sample_seed == 13);
+    CHECK(back.want == 4);
+    CHECK(back.indices == task.indices);
+    CHECK(slot == 3);
+    CHECK(slot_bytes == 4096);
+
+    ProcessReply reply;
+    reply.status = ProcessReply::Status::error;
+    reply.batch = 9;
+    reply.stream_over = true;
+    reply.error_index = 3;
+    reply.error_what = std::string(20000, 'w');  // cut to 16 KiB
+    reply.error_type = "std::runtime_error";
+    reply.error_message = "boom";
+    buffer.resize(wire::encode(reply, buffer.whole()));
+    const auto r = decode_value<ProcessReply>(buffer);
+    CHECK(r.status == ProcessReply::Status::error);
+    CHECK(r.batch == 9);
+    CHECK(r.stream_over);
+    CHECK(r.error_index == 3);
+    CHECK(r.error_what == std::string(16 * 1024, 'w'));
+    CHECK(r.error_type == "std::runtime_error");
+    CHECK(r.error_message == "boom");
+  }
+
+  TEST_CASE("a malformed message is a named FormatError, never an allocation of a claimed size") {
+    ProcessReply reply;
+    reply.status = ProcessReply::Status::empty;
+    reply.error_message = "abc";
+    MessageBuffer buffer(max_message);
+    const std::size_t size = wire::encode(reply, buffer.whole());
+
+    // Truncated: the header declares more than arrived.
+    buffer.resize(size - 1);
+    CHECK_THROWS_WITH_AS(decode_value<ProcessReply>(buffer), doctest::Contains("truncated message"),
+                         wire::FormatError);
+
+    // A task where a reply was expected: the tag says so.
+    ProcessTask task;
+    buffer.resize(wire::encode(TaskMessage{task, -1, 0}, buffer.whole()));
+    CHECK_THROWS_WITH_AS(decode_value<ProcessReply>(buffer),
+                         "wire: expected a worker reply, found tag 17 at byte 16 (a tuple)",
+                         wire::FormatError);
+
+    // A status out of range.
+    buffer.resize(wire::encode(reply, buffer.whole()));
+    const std::uint32_t bad_status = 9;
+    std::memcpy(buffer.bytes().data() + wire::header_size + 1, &bad_status, sizeof bad_status);
+    CHECK_THROWS_WITH_AS(decode_value<ProcessReply>(buffer),
+                         "wire: a reply status 9 at byte 17 is not one this build knows",
+                         wire::FormatError);
+
+    // A string claiming 2^62 bytes: refused before anything is allocated.
+    buffer.resize(wire::encode(reply, buffer.whole()));
+    const std::size_t message_at = size - 8 - 3;  // error_message's length field
+    const std::uint64_t huge = std::uint64_t{1} << 62;
+    std::memcpy(buffer.bytes().data() + message_at, &huge, sizeof huge);
+    CHECK_THROWS_WITH_AS(decode_value<ProcessReply>(buffer), doctest::Contains("truncated message"),
+                         wire::FormatError);
+
+    // A task claiming 2^61 indices: refused before the vector is sized.
+    task.indices = {1, 2};
+    buffer.resize(wire::encode(TaskMessage{task, -1, 0}, buffer.whole()));
+    // header, tuple tag and count, task tag, kind, five 8-byte fields: the count follows
+    const std::size_t count_at = wire::header_size + 1 + 4 + 1 + 4 + 5 * 8;
+    const std::uint64_t many = std::uint64_t{1} << 61;
+    std::memcpy(buffer.bytes().data() + count_at, &many, sizeof many);
+    CHECK_THROWS_WITH_AS(decode_value<TaskMessage>(buffer),
+                         doctest::Contains("truncated message: a worker task of "
+                                           "2305843009213693952 indices"),
+                         wire::FormatError);
+  }
+}
