@@ -175,6 +175,9 @@ struct Worker {
 };
 }  // namespace
 
+/// What a forked worker runs as its whole body: exec's child loop over the owner's ChildWork.
+using ChildMain = std::function<void(ChildLink& link, int worker_id)>;
+
 struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
   asio::io_context& driver;
   Options options;
@@ -433,13 +436,10 @@ ProcessResult ProcessPool::Awaiter::await_resume() const {
 }
 
 ProcessPool::ProcessPool(asio::io_context& driver, Options options, ChildWork work)
-    : ProcessPool(driver, std::move(options),
-                  ChildMain([work = std::move(work)](ChildLink& link, int id) {
-                    run_child(link, id, work);
-                  })) {}
-
-ProcessPool::ProcessPool(asio::io_context& driver, Options options, ChildMain main)
-    : state_(std::make_shared<State>(driver, options, std::move(main))) {}
+    : state_(std::make_shared<State>(
+          driver, options, ChildMain([work = std::move(work)](ChildLink& link, int id) {
+            run_child(link, id, work);
+          }))) {}
 
 ProcessPool::~ProcessPool() {
   auto& s = *state_;

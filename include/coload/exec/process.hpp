@@ -174,11 +174,6 @@ void encode_batch(ChildLink& link, const B& batch, ProcessReply& reply) {
   reply.status = ProcessReply::Status::batch;
 }
 
-/// What a worker process runs: serve `link` until it returns nullopt. Runs in the child,
-/// after fork, with the worker's id; its return ends the child with status 0.
-/// NOTE: transitional: the loader's own loop, until it hands exec a ChildWork instead.
-using ChildMain = std::function<void(ChildLink& link, int worker_id)>;
-
 /// A finished task as the parent sees it: the reply and, for a batch, the slot's bytes and a
 /// lease that returns the slot when the last holder lets go.
 struct ProcessResult {
@@ -211,8 +206,6 @@ class ProcessPool {
 
   /// Workers that run exec's child loop over `work` (see ChildWork).
   ProcessPool(asio::io_context& driver, Options options, ChildWork work);
-  /// Workers that run `main` as their whole body (transitional: see ChildMain).
-  ProcessPool(asio::io_context& driver, Options options, ChildMain main);
   ProcessPool(const ProcessPool&) = delete;
   ProcessPool& operator=(const ProcessPool&) = delete;
   /// Kills and reaps whatever is still running (blocking).

@@ -105,8 +105,7 @@ class ProcessBridge {
         o.pin_range = [pin_backend](void* p, std::size_t n) { pin_backend->register_host(p, n); };
         o.unpin_range = [pin_backend](void* p) { pin_backend->unregister_host(p); };
       }
-      pool_ = std::make_unique<ProcessPool>(
-          driver, o, [&fetcher](ChildLink& link, int id) { child_main(fetcher, link, id); });
+      pool_ = std::make_unique<ProcessPool>(driver, o, child_work(fetcher));
     } else {
       (void)driver, (void)pin_backend;
       throw std::invalid_argument(
@@ -222,7 +221,7 @@ class ProcessBridge {
       fetcher->rank = std::get<6>(sent);
       fetcher->world_size = std::get<7>(sent);
       ChildLink link(socket);
-      child_main(*fetcher, link, id);
+      run_child(link, id, child_work(*fetcher));
       std::fflush(stderr);
       ::_exit(0);
     } else {
@@ -348,98 +347,87 @@ class ProcessBridge {
     }
   }
 
-  static void fill_error(ProcessReply& reply, const WorkerError& e) {
-    reply.status = ProcessReply::Status::error;
-    reply.error_what = e.what();
-    reply.error_type = e.original_type();
-    reply.error_message = e.original_message();
-    reply.error_index = e.index();
-  }
-
-  /// The body of worker process `id`: `fetcher` is the child's copy of the loader's fetch
-  /// side, whose reader, executor and pinned pool belong to the parent and are never touched.
-  static void child_main(Fetcher<D, C>& fetcher, ChildLink& link, int id) {
-    std::optional<asio::io_context> child_io;
-    std::unique_ptr<io::Reader> child_reader;
-    if constexpr (Plan::is_async) {
-      // NOTE: the parent's reader shares its ring with the parent: destroying it here would
-      // cancel the parent's reads. It is left alone, and the child reads through its own.
-      child_io.emplace();
-      child_reader = std::make_unique<io::Reader>(*child_io);
-    }
-    fetcher.reader = child_reader.get();
-    fetcher.executor = nullptr;
-    // The parent's pinned pool is the parent's: the child writes into its slot, which the
-    // parent has registered as pinned.
-    fetcher.pinned = nullptr;
-    const auto& options = fetcher.options;
-    WorkerInfo info{id, options.num_workers, 0, static_cast<const void*>(&fetcher.dataset),
-                    fetcher.rank, fetcher.world_size};
+  /// What a worker process keeps between its tasks: its own io_context and reader (for an
+  /// asynchronous dataset), its WorkerInfo, and its stream (iterable datasets).
+  struct ChildState {
+    std::optional<asio::io_context> io;
+    std::unique_ptr<io::Reader> reader;
+    WorkerInfo info;
     bool initialised = false;
     std::optional<StreamCursor<stream_probe_t>> cursor;
     bool stream_over = false;
-    while (auto task = link.next()) {
-      info.seed = task->worker_seed + static_cast<std::uint64_t>(id);
-      set_worker_info(&info);
-      ProcessReply reply;
-      reply.batch = task->batch;
-      const std::int64_t skipped_before = fetcher.skips.count();
-      try {
-        if (!initialised) {
-          initialised = true;
-          fetcher.init_worker(info, task->epoch);
-        }
-        std::optional<Batch> batch;
-        // Collate's output is carved from the task's slot: the batch is encoded where it lies.
-        BatchAllocatorScope in_slot(&link);
-        if constexpr (iterable) {
-          batch = child_stream(fetcher, cursor, stream_over, info, task->want, id, task->batch);
-          reply.stream_over = stream_over;
-        } else {
-          ChildScope scope{task->epoch, task->sample_seed};
-          if constexpr (Plan::is_async) {
-            std::exception_ptr error;
-            bool done = false;
-            child_fetch_async(fetcher, scope, task->indices, task->batch, batch, error, done);
-            child_io->restart();
-            while (!done && child_io->run_one() > 0) {
-            }
-            if (!done) throw std::logic_error("coload: an asynchronous fetch stalled in a worker process");
-            if (error) std::rethrow_exception(error);
-          } else {
-            batch.emplace(fetcher.fetch_batch(scope, task->indices, &info, task->batch));
-          }
-        }
-        if (batch) {
-          if constexpr (wire::Wireable<Batch>) {
-            const std::size_t at = link.allocated();
-            const std::size_t need = wire::encoded_size(
-                *batch, std::span<const std::byte>(link.slot(at)));
-            reply.bytes = wire::encode(*batch, link.slot(at + need), at);
-            reply.offset = at;
-            reply.status = ProcessReply::Status::batch;
-          }
-        } else {
-          reply.status = ProcessReply::Status::empty;
-        }
-      } catch (const EmptyBatch&) {
-        reply.status = ProcessReply::Status::empty;
-      } catch (const WorkerError& e) {
-        fill_error(reply, e);
-      } catch (...) {
-        fill_error(reply, wrap_current_exception(id, task->batch, -1, "fetching"));
+  };
+
+  /// What exec's child loop runs in worker process `id` over `fetcher`: the child's copy of
+  /// the loader's fetch side (forked), or one rebuilt from the fork server's payload. Its
+  /// reader, executor and pinned pool are the parent's and are never touched in the child.
+  static ChildWork child_work(Fetcher<D, C>& fetcher) {
+    auto state = std::make_shared<ChildState>();
+    ChildWork work;
+    work.start = [&fetcher, state](int id) {
+      if constexpr (Plan::is_async) {
+        // NOTE: the parent's reader shares its ring with the parent: destroying it here would
+        // cancel the parent's reads. It is left alone, and the child reads through its own.
+        state->io.emplace();
+        state->reader = std::make_unique<io::Reader>(*state->io);
       }
+      fetcher.reader = state->reader.get();
+      fetcher.executor = nullptr;
+      // The parent's pinned pool is the parent's: the child writes into its slot, which the
+      // parent has registered as pinned.
+      fetcher.pinned = nullptr;
+      state->info = WorkerInfo{id, fetcher.options.num_workers, 0,
+                               static_cast<const void*>(&fetcher.dataset), fetcher.rank,
+                               fetcher.world_size};
+    };
+    work.fetch = [&fetcher, state](const ProcessTask& task, ChildLink& link, ProcessReply& reply) {
+      ChildState& st = *state;
+      const int id = st.info.id;
+      st.info.seed = task.worker_seed + static_cast<std::uint64_t>(id);
+      set_worker_info(&st.info);
+      if (!st.initialised) {
+        st.initialised = true;
+        // Not in the slot: what worker_init_fn makes outlives the task.
+        BatchAllocatorScope outside_slot(nullptr);
+        fetcher.init_worker(st.info, task.epoch);
+      }
+      std::optional<Batch> batch;
       if constexpr (iterable) {
-        if (reply.status == ProcessReply::Status::error) reply.stream_over = stream_over = true;
+        try {
+          batch = child_stream(fetcher, st.cursor, st.stream_over, st.info, task.want, id,
+                               task.batch);
+        } catch (...) {
+          st.stream_over = true;  // a failed stream has nothing after its error
+          throw;
+        }
+        reply.stream_over = st.stream_over;
+      } else {
+        ChildScope scope{task.epoch, task.sample_seed};
+        if constexpr (Plan::is_async) {
+          std::exception_ptr error;
+          bool done = false;
+          child_fetch_async(fetcher, scope, task.indices, task.batch, batch, error, done);
+          st.io->restart();
+          while (!done && st.io->run_one() > 0) {
+          }
+          if (!done) throw std::logic_error("coload: an asynchronous fetch stalled in a worker process");
+          if (error) std::rethrow_exception(error);
+        } else {
+          batch.emplace(fetcher.fetch_batch(scope, task.indices, &st.info, task.batch));
+        }
       }
-      set_worker_info(nullptr);
-      reply.skipped = fetcher.skips.count() - skipped_before;
-      link.reply(std::move(reply));
-    }
-    cursor.reset();
-    // NOTE: the child exits next: its ring goes with the process, without the cancel-and-reap
-    // walk of an orderly shutdown, so the parent sees the worker gone sooner.
-    (void)child_reader.release();
+      if constexpr (wire::Wireable<Batch>) {
+        if (batch) encode_batch(link, *batch, reply);
+      }
+    };
+    work.skipped = [&fetcher] { return fetcher.skips.count(); };
+    work.finish = [state] {
+      state->cursor.reset();
+      // NOTE: the child exits next: its ring goes with the process, without the
+      // cancel-and-reap walk of an orderly shutdown, so the parent sees the worker gone sooner.
+      (void)state->reader.release();
+    };
+    return work;
   }
 
   Fetcher<D, C>& fetcher_;
