@@ -35,8 +35,9 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "coload/dataset/sample_context.hpp"
-#include "coload/loader/errors.hpp"
+#include "coload/core/math.hpp"
+#include "coload/core/warning.hpp"
+#include "coload/exec/errors.hpp"
 
 namespace coload::detail {
 
@@ -222,8 +223,6 @@ ssize_t receive_message(int socket, std::vector<std::byte>& buffer, int* fd, boo
   }
 }
 
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-
 std::string describe_death(int worker, int pid, int status, std::int64_t batch,
                            const std::vector<std::int64_t>& indices) {
   std::string s = "DataLoader worker " + std::to_string(worker) + " (pid " +
@@ -293,7 +292,7 @@ void prepare_worker(pid_t parent) {
   try {
     body();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "coload: worker %d: %s\n", id, e.what());
+    detail::warn("worker " + std::to_string(id) + ": " + e.what(), "coload: ");
     code = 70;
   } catch (...) {
     code = 70;
@@ -902,7 +901,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     fail(*first, std::move(died));
     // The batches queued behind it were never started: they end without a batch.
     for (std::size_t i = 1; i < lost.size(); ++i) {
-      fail(*lost[i], std::make_exception_ptr(EmptyBatch{}));
+      fail(*lost[i], std::make_exception_ptr(BatchLost{}));
     }
   }
 
@@ -1057,7 +1056,7 @@ ProcessPool::Awaiter ProcessPool::submit(int worker, ProcessTask task) {
   const int w = s.pick(worker);
   if (w < 0 || !s.workers[static_cast<std::size_t>(w)]) {
     // Every worker is gone (each death already reported): nothing fetches this batch.
-    s.fail(*p, std::make_exception_ptr(EmptyBatch{}));
+    s.fail(*p, std::make_exception_ptr(BatchLost{}));
     return Awaiter{p};
   }
   s.send(*s.workers[static_cast<std::size_t>(w)], p);

@@ -2,6 +2,7 @@
 // images, and the fused train/eval paths from encoded bytes to normalised CHW floats.
 
 #include "coload/vision/transforms.hpp"
+#include "coload/core/error.hpp"
 
 #include "jpeg_region.hpp"
 
@@ -401,8 +402,8 @@ void resample_any(const ImageView& src, const AxisSpec& ax, const AxisSpec& ay, 
     case 3: resample<3>(src, ax, ay, sink); break;
     case 4: resample<4>(src, ax, ay, sink); break;
     default:
-      throw std::invalid_argument("resampling needs 1, 3 or 4 channels, got " +
-                                  std::to_string(src.channels));
+      throw InvalidArgument("resampling needs 1, 3 or 4 channels, got " +
+                            std::to_string(src.channels));
   }
 }
 
@@ -440,18 +441,17 @@ AxisSpec scaled_crop_axis(int begin, int length, int out, int d, int scaled) {
 void check_box(const ImageView& src, const CropBox& box) {
   if (box.height <= 0 || box.width <= 0 || box.top < 0 || box.left < 0 ||
       box.top + box.height > src.height || box.left + box.width > src.width) {
-    throw std::invalid_argument(
-        "crop box (top " + std::to_string(box.top) + ", left " + std::to_string(box.left) +
-        ", height " + std::to_string(box.height) + ", width " + std::to_string(box.width) +
-        ") does not lie inside the " + std::to_string(src.width) + "x" +
-        std::to_string(src.height) + " image");
+    throw InvalidArgument("crop box (top " + std::to_string(box.top) + ", left " +
+                          std::to_string(box.left) + ", height " + std::to_string(box.height) +
+                          ", width " + std::to_string(box.width) + ") does not lie inside the " +
+                          std::to_string(src.width) + "x" + std::to_string(src.height) + " image");
   }
 }
 
 void check_output(int out_height, int out_width) {
   if (out_height <= 0 || out_width <= 0) {
-    throw std::invalid_argument("output size must be positive, got " + std::to_string(out_height) +
-                                "x" + std::to_string(out_width));
+    throw InvalidArgument("output size must be positive, got " + std::to_string(out_height) + "x" +
+                          std::to_string(out_width));
   }
 }
 
@@ -567,8 +567,8 @@ Image resize(const ImageView& src, int out_height, int out_width) {
 
 Image crop(const ImageView& src, const CropBox& box) {
   if (box.height <= 0 || box.width <= 0) {
-    throw std::invalid_argument("crop size must be positive, got " + std::to_string(box.height) +
-                                "x" + std::to_string(box.width));
+    throw InvalidArgument("crop size must be positive, got " + std::to_string(box.height) + "x" +
+                          std::to_string(box.width));
   }
   Image out = Image::zeros(box.width, box.height, src.channels);
   const int x0 = std::max(box.left, 0);
@@ -618,7 +618,7 @@ CropBox center_crop_box(int height, int width, int crop_height, int crop_width) 
 
 void to_normalized_chw(const ImageView& src, const std::array<float, 3>& mean,
                        const std::array<float, 3>& std_dev, float* dst) {
-  if (src.channels != 3) throw std::invalid_argument("to_normalized_chw needs an RGB image");
+  if (src.channels != 3) throw InvalidArgument("to_normalized_chw needs an RGB image");
   const NormalizeTable table(mean, std_dev);
   for (int y = 0; y < src.height; ++y) {
     write_normalized_row(table, src.row(y), src.width, src.height, y, false, dst);
@@ -716,24 +716,25 @@ at::Tensor ConvertImageDtype::operator()(const at::Tensor& image) const {
     return image.to(dtype).div(255);
   }
   if (image.is_floating_point() && at::isFloatingType(dtype)) return image.to(dtype);
-  throw std::invalid_argument("ConvertImageDtype supports uint8 or floating point to floating "
-                              "point only");
+  throw InvalidArgument(
+      "ConvertImageDtype supports uint8 or floating point to floating "
+      "point only");
 }
 
 at::Tensor Normalize::operator()(const at::Tensor& image) const {
   if (!image.is_floating_point()) {
-    throw std::invalid_argument("Normalize: input tensor should be a float tensor");
+    throw InvalidArgument("Normalize: input tensor should be a float tensor");
   }
   if (image.dim() < 3) {
-    throw std::invalid_argument("Normalize: expected a tensor image of size (..., C, H, W)");
+    throw InvalidArgument("Normalize: expected a tensor image of size (..., C, H, W)");
   }
   const auto options = image.options();
   at::Tensor m = at::tensor(mean, options.dtype(at::kDouble)).to(image.scalar_type());
   at::Tensor s = at::tensor(std_dev, options.dtype(at::kDouble)).to(image.scalar_type());
   if ((s == 0).any().item<bool>()) {
-    throw std::invalid_argument("std evaluated to zero after conversion to " +
-                                std::string(c10::toString(image.scalar_type())) +
-                                ", leading to division by zero.");
+    throw InvalidArgument("std evaluated to zero after conversion to " +
+                          std::string(c10::toString(image.scalar_type())) +
+                          ", leading to division by zero.");
   }
   return image.sub(m.view({-1, 1, 1})).div(s.view({-1, 1, 1}));
 }
@@ -780,9 +781,8 @@ at::Tensor TrainTransform::operator()(std::span<const std::byte> encoded, Rng& r
 
 void EvalTransform::operator()(std::span<const std::byte> encoded, float* dst) const {
   if (crop_size <= 0 || crop_size > resize_size) {
-    throw std::invalid_argument("EvalTransform needs 0 < crop_size <= resize_size, got crop " +
-                                std::to_string(crop_size) + " and resize " +
-                                std::to_string(resize_size));
+    throw InvalidArgument("EvalTransform needs 0 < crop_size <= resize_size, got crop " +
+                          std::to_string(crop_size) + " and resize " + std::to_string(resize_size));
   }
   const ImageInfo info = peek(encoded);
   const auto [rh, rw] = resize_output_size(info.height, info.width, resize_size);

@@ -379,7 +379,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     bool any = false;
     visit_tensors(batch, [&any](const at::Tensor&) { any = true; });
     if (any) return;
-    const std::string type = c10::demangle(typeid(Batch).name());
+    const std::string type = demangle(typeid(Batch).name());
     warn_once("device stage: no tensor in " + type,
               "the device stage found no tensor in a batch of type " + type +
                   ", so it stays where it is: specialise coload::TensorMap for it "
@@ -599,7 +599,9 @@ class EpochRun final : public RunBase<D, C> {
       } catch (const Cancelled&) {
         dropped = true;
       } catch (const EmptyBatch&) {
-        // Every sample was skipped, or the batch was queued on a worker that died.
+        // Every sample was skipped.
+      } catch (const BatchLost&) {
+        // The batch was queued on a worker that died (its WorkerDied reports the death).
       } catch (...) {
         outcome.error = std::current_exception();
       }
@@ -924,6 +926,8 @@ class StreamRun final : public RunBase<D, C> {
         } catch (const Cancelled&) {
           dropped = true;
         } catch (const EmptyBatch&) {
+          over = true;
+        } catch (const BatchLost&) {
           over = true;
         } catch (...) {
           outcome.error = std::current_exception();
