@@ -1,3 +1,5 @@
+// default_collate's tensor stacking, and where batches are allocated (BatchAllocator).
+
 #include "coload/collate/collate.hpp"
 #include "coload/collate/batch_allocator.hpp"
 

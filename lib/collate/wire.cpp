@@ -1,3 +1,5 @@
+// The wire format's compiled parts: the writer, the reader, tensors, and the errors they raise.
+
 #include "coload/collate/wire.hpp"
 
 #include <ATen/ATen.h>

@@ -1,6 +1,7 @@
 // Built from lib/meson.build; the MNIST reader.
 
 #include "coload/dataset/mnist.hpp"
+#include "coload/core/error.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -27,8 +28,8 @@ class GzFile {
     file_ = gzopen(path.c_str(), "rb");
     if (file_ == nullptr) {
       const int err = errno;
-      throw std::runtime_error(path_.string() + ": cannot open" +
-                               (err != 0 ? std::string(": ") + std::strerror(err) : ""));
+      throw RuntimeError(path_.string() + ": cannot open" +
+                         (err != 0 ? std::string(": ") + std::strerror(err) : ""));
     }
   }
   GzFile(const GzFile&) = delete;
@@ -45,8 +46,8 @@ class GzFile {
       if (got < 0) {
         int code = 0;
         const char* why = gzerror(file_, &code);
-        throw std::runtime_error(path_.string() + ": truncated or corrupt gzip data (zlib: " +
-                                 (why ? why : "unknown error") + ")");
+        throw RuntimeError(path_.string() + ": truncated or corrupt gzip data (zlib: " +
+                           (why ? why : "unknown error") + ")");
       }
       if (got == 0) break;
       done += static_cast<std::size_t>(got);
@@ -86,20 +87,18 @@ at::Tensor read_idx(const fs::path& path, int dims, const char* what) {
   std::array<unsigned char, 16> header{};
   const std::size_t got = file.read(header.data(), header_bytes);
   if (got < 4) {
-    throw std::runtime_error(path.string() + ": truncated: expected a " +
-                             std::to_string(header_bytes) + "-byte IDX header, found " +
-                             std::to_string(got) + " bytes");
+    throw RuntimeError(path.string() + ": truncated: expected a " + std::to_string(header_bytes) +
+                       "-byte IDX header, found " + std::to_string(got) + " bytes");
   }
   const std::uint32_t magic = big_endian(header.data());
   if (magic != expected_magic) {
-    throw std::runtime_error(path.string() + ": wrong magic number " + hex(magic) + ", expected " +
-                             hex(expected_magic) + " (an IDX file of uint8 " + what + ", " +
-                             std::to_string(dims) + " dimensions)");
+    throw RuntimeError(path.string() + ": wrong magic number " + hex(magic) + ", expected " +
+                       hex(expected_magic) + " (an IDX file of uint8 " + what + ", " +
+                       std::to_string(dims) + " dimensions)");
   }
   if (got < header_bytes) {
-    throw std::runtime_error(path.string() + ": truncated: expected a " +
-                             std::to_string(header_bytes) + "-byte IDX header, found " +
-                             std::to_string(got) + " bytes");
+    throw RuntimeError(path.string() + ": truncated: expected a " + std::to_string(header_bytes) +
+                       "-byte IDX header, found " + std::to_string(got) + " bytes");
   }
   std::vector<std::int64_t> shape;
   std::int64_t count = 1;
@@ -116,12 +115,12 @@ at::Tensor read_idx(const fs::path& path, int dims, const char* what) {
   const std::size_t body =
       file.read(data.data_ptr<std::uint8_t>(), static_cast<std::size_t>(count));
   if (body < static_cast<std::size_t>(count)) {
-    throw std::runtime_error(path.string() + ": truncated: " + expected + ", found " +
-                             std::to_string(header_bytes + body));
+    throw RuntimeError(path.string() + ": truncated: " + expected + ", found " +
+                       std::to_string(header_bytes + body));
   }
   if (const std::size_t extra = file.rest(); extra != 0) {
-    throw std::runtime_error(path.string() + ": too long: " + expected + ", found " +
-                             std::to_string(header_bytes + body + extra));
+    throw RuntimeError(path.string() + ": too long: " + expected + ", found " +
+                       std::to_string(header_bytes + body + extra));
   }
   return data;
 }
@@ -134,9 +133,9 @@ fs::path find_file(const fs::path& root, const std::string& name) {
       if (fs::is_regular_file(dir / file, ec)) return dir / file;
     }
   }
-  throw std::runtime_error("MNIST: found neither " + (root / name).string() + " nor " +
-                           (root / (name + ".gz")).string() + " (nor either under " +
-                           (root / "MNIST" / "raw").string() + ")");
+  throw RuntimeError("MNIST: found neither " + (root / name).string() + " nor " +
+                     (root / (name + ".gz")).string() + " (nor either under " +
+                     (root / "MNIST" / "raw").string() + ")");
 }
 
 }  // namespace
@@ -156,10 +155,9 @@ MNIST::MNIST(const std::filesystem::path& root, bool train) {
   images_ = read_images(images_path_);
   targets_ = read_labels(labels_path_);
   if (images_.size(0) != targets_.size(0)) {
-    throw std::runtime_error(images_path_.string() + " holds " + std::to_string(images_.size(0)) +
-                             " images but " + labels_path_.string() + " holds " +
-                             std::to_string(targets_.size(0)) +
-                             " labels; expected one label per image");
+    throw RuntimeError(images_path_.string() + " holds " + std::to_string(images_.size(0)) +
+                       " images but " + labels_path_.string() + " holds " +
+                       std::to_string(targets_.size(0)) + " labels; expected one label per image");
   }
   labels_ = targets_.data_ptr<std::int64_t>();
 }

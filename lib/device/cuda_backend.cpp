@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "coload/core/error.hpp"
+#include "coload/core/warning.hpp"
 #include "coload/device/backend.hpp"
 
 namespace coload::detail {
@@ -91,9 +93,10 @@ struct Dispatcher : std::enable_shared_from_this<Dispatcher> {
       try {
         fn();
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "coload: CUDA backend: an on_done function threw: %s\n", e.what());
+        detail::warn(std::string("CUDA backend: an on_done function threw: ") + e.what(),
+                     "coload: ");
       } catch (...) {
-        std::fprintf(stderr, "coload: CUDA backend: an on_done function threw\n");
+        detail::warn("CUDA backend: an on_done function threw", "coload: ");
       }
       fn = nullptr;
       lock.lock();
@@ -244,8 +247,8 @@ class CudaBackend final : public DeviceBackend {
  private:
   void check(cudaError_t e, const std::string& what) const {
     if (e == cudaSuccess) return;
-    throw std::runtime_error("coload CUDA backend (cuda:" + std::to_string(index_) + "): " + what +
-                             " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+    throw RuntimeError("coload CUDA backend (cuda:" + std::to_string(index_) + "): " + what +
+                       " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
   }
 
   const int index_;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "coload/config.hpp"
+#include "coload/core/error.hpp"
 #include "coload/device/backend.hpp"
 
 namespace coload {
@@ -56,7 +57,7 @@ std::shared_ptr<DeviceBackend> make_cuda_backend(int device_index) {
   }
 #endif
   if (std::string why = cuda_problem(device_index); !why.empty()) {
-    throw std::runtime_error("make_cuda_backend(" + std::to_string(device_index) + "): " + why);
+    throw RuntimeError("make_cuda_backend(" + std::to_string(device_index) + "): " + why);
   }
 #if COLOAD_HAVE_CUDA
   return detail::make_cuda_backend_unchecked(device_index);

@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "coload/core/error.hpp"
+#include "coload/core/warning.hpp"
 #include "coload/device/backend.hpp"
 
 namespace coload {
@@ -55,7 +57,7 @@ struct HostDeviceBackend::Stream : std::enable_shared_from_this<Stream> {
   /// Queues `op`; returns its sequence number (1-based).
   std::uint64_t push(std::function<void()> op) {
     std::lock_guard lock(mutex);
-    if (stop) throw std::logic_error("HostDeviceBackend: work queued on a destroyed stream");
+    if (stop) throw LogicError("HostDeviceBackend: work queued on a destroyed stream");
     queue.push_back(std::move(op));
     changed.notify_all();
     return ++enqueued;
@@ -72,9 +74,10 @@ struct HostDeviceBackend::Stream : std::enable_shared_from_this<Stream> {
       try {
         op();
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "coload: HostDeviceBackend: a queued operation threw: %s\n", e.what());
+        detail::warn(std::string("HostDeviceBackend: a queued operation threw: ") + e.what(),
+                     "coload: ");
       } catch (...) {
-        std::fprintf(stderr, "coload: HostDeviceBackend: a queued operation threw\n");
+        detail::warn("HostDeviceBackend: a queued operation threw", "coload: ");
       }
       op = nullptr;  // its captures die outside the lock
       lock.lock();
@@ -134,7 +137,7 @@ std::shared_ptr<HostDeviceBackend::Stream> HostDeviceBackend::stream_of(DeviceSt
   for (const auto& p : streams_) {
     if (p.get() == handle) return p;
   }
-  throw std::invalid_argument("HostDeviceBackend: unknown stream handle");
+  throw InvalidArgument("HostDeviceBackend: unknown stream handle");
 }
 
 at::Device HostDeviceBackend::device() const { return at::Device(at::kCPU); }
@@ -143,7 +146,8 @@ std::string HostDeviceBackend::name() const { return "host"; }
 void* HostDeviceBackend::alloc_pinned(std::size_t nbytes) {
   const std::size_t size = std::max<std::size_t>((nbytes + 4095) / 4096 * 4096, 4096);
   void* p = std::aligned_alloc(4096, size);
-  if (!p) throw std::runtime_error("HostDeviceBackend: alloc_pinned(" + std::to_string(nbytes) + ") failed");
+  if (!p)
+    throw RuntimeError("HostDeviceBackend: alloc_pinned(" + std::to_string(nbytes) + ") failed");
   {
     std::lock_guard lock(mutex_);
     pinned_.push_back({static_cast<const char*>(p), nbytes});
@@ -158,7 +162,8 @@ void HostDeviceBackend::free_pinned(void* p, std::size_t nbytes) {
   {
     std::lock_guard lock(mutex_);
     auto it = std::find_if(pinned_.begin(), pinned_.end(), [p](const Range& r) { return r.begin == p; });
-    if (it == pinned_.end()) throw std::invalid_argument("HostDeviceBackend: free_pinned of memory it did not allocate");
+    if (it == pinned_.end())
+      throw InvalidArgument("HostDeviceBackend: free_pinned of memory it did not allocate");
     pinned_.erase(it);
   }
   counters_->live_pinned_bytes.fetch_sub(static_cast<std::int64_t>(nbytes));
@@ -173,7 +178,8 @@ void HostDeviceBackend::register_host(void* p, std::size_t nbytes) {
 void HostDeviceBackend::unregister_host(void* p) {
   std::lock_guard lock(mutex_);
   auto it = std::find_if(registered_.begin(), registered_.end(), [p](const Range& r) { return r.begin == p; });
-  if (it == registered_.end()) throw std::invalid_argument("HostDeviceBackend: unregister_host of a range never registered");
+  if (it == registered_.end())
+    throw InvalidArgument("HostDeviceBackend: unregister_host of a range never registered");
   registered_.erase(it);
 }
 
@@ -202,13 +208,15 @@ DeviceStream HostDeviceBackend::create_stream() {
 
 void HostDeviceBackend::destroy_stream(DeviceStream stream) {
   if (stream.handle == copy_stream_ || stream.handle == default_stream_ || !stream.handle) {
-    throw std::invalid_argument("HostDeviceBackend: the copy stream and the default stream cannot be destroyed");
+    throw InvalidArgument(
+        "HostDeviceBackend: the copy stream and the default stream cannot be destroyed");
   }
   std::shared_ptr<Stream> s;
   {
     std::lock_guard lock(mutex_);
     auto it = std::find_if(streams_.begin(), streams_.end(), [&](const auto& p) { return p.get() == stream.handle; });
-    if (it == streams_.end()) throw std::invalid_argument("HostDeviceBackend: destroy_stream of an unknown stream");
+    if (it == streams_.end())
+      throw InvalidArgument("HostDeviceBackend: destroy_stream of an unknown stream");
     s = std::move(*it);
     streams_.erase(it);
   }
@@ -219,7 +227,7 @@ void HostDeviceBackend::synchronize(DeviceStream stream) {
   auto s = stream_of(stream);
   std::unique_lock lock(s->mutex);
   if (s->paused && s->completed < s->enqueued) {
-    throw std::logic_error("HostDeviceBackend: synchronize on a paused stream would never return");
+    throw LogicError("HostDeviceBackend: synchronize on a paused stream would never return");
   }
   // NOTE: until idle, not only up to what was queued at the call: an operation may queue more
   // on its own stream (a completion releasing a batch frees its memory there).
@@ -229,7 +237,8 @@ void HostDeviceBackend::synchronize(DeviceStream stream) {
 void* HostDeviceBackend::alloc_device(std::size_t nbytes, DeviceStream stream) {
   (void)stream_of(stream);
   void* p = std::malloc(std::max<std::size_t>(nbytes, 1));
-  if (!p) throw std::runtime_error("HostDeviceBackend: alloc_device(" + std::to_string(nbytes) + ") failed");
+  if (!p)
+    throw RuntimeError("HostDeviceBackend: alloc_device(" + std::to_string(nbytes) + ") failed");
   counters_->live_device.fetch_add(1);
   return p;
 }

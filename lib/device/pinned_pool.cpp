@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "coload/core/error.hpp"
+#include "coload/core/math.hpp"
 #include "coload/device/pin.hpp"
 #include "coload/device/pinned_pool.hpp"
 
@@ -17,8 +19,6 @@ namespace detail {
 namespace {
 constexpr std::size_t kAlign = 64;
 constexpr std::size_t kSlabGranule = std::size_t{64} << 10;  // slabs are multiples of 64 KiB
-
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
 struct PinnedSlab {
@@ -192,7 +192,7 @@ BatchMemory BatchLease::allocate_owned(std::size_t nbytes) {
 
 at::Tensor BatchLease::copy_in(const at::Tensor& t) {
   if (!t.defined() || !t.device().is_cpu()) {
-    throw std::invalid_argument("BatchLease::copy_in: the tensor is not a defined CPU tensor");
+    throw InvalidArgument("BatchLease::copy_in: the tensor is not a defined CPU tensor");
   }
   const std::size_t nbytes = static_cast<std::size_t>(t.numel()) * t.element_size();
   BatchMemory m = allocate_owned(nbytes);
@@ -205,7 +205,7 @@ at::Tensor BatchLease::copy_in(const at::Tensor& t) {
 // --- PinnedPool ----------------------------------------------------------------------------------
 
 PinnedPool::PinnedPool(std::shared_ptr<DeviceBackend> backend, std::size_t max_slabs_hint) {
-  if (!backend) throw std::invalid_argument("PinnedPool: the backend is null");
+  if (!backend) throw InvalidArgument("PinnedPool: the backend is null");
   state_ = std::make_shared<detail::PinnedPoolState>(std::move(backend), std::max<std::size_t>(max_slabs_hint, 1));
 }
 

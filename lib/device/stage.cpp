@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "coload/core/error.hpp"
 #include "coload/device/stage.hpp"
 
 namespace coload {
@@ -135,7 +136,7 @@ void CopyAwaiter::await_suspend(std::coroutine_handle<> h) {
 
 DeviceStage::DeviceStage(std::shared_ptr<DeviceBackend> backend, asio::io_context& driver)
     : backend_(std::move(backend)), shared_(std::make_shared<detail::StageShared>()) {
-  if (!backend_) throw std::invalid_argument("DeviceStage: the backend is null");
+  if (!backend_) throw InvalidArgument("DeviceStage: the backend is null");
   shared_->driver = &driver;
 }
 

@@ -14,10 +14,11 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "coload/core/error.hpp"
+#include "coload/core/warning.hpp"
+#include "coload/core/worker_info.hpp"
 #include "coload/dataset/sample_context.hpp"
 #include "coload/exec/process.hpp"
-#include "coload/exec/worker_info.hpp"
-#include "coload/loader/errors.hpp"
 #include "messages.hpp"
 #include "workers.hpp"
 
@@ -52,7 +53,7 @@ void run_worker(int id, const std::function<void()>& body) {
   try {
     body();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "coload: worker %d: %s\n", id, e.what());
+    detail::warn("worker " + std::to_string(id) + ": " + e.what(), "coload: ");
     code = 70;
   } catch (...) {
     code = 70;

@@ -27,9 +27,9 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "coload/dataset/sample_context.hpp"
+#include "coload/core/warning.hpp"
+#include "coload/exec/errors.hpp"
 #include "coload/exec/process.hpp"
-#include "coload/loader/errors.hpp"
 #include "messages.hpp"
 #include "workers.hpp"
 
@@ -382,7 +382,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     fail(*first, std::move(died));
     // The batches queued behind it were never started: they end without a batch.
     for (std::size_t i = 1; i < lost.size(); ++i) {
-      fail(*lost[i], std::make_exception_ptr(EmptyBatch{}));
+      fail(*lost[i], std::make_exception_ptr(BatchLost{}));
     }
   }
 
@@ -540,7 +540,7 @@ ProcessPool::Awaiter ProcessPool::submit(int worker, ProcessTask task) {
   const int w = s.pick(worker);
   if (w < 0 || !s.workers[static_cast<std::size_t>(w)]) {
     // Every worker is gone (each death already reported): nothing fetches this batch.
-    s.fail(*p, std::make_exception_ptr(EmptyBatch{}));
+    s.fail(*p, std::make_exception_ptr(BatchLost{}));
     return Awaiter{p};
   }
   s.send(*s.workers[static_cast<std::size_t>(w)], p);

@@ -8,6 +8,7 @@
 #include <string>
 #include <system_error>
 
+#include "coload/core/math.hpp"
 #include "coload/exec/process.hpp"
 
 namespace coload::detail {
@@ -16,7 +17,7 @@ namespace coload::detail {
   throw std::system_error(err, std::generic_category(), what);
 }
 
-inline std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
 
 /// Address space reserved for each slot of the arena, in the parent and in every child: a
 /// slot grows (ftruncate) inside it without ever moving.

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "coload/core/math.hpp"
 #include "coload/coro/task.hpp"
 #include "coload/io/reader.hpp"
 
@@ -70,10 +71,7 @@ class BufferPool {
   std::size_t refs_ = 1;  // the owner, plus one per wrapped Buffer alive (under mutex_)
 };
 
-/// `n` rounded up to a multiple of `to` (a power of two).
-constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept {
-  return (n + to - 1) & ~(to - 1);
-}
+using coload::detail::round_up;
 
 /// Bytes the first read of read_file asks for.
 inline std::size_t first_read_size(const ReaderOptions& options) noexcept {

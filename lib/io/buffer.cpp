@@ -1,3 +1,5 @@
+// Buffer and File: aligned read buffers (pooled or owned) and open files.
+
 #include <unistd.h>
 
 #include <cassert>
@@ -5,7 +7,6 @@
 #include <new>
 
 #include "coload/io/buffer.hpp"
-#include "coload/io/errors.hpp"
 #include "coload/io/file.hpp"
 #include "backend.hpp"
 
@@ -94,25 +95,5 @@ void File::close() noexcept {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
 }
-
-namespace {
-std::string describe(const std::string& path, const char* operation) {
-  std::string what = "cannot ";
-  what += operation;
-  what += " '";
-  what += path;
-  what += '\'';
-  return what;
-}
-}  // namespace
-
-IoError::IoError(std::string path, const char* operation, int error)
-    : std::system_error(error, std::system_category(), describe(path, operation)),
-      path_(std::move(path)) {}
-
-IoError::IoError(std::string path, const char* operation, int error, const char* detail)
-    : std::system_error(error, std::system_category(),
-                        describe(path, operation) + " (" + detail + ")"),
-      path_(std::move(path)) {}
 
 }  // namespace coload::io

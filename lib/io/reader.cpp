@@ -1,3 +1,5 @@
+// Reader: picks its backend (io_uring, or the pread pool where io_uring is refused).
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -7,6 +9,7 @@
 
 #include "backend.hpp"
 #include "coload/config.hpp"
+#include "coload/core/warning.hpp"
 #include "coload/io/reader.hpp"
 
 namespace coload::io {
@@ -33,8 +36,8 @@ std::string uring_refused(const ReaderOptions& options) {
 void say_once(const std::string& why) {
   static std::once_flag said;
   std::call_once(said, [&] {
-    std::fprintf(stderr, "coload: io_uring unavailable (%s); reading with a pread pool\n",
-                 why.c_str());
+    coload::detail::warn("io_uring unavailable (" + why + "); reading with a pread pool",
+                         "coload: ");
   });
 }
 

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "coload/core/warning.hpp"
 
 namespace coload::io::detail {
 namespace {
@@ -267,8 +268,9 @@ UringBackend::~UringBackend() {
     while (inflight_ > 0) {
       int rc = io_uring_submit_and_wait(&ring_, 1);
       if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
-        std::fprintf(stderr, "coload: io_uring_submit_and_wait failed during shutdown: %s\n",
-                     std::strerror(-rc));
+        coload::detail::warn(
+            std::string("io_uring_submit_and_wait failed during shutdown: ") + std::strerror(-rc),
+            "coload: ");
         std::abort();  // freeing buffers the kernel may still write into is worse
       }
       reap();
@@ -383,7 +385,7 @@ void UringBackend::submit_prepared() {
     // The kernel keeps the unconsumed SQEs in the ring; try again on the next turn.
     schedule_flush();
   } else if (rc < 0) {
-    std::fprintf(stderr, "coload: io_uring_submit failed: %s\n", std::strerror(-rc));
+    coload::detail::warn(std::string("io_uring_submit failed: ") + std::strerror(-rc), "coload: ");
     std::abort();
   }
   // NOTE: the eventfd is waited on only while something is in flight, so that an idle Reader,

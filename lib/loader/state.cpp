@@ -1,4 +1,7 @@
+// LoaderState: its text form, saving and loading, and the checks of a resumed state.
+
 #include "coload/loader/state.hpp"
+#include "coload/core/error.hpp"
 
 #include "coload/loader/errors.hpp"
 
@@ -38,9 +41,9 @@ std::vector<std::uint8_t> unhex(std::string_view text) {
   auto value = [&](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    throw std::invalid_argument("loader state: generator is not hexadecimal");
+    throw InvalidArgument("loader state: generator is not hexadecimal");
   };
-  if (text.size() % 2) throw std::invalid_argument("loader state: generator has an odd length");
+  if (text.size() % 2) throw InvalidArgument("loader state: generator has an odd length");
   std::vector<std::uint8_t> out(text.size() / 2);
   for (std::size_t i = 0; i < out.size(); ++i) {
     out[i] = static_cast<std::uint8_t>(value(text[2 * i]) * 16 + value(text[2 * i + 1]));
@@ -53,8 +56,8 @@ T number(std::string_view key, std::string_view text) {
   T value{};
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc{} || end != text.data() + text.size()) {
-    throw std::invalid_argument("loader state: " + std::string(key) + " is not a number: '" +
-                                std::string(text) + "'");
+    throw InvalidArgument("loader state: " + std::string(key) + " is not a number: '" +
+                          std::string(text) + "'");
   }
   return value;
 }
@@ -107,14 +110,13 @@ LoaderState LoaderState::parse(std::string_view text) {
     const std::string_view value = sp == std::string_view::npos ? "" : line.substr(sp + 1);
     if (first) {
       if (key != magic) {
-        throw std::invalid_argument("loader state: not a coload loader state (it starts with '" +
-                                    std::string(key) + "')");
+        throw InvalidArgument("loader state: not a coload loader state (it starts with '" +
+                              std::string(key) + "')");
       }
       s.version = number<int>("version", value);
       if (s.version != current_version) {
-        throw std::invalid_argument("loader state: version " + std::to_string(s.version) +
-                                    " is not this coload's version " +
-                                    std::to_string(current_version));
+        throw InvalidArgument("loader state: version " + std::to_string(s.version) +
+                              " is not this coload's version " + std::to_string(current_version));
       }
       first = false;
       continue;
@@ -153,8 +155,10 @@ LoaderState LoaderState::parse(std::string_view text) {
       const auto p1 = value.find(' ');
       const auto p2 = p1 == std::string_view::npos ? p1 : value.find(' ', p1 + 1);
       if (p2 == std::string_view::npos) {
-        throw std::invalid_argument("loader state: a stream line needs a worker, a count and a "
-                                    "state: '" + std::string(value) + "'");
+        throw InvalidArgument(
+            "loader state: a stream line needs a worker, a count and a "
+            "state: '" +
+            std::string(value) + "'");
       }
       LoaderState::Stream st;
       st.worker = number<int>(key, value.substr(0, p1));
@@ -165,23 +169,22 @@ LoaderState LoaderState::parse(std::string_view text) {
       }
       s.streams.push_back(std::move(st));
     } else {
-      throw std::invalid_argument("loader state: unknown field '" + std::string(key) + "'");
+      throw InvalidArgument("loader state: unknown field '" + std::string(key) + "'");
     }
   }
-  if (first) throw std::invalid_argument("loader state: empty");
+  if (first) throw InvalidArgument("loader state: empty");
   if (seen != k_all) {
     static constexpr const char* names[] = {"epoch", "delivered", "beyond",
                                             "dataset_size", "batch_size", "seed",
                                             "rank", "world_size", "generator"};
     for (unsigned i = 0; i < 9; ++i) {
       if (!(seen & (1u << i))) {
-        throw std::invalid_argument(std::string("loader state: the field '") + names[i] +
-                                    "' is missing");
+        throw InvalidArgument(std::string("loader state: the field '") + names[i] + "' is missing");
       }
     }
   }
   if (s.epoch < 0 || s.delivered < 0) {
-    throw std::invalid_argument("loader state: negative epoch or delivered count");
+    throw InvalidArgument("loader state: negative epoch or delivered count");
   }
   return s;
 }
@@ -192,8 +195,8 @@ void LoaderState::save(const std::filesystem::path& path) const {
   tmp += ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    throw std::system_error(errno, std::generic_category(),
-                            "saving the loader state: cannot create " + tmp.string());
+    throw SystemError(errno, std::generic_category(),
+                      "saving the loader state: cannot create " + tmp.string());
   }
   std::size_t done = 0;
   while (done < text.size()) {
@@ -203,8 +206,8 @@ void LoaderState::save(const std::filesystem::path& path) const {
       const int e = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      throw std::system_error(e, std::generic_category(),
-                              "saving the loader state: cannot write " + tmp.string());
+      throw SystemError(e, std::generic_category(),
+                        "saving the loader state: cannot write " + tmp.string());
     }
     done += static_cast<std::size_t>(n);
   }
@@ -212,30 +215,30 @@ void LoaderState::save(const std::filesystem::path& path) const {
   if (::fdatasync(fd) != 0 || ::close(fd) != 0) {
     const int e = errno;
     ::unlink(tmp.c_str());
-    throw std::system_error(e, std::generic_category(),
-                            "saving the loader state: cannot flush " + tmp.string());
+    throw SystemError(e, std::generic_category(),
+                      "saving the loader state: cannot flush " + tmp.string());
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     ::unlink(tmp.c_str());
-    throw std::system_error(e, std::generic_category(),
-                            "saving the loader state: cannot rename " + tmp.string() + " to " +
-                                path.string());
+    throw SystemError(
+        e, std::generic_category(),
+        "saving the loader state: cannot rename " + tmp.string() + " to " + path.string());
   }
 }
 
 LoaderState LoaderState::load(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw std::system_error(errno, std::generic_category(),
-                            "loading the loader state: cannot open " + path.string());
+    throw SystemError(errno, std::generic_category(),
+                      "loading the loader state: cannot open " + path.string());
   }
   std::ostringstream text;
   text << in.rdbuf();
   try {
     return parse(text.str());
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(path.string() + ": " + e.what());
+    throw InvalidArgument(path.string() + ": " + e.what());
   }
 }
 
@@ -261,16 +264,16 @@ void set_generator_state(const std::optional<at::Generator>& gen,
     std::lock_guard lock(g.mutex());
     g.set_state(t);
   } catch (const std::exception& e) {
-    throw std::invalid_argument(std::string("loader state: the generator state is not valid: ") +
-                                e.what());
+    throw InvalidArgument(std::string("loader state: the generator state is not valid: ") +
+                          e.what());
   }
 }
 
 void check_compatible(const LoaderState& saved, const LoaderState& expected) {
   auto refuse = [](const std::string& what, const std::string& saved_value,
                    const std::string& value) {
-    throw std::invalid_argument("loader state: it was saved by a loader with " + what + " " +
-                                saved_value + ", but this loader has " + value);
+    throw InvalidArgument("loader state: it was saved by a loader with " + what + " " +
+                          saved_value + ", but this loader has " + value);
   };
   auto seed = [](const std::optional<std::uint64_t>& s) {
     return s ? std::to_string(*s) : std::string("no seed");

@@ -1,4 +1,7 @@
+// RandomSampler and make_generator: the seeded generators behind the samplers.
+
 #include "coload/sampler/random.hpp"
+#include "coload/core/error.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -31,9 +34,8 @@ RandomSampler::RandomSampler(std::int64_t size, bool replacement,
       num_samples_(num_samples.value_or(size)),
       generator_(std::move(generator)) {
   if (num_samples_ <= 0) {
-    throw std::invalid_argument(
-        "num_samples should be a positive integer value, but got num_samples=" +
-        std::to_string(num_samples_));
+    throw InvalidArgument("num_samples should be a positive integer value, but got num_samples=" +
+                          std::to_string(num_samples_));
   }
 }
 

@@ -13,6 +13,7 @@
 #include <system_error>
 #include <utility>
 
+#include "coload/core/error.hpp"
 #include "coload/sampler/distributed.hpp"
 #include "coload/sampler/random.hpp"
 #include "coload/sampler/subset_random.hpp"
@@ -31,9 +32,8 @@ std::span<const Index> span_of(const at::Tensor& t) {
 
 void check_num_samples(std::int64_t num_samples) {
   if (num_samples <= 0) {
-    throw std::invalid_argument(
-        "num_samples should be a positive integer value, but got num_samples=" +
-        std::to_string(num_samples));
+    throw InvalidArgument("num_samples should be a positive integer value, but got num_samples=" +
+                          std::to_string(num_samples));
   }
 }
 
@@ -55,10 +55,10 @@ std::optional<int> env_int(const char* name) {
   int out = 0;
   const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
   if (ec == std::errc::result_out_of_range) {
-    throw std::invalid_argument(std::string(name) + "=" + text + " is out of range");
+    throw InvalidArgument(std::string(name) + "=" + text + " is out of range");
   }
   if (ec != std::errc{} || end != value.data() + value.size()) {
-    throw std::invalid_argument(std::string(name) + "=" + text + " is not an integer");
+    throw InvalidArgument(std::string(name) + "=" + text + " is not an integer");
   }
   return out;
 }
@@ -108,9 +108,8 @@ WeightedRandomSampler::WeightedRandomSampler(const at::Tensor& weights, std::int
   check_num_samples(num_samples);
   weights_ = weights.to(at::kCPU, at::kDouble);
   if (weights_.dim() != 1) {
-    throw std::invalid_argument(
-        "weights should be a 1d sequence but given weights have shape " +
-        tuple_of(weights_.sizes()));
+    throw InvalidArgument("weights should be a 1d sequence but given weights have shape " +
+                          tuple_of(weights_.sizes()));
   }
 }
 
@@ -135,7 +134,7 @@ DistributedEnv distributed_env() {
   const auto quoted = [](const char* name) { return std::string(name) + "=" + std::getenv(name); };
   if (const auto world_size = env_int("WORLD_SIZE")) {
     if (*world_size < 1) {
-      throw std::invalid_argument(quoted("WORLD_SIZE") + " is not a positive integer");
+      throw InvalidArgument(quoted("WORLD_SIZE") + " is not a positive integer");
     }
     env.world_size = *world_size;
   }
@@ -143,8 +142,8 @@ DistributedEnv distributed_env() {
   const auto rank_of = [&](const char* name) {
     const auto value = env_int(name);
     if (value && (*value < 0 || *value >= env.world_size)) {
-      throw std::invalid_argument(quoted(name) + " is not in [0, WORLD_SIZE=" +
-                                  std::to_string(env.world_size) + ")");
+      throw InvalidArgument(quoted(name) +
+                            " is not in [0, WORLD_SIZE=" + std::to_string(env.world_size) + ")");
     }
     return value.value_or(0);
   };
@@ -166,13 +165,15 @@ DistributedSampler::DistributedSampler(std::int64_t dataset_size,
       seed_(seed),
       drop_last_(drop_last) {
   if (rank_ >= num_replicas_ || rank_ < 0) {
-    throw std::invalid_argument("Invalid rank " + std::to_string(rank_) +
-                                ", rank should be in the interval [0, " +
-                                std::to_string(num_replicas_ - 1) + "]");
+    throw InvalidArgument("Invalid rank " + std::to_string(rank_) +
+                          ", rank should be in the interval [0, " +
+                          std::to_string(num_replicas_ - 1) + "]");
   }
   if (dataset_size_ < 0) {
-    throw std::invalid_argument("dataset_size should be a non-negative integer value, but got "
-                                "dataset_size=" + std::to_string(dataset_size_));
+    throw InvalidArgument(
+        "dataset_size should be a non-negative integer value, but got "
+        "dataset_size=" +
+        std::to_string(dataset_size_));
   }
   if (drop_last_ && dataset_size_ % num_replicas_ != 0) {
     // math.ceil((len - num_replicas) / num_replicas): the largest multiple that fits.

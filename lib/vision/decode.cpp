@@ -2,6 +2,7 @@
 // RGB as Pillow 9's convert('RGB') gives it.
 
 #include "coload/vision/decode.hpp"
+#include "coload/core/error.hpp"
 
 #include <spng.h>
 #include <turbojpeg.h>
@@ -48,7 +49,7 @@ tjhandle decompressor() {
   if (tj_handles.decompressor == nullptr) {
     tj_handles.decompressor = tjInitDecompress();
     if (tj_handles.decompressor == nullptr) {
-      throw std::runtime_error(std::string("tjInitDecompress failed: ") + tjGetErrorStr2(nullptr));
+      throw RuntimeError(std::string("tjInitDecompress failed: ") + tjGetErrorStr2(nullptr));
     }
   }
   return tj_handles.decompressor;
@@ -66,7 +67,7 @@ tjhandle compressor() {
   if (tj_handles.compressor == nullptr) {
     tj_handles.compressor = tjInitCompress();
     if (tj_handles.compressor == nullptr) {
-      throw std::runtime_error(std::string("tjInitCompress failed: ") + tjGetErrorStr2(nullptr));
+      throw RuntimeError(std::string("tjInitCompress failed: ") + tjGetErrorStr2(nullptr));
     }
   }
   return tj_handles.compressor;
@@ -95,8 +96,8 @@ JpegHeader read_jpeg_header(tjhandle h, std::span<const std::byte> data) {
 
 void check_scale(int denominator) {
   if (denominator != 1 && denominator != 2 && denominator != 4 && denominator != 8) {
-    throw std::invalid_argument("jpeg_scale_denominator must be 1, 2, 4 or 8, got " +
-                                std::to_string(denominator));
+    throw InvalidArgument("jpeg_scale_denominator must be 1, 2, 4 or 8, got " +
+                          std::to_string(denominator));
   }
 }
 
@@ -291,8 +292,8 @@ std::vector<std::byte> encode_jpeg(const ImageView& image, int quality,
     case 3: format = TJPF_RGB; break;
     case 4: format = TJPF_CMYK; break;
     default:
-      throw std::invalid_argument("encode_jpeg: channels must be 1, 3 or 4, got " +
-                                  std::to_string(image.channels));
+      throw InvalidArgument("encode_jpeg: channels must be 1, 3 or 4, got " +
+                            std::to_string(image.channels));
   }
   int tj_subsampling = TJSAMP_420;
   switch (subsampling) {
@@ -308,7 +309,7 @@ std::vector<std::byte> encode_jpeg(const ImageView& image, int quality,
   if (tjCompress2(h, image.data, image.width, static_cast<int>(image.stride), image.height, format,
                   &jpeg, &size, tj_subsampling, quality, 0) != 0) {
     if (jpeg != nullptr) tjFree(jpeg);
-    throw std::runtime_error(std::string("encode_jpeg: ") + tjGetErrorStr2(h));
+    throw RuntimeError(std::string("encode_jpeg: ") + tjGetErrorStr2(h));
   }
   std::vector<std::byte> out(size);
   std::memcpy(out.data(), jpeg, size);

@@ -9,6 +9,7 @@
 // doing the rest in ~150 ns a file and from walking classes in parallel.
 
 #include "coload/vision/folder.hpp"
+#include "coload/core/error.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -372,11 +373,10 @@ std::vector<FolderSample> collect_samples(const std::filesystem::path& root,
                                           std::vector<std::int64_t>* targets) {
   const std::string directory = expand_user(root.string());
   if (class_to_idx.empty()) {
-    throw std::invalid_argument(
-        "'class_to_index' must have at least one entry to collect any samples.");
+    throw InvalidArgument("'class_to_index' must have at least one entry to collect any samples.");
   }
   if (options.extensions.has_value() == static_cast<bool>(options.is_valid_file)) {
-    throw std::invalid_argument(
+    throw InvalidArgument(
         "Both extensions and is_valid_file cannot be None or not None at the same time");
   }
 
@@ -530,8 +530,8 @@ namespace detail {
 Index checked_folder_index(Index index, std::int64_t size) {
   const Index wrapped = index < 0 ? index + size : index;
   if (wrapped < 0 || wrapped >= size) {
-    throw std::out_of_range("DatasetFolder index " + std::to_string(index) +
-                            " is out of range for " + std::to_string(size) + " samples");
+    throw OutOfRange("DatasetFolder index " + std::to_string(index) + " is out of range for " +
+                     std::to_string(size) + " samples");
   }
   return wrapped;
 }

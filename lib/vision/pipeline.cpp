@@ -1,4 +1,7 @@
+// ImagePipeline: fused decode and transform of image folders straight into the batch.
+
 #include "coload/vision/pipeline.hpp"
+#include "coload/core/error.hpp"
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
@@ -30,7 +33,7 @@ std::vector<std::byte> read_whole_file(const std::string& path) {
   // blocking the worker forever; it changes nothing for regular files.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
-    throw std::system_error(errno, std::generic_category(), "cannot open '" + path + "'");
+    throw SystemError(errno, std::generic_category(), "cannot open '" + path + "'");
   }
   std::vector<std::byte> data;
   struct stat st {};
@@ -44,15 +47,14 @@ std::vector<std::byte> read_whole_file(const std::string& path) {
       if (errno == EAGAIN) break;  // a FIFO without data: nothing to read
       const int e = errno;
       ::close(fd);
-      throw std::system_error(e, std::generic_category(), "cannot read '" + path + "'");
+      throw SystemError(e, std::generic_category(), "cannot read '" + path + "'");
     }
     if (n == 0) break;
     data.insert(data.end(), chunk, chunk + n);
   }
   ::close(fd);
   if (const char* what = stat_ok ? io::not_regular(st.st_mode) : nullptr; data.empty() && what) {
-    throw std::system_error(EINVAL, std::generic_category(),
-                            "cannot read '" + path + "' (" + what + ")");
+    throw SystemError(EINVAL, std::generic_category(), "cannot read '" + path + "' (" + what + ")");
   }
   return data;
 }
@@ -151,7 +153,7 @@ void ImagePipeline::transform_into(std::span<const std::byte> encoded, const std
       std::get<EvalTransform>(transform_)(encoded, dst);
     }
   } catch (const std::exception& e) {
-    throw std::runtime_error("cannot load image '" + path + "': " + e.what());
+    throw RuntimeError("cannot load image '" + path + "': " + e.what());
   }
 }
 

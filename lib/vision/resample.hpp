@@ -3,6 +3,7 @@
 // the separable passes (scalar, SSSE3 and AVX2, chosen at run time) and the crop/resize axes
 // that the transforms build on. Private to lib/vision.
 
+#include "coload/core/error.hpp"
 #include "coload/vision/image.hpp"
 #include "coload/vision/transforms.hpp"
 
@@ -181,7 +182,7 @@ void resample_any(const ImageView& src, const AxisSpec& ax, const AxisSpec& ay, 
     case 3: resample<3>(src, ax, ay, sink); break;
     case 4: resample<4>(src, ax, ay, sink); break;
     default:
-      throw std::invalid_argument("resampling needs 1, 3 or 4 channels, got " +
+      throw InvalidArgument("resampling needs 1, 3 or 4 channels, got " +
                                   std::to_string(src.channels));
   }
 }

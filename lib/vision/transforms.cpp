@@ -2,6 +2,7 @@
 // resample.cpp), and the fused train/eval paths from encoded bytes to normalised CHW floats.
 
 #include "coload/vision/transforms.hpp"
+#include "coload/core/error.hpp"
 
 #include "jpeg_region.hpp"
 #include "resample.hpp"
@@ -28,7 +29,7 @@ using detail::source_span;
 void check_box(const ImageView& src, const CropBox& box) {
   if (box.height <= 0 || box.width <= 0 || box.top < 0 || box.left < 0 ||
       box.top + box.height > src.height || box.left + box.width > src.width) {
-    throw std::invalid_argument(
+    throw InvalidArgument(
         "crop box (top " + std::to_string(box.top) + ", left " + std::to_string(box.left) +
         ", height " + std::to_string(box.height) + ", width " + std::to_string(box.width) +
         ") does not lie inside the " + std::to_string(src.width) + "x" +
@@ -38,7 +39,7 @@ void check_box(const ImageView& src, const CropBox& box) {
 
 void check_output(int out_height, int out_width) {
   if (out_height <= 0 || out_width <= 0) {
-    throw std::invalid_argument("output size must be positive, got " + std::to_string(out_height) +
+    throw InvalidArgument("output size must be positive, got " + std::to_string(out_height) +
                                 "x" + std::to_string(out_width));
   }
 }
@@ -141,7 +142,7 @@ Image resize(const ImageView& src, int out_height, int out_width) {
 
 Image crop(const ImageView& src, const CropBox& box) {
   if (box.height <= 0 || box.width <= 0) {
-    throw std::invalid_argument("crop size must be positive, got " + std::to_string(box.height) +
+    throw InvalidArgument("crop size must be positive, got " + std::to_string(box.height) +
                                 "x" + std::to_string(box.width));
   }
   Image out = Image::zeros(box.width, box.height, src.channels);
@@ -192,7 +193,7 @@ CropBox center_crop_box(int height, int width, int crop_height, int crop_width) 
 
 void to_normalized_chw(const ImageView& src, const std::array<float, 3>& mean,
                        const std::array<float, 3>& std_dev, float* dst) {
-  if (src.channels != 3) throw std::invalid_argument("to_normalized_chw needs an RGB image");
+  if (src.channels != 3) throw InvalidArgument("to_normalized_chw needs an RGB image");
   const NormalizeTable table(mean, std_dev);
   for (int y = 0; y < src.height; ++y) {
     write_normalized_row(table, src.row(y), src.width, src.height, y, false, dst);
@@ -290,22 +291,22 @@ at::Tensor ConvertImageDtype::operator()(const at::Tensor& image) const {
     return image.to(dtype).div(255);
   }
   if (image.is_floating_point() && at::isFloatingType(dtype)) return image.to(dtype);
-  throw std::invalid_argument("ConvertImageDtype supports uint8 or floating point to floating "
+  throw InvalidArgument("ConvertImageDtype supports uint8 or floating point to floating "
                               "point only");
 }
 
 at::Tensor Normalize::operator()(const at::Tensor& image) const {
   if (!image.is_floating_point()) {
-    throw std::invalid_argument("Normalize: input tensor should be a float tensor");
+    throw InvalidArgument("Normalize: input tensor should be a float tensor");
   }
   if (image.dim() < 3) {
-    throw std::invalid_argument("Normalize: expected a tensor image of size (..., C, H, W)");
+    throw InvalidArgument("Normalize: expected a tensor image of size (..., C, H, W)");
   }
   const auto options = image.options();
   at::Tensor m = at::tensor(mean, options.dtype(at::kDouble)).to(image.scalar_type());
   at::Tensor s = at::tensor(std_dev, options.dtype(at::kDouble)).to(image.scalar_type());
   if ((s == 0).any().item<bool>()) {
-    throw std::invalid_argument("std evaluated to zero after conversion to " +
+    throw InvalidArgument("std evaluated to zero after conversion to " +
                                 std::string(c10::toString(image.scalar_type())) +
                                 ", leading to division by zero.");
   }
@@ -354,7 +355,7 @@ at::Tensor TrainTransform::operator()(std::span<const std::byte> encoded, Rng& r
 
 void EvalTransform::operator()(std::span<const std::byte> encoded, float* dst) const {
   if (crop_size <= 0 || crop_size > resize_size) {
-    throw std::invalid_argument("EvalTransform needs 0 < crop_size <= resize_size, got crop " +
+    throw InvalidArgument("EvalTransform needs 0 < crop_size <= resize_size, got crop " +
                                 std::to_string(crop_size) + " and resize " +
                                 std::to_string(resize_size));
   }

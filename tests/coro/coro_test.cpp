@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/counted.hpp"
 #include "coload/coro/coro.hpp"
 
 using namespace coload;
@@ -34,18 +35,7 @@ constexpr bool kNoTailCalls = true;
 constexpr bool kNoTailCalls = false;
 #endif
 
-// Tallies constructions and destructions so lifetime tests can be exact.
-struct Counted {
-  static inline int constructed = 0;
-  static inline int destroyed = 0;
-  static void reset() { constructed = destroyed = 0; }
-  static int alive() { return constructed - destroyed; }
-  int value;
-  explicit Counted(int v) : value(v) { ++constructed; }
-  Counted(const Counted& o) : value(o.value) { ++constructed; }
-  Counted(Counted&& o) noexcept : value(o.value) { ++constructed; }
-  ~Counted() { ++destroyed; }
-};
+using coload::test::Counted;
 
 Task<int> answer() { co_return 42; }
 Task<int> add_one(Task<int> inner) { co_return co_await std::move(inner) + 1; }

@@ -18,7 +18,7 @@ using namespace coload;
 namespace {
 
 // Sample i is (i, i * i); counts fetches and lets the test wait for a number of them.
-struct Counted {
+struct CountingDataset {
   struct Log {
     std::mutex m;
     std::condition_variable cv;
@@ -103,11 +103,12 @@ TEST_SUITE("loader") {
       CAPTURE(processes);
       {
         auto loader = make_data_loader(
-            Counted{200}, LoaderOptions<>{.batch_size = 4, .num_workers = 2,
-                                          .pin_memory = true,
-                                          .executor = processes ? Executor::processes
-                                                                : Executor::threads,
-                                          .device_backend = backend});
+            CountingDataset{200},
+            LoaderOptions<>{.batch_size = 4,
+                            .num_workers = 2,
+                            .pin_memory = true,
+                            .executor = processes ? Executor::processes : Executor::threads,
+                            .device_backend = backend});
         std::int64_t batches = 0;
         std::int64_t next = 0;
         for (int e = 0; e < 2; ++e) {
@@ -163,8 +164,8 @@ TEST_SUITE("loader") {
     set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
     coload::detail::forget_warnings();
     for (int i = 0; i < 2; ++i) {
-      auto loader = make_data_loader(Counted{8}, LoaderOptions<>{.batch_size = 4,
-                                                                 .pin_memory = true});
+      auto loader = make_data_loader(CountingDataset{8},
+                                     LoaderOptions<>{.batch_size = 4, .pin_memory = true});
       int batches = 0;
       for ([[maybe_unused]] auto& b : loader) ++batches;
       CHECK(batches == 2);
@@ -183,13 +184,16 @@ TEST_SUITE("loader") {
   TEST_CASE("the device stage delivers copies in order, and frees everything at the end") {
     auto backend = std::make_shared<HostDeviceBackend>();
     {
-      auto loader = make_data_loader(
-          Counted{30}, LoaderOptions<>{.batch_size = 4, .shuffle = true, .num_workers = 2,
-                                       .seed = 3, .device = at::Device(at::kCPU),
-                                       .device_backend = backend});
+      auto loader =
+          make_data_loader(CountingDataset{30}, LoaderOptions<>{.batch_size = 4,
+                                                                .shuffle = true,
+                                                                .num_workers = 2,
+                                                                .seed = 3,
+                                                                .device = at::Device(at::kCPU),
+                                                                .device_backend = backend});
       auto plain = make_data_loader(
-          Counted{30}, LoaderOptions<>{.batch_size = 4, .shuffle = true, .num_workers = 2,
-                                       .seed = 3});
+          CountingDataset{30},
+          LoaderOptions<>{.batch_size = 4, .shuffle = true, .num_workers = 2, .seed = 3});
       std::vector<std::vector<std::int64_t>> staged, direct;
       for (auto& b : loader) {
         // Made by the stage: its DeviceBatch is found, and the copy has completed.
@@ -224,9 +228,10 @@ TEST_SUITE("loader") {
         }
       }
       // A batch the stage can see into says nothing.
-      auto plain = make_data_loader(Counted{8}, LoaderOptions<>{.batch_size = 4,
-                                                                .device = at::Device(at::kCPU),
-                                                                .device_backend = backend});
+      auto plain =
+          make_data_loader(CountingDataset{8}, LoaderOptions<>{.batch_size = 4,
+                                                               .device = at::Device(at::kCPU),
+                                                               .device_backend = backend});
       for ([[maybe_unused]] auto& b : plain) {
       }
     }
@@ -241,7 +246,7 @@ TEST_SUITE("loader") {
 
   TEST_CASE("the device stage keeps an error in its place behind the copies before it") {
     auto backend = std::make_shared<HostDeviceBackend>();
-    Counted ds{16};
+    CountingDataset ds{16};
     ds.failing = 9;  // batch 2
     auto loader = make_data_loader(
         ds, LoaderOptions<>{.batch_size = 4, .num_workers = 2, .device = at::Device(at::kCPU),
@@ -258,11 +263,14 @@ TEST_SUITE("loader") {
             "in flight neither hangs nor leaks") {
     auto backend = std::make_shared<HostDeviceBackend>();
     const DeviceStream copies = backend->copy_stream();
-    Counted ds{400};
+    CountingDataset ds{400};
     auto log = ds.log;
-    auto loader = std::make_unique<DataLoader<Counted>>(
-        ds, LoaderOptions<>{.batch_size = 2, .num_workers = 2, .prefetch_factor = 2,
-                            .device = at::Device(at::kCPU), .device_backend = backend});
+    auto loader = std::make_unique<DataLoader<CountingDataset>>(
+        ds, LoaderOptions<>{.batch_size = 2,
+                            .num_workers = 2,
+                            .prefetch_factor = 2,
+                            .device = at::Device(at::kCPU),
+                            .device_backend = backend});
     backend->pause(copies);
     auto epoch = loader->epoch();
     // Four batches (the bound) are fetched and wait on the paused copy stream.
@@ -291,9 +299,10 @@ TEST_SUITE("loader") {
     auto backend = std::make_shared<HostDeviceBackend>();
     const DeviceStream consumer = backend->create_stream();
     {
-      auto loader = make_data_loader(
-          Counted{8}, LoaderOptions<>{.batch_size = 4, .device = at::Device(at::kCPU),
-                                      .device_backend = backend});
+      auto loader =
+          make_data_loader(CountingDataset{8}, LoaderOptions<>{.batch_size = 4,
+                                                               .device = at::Device(at::kCPU),
+                                                               .device_backend = backend});
       for (auto& b : loader) {
         auto db = device_batch(std::move(b));
         db.wait(consumer);
@@ -315,7 +324,7 @@ TEST_SUITE("loader") {
     }
     try {
       auto loader = make_data_loader(
-          Counted{8}, LoaderOptions<>{.batch_size = 4, .device = at::Device(at::kCUDA, 0)});
+          CountingDataset{8}, LoaderOptions<>{.batch_size = 4, .device = at::Device(at::kCUDA, 0)});
       FAIL("no error");
     } catch (const std::invalid_argument& e) {
       const std::string what = e.what();
@@ -324,8 +333,8 @@ TEST_SUITE("loader") {
     }
     auto backend = std::make_shared<HostDeviceBackend>();
     CHECK_THROWS_WITH_AS(
-        make_data_loader(Counted{8}, LoaderOptions<>{.device = at::Device(at::kCUDA, 0),
-                                                     .device_backend = backend}),
+        make_data_loader(CountingDataset{8}, LoaderOptions<>{.device = at::Device(at::kCUDA, 0),
+                                                             .device_backend = backend}),
         "device = cuda:0, but device_backend copies to cpu", std::invalid_argument);
   }
 
@@ -335,9 +344,11 @@ TEST_SUITE("loader") {
       MESSAGE(why);
       return;
     }
-    auto loader = make_data_loader(
-        Counted{64}, LoaderOptions<>{.batch_size = 8, .num_workers = 2, .pin_memory = true,
-                                     .device = at::Device(at::kCUDA, 0)});
+    auto loader =
+        make_data_loader(CountingDataset{64}, LoaderOptions<>{.batch_size = 8,
+                                                              .num_workers = 2,
+                                                              .pin_memory = true,
+                                                              .device = at::Device(at::kCUDA, 0)});
     std::int64_t next = 0;
     for (auto& b : loader) {
       CHECK(std::get<0>(b).is_cuda());

@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "coload/core/error.hpp"
+
 namespace coload {
 
 /// How a batch of T is built from samples of T. Specialise it for your own sample types:
@@ -154,10 +156,9 @@ struct Collate<std::vector<T>> {
     const std::size_t width = samples.front().size();
     for (std::size_t i = 1; i < samples.size(); ++i) {
       if (samples[i].size() != width) {
-        throw std::runtime_error(
-            "each element in list of batch should be of equal size (sample 0 has " +
-            std::to_string(width) + " elements, sample " + std::to_string(i) + " has " +
-            std::to_string(samples[i].size()) + ")");
+        throw RuntimeError("each element in list of batch should be of equal size (sample 0 has " +
+                           std::to_string(width) + " elements, sample " + std::to_string(i) +
+                           " has " + std::to_string(samples[i].size()) + ")");
       }
     }
     std::vector<collated_t<T>> out;
@@ -190,8 +191,8 @@ struct Collate<std::optional<T>> {
     values.reserve(samples.size());
     for (std::size_t i = 0; i < samples.size(); ++i) {
       if (!samples[i]) {
-        throw std::runtime_error("default_collate: sample " + std::to_string(i) +
-                                 " is an empty std::optional; every sample must hold a value");
+        throw RuntimeError("default_collate: sample " + std::to_string(i) +
+                           " is an empty std::optional; every sample must hold a value");
       }
       values.push_back(std::move(*samples[i]));
     }
@@ -212,8 +213,8 @@ OutMap collate_by_key(std::vector<InMap>&& samples) {
     for (std::size_t i = 0; i < samples.size(); ++i) {
       auto it = samples[i].find(key);
       if (it == samples[i].end()) {
-        throw std::runtime_error("default_collate: sample " + std::to_string(i) +
-                                 " has no key '" + key + "' that sample 0 has");
+        throw RuntimeError("default_collate: sample " + std::to_string(i) + " has no key '" + key +
+                           "' that sample 0 has");
       }
       col.push_back(std::move(it->second));
     }

@@ -76,6 +76,8 @@
 #include <utility>
 #include <vector>
 
+#include "coload/core/error.hpp"
+
 namespace coload::wire {
 
 /// The format version this build writes, and the only one it reads.
@@ -125,9 +127,10 @@ const char* tag_name(std::uint8_t tag) noexcept;
 
 /// A message that cannot be written or read: a bad header, a type mismatch, a truncated message,
 /// a tensor the format cannot carry. The message says what and at which byte.
-class FormatError : public std::runtime_error {
+class FormatError : public std::runtime_error, public Error {
  public:
   using runtime_error::runtime_error;
+  const char* what() const noexcept override { return std::runtime_error::what(); }
 };
 
 /// The destination is too small for the batch. `needed()` is exact when thrown by encode() (the

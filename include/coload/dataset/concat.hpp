@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "coload/core/error.hpp"
 #include "coload/dataset/any_dataset.hpp"
 #include "coload/dataset/dataset.hpp"
 #include "coload/dataset/sample_context.hpp"
@@ -28,7 +29,7 @@ class ConcatDataset {
  public:
   /// Refuses an empty list with PyTorch's message ("datasets should not be an empty iterable").
   explicit ConcatDataset(std::vector<D> datasets) : datasets_(std::move(datasets)) {
-    if (datasets_.empty()) throw std::invalid_argument("datasets should not be an empty iterable");
+    if (datasets_.empty()) throw InvalidArgument("datasets should not be an empty iterable");
     std::int64_t total = 0;
     cumulative_sizes_.reserve(datasets_.size());
     for (const D& d : datasets_) {
@@ -61,14 +62,14 @@ class ConcatDataset {
   std::pair<std::size_t, Index> locate(Index index) const {
     if (index < 0) {
       if (-index > size()) {
-        throw std::invalid_argument("absolute value of index should not exceed dataset length");
+        throw InvalidArgument("absolute value of index should not exceed dataset length");
       }
       index += size();
     }
     const auto it = std::upper_bound(cumulative_sizes_.begin(), cumulative_sizes_.end(), index);
     if (it == cumulative_sizes_.end()) {
-      throw std::out_of_range("ConcatDataset index " + std::to_string(index) +
-                              " is out of range for a dataset of size " + std::to_string(size()));
+      throw OutOfRange("ConcatDataset index " + std::to_string(index) +
+                       " is out of range for a dataset of size " + std::to_string(size()));
     }
     const auto which = static_cast<std::size_t>(std::distance(cumulative_sizes_.begin(), it));
     return {which, which == 0 ? index : index - cumulative_sizes_[which - 1]};

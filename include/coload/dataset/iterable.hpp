@@ -12,9 +12,9 @@
 #include <type_traits>
 #include <utility>
 
+#include "coload/core/worker_info.hpp"
 #include "coload/coro/async_generator.hpp"
 #include "coload/coro/generator.hpp"
-#include "coload/exec/worker_info.hpp"
 
 namespace coload {
 

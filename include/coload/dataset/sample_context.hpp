@@ -14,9 +14,10 @@
 #include <string>
 #include <unordered_set>
 
-#include "coload/exec/thread_executor.hpp"
-#include "coload/exec/worker_info.hpp"
-#include "coload/sampler/sampler.hpp"
+#include "coload/core/error.hpp"
+#include "coload/core/index.hpp"
+#include "coload/core/worker_info.hpp"
+#include "coload/coro/scheduler.hpp"
 
 namespace coload {
 
@@ -70,7 +71,7 @@ class Rng {
 namespace detail {
 /// Where a loader runs CPU work: its worker pool and their infos (none: the driver itself).
 struct CpuPlace {
-  ThreadExecutor* pool = nullptr;
+  Scheduler* pool = nullptr;
   const WorkerInfo* workers = nullptr;  // indexed by worker id
   /// Runs on a worker as work arrives there (the loader's worker_init_fn, once per epoch).
   const std::function<void(const WorkerInfo&)>* on_worker = nullptr;
@@ -84,7 +85,7 @@ struct CpuAwaiter {
   void await_suspend(std::coroutine_handle<> h) const { place.pool->post(h); }
   void await_resume() const {
     if (!place.workers) return;
-    const WorkerInfo& info = place.workers[ThreadExecutor::current_worker_id()];
+    const WorkerInfo& info = place.workers[current_worker_id()];
     set_worker_info(&info);
     if (place.on_worker && *place.on_worker) (*place.on_worker)(info);
   }
@@ -124,14 +125,19 @@ enum class OnError {
 };
 
 /// Thrown by a get_batch_async whose every sample was skipped: the batch is left out of the
-/// epoch.
-struct EmptyBatch {};
+/// epoch (the loader catches it; it reaches no caller).
+class EmptyBatch : public std::runtime_error, public Error {
+ public:
+  EmptyBatch() : std::runtime_error("every sample of the batch was skipped") {}
+  const char* what() const noexcept override { return std::runtime_error::what(); }
+};
 
 /// Thrown by a whole-batch fetch (get_batch, get_batch_async) when one sample failed: the
 /// loader's WorkerError then names that sample's index, as it does for per-sample fetches.
-class SampleError : public std::runtime_error {
+class SampleError : public std::runtime_error, public Error {
  public:
   SampleError(Index index, const std::string& what) : std::runtime_error(what), index_(index) {}
+  const char* what() const noexcept override { return std::runtime_error::what(); }
   /// The dataset index of the sample that failed.
   Index index() const noexcept { return index_; }
 

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "coload/core/error.hpp"
 #include "coload/dataset/dataset.hpp"
 #include "coload/dataset/sample_context.hpp"
 #include "coload/sampler/sampler.hpp"
@@ -31,7 +32,7 @@ requires(sizeof...(Ds) > 0) class StackDataset {
     std::apply(
         [this](const auto&... d) {
           if (((static_cast<std::int64_t>(d.size()) != size_) || ...)) {
-            throw std::invalid_argument("Size mismatch between datasets");
+            throw InvalidArgument("Size mismatch between datasets");
           }
         },
         datasets_);
@@ -75,11 +76,11 @@ class NamedStackDataset {
   /// Refuses an empty map ("At least one dataset should be passed") and datasets of different
   /// sizes ("Size mismatch between datasets"), with PyTorch's messages.
   explicit NamedStackDataset(std::map<std::string, D> datasets) : datasets_(std::move(datasets)) {
-    if (datasets_.empty()) throw std::invalid_argument("At least one dataset should be passed");
+    if (datasets_.empty()) throw InvalidArgument("At least one dataset should be passed");
     size_ = static_cast<std::int64_t>(datasets_.begin()->second.size());
     for (const auto& [name, d] : datasets_) {
       if (static_cast<std::int64_t>(d.size()) != size_) {
-        throw std::invalid_argument("Size mismatch between datasets");
+        throw InvalidArgument("Size mismatch between datasets");
       }
     }
   }

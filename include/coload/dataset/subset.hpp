@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "coload/core/error.hpp"
 #include "coload/coro/task.hpp"
 #include "coload/dataset/dataset.hpp"
 #include "coload/dataset/sample_context.hpp"
@@ -31,7 +32,7 @@ class Subset {
   /// Shares `dataset` with whoever else holds it.
   Subset(std::shared_ptr<D> dataset, std::vector<Index> indices)
       : dataset_(std::move(dataset)), indices_(std::move(indices)) {
-    if (!dataset_) throw std::invalid_argument("Subset needs a dataset, got a null pointer");
+    if (!dataset_) throw InvalidArgument("Subset needs a dataset, got a null pointer");
   }
 
   /// The number of indices.
@@ -80,8 +81,8 @@ class Subset {
   Index resolve(Index index) const {
     const std::int64_t n = size();
     if (index < -n || index >= n) {
-      throw std::out_of_range("Subset index " + std::to_string(index) +
-                              " is out of range for a subset of size " + std::to_string(n));
+      throw OutOfRange("Subset index " + std::to_string(index) +
+                       " is out of range for a subset of size " + std::to_string(n));
     }
     return indices_[static_cast<std::size_t>(index < 0 ? index + n : index)];
   }

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "coload/core/error.hpp"
 #include "coload/coro/task.hpp"
 #include "coload/device/backend.hpp"
 #include "coload/device/tensor_map.hpp"
@@ -147,8 +148,9 @@ DeviceBatch<B> device_batch(B batch) {
       state = std::move(s);
     }
   });
-  if (!problem.empty()) throw std::invalid_argument(problem);
-  if (!state) throw std::invalid_argument("device_batch: the batch holds no tensor made by a DeviceStage");
+  if (!problem.empty()) throw InvalidArgument(problem);
+  if (!state)
+    throw InvalidArgument("device_batch: the batch holds no tensor made by a DeviceStage");
   return DeviceBatch<B>{std::move(batch), std::move(state)};
 }
 

@@ -1,15 +1,18 @@
 #pragma once
+// ThreadExecutor: the pool of worker threads that runs CPU work.
 
 #include <coroutine>
 #include <memory>
 #include <string>
+
+#include "coload/coro/scheduler.hpp"
 
 namespace coload {
 
 /// A fixed pool of worker threads that resume coroutines: `co_await pool.schedule()` moves the
 /// awaiting coroutine onto one of the workers. Work is taken from one shared queue, so a slow
 /// job never holds back jobs queued behind it while another worker is free.
-class ThreadExecutor {
+class ThreadExecutor final : public Scheduler {
  public:
   /// Starts `num_threads` threads (at least one), named `<name><id>`.
   explicit ThreadExecutor(int num_threads, std::string name = "coload-w");
@@ -22,7 +25,7 @@ class ThreadExecutor {
   int size() const noexcept;
 
   /// Queues `h` to be resumed on a worker thread. Callable from any thread.
-  void post(std::coroutine_handle<> h);
+  void post(std::coroutine_handle<> h) override;
 
   /// Queues `h` to be resumed on worker thread `worker` (in [0, size())), ahead of the shared
   /// queue. Callable from any thread.

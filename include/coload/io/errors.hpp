@@ -6,6 +6,8 @@
 #include <string>
 #include <system_error>
 
+#include "coload/core/error.hpp"
+
 namespace coload::io {
 
 /// What a file of mode `mode` is, as "a FIFO, not a regular file", or nullptr for a regular
@@ -25,13 +27,15 @@ inline const char* not_regular(unsigned mode) noexcept {
 
 /// A failed file operation. `code()` holds the errno value (system category), `path()` the
 /// file, and `what()` reads like "cannot open '/data/x.jpg': No such file or directory".
-class IoError : public std::system_error {
+class IoError : public std::system_error, public Error {
  public:
   /// `operation` names what failed ("open", "read", "stat"); `error` is a positive errno value.
   IoError(std::string path, const char* operation, int error);
   /// As above, with `detail` said after the path: "cannot read '/data/x.jpg' (a FIFO, not a
   /// regular file): Invalid argument".
   IoError(std::string path, const char* operation, int error, const char* detail);
+
+  const char* what() const noexcept override { return std::system_error::what(); }
 
   /// The file the operation was about.
   const std::string& path() const noexcept { return path_; }

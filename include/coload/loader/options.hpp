@@ -11,9 +11,10 @@
 #include <string>
 
 #include "coload/collate/collate.hpp"
+#include "coload/core/error.hpp"
+#include "coload/core/worker_info.hpp"
 #include "coload/dataset/sample_context.hpp"
 #include "coload/exec/process.hpp"
-#include "coload/exec/worker_info.hpp"
 #include "coload/sampler/sampler.hpp"
 
 namespace coload {
@@ -108,6 +109,10 @@ void validate_options(std::optional<std::int64_t> batch_size, bool shuffle, bool
                       std::optional<int> prefetch_factor, bool persistent_workers,
                       LoaderKind kind);
 
+/// PyTorch's check that num_workers does not exceed the CPUs this process may use: a warning,
+/// once per process.
+void check_worker_number(int num_workers);
+
 template <class C>
 void validate_options(const LoaderOptions<C>& o, LoaderKind kind) {
   validate_options(o.batch_size, o.shuffle, static_cast<bool>(o.sampler),
@@ -115,13 +120,13 @@ void validate_options(const LoaderOptions<C>& o, LoaderKind kind) {
                    o.prefetch_factor, o.persistent_workers, kind);
   // As PyTorch refuses a multiprocessing_context without worker processes.
   if (o.executor == Executor::processes && o.num_workers == 0) {
-    throw std::invalid_argument(
+    throw InvalidArgument(
         "executor = processes can only be used with multi-process loading (num_workers > 0), "
         "but got num_workers=0");
   }
   if (o.max_worker_restarts < 0) {
-    throw std::invalid_argument("max_worker_restarts option should be non-negative, but got " +
-                                std::to_string(o.max_worker_restarts));
+    throw InvalidArgument("max_worker_restarts option should be non-negative, but got " +
+                          std::to_string(o.max_worker_restarts));
   }
 }
 }  // namespace detail

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "coload/core/error.hpp"
 #include "coload/coro/async_generator.hpp"
 #include "coload/coro/generator.hpp"
 #include "coload/sampler/sampler.hpp"
@@ -25,9 +26,8 @@ class BatchSampler {
   BatchSampler(S sampler, std::int64_t batch_size, bool drop_last)
       : sampler_(std::move(sampler)), batch_size_(batch_size), drop_last_(drop_last) {
     if (batch_size <= 0) {
-      throw std::invalid_argument(
-          "batch_size should be a positive integer value, but got batch_size=" +
-          std::to_string(batch_size));
+      throw InvalidArgument("batch_size should be a positive integer value, but got batch_size=" +
+                            std::to_string(batch_size));
     }
   }
 

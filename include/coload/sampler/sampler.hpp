@@ -10,13 +10,11 @@
 #include <utility>
 #include <vector>
 
+#include "coload/core/index.hpp"
 #include "coload/coro/async_generator.hpp"
 #include "coload/coro/generator.hpp"
 
 namespace coload {
-
-/// The index of a sample in a map-style dataset.
-using Index = std::int64_t;
 
 namespace detail {
 template <class G, class T>

@@ -14,15 +14,18 @@
 #include <string>
 #include <vector>
 
+#include "coload/core/error.hpp"
+
 #include "coload/vision/image.hpp"
 
 namespace coload::vision {
 
 /// Raised for data that cannot be decoded: empty, of an unknown format, corrupt or truncated.
 /// `what()` says what went wrong; callers add the path.
-class DecodeError : public std::runtime_error {
+class DecodeError : public std::runtime_error, public Error {
  public:
   using std::runtime_error::runtime_error;
+  const char* what() const noexcept override { return std::runtime_error::what(); }
 };
 
 /// The formats `decode` understands, told apart by their signature bytes.

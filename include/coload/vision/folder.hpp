@@ -18,7 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "coload/sampler/sampler.hpp"
+#include "coload/core/error.hpp"
+#include "coload/core/index.hpp"
 
 namespace coload {
 // NOTE: declared, not included: coload/dataset/sample_context.hpp brings ATen's Generator, and
@@ -35,11 +36,12 @@ inline constexpr std::array<std::string_view, 9> image_extensions = {
 /// Raised where torchvision raises FileNotFoundError (or another OSError) while indexing: a
 /// missing or unreadable root, a root without class folders, a class without a valid file.
 /// `what()` is torchvision's message, word for word.
-class FolderError : public std::runtime_error {
+class FolderError : public std::runtime_error, public Error {
  public:
   /// An error with torchvision's message and the errno behind it (0 when none).
   FolderError(const std::string& message, int error_number)
       : std::runtime_error(message), error_number_(error_number) {}
+  const char* what() const noexcept override { return std::runtime_error::what(); }
   /// The errno of the failed system call, or 0 for torchvision's own checks.
   int error_number() const noexcept { return error_number_; }
 

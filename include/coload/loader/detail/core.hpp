@@ -66,7 +66,7 @@ class LoaderCore {
     const int rank = fetcher_.rank;
     const int world_size = fetcher_.world_size;
     if (world_size < 1 || rank < 0 || rank >= world_size) {
-      throw std::invalid_argument("Invalid rank " + std::to_string(rank) +
+      throw InvalidArgument("Invalid rank " + std::to_string(rank) +
                                   ", rank should be in the interval [0, " +
                                   std::to_string(world_size - 1) + "]");
     }
@@ -114,7 +114,7 @@ class LoaderCore {
   /// Starts the next epoch; refuses while the current one is in progress.
   std::shared_ptr<Run> start_epoch() {
     if (auto run = current_.lock(); run && !run->cancelled() && !run->handoff.ended()) {
-      throw std::logic_error("DataLoader: epoch " + std::to_string(run->epoch()) +
+      throw LogicError("DataLoader: epoch " + std::to_string(run->epoch()) +
                              " is still in progress; finish or destroy it before starting "
                              "another");
     }
@@ -145,7 +145,7 @@ class LoaderCore {
   /// Makes the next epoch the one `saved` was taken in, minus the batches it had delivered.
   void load_state(const LoaderState& saved) {
     if (auto run = current_.lock(); run && !run->handoff.ended() && !run->cancelled()) {
-      throw std::logic_error("DataLoader: load_state while epoch " +
+      throw LogicError("DataLoader: load_state while epoch " +
                              std::to_string(run->epoch()) + " is in progress");
     }
     check_compatible(saved, identity());
@@ -165,11 +165,11 @@ class LoaderCore {
         const std::int64_t b = *o.batch_size;
         return o.drop_last ? n / b : (n + b - 1) / b;
       } else {
-        throw std::logic_error("DataLoader: the iterable dataset has no size()");
+        throw LogicError("DataLoader: the iterable dataset has no size()");
       }
     } else {
       auto n = batch_sampler_.size();
-      if (!n) throw std::logic_error("DataLoader: the batch sampler has no size()");
+      if (!n) throw LogicError("DataLoader: the batch sampler has no size()");
       return *n;
     }
   }
@@ -339,12 +339,12 @@ class LoaderCore {
             // No index: the thread's current device, as at::Device("cuda") means in libtorch.
             device_backend_ = make_cuda_backend(d.has_index() ? d.index() : -1);
           } catch (const std::exception& e) {
-            throw std::invalid_argument("device = " + d.str() + ": " + e.what());
+            throw InvalidArgument("device = " + d.str() + ": " + e.what());
           }
         } else if (d.is_cpu()) {
           device_backend_ = std::make_shared<HostDeviceBackend>();
         } else {
-          throw std::invalid_argument("device = " + d.str() +
+          throw InvalidArgument("device = " + d.str() +
                                       ": coload's device stage copies to CUDA devices (or, "
                                       "through its host backend, to the CPU)");
         }
@@ -359,7 +359,7 @@ class LoaderCore {
       }
     }
     if (with_stage && device_backend_->device().type() != o.device->type()) {
-      throw std::invalid_argument("device = " + o.device->str() +
+      throw InvalidArgument("device = " + o.device->str() +
                                   ", but device_backend copies to " +
                                   device_backend_->device().str());
     }

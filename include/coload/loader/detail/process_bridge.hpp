@@ -23,6 +23,7 @@
 #include "coload/coro/sync_wait.hpp"
 #include "coload/coro/task.hpp"
 #include "coload/device/device.hpp"
+#include "coload/exec/errors.hpp"
 #include "coload/exec/process.hpp"
 #include "coload/exec/worker_info.hpp"
 #include "coload/io/reader.hpp"
@@ -108,7 +109,7 @@ class ProcessBridge {
       pool_ = std::make_unique<ProcessPool>(driver, o, child_work(fetcher));
     } else {
       (void)driver, (void)pin_backend;
-      throw std::invalid_argument(
+      throw InvalidArgument(
           "executor = processes needs a batch type that the wire format knows: specialise "
           "coload::wire::Wire for it");
     }
@@ -151,7 +152,9 @@ class ProcessBridge {
     } catch (const Cancelled&) {
       out.dropped = true;
     } catch (const EmptyBatch&) {
-      // Every sample was skipped, or the batch was queued on a worker that died.
+      // Every sample was skipped.
+    } catch (const BatchLost&) {
+      // The batch was queued on a worker that died (its WorkerDied reports the death).
     } catch (...) {
       out.outcome.error = std::current_exception();
     }
@@ -178,6 +181,8 @@ class ProcessBridge {
       out.dropped = true;
     } catch (const EmptyBatch&) {
       out.over = true;
+    } catch (const BatchLost&) {
+      out.over = true;
     } catch (...) {
       out.outcome.error = std::current_exception();
       out.over = true;
@@ -203,7 +208,7 @@ class ProcessBridge {
       return wire::decode<Batch>(result.bytes, static_cast<std::size_t>(r.offset),
                                  std::move(result.lease));
     } else {
-      throw std::logic_error("unreachable: a batch type without a wire format");
+      throw LogicError("unreachable: a batch type without a wire format");
     }
   }
 
@@ -235,16 +240,16 @@ class ProcessBridge {
   void forkserver_options(ProcessPool::Options& o) {
     const auto& options = fetcher_.options;
     if (!forkserver_running()) {
-      throw std::logic_error(
+      throw LogicError(
           "process_start = forkserver needs coload::start_forkserver() called first thing in "
           "main, before the program starts threads");
     }
     if constexpr (!wire::Wireable<D> || !std::is_copy_constructible_v<D>) {
-      throw std::invalid_argument(
+      throw InvalidArgument(
           "process_start = forkserver sends the dataset to each worker through the wire "
           "format: specialise coload::wire::Wire for the dataset type (and make it copyable)");
     } else if constexpr (!std::is_empty_v<C> || !std::default_initializable<C>) {
-      throw std::invalid_argument(
+      throw InvalidArgument(
           "process_start = forkserver needs a collate function of an empty type (a worker "
           "makes its own); use executor = processes with process_start = fork");
     } else {
@@ -252,7 +257,7 @@ class ProcessBridge {
       if (options.worker_init_fn) {
         auto* fn = options.worker_init_fn.template target<void (*)(const WorkerInfo&)>();
         if (!fn) {
-          throw std::invalid_argument(
+          throw InvalidArgument(
               "process_start = forkserver needs worker_init_fn to be a plain function (a "
               "lambda that captures nothing, converted with +[](const WorkerInfo&) {...}): a "
               "worker cannot receive anything else");
@@ -410,7 +415,7 @@ class ProcessBridge {
           st.io->restart();
           while (!done && st.io->run_one() > 0) {
           }
-          if (!done) throw std::logic_error("coload: an asynchronous fetch stalled in a worker process");
+          if (!done) throw LogicError("coload: an asynchronous fetch stalled in a worker process");
           if (error) std::rethrow_exception(error);
         } else {
           batch.emplace(fetcher.fetch_batch(scope, task.indices, &st.info, task.batch));

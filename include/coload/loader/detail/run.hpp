@@ -4,7 +4,6 @@
 // add what feeds it.
 
 #include <ATen/core/Tensor.h>
-#include <c10/util/Type.h>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
@@ -223,7 +222,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     bool any = false;
     visit_tensors(batch, [&any](const at::Tensor&) { any = true; });
     if (any) return;
-    const std::string type = c10::demangle(typeid(Batch).name());
+    const std::string type = demangle(typeid(Batch).name());
     warn_once("device stage: no tensor in " + type,
               "the device stage found no tensor in a batch of type " + type +
                   ", so it stays where it is: specialise coload::TensorMap for it "

@@ -1,5 +1,4 @@
-// Built from lib/meson.build: the non-template parts of the datasets (random_split's lengths
-// and slices).
+// random_split's non-template parts: the split lengths and the slices.
 
 #include <ATen/ATen.h>
 
@@ -11,8 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "coload/core/error.hpp"
+#include "coload/core/warning.hpp"
 #include "coload/dataset/random_split.hpp"
-#include "coload/loader/errors.hpp"
 
 namespace coload::detail {
 namespace {
@@ -30,8 +30,7 @@ std::vector<std::int64_t> from_fractions(std::int64_t size, std::span<const doub
   for (std::size_t i = 0; i < fractions.size(); ++i) {
     const double frac = fractions[i];
     if (frac < 0 || frac > 1) {
-      throw std::invalid_argument("Fraction at index " + std::to_string(i) +
-                                  " is not between 0 and 1");
+      throw InvalidArgument("Fraction at index " + std::to_string(i) + " is not between 0 and 1");
     }
     lengths.push_back(static_cast<std::int64_t>(std::floor(static_cast<double>(size) * frac)));
   }
@@ -53,14 +52,13 @@ void check_sum(std::int64_t size, std::span<const std::int64_t> lengths) {
   std::int64_t sum = 0;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] < 0) {
-      throw std::invalid_argument("Length of split at index " + std::to_string(i) +
-                                  " is negative (" + std::to_string(lengths[i]) + ")");
+      throw InvalidArgument("Length of split at index " + std::to_string(i) + " is negative (" +
+                            std::to_string(lengths[i]) + ")");
     }
     sum += lengths[i];
   }
   if (sum != size) {
-    throw std::invalid_argument(
-        "Sum of input lengths does not equal the length of the input dataset!");
+    throw InvalidArgument("Sum of input lengths does not equal the length of the input dataset!");
   }
 }
 
@@ -75,15 +73,14 @@ std::vector<std::int64_t> split_lengths(std::int64_t size, std::span<const doubl
     out = from_fractions(size, lengths);
   } else {
     if (sum != static_cast<double>(size)) {
-      throw std::invalid_argument(
-          "Sum of input lengths does not equal the length of the input dataset!");
+      throw InvalidArgument("Sum of input lengths does not equal the length of the input dataset!");
     }
     for (std::size_t i = 0; i < lengths.size(); ++i) {
       if (lengths[i] != std::floor(lengths[i])) {
-        throw std::invalid_argument("Length of split at index " + std::to_string(i) + " (" +
-                                    std::to_string(lengths[i]) +
-                                    ") is neither a whole number nor part of fractions summing "
-                                    "to 1");
+        throw InvalidArgument("Length of split at index " + std::to_string(i) + " (" +
+                              std::to_string(lengths[i]) +
+                              ") is neither a whole number nor part of fractions summing "
+                              "to 1");
       }
       out.push_back(static_cast<std::int64_t>(lengths[i]));
     }

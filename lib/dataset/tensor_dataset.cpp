@@ -1,34 +1,33 @@
+// TensorDataset: rows of tensors that share their first dimension.
+
+#include "coload/dataset/tensor_dataset.hpp"
+
 #include <ATen/ATen.h>
 
 #include <ATen/core/LegacyTypeDispatch.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <optional>
-#include <stdexcept>
+#include <string>
 
-#include "coload/dataset/sample_context.hpp"
-#include "coload/dataset/tensor_dataset.hpp"
-#include "coload/sampler/random.hpp"
+#include "coload/core/error.hpp"
 
 namespace coload {
 
-at::Generator Rng::torch_generator() { return make_generator(next_u64()); }
-
 TensorDataset::TensorDataset(std::vector<at::Tensor> tensors) : tensors_(std::move(tensors)) {
-  if (tensors_.empty()) throw std::invalid_argument("TensorDataset needs at least one tensor");
+  if (tensors_.empty()) throw InvalidArgument("TensorDataset needs at least one tensor");
   for (const auto& t : tensors_) {
     if (!t.defined() || t.dim() == 0) {
-      throw std::invalid_argument("TensorDataset: every tensor needs a first dimension");
+      throw InvalidArgument("TensorDataset: every tensor needs a first dimension");
     }
   }
   size_ = tensors_.front().size(0);
   for (const auto& t : tensors_) requires_grad_ = requires_grad_ || t.requires_grad();
   for (std::size_t i = 1; i < tensors_.size(); ++i) {
     if (tensors_[i].size(0) != size_) {
-      throw std::invalid_argument("Size mismatch between tensors: tensor 0 has " +
-                                  std::to_string(size_) + " rows, tensor " + std::to_string(i) +
-                                  " has " + std::to_string(tensors_[i].size(0)));
+      throw InvalidArgument("Size mismatch between tensors: tensor 0 has " + std::to_string(size_) +
+                            " rows, tensor " + std::to_string(i) + " has " +
+                            std::to_string(tensors_[i].size(0)));
     }
   }
 }
@@ -56,18 +55,6 @@ std::vector<at::Tensor> TensorDataset::get_batch(std::span<const Index> indices)
   batch.reserve(tensors_.size());
   for (const auto& t : tensors_) batch.push_back(t.index_select(0, idx));
   return batch;
-}
-
-std::int64_t detail::SkipLog::skip(Index index, const std::string& what) {
-  const std::int64_t n = count_.fetch_add(1, std::memory_order_relaxed) + 1;
-  bool first = false;
-  {
-    std::lock_guard lock(mutex_);
-    first = named_.insert(index).second;
-  }
-  if (first) std::fprintf(stderr, "coload: skipping sample %lld: %s\n",
-                          static_cast<long long>(index), what.c_str());
-  return n;
 }
 
 }  // namespace coload

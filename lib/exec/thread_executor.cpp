@@ -1,3 +1,5 @@
+// ThreadExecutor: a fixed pool of threads that resume coroutines.
+
 #include <pthread.h>
 
 #include <condition_variable>
@@ -6,23 +8,10 @@
 #include <thread>
 #include <vector>
 
+#include "coload/core/worker_info.hpp"
 #include "coload/exec/thread_executor.hpp"
-#include "coload/exec/worker_info.hpp"
 
 namespace coload {
-
-namespace {
-thread_local const WorkerInfo* t_worker_info = nullptr;
-thread_local int t_worker_id = -1;
-}  // namespace
-
-std::optional<WorkerInfo> get_worker_info() {
-  if (!t_worker_info) return std::nullopt;
-  return *t_worker_info;
-}
-
-void detail::set_worker_info(const WorkerInfo* info) noexcept { t_worker_info = info; }
-const WorkerInfo* detail::current_worker_info() noexcept { return t_worker_info; }
 
 struct ThreadExecutor::State {
   std::mutex mutex;
@@ -35,7 +24,7 @@ struct ThreadExecutor::State {
   std::vector<std::thread> threads;
 
   void run(int id) {
-    t_worker_id = id;
+    detail::set_current_worker_id(id);
     auto& own = pinned[static_cast<std::size_t>(id)];
     for (;;) {
       std::coroutine_handle<> h;
@@ -91,6 +80,8 @@ void ThreadExecutor::post_to(int worker, std::coroutine_handle<> h) {
   state_->ready.notify_all();
 }
 
-int ThreadExecutor::current_worker_id() noexcept { return t_worker_id; }
+int ThreadExecutor::current_worker_id() noexcept {
+  return detail::current_worker_id();
+}
 
 }  // namespace coload

@@ -1,0 +1,54 @@
+// The loader's driver: the thread that runs its asio::io_context.
+
+#include "coload/loader/driver.hpp"
+
+#include <pthread.h>
+
+#include <asio/executor_work_guard.hpp>
+
+#include <memory>
+#include <thread>
+
+namespace coload::detail {
+
+struct Driver::State {
+  asio::io_context context{1};
+  asio::executor_work_guard<asio::io_context::executor_type> guard{context.get_executor()};
+  std::thread thread;
+  std::thread::id id;
+};
+
+Driver::Driver() : state_(std::make_shared<State>()) {
+  state_->thread = std::thread([s = state_.get()] { s->context.run(); });
+  state_->id = state_->thread.get_id();
+  pthread_setname_np(state_->thread.native_handle(), "coload-driver");
+}
+
+Driver::Driver(Idle) : state_(std::make_shared<State>()) {}
+
+Driver::~Driver() {
+  if (state_->thread.joinable()) {
+    asio::post(state_->context, [s = state_.get()] { s->guard.reset(); });
+    state_->thread.join();
+  }
+}
+
+asio::io_context& Driver::context() noexcept {
+  return state_->context;
+}
+void Driver::post_resume(std::coroutine_handle<> h) {
+  // The copy outlives the post: once posted, `h` may run, end the loader and destroy `*this`.
+  const std::shared_ptr<State> keep = state_;
+  asio::post(keep->context, [h] { h.resume(); });
+}
+bool Driver::on_driver_thread() const noexcept {
+  return std::this_thread::get_id() == state_->id;
+}
+void Driver::release() noexcept {
+  state_->guard.reset();
+}
+void Driver::join() {
+  if (state_->thread.joinable()) state_->thread.join();
+}
+
+}  // namespace coload::detail

@@ -1,0 +1,115 @@
+// The checks of LoaderOptions that need no template: PyTorch's DataLoader.__init__ checks and
+// its warning about the number of workers.
+
+#include "coload/loader/options.hpp"
+
+#include <sched.h>
+
+#include <string>
+#include <thread>
+
+#include "coload/core/error.hpp"
+#include "coload/core/warning.hpp"
+
+namespace coload::detail {
+
+void check_worker_number(int num_workers) {
+  if (num_workers <= 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int suggested = 0;
+  bool cpuset_checked = false;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    suggested = CPU_COUNT(&set);
+    cpuset_checked = true;
+  } else {
+    suggested = static_cast<int>(std::thread::hardware_concurrency());
+  }
+  if (suggested <= 0 || num_workers <= suggested) return;
+  warn_once("worker-number",
+            "This DataLoader will create " + std::to_string(num_workers) +
+                " worker processes in total. Our suggested max number of worker in current "
+                "system is " +
+                std::to_string(suggested) +
+                (cpuset_checked ? "" : " (`cpuset` is not taken into account)") +
+                ", which is smaller than what this DataLoader is going to create. Please be "
+                "aware that excessive worker creation might get DataLoader running slow or even "
+                "freeze, lower the worker number to avoid potential slowness/freeze if "
+                "necessary.");
+}
+
+void validate_options(std::optional<std::int64_t> batch_size, bool shuffle, bool has_sampler,
+                      bool has_batch_sampler, int num_workers, bool drop_last, double timeout,
+                      std::optional<int> prefetch_factor, bool persistent_workers,
+                      LoaderKind kind) {
+  if (num_workers < 0) {
+    throw InvalidArgument(
+        "num_workers option should be non-negative; use num_workers=0 to disable "
+        "multiprocessing.");
+  }
+  if (timeout < 0) throw InvalidArgument("timeout option should be non-negative");
+  if (num_workers == 0 && prefetch_factor) {
+    throw InvalidArgument(
+        "prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 "
+        "to enable multiprocessing.");
+  }
+  if (prefetch_factor && *prefetch_factor <= 0) {
+    throw InvalidArgument("prefetch_factor option should be positive, but got " +
+                          std::to_string(*prefetch_factor));
+  }
+  if (persistent_workers && num_workers == 0) {
+    throw InvalidArgument("persistent_workers option needs num_workers > 0");
+  }
+  if (kind.iterable) {
+    // NOTE: PyTorch prints the offending value; a C++ sampler has no repr, so its type stays
+    // unnamed and shuffle prints as Python's True.
+    if (shuffle) {
+      throw InvalidArgument(
+          "DataLoader with IterableDataset: expected unspecified shuffle option, but got "
+          "shuffle=True");
+    }
+    if (has_sampler) {
+      throw InvalidArgument(
+          "DataLoader with IterableDataset: expected unspecified sampler option, but got "
+          "sampler=<sampler>");
+    }
+    if (has_batch_sampler) {
+      throw InvalidArgument(
+          "DataLoader with IterableDataset: expected unspecified batch_sampler option, but got "
+          "batch_sampler=<batch_sampler>");
+    }
+  }
+  if (has_sampler && shuffle) {
+    throw InvalidArgument("sampler option is mutually exclusive with shuffle");
+  }
+  if (has_batch_sampler) {
+    if (batch_size != 1 || shuffle || has_sampler || drop_last) {
+      throw InvalidArgument(
+          "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and "
+          "drop_last");
+    }
+  } else if (!batch_size) {
+    if (drop_last) {
+      throw InvalidArgument(
+          "batch_size=None option disables auto-batching and is mutually exclusive with "
+          "drop_last");
+    }
+  } else if (*batch_size <= 0) {
+    throw InvalidArgument("batch_size should be a positive integer value, but got batch_size=" +
+                          std::to_string(*batch_size));
+  }
+  // coload's own: the batch type follows from the collate, so it must agree with batch_size.
+  if (kind.per_sample && batch_size) {
+    throw InvalidArgument(
+        "collate takes one sample at a time (as default_convert does), which needs "
+        "batch_size=std::nullopt; got batch_size=" +
+        std::to_string(*batch_size));
+  }
+  if (!kind.per_sample && !batch_size && !has_batch_sampler) {
+    throw InvalidArgument(
+        "batch_size=std::nullopt turns automatic batching off, so collate receives one sample "
+        "at a time: pass a per-sample collate such as .collate = coload::DefaultConvert{}");
+  }
+}
+
+}  // namespace coload::detail
