@@ -66,7 +66,8 @@ coload::detail::ProcessTask Wire<coload::detail::ProcessTask>::read(Reader& r) {
   }
   const auto raw = r.bytes(static_cast<std::size_t>(n) * sizeof(std::int64_t));
   t.indices.resize(static_cast<std::size_t>(n));
-  std::memcpy(t.indices.data(), raw.data(), raw.size());
+  // NOTE: no memcpy for none: an empty vector's data() may be null, which memcpy may not take.
+  if (n != 0) std::memcpy(t.indices.data(), raw.data(), raw.size());
   return t;
 }
 
