@@ -114,12 +114,12 @@ std::optional<ProcessTask> ChildLink::next() {
 }
 
 std::span<std::byte> ChildLink::slot(std::size_t bytes) {
-  if (slot_id_ < 0) throw std::logic_error("coload: a task without a slot");
+  if (slot_id_ < 0) throw LogicError("coload: a task without a slot");
   auto& m = mappings_[static_cast<std::size_t>(slot_id_)];
   if (bytes > slot_span) {
-    throw std::length_error("coload: a batch of " + std::to_string(bytes) +
-                            " bytes exceeds a worker process's slot (" +
-                            std::to_string(slot_span) + " bytes)");
+    throw RuntimeError("coload: a batch of " + std::to_string(bytes) +
+                          " bytes exceeds a worker process's slot (" +
+                          std::to_string(slot_span) + " bytes)");
   }
   if (bytes > slot_bytes_) {
     // Grow with some room, so that batches a little larger next time fit.

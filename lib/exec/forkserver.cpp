@@ -23,6 +23,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "coload/core/error.hpp"
 #include "coload/exec/process.hpp"
 #include "messages.hpp"
 #include "workers.hpp"
@@ -41,19 +42,19 @@ struct ForkServer {
   std::optional<std::int64_t> read_one() {
     MessageBuffer buffer(max_message);
     const ssize_t n = receive_message(control, buffer, nullptr, false);
-    if (n <= 0) throw std::runtime_error("coload: the fork server has gone");
+    if (n <= 0) throw RuntimeError("coload: the fork server has gone");
     ServerReport report;
     try {
       report = decode_value<ServerReport>(buffer);
     } catch (const wire::FormatError&) {
-      throw std::runtime_error("coload: the fork server is confused");
+      throw RuntimeError("coload: the fork server is confused");
     }
     const auto [kind, value, status] = report;
     if (kind == report_reaped) {
       statuses[static_cast<int>(value)] = status;
       return std::nullopt;
     }
-    if (kind != report_spawned) throw std::runtime_error("coload: the fork server is confused");
+    if (kind != report_spawned) throw RuntimeError("coload: the fork server is confused");
     return value;
   }
 };
@@ -115,7 +116,7 @@ pid_t forkserver_spawn(ForkserverEntry entry, int id, int socket, int payload) {
   std::lock_guard lock(g_server.mutex);
   const SpawnRequest request{reinterpret_cast<std::uint64_t>(entry), id};
   if (!send_value(g_server.control, request, {socket, payload})) {
-    throw std::runtime_error("coload: the fork server has gone");
+    throw RuntimeError("coload: the fork server has gone");
   }
   for (;;) {
     if (auto r = g_server.read_one()) {

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "coload/core/error.hpp"
 #include "coload/core/warning.hpp"
 #include "coload/exec/errors.hpp"
 #include "coload/exec/process.hpp"
@@ -111,7 +112,7 @@ class Arena {
     std::lock_guard lock(mutex_);
     auto& s = slots_[static_cast<std::size_t>(id)];
     s.size = size;
-    if (bytes > size) throw std::runtime_error("coload: a worker's batch overruns its slot");
+    if (bytes > size) throw RuntimeError("coload: a worker's batch overruns its slot");
     if (!s.data && size) {
       s.data = map_slot(s.fd);
       // NOTE: workers map the slot themselves: forking the next ones need not copy the page
@@ -294,7 +295,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       if (n == 0) return false;
       ProcessReply reply = decode_value<ProcessReply>(buffer);
       if (w.outstanding.empty() || w.outstanding.front()->task.batch != reply.batch) {
-        throw std::runtime_error("coload: worker " + std::to_string(w.id) +
+        throw RuntimeError("coload: worker " + std::to_string(w.id) +
                                  " answered a batch it was not given");
       }
       auto p = w.outstanding.front();

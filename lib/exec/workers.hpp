@@ -8,13 +8,14 @@
 #include <string>
 #include <system_error>
 
+#include "coload/core/error.hpp"
 #include "coload/core/math.hpp"
 #include "coload/exec/process.hpp"
 
 namespace coload::detail {
 
 [[noreturn]] inline void throw_errno(const std::string& what, int err) {
-  throw std::system_error(err, std::generic_category(), what);
+  throw SystemError(err, std::generic_category(), what);
 }
 
 
