@@ -1,5 +1,5 @@
 // The CUDA backend of the device stage: a thin layer over the CUDA runtime (no kernels).
-// Built only when Meson finds the CUDA Toolkit.
+// Built only when Meson finds the CUDA Toolkit, as the plugin libcoload_cuda.so (cuda_plugin.hpp).
 
 #include <cuda_runtime.h>
 
@@ -16,9 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include "coload/config.hpp"
 #include "coload/core/error.hpp"
 #include "coload/core/warning.hpp"
 #include "coload/device/backend.hpp"
+#include "cuda_plugin.hpp"
 
 namespace coload::detail {
 
@@ -265,3 +267,10 @@ std::shared_ptr<DeviceBackend> make_cuda_backend_unchecked(int device_index) {
 }
 
 }  // namespace coload::detail
+
+extern "C" __attribute__((visibility("default"))) const coload::detail::CudaPlugin* coload_cuda_plugin() {
+  static const coload::detail::CudaPlugin plugin{COLOAD_VERSION, &coload::detail::cuda_device_count,
+                                                 &coload::detail::cuda_current_device,
+                                                 &coload::detail::make_cuda_backend_unchecked};
+  return &plugin;
+}
