@@ -1,50 +1,29 @@
-// SubsetRandomSampler, WeightedRandomSampler and DistributedSampler: PyTorch 1.13's algorithms
-// over ATen's generator, randperm and multinomial, so the same seed gives the same indices.
+// DistributedSampler and torchrun's environment, as PyTorch 1.13 (same seed, same indices).
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <optional>
+#include <string_view>
+#include <system_error>
 #include <numeric>
 #include <stdexcept>
 #include <string>
-#include <string_view>
-#include <system_error>
 #include <utility>
 
 #include "coload/core/error.hpp"
 #include "coload/sampler/distributed.hpp"
 #include "coload/sampler/random.hpp"
-#include "coload/sampler/subset_random.hpp"
-#include "coload/sampler/weighted_random.hpp"
+#include "tensor_span.hpp"
 
 namespace coload {
 
+using detail::long_options;
+using detail::span_of;
+
 namespace {
-
-const at::TensorOptions long_options = at::TensorOptions().dtype(at::kLong);
-
-// The span over a contiguous int64 tensor's elements.
-std::span<const Index> span_of(const at::Tensor& t) {
-  return {t.data_ptr<Index>(), static_cast<std::size_t>(t.numel())};
-}
-
-void check_num_samples(std::int64_t num_samples) {
-  if (num_samples <= 0) {
-    throw InvalidArgument("num_samples should be a positive integer value, but got num_samples=" +
-                          std::to_string(num_samples));
-  }
-}
-
-// A shape as Python prints a tuple: (), (5,), (2, 3).
-std::string tuple_of(at::IntArrayRef shape) {
-  std::string out = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    out += (i ? ", " : "") + std::to_string(shape[i]);
-  }
-  return out + (shape.size() == 1 ? ",)" : ")");
-}
 
 // The int in environment variable `name`, or nullopt when it is unset or empty. Anything but
 // a decimal integer (a minus sign allowed) is refused, naming the variable and its value.
@@ -64,69 +43,6 @@ std::optional<int> env_int(const char* name) {
 }
 
 }  // namespace
-
-// ---- SubsetRandomSampler -------------------------------------------------------------------
-
-SubsetRandomSampler::SubsetRandomSampler(std::vector<Index> indices,
-                                         std::optional<at::Generator> generator)
-    : indices_(std::move(indices)), generator_(std::move(generator)) {}
-
-Generator<Index> SubsetRandomSampler::indices() {
-  for (std::span<const Index> block : index_blocks()) {
-    for (Index i : block) co_yield i;
-  }
-}
-
-Generator<std::span<const Index>> SubsetRandomSampler::index_blocks() {
-  const auto n = static_cast<std::int64_t>(indices_.size());
-  // Drawn even for an empty subset, as PyTorch does, so the stream stays in step.
-  const auto perm = generator_ ? at::randperm(n, *generator_, long_options)
-                               : at::randperm(n, long_options);
-  std::vector<Index> block(indices_.size());
-  const Index* order = perm.data_ptr<Index>();
-  for (std::size_t k = 0; k < block.size(); ++k) {
-    block[k] = indices_[static_cast<std::size_t>(order[k])];
-  }
-  if (!block.empty()) co_yield std::span<const Index>(block);
-}
-
-// ---- WeightedRandomSampler -----------------------------------------------------------------
-
-WeightedRandomSampler::WeightedRandomSampler(const std::vector<double>& weights,
-                                             std::int64_t num_samples, bool replacement,
-                                             std::optional<at::Generator> generator)
-    : num_samples_(num_samples), replacement_(replacement), generator_(std::move(generator)) {
-  check_num_samples(num_samples);
-  weights_ = at::empty({static_cast<std::int64_t>(weights.size())}, at::kDouble);
-  std::copy(weights.begin(), weights.end(), weights_.data_ptr<double>());
-}
-
-WeightedRandomSampler::WeightedRandomSampler(const at::Tensor& weights, std::int64_t num_samples,
-                                             bool replacement,
-                                             std::optional<at::Generator> generator)
-    : num_samples_(num_samples), replacement_(replacement), generator_(std::move(generator)) {
-  check_num_samples(num_samples);
-  weights_ = weights.to(at::kCPU, at::kDouble);
-  if (weights_.dim() != 1) {
-    throw InvalidArgument("weights should be a 1d sequence but given weights have shape " +
-                          tuple_of(weights_.sizes()));
-  }
-}
-
-Generator<Index> WeightedRandomSampler::indices() {
-  for (std::span<const Index> block : index_blocks()) {
-    for (Index i : block) co_yield i;
-  }
-}
-
-Generator<std::span<const Index>> WeightedRandomSampler::index_blocks() {
-  const auto draw = (generator_ ? at::multinomial(weights_, num_samples_, replacement_, *generator_)
-                                : at::multinomial(weights_, num_samples_, replacement_))
-                        .contiguous();
-  co_yield span_of(draw);
-}
-
-// ---- DistributedSampler --------------------------------------------------------------------
 
 DistributedEnv distributed_env() {
   DistributedEnv env;
