@@ -3,11 +3,16 @@
 
 #include "coload/vision/decode.hpp"
 #include "coload/core/error.hpp"
+#include "coload/io/errors.hpp"
 
+#include <fcntl.h>
 #include <spng.h>
+#include <sys/stat.h>
 #include <turbojpeg.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -18,6 +23,17 @@
 
 namespace coload::vision {
 namespace {
+
+std::atomic<std::int64_t> pixel_limit{default_max_image_pixels};
+
+std::string bomb_message(std::int64_t width, std::int64_t height, std::int64_t limit,
+                         const std::string& path) {
+  return (path.empty() ? std::string() : path + ": ") + "image size " + std::to_string(width) +
+         "x" + std::to_string(height) + " (" + std::to_string(width * height) +
+         " pixels) exceeds the limit of " + std::to_string(limit) +
+         " pixels, could be a decompression bomb; raise the limit with "
+         "coload::vision::set_max_image_pixels(n) (0: no limit)";
+}
 
 constexpr std::uint8_t png_signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 
@@ -128,6 +144,8 @@ ImageView decode_jpeg(std::span<const std::byte> data, std::vector<std::uint8_t>
                       int denominator) {
   tjhandle h = decompressor();
   const JpegHeader header = read_jpeg_header(h, data);
+  // The full size is what the file declares: a scaled decode of a bomb is refused as well.
+  check_image_pixels(header.width, header.height);
   const int width = jpeg_scaled_size(header.width, denominator);
   const int height = jpeg_scaled_size(header.height, denominator);
   const std::size_t pixels = static_cast<std::size_t>(width) * height;
@@ -182,6 +200,7 @@ ImageView decode_png(std::span<const std::byte> data, std::vector<std::uint8_t>&
   if (int err = spng_set_png_buffer(ctx.get(), data.data(), data.size())) throw_spng("buffer", err);
   spng_ihdr ihdr{};
   if (int err = spng_get_ihdr(ctx.get(), &ihdr)) throw_spng("header", err);
+  check_image_pixels(ihdr.width, ihdr.height);
   const int width = static_cast<int>(ihdr.width);
   const int height = static_cast<int>(ihdr.height);
   const std::size_t pixels = static_cast<std::size_t>(width) * height;
@@ -222,6 +241,30 @@ std::uint32_t big_endian32(const unsigned char* p) noexcept {
 }
 
 }  // namespace
+
+DecompressionBombError::DecompressionBombError(std::int64_t width, std::int64_t height,
+                                               std::int64_t limit, std::string path)
+    : DecodeError(bomb_message(width, height, limit, path)),
+      width_(width),
+      height_(height),
+      limit_(limit),
+      path_(std::move(path)) {}
+
+std::int64_t max_image_pixels() noexcept { return pixel_limit.load(std::memory_order_relaxed); }
+
+void set_max_image_pixels(std::int64_t limit) {
+  if (limit < 0) {
+    throw InvalidArgument("max_image_pixels must be >= 0 (0: no limit), got " +
+                          std::to_string(limit));
+  }
+  pixel_limit.store(limit, std::memory_order_relaxed);
+}
+
+void check_image_pixels(std::int64_t width, std::int64_t height) {
+  const std::int64_t limit = max_image_pixels();
+  // Both sides are below 2^31 (JPEG: 2^16), so the product cannot overflow.
+  if (limit > 0 && width * height > limit) throw DecompressionBombError(width, height, limit);
+}
 
 ImageInfo peek(std::span<const std::byte> data) {
   const ImageFormat format = sniff(data);
@@ -270,15 +313,35 @@ Image decode(std::span<const std::byte> data, int jpeg_scale_denominator) {
 }
 
 Image decode_file(const std::filesystem::path& path, int jpeg_scale_denominator) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw DecodeError("cannot open " + path.string() + ": " + std::strerror(errno));
+  // NOTE: O_NONBLOCK, and only a regular file is read: a FIFO must not block the caller, nor a
+  // device such as /dev/zero be read without end.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw DecodeError("cannot open " + path.string() + ": " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    throw DecodeError("cannot stat " + path.string() + ": " + std::strerror(errno));
   }
-  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                                  std::istreambuf_iterator<char>());
-  if (in.bad()) throw DecodeError("cannot read " + path.string() + ": " + std::strerror(errno));
+  if (const char* what = io::not_regular(st.st_mode)) {
+    throw DecodeError("cannot read " + path.string() + ": " + what);
+  }
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw DecodeError("cannot read " + path.string() + ": " + std::strerror(errno));
+    if (n == 0) break;  // shrunk since fstat
+    got += static_cast<std::size_t>(n);
+  }
+  bytes.resize(got);
   try {
     return decode(as_bytes_span(bytes), jpeg_scale_denominator);
+  } catch (const DecompressionBombError& e) {
+    throw e.with_path(path.string());
   } catch (const DecodeError& e) {
     throw DecodeError(path.string() + ": " + e.what());
   }

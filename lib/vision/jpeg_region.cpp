@@ -5,6 +5,7 @@
 // upsampling and most of the IDCT outside the region, and decoding stops after its last row.
 
 #include "jpeg_region.hpp"
+#include "coload/vision/decode.hpp"
 
 #include <csetjmp>
 #include <cstddef>
@@ -47,6 +48,12 @@ bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigne
   jpeg_create_decompress(cinfo);
   jpeg_mem_src(cinfo, data, size);
   jpeg_read_header(cinfo, TRUE);
+  // A bomb is refused by the whole-image decode the caller falls back to, before it allocates.
+  if (const std::int64_t limit = max_image_pixels();
+      limit > 0 && std::int64_t{cinfo->image_width} * cinfo->image_height > limit) {
+    jpeg_destroy_decompress(cinfo);
+    return false;
+  }
   if (cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK ||
       cinfo->progressive_mode) {
     jpeg_destroy_decompress(cinfo);

@@ -29,8 +29,8 @@ namespace {
 
 /// The whole file at `path`, read with plain reads (outside a loader's reader).
 std::vector<std::byte> read_whole_file(const std::string& path) {
-  // NOTE: O_NONBLOCK so that a FIFO (or device) named like an image fails to decode instead of
-  // blocking the worker forever; it changes nothing for regular files.
+  // NOTE: O_NONBLOCK so that opening a FIFO named like an image does not block the worker
+  // (it is then refused unread); it changes nothing for regular files.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     throw SystemError(errno, std::generic_category(), "cannot open '" + path + "'");
@@ -38,13 +38,17 @@ std::vector<std::byte> read_whole_file(const std::string& path) {
   std::vector<std::byte> data;
   struct stat st {};
   const bool stat_ok = ::fstat(fd, &st) == 0;
+  // A FIFO or a device named like an image (/dev/zero would be read without end): refused unread.
+  if (const char* what = stat_ok ? io::not_regular(st.st_mode) : nullptr) {
+    ::close(fd);
+    throw SystemError(EINVAL, std::generic_category(), "cannot read '" + path + "' (" + what + ")");
+  }
   if (stat_ok && st.st_size > 0) data.reserve(static_cast<std::size_t>(st.st_size));
   std::byte chunk[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, chunk, sizeof chunk);
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN) break;  // a FIFO without data: nothing to read
       const int e = errno;
       ::close(fd);
       throw SystemError(e, std::generic_category(), "cannot read '" + path + "'");
@@ -53,9 +57,6 @@ std::vector<std::byte> read_whole_file(const std::string& path) {
     data.insert(data.end(), chunk, chunk + n);
   }
   ::close(fd);
-  if (const char* what = stat_ok ? io::not_regular(st.st_mode) : nullptr; data.empty() && what) {
-    throw SystemError(EINVAL, std::generic_category(), "cannot read '" + path + "' (" + what + ")");
-  }
   return data;
 }
 
@@ -152,6 +153,8 @@ void ImagePipeline::transform_into(std::span<const std::byte> encoded, const std
     } else {
       std::get<EvalTransform>(transform_)(encoded, dst);
     }
+  } catch (const DecompressionBombError& e) {
+    throw e.with_path(path);
   } catch (const std::exception& e) {
     throw RuntimeError("cannot load image '" + path + "': " + e.what());
   }

@@ -339,7 +339,9 @@ void TrainTransform::apply(std::span<const std::byte> encoded, const TrainParams
 
 void TrainTransform::operator()(std::span<const std::byte> encoded, at::Generator& gen,
                                 float* dst) const {
-  apply(encoded, sample(peek(encoded), gen), dst);
+  const ImageInfo info = peek(encoded);
+  check_image_pixels(info.width, info.height);  // before the crop is drawn or anything decoded
+  apply(encoded, sample(info, gen), dst);
 }
 
 void TrainTransform::operator()(std::span<const std::byte> encoded, Rng& rng, float* dst) const {
@@ -360,6 +362,7 @@ void EvalTransform::operator()(std::span<const std::byte> encoded, float* dst) c
                                 std::to_string(resize_size));
   }
   const ImageInfo info = peek(encoded);
+  check_image_pixels(info.width, info.height);
   const auto [rh, rw] = resize_output_size(info.height, info.width, resize_size);
   const CropBox box = center_crop_box(rh, rw, crop_size, crop_size);
   const int d = dct_scaling && info.format == ImageFormat::jpeg

@@ -6,11 +6,21 @@
 #include <string>
 #include <vector>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "coload/vision/decode.hpp"
+#include "coload/vision/pipeline.hpp"
+#include "coload/vision/transforms.hpp"
 #include "image_test_support.hpp"
 
 namespace vision = coload::vision;
+using coload::InvalidArgument;
+using vision::CropBox;
 using vision::DecodeError;
+using vision::DecompressionBombError;
+using vision::DefaultImageLoader;
+using vision::EvalTransform;
+using vision::TrainTransform;
 using vision::Image;
 using vision::test::TempDir;
 
@@ -286,6 +296,83 @@ TEST_CASE("decode_file names the path in its errors") {
   const Image img = vision::decode_file(good, 2);
   CHECK(img.width == 15);
   CHECK(img.height == 10);
+}
+
+TEST_CASE("a 1 KB image declaring 60000x60000 pixels is refused by every decode path, by name") {
+  namespace vt = vision::test;
+  TempDir dir;
+  const auto jpeg = vt::bomb_jpeg(60000, 60000);
+  const auto png_bytes = vt::bomb_png(60000, 60000);
+  const auto png = bytes(png_bytes);
+  REQUIRE(jpeg.size() < 1024);
+  REQUIRE(png.size() < 1024);
+  CHECK(vision::peek(jpeg).width == 60000);
+  CHECK(vision::peek(png).height == 60000);
+  CHECK(vision::max_image_pixels() == 89'478'485);
+  const auto bomb = doctest::Contains(
+      "image size 60000x60000 (3600000000 pixels) exceeds the limit of 89478485 pixels, could be "
+      "a decompression bomb; raise the limit with coload::vision::set_max_image_pixels(n) (0: no "
+      "limit)");
+  for (const auto& [name, data] : {std::pair{"jpeg", jpeg}, std::pair{"png", std::vector<std::byte>(
+                                                                   png.begin(), png.end())}}) {
+    CAPTURE(name);
+    for (int d : {1, 2, 4, 8}) {
+      CHECK_THROWS_WITH_AS(vision::decode(data, d), bomb, DecompressionBombError);
+    }
+    std::vector<std::uint8_t> buffer;
+    CHECK_THROWS_AS(vision::decode_into(data, buffer, 8), DecompressionBombError);
+    CHECK(buffer.empty());
+    // The crop helpers: region decode at scale 1, DCT-scaled decode at 1/8.
+    for (int d : {1, 8}) {
+      CHECK_THROWS_AS(vision::decode_resized_crop(data, CropBox{100, 100, 20000, 20000}, 224, 224, d),
+                      DecompressionBombError);
+    }
+    for (bool dct : {true, false}) {
+      at::Generator gen = at::detail::createCPUGenerator(1);
+      std::vector<float> out(3 * 224 * 224);
+      CHECK_THROWS_WITH_AS((TrainTransform{.dct_scaling = dct}(data, gen, out.data())), bomb,
+                           DecompressionBombError);
+      CHECK_THROWS_WITH_AS((EvalTransform{.dct_scaling = dct}(data, out.data())), bomb,
+                           DecompressionBombError);
+    }
+    const auto file = dir / (std::string("bomb.") + name);
+    vt::write_bytes(file, data);
+    try {
+      (void)vision::decode_file(file);
+      FAIL("decode_file accepted a bomb");
+    } catch (const DecompressionBombError& e) {
+      CHECK(e.path() == file.string());
+      CHECK(std::string(e.what()).starts_with(file.string() + ": image size 60000x60000"));
+      CHECK(e.width() == 60000);
+      CHECK(e.height() == 60000);
+      CHECK(e.limit() == 89'478'485);
+    }
+    CHECK_THROWS_WITH_AS(DefaultImageLoader{}(file.string()),
+                         doctest::Contains((file.string() + ": image size 60000x60000").c_str()),
+                         DecompressionBombError);
+  }
+}
+
+TEST_CASE("max_image_pixels is settable, 0 means no limit, and a negative value is refused") {
+  const auto jpeg = vision::test::synthetic_jpeg(16, 16, 3);
+  const auto png = vision::test::make_png(16, 16, 8, 0, std::vector(16, std::vector<std::uint8_t>(16, 9)));
+  struct Restore {
+    ~Restore() { vision::set_max_image_pixels(vision::default_max_image_pixels); }
+  } restore;
+  vision::set_max_image_pixels(255);
+  CHECK_THROWS_WITH_AS(vision::decode(jpeg),
+                       doctest::Contains("image size 16x16 (256 pixels) exceeds the limit of 255"),
+                       DecompressionBombError);
+  CHECK_THROWS_AS(vision::decode(bytes(png)), DecompressionBombError);
+  vision::set_max_image_pixels(256);
+  CHECK(vision::decode(jpeg).width == 16);
+  CHECK(vision::decode(bytes(png)).width == 16);
+  vision::set_max_image_pixels(0);
+  CHECK(vision::max_image_pixels() == 0);
+  CHECK(vision::decode(jpeg, 2).width == 8);
+  CHECK_THROWS_WITH_AS(vision::set_max_image_pixels(-1),
+                       "max_image_pixels must be >= 0 (0: no limit), got -1", InvalidArgument);
+  CHECK(vision::max_image_pixels() == 0);
 }
 
 }  // TEST_SUITE

@@ -138,6 +138,29 @@ inline std::vector<std::uint8_t> make_png(int width, int height, int bit_depth, 
   return out;
 }
 
+/// A real 16x16 baseline JPEG (about 700 bytes) whose SOF0 header is patched to declare
+/// `width` x `height` (at most 65535 each): a decompression bomb's header.
+inline std::vector<std::byte> bomb_jpeg(int width, int height) {
+  std::vector<std::byte> jpeg = synthetic_jpeg(16, 16, 1);
+  for (std::size_t i = 2; i + 9 < jpeg.size(); ++i) {
+    if (jpeg[i] == std::byte{0xff} && jpeg[i + 1] == std::byte{0xc0}) {
+      // FFC0, length (2), precision (1), height (2), width (2)
+      jpeg[i + 5] = static_cast<std::byte>(height >> 8);
+      jpeg[i + 6] = static_cast<std::byte>(height & 0xff);
+      jpeg[i + 7] = static_cast<std::byte>(width >> 8);
+      jpeg[i + 8] = static_cast<std::byte>(width & 0xff);
+      return jpeg;
+    }
+  }
+  return {};
+}
+
+/// A valid PNG header (IHDR with its CRC, RGB8) declaring `width` x `height`, one tiny IDAT and
+/// IEND: under 100 bytes.
+inline std::vector<std::uint8_t> bomb_png(int width, int height) {
+  return make_png(width, height, 8, 2, {});
+}
+
 /// Peak signal-to-noise ratio in dB between two equally sized 8-bit buffers (inf when equal).
 inline double psnr(const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>& b) {
   double sum = 0;
