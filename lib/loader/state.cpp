@@ -8,8 +8,10 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -58,6 +60,17 @@ T number(std::string_view key, std::string_view text) {
   if (ec != std::errc{} || end != text.data() + text.size()) {
     throw InvalidArgument("loader state: " + std::string(key) + " is not a number: '" +
                           std::string(text) + "'");
+  }
+  return value;
+}
+
+/// Refuses `value` outside [lo, hi], naming the field.
+template <class T>
+T in_range(std::string_view key, T value, std::int64_t lo, std::int64_t hi) {
+  if (static_cast<std::int64_t>(value) < lo || static_cast<std::int64_t>(value) > hi) {
+    throw InvalidArgument("loader state: " + std::string(key) + " " + std::to_string(value) +
+                          " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                          "]");
   }
   return value;
 }
@@ -122,34 +135,41 @@ LoaderState LoaderState::parse(std::string_view text) {
       continue;
     }
     if (key == "epoch") {
-      s.epoch = number<std::int64_t>(key, value), seen |= k_epoch;
+      s.epoch = in_range(key, number<std::int64_t>(key, value), 0, max_count), seen |= k_epoch;
     } else if (key == "delivered") {
-      s.delivered = number<std::int64_t>(key, value), seen |= k_delivered;
+      s.delivered = in_range(key, number<std::int64_t>(key, value), 0, max_count);
+      seen |= k_delivered;
     } else if (key == "beyond") {
       std::string_view rest = value;
       while (!rest.empty()) {
         const auto p = rest.find(' ');
-        s.beyond.push_back(number<std::int64_t>(key, rest.substr(0, p)));
+        const auto n = number<std::int64_t>(key, rest.substr(0, p));
+        s.beyond.push_back(in_range(key, n, 0, max_count));
         rest = p == std::string_view::npos ? std::string_view{} : rest.substr(p + 1);
       }
       seen |= k_beyond;
     } else if (key == "dataset_size") {
-      s.dataset_size = number<std::int64_t>(key, value), seen |= k_size;
+      s.dataset_size = in_range(key, number<std::int64_t>(key, value), -1, max_count);
+      seen |= k_size;
     } else if (key == "batch_size") {
-      s.batch_size = number<std::int64_t>(key, value), seen |= k_batch;
+      s.batch_size = in_range(key, number<std::int64_t>(key, value), -1, max_count);
+      if (s.batch_size == 0) {
+        throw InvalidArgument("loader state: batch_size 0 is not -1 or positive");
+      }
+      seen |= k_batch;
     } else if (key == "seed") {
       if (value != "none") s.seed = number<std::uint64_t>(key, value);
       seen |= k_seed;
     } else if (key == "rank") {
-      s.rank = number<int>(key, value), seen |= k_rank;
+      s.rank = in_range(key, number<int>(key, value), 0, max_world_size - 1), seen |= k_rank;
     } else if (key == "world_size") {
-      s.world_size = number<int>(key, value), seen |= k_world;
+      s.world_size = in_range(key, number<int>(key, value), 1, max_world_size), seen |= k_world;
     } else if (key == "generator") {
       s.generator = unhex(value), seen |= k_gen;
     } else if (key == "stream_workers") {
-      s.stream_workers = number<std::int64_t>(key, value);
+      s.stream_workers = in_range(key, number<std::int64_t>(key, value), -1, max_workers);
     } else if (key == "last_stream") {
-      s.last_stream = number<int>(key, value);
+      s.last_stream = in_range(key, number<int>(key, value), -1, max_workers - 1);
     } else if (key == "stream") {
       // stream <worker> <delivered> <hex state | ->
       const auto p1 = value.find(' ');
@@ -161,8 +181,11 @@ LoaderState LoaderState::parse(std::string_view text) {
             std::string(value) + "'");
       }
       LoaderState::Stream st;
-      st.worker = number<int>(key, value.substr(0, p1));
-      st.delivered = number<std::int64_t>(key, value.substr(p1 + 1, p2 - p1 - 1));
+      st.worker = in_range("stream worker", number<int>(key, value.substr(0, p1)), 0,
+                           max_workers - 1);
+      st.delivered = in_range("stream delivered",
+                              number<std::int64_t>(key, value.substr(p1 + 1, p2 - p1 - 1)), 0,
+                              max_count);
       if (const auto text = value.substr(p2 + 1); text != "-") {
         const auto bytes = unhex(text);
         st.state.emplace(bytes.begin(), bytes.end());
@@ -183,8 +206,19 @@ LoaderState LoaderState::parse(std::string_view text) {
       }
     }
   }
-  if (s.epoch < 0 || s.delivered < 0) {
-    throw InvalidArgument("loader state: negative epoch or delivered count");
+  if (s.rank >= s.world_size) {
+    throw InvalidArgument("loader state: rank " + std::to_string(s.rank) +
+                          " is not below world_size " + std::to_string(s.world_size));
+  }
+  for (const auto& st : s.streams) {
+    if (st.worker >= std::max<std::int64_t>(s.stream_workers, 1)) {
+      throw InvalidArgument("loader state: stream worker " + std::to_string(st.worker) +
+                            " is not below stream_workers " + std::to_string(s.stream_workers));
+    }
+  }
+  if (s.last_stream >= std::max<std::int64_t>(s.stream_workers, 1)) {
+    throw InvalidArgument("loader state: last_stream " + std::to_string(s.last_stream) +
+                          " is not below stream_workers " + std::to_string(s.stream_workers));
   }
   return s;
 }
@@ -228,15 +262,51 @@ void LoaderState::save(const std::filesystem::path& path) const {
 }
 
 LoaderState LoaderState::load(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw SystemError(errno, std::generic_category(),
-                      "loading the loader state: cannot open " + path.string());
+  const std::string where = "loading the loader state: ";
+  const std::string name = path.string();
+  // NOTE: O_NONBLOCK: opening a FIFO must not wait for a writer; the file is then refused for
+  // not being a regular one before anything is read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw SystemError(errno, std::generic_category(), where + "cannot open " + name);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    throw SystemError(errno, std::generic_category(), where + "cannot stat " + name);
   }
-  std::ostringstream text;
-  text << in.rdbuf();
+  if (!S_ISREG(st.st_mode)) {
+    const char* what = S_ISFIFO(st.st_mode)   ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a special file";
+    throw InvalidArgument(where + name + " is " + what + ", not a regular file");
+  }
+  if (st.st_size > max_file_size) {
+    throw InvalidArgument(where + name + " has " + std::to_string(st.st_size) +
+                          " bytes, more than a state's limit of " +
+                          std::to_string(max_file_size) + " bytes (1 MiB)");
+  }
+  // The size may change under us: read in chunks and stop one chunk past the limit.
+  std::string text;
+  text.reserve(static_cast<std::size_t>(st.st_size));
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw SystemError(errno, std::generic_category(), where + "cannot read " + name);
+    if (n == 0) break;
+    text.append(chunk, static_cast<std::size_t>(n));
+    if (static_cast<std::int64_t>(text.size()) > max_file_size) {
+      throw InvalidArgument(where + name + " grew past a state's limit of " +
+                            std::to_string(max_file_size) + " bytes (1 MiB)");
+    }
+  }
   try {
-    return parse(text.str());
+    return parse(text);
   } catch (const std::invalid_argument& e) {
     throw InvalidArgument(path.string() + ": " + e.what());
   }

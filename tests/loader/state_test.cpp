@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <ATen/ATen.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -251,6 +253,66 @@ TEST_SUITE("loader") {
     const std::string missing = "cannot open " + (dir / "missing.state").string();
     CHECK_THROWS_WITH(loader.load_state(dir / "missing.state"),
                       doctest::Contains(missing.c_str()));
+    std::filesystem::remove_all(dir);
+  }
+
+  TEST_CASE("a state file is input: only a regular file of at most 1 MiB, every error naming "
+            "the path, and numbers out of range refused by field") {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("coload_state_input_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    auto loader = make_data_loader(Drawn{30}, LoaderOptions<>{.batch_size = 4, .seed = 1});
+    auto refused = [&](const std::filesystem::path& p, const std::string& what) {
+      CAPTURE(p);
+      CHECK_THROWS_WITH_AS(loader.load_state(p),
+                           ("loading the loader state: " + p.string() + what).c_str(),
+                           InvalidArgument);
+    };
+    refused("/dev/zero", " is a character device, not a regular file");
+    refused(dir, " is a directory, not a regular file");
+    const auto fifo = dir / "fifo";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    refused(fifo, " is a FIFO, not a regular file");  // at once: no writer is waited for
+    const auto big = dir / "big.state";
+    std::filesystem::resize_file((std::ofstream(big), big), (1 << 20) + 1);
+    refused(big, " has 1048577 bytes, more than a state's limit of 1048576 bytes (1 MiB)");
+
+    LoaderState s = loader.state();
+    auto with = [&](const std::string& key, const std::string& value) {
+      std::string text = s.to_string();
+      const auto at = text.find("\n" + key) + 1;
+      REQUIRE(at != 0);
+      text.replace(at, text.find('\n', at) - at, key + " " + value);
+      return text;
+    };
+    auto out_of_range = [&](const std::string& key, const std::string& value,
+                            const std::string& message) {
+      CAPTURE(key);
+      CHECK_THROWS_WITH_AS(LoaderState::parse(with(key, value)),
+                           ("loader state: " + message).c_str(), InvalidArgument);
+    };
+    out_of_range("epoch", "9223372036854775807",
+                 "epoch 9223372036854775807 is out of range [0, 9007199254740992]");
+    out_of_range("epoch", "-1", "epoch -1 is out of range [0, 9007199254740992]");
+    out_of_range("delivered", "9007199254740993",
+                 "delivered 9007199254740993 is out of range [0, 9007199254740992]");
+    out_of_range("beyond", "4 -5", "beyond -5 is out of range [0, 9007199254740992]");
+    out_of_range("dataset_size", "-2", "dataset_size -2 is out of range [-1, 9007199254740992]");
+    out_of_range("batch_size", "0", "batch_size 0 is not -1 or positive");
+    out_of_range("world_size", "0", "world_size 0 is out of range [1, 16777216]");
+    out_of_range("rank", "3", "rank 3 is not below world_size 1");
+    out_of_range("stream_workers", "100000", "stream_workers 100000 is out of range [-1, 65536]");
+    CHECK_THROWS_WITH_AS(LoaderState::parse(with("epoch", "99999999999999999999")),
+                         "loader state: epoch is not a number: '99999999999999999999'",
+                         InvalidArgument);
+
+    // The largest epoch a state may hold loads, and state() after it does not overflow.
+    s.epoch = LoaderState::max_count;
+    const auto path = dir / "last.state";
+    s.save(path);
+    loader.load_state(path);
+    CHECK(loader.state().epoch == LoaderState::max_count);
+    CHECK(LoaderState::parse(loader.state().to_string()).epoch == LoaderState::max_count);
     std::filesystem::remove_all(dir);
   }
 

@@ -58,14 +58,27 @@ struct LoaderState {
   int rank = 0;
   int world_size = 1;
 
+  /// The largest epoch, batch count, batch number, dataset size or batch size a state may hold
+  /// (2^53): beyond any real run, and far enough from INT64_MAX that nothing derived from it
+  /// overflows. parse() refuses larger numbers, naming the field.
+  static constexpr std::int64_t max_count = std::int64_t{1} << 53;
+  /// The most workers (stream_workers) and the largest world size a state may hold.
+  static constexpr std::int64_t max_workers = 1 << 16;
+  static constexpr std::int64_t max_world_size = 1 << 24;
+  /// load() refuses a file larger than this (1 MiB; a state takes a few KiB, plus one line
+  /// per worker and the stream states of an iterable dataset).
+  static constexpr std::int64_t max_file_size = std::int64_t{1} << 20;
+
   /// The state as text, one `key value` line per field.
   std::string to_string() const;
-  /// Reads to_string()'s text; std::invalid_argument names a malformed or missing field.
+  /// Reads to_string()'s text; InvalidArgument names a malformed, missing or out-of-range field.
   static LoaderState parse(std::string_view text);
   /// Writes the state to `path` atomically: a temporary file in the same folder, flushed to
   /// disk, then renamed over `path`. std::system_error names the path.
   void save(const std::filesystem::path& path) const;
-  /// Reads a state written by save(); errors name the path.
+  /// Reads a state written by save(). Opens only a regular file (a FIFO, a device or a folder
+  /// is refused at once, without reading it) of at most max_file_size bytes; every error names
+  /// the path.
   static LoaderState load(const std::filesystem::path& path);
 };
 
