@@ -11,14 +11,15 @@ namespace coload {
 
 WorkerError::WorkerError(std::string what, int worker_id, std::int64_t batch, std::int64_t index,
                          std::string original_type, std::string original_message,
-                         std::exception_ptr original)
+                         std::exception_ptr original, int pid)
     : LoaderError(std::move(what)),
       worker_id_(worker_id),
       batch_(batch),
       index_(index),
       original_type_(std::move(original_type)),
       original_message_(std::move(original_message)),
-      original_(std::move(original)) {}
+      original_(std::move(original)),
+      pid_(pid) {}
 
 namespace detail {
 

@@ -302,6 +302,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       w.outstanding.pop_front();
       ProcessResult result;
       result.worker = w.id;
+      result.pid = w.pid;
       if (reply.status == ProcessReply::Status::batch) {
         result.bytes = arena->view(p->slot, reply.slot_bytes, reply.offset + reply.bytes);
         result.lease = std::make_shared<SlotLease>(arena, p->slot);
@@ -529,6 +530,22 @@ void ProcessPool::shutdown(std::exception_ptr cancelled) {
 }
 
 bool ProcessPool::broken() const noexcept { return state_->broken; }
+
+std::pair<int, int> ProcessPool::holder(std::int64_t batch, std::vector<std::int64_t>& indices,
+                                        std::int64_t& count) const {
+  for (const auto& w : state_->workers) {
+    if (!w) continue;
+    for (const auto& p : w->outstanding) {
+      if (p->task.batch != batch) continue;
+      const auto& all = p->task.indices;
+      const std::size_t n = std::min<std::size_t>(all.size(), 8);
+      indices.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n));
+      count = static_cast<std::int64_t>(all.size());
+      return {w->id, w->pid};
+    }
+  }
+  return {-1, -1};
+}
 
 ProcessPool::Awaiter ProcessPool::submit(int worker, ProcessTask task) {
   auto& s = *state_;

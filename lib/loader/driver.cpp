@@ -6,7 +6,9 @@
 
 #include <asio/executor_work_guard.hpp>
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 namespace coload::detail {
@@ -16,10 +18,22 @@ struct Driver::State {
   asio::executor_work_guard<asio::io_context::executor_type> guard{context.get_executor()};
   std::thread thread;
   std::thread::id id;
+  std::mutex mutex;
+  std::condition_variable ended_cv;
+  bool ended = false;
+
+  void run() {
+    context.run();
+    {
+      std::lock_guard lock(mutex);
+      ended = true;
+    }
+    ended_cv.notify_all();
+  }
 };
 
 Driver::Driver() : state_(std::make_shared<State>()) {
-  state_->thread = std::thread([s = state_.get()] { s->context.run(); });
+  state_->thread = std::thread([s = state_.get()] { s->run(); });
   state_->id = state_->thread.get_id();
   pthread_setname_np(state_->thread.native_handle(), "coload-driver");
 }
@@ -49,6 +63,11 @@ void Driver::release() noexcept {
 }
 void Driver::join() {
   if (state_->thread.joinable()) state_->thread.join();
+}
+bool Driver::wait_for(std::chrono::milliseconds timeout) {
+  if (!state_->thread.joinable()) return true;
+  std::unique_lock lock(state_->mutex);
+  return state_->ended_cv.wait_for(lock, timeout, [this] { return state_->ended; });
 }
 
 }  // namespace coload::detail

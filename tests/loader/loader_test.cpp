@@ -352,7 +352,8 @@ TEST_SUITE("loader") {
     }
   }
 
-  TEST_CASE("timeout raises an error naming the batch and the seconds, and the batch can still come") {
+  TEST_CASE("timeout raises an error naming the batch, the seconds, the worker and the indices, "
+            "and the batch can still come") {
     auto gate = std::make_shared<Gate>();
     const int before = thread_count();
     {
@@ -363,8 +364,12 @@ TEST_SUITE("loader") {
         sync_wait(epoch.next());
         FAIL("expected a timeout");
       } catch (const TimeoutError& e) {
-        CHECK(std::string(e.what()) == "DataLoader timed out after 0.05 seconds waiting for batch 0");
+        CHECK(std::string(e.what()) == "DataLoader timed out after 0.05 seconds waiting for batch 0 "
+                                       "from worker 0, fetching indices 0, 1");
         CHECK(e.batch() == 0);
+        CHECK(e.worker_id() == 0);
+        CHECK(e.pid() == -1);
+        CHECK(e.indices() == std::vector<std::int64_t>{0, 1});
         CHECK(e.seconds() == doctest::Approx(0.05));
       }
       gate->release();

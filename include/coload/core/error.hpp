@@ -28,6 +28,7 @@
 // | wire::RegionTooSmall | wire::FormatError     | collate/wire.hpp  | collate: region too small  |
 // | io::IoError          | std::system_error     | io/errors.hpp     | io: open, stat, read       |
 // | vision::DecodeError  | std::runtime_error    | vision/decode.hpp | vision: undecodable image  |
+// | vision::Decompress.. | vision::DecodeError   | vision/decode.hpp | vision: over max pixels    |
 // | vision::FolderError  | std::runtime_error    | vision/folder.hpp | vision: folder indexing    |
 // clang-format on
 //
@@ -123,14 +124,18 @@ class LoaderError : public std::runtime_error, public Error {
   const char* what() const noexcept override { return std::runtime_error::what(); }
 };
 
-/// A sample could not be fetched or a batch collated. Keeps the original exception.
+/// A sample could not be fetched or a batch collated. Keeps the original exception's type
+/// and message, and the exception itself where it was raised in this process.
 class WorkerError : public LoaderError {
  public:
   WorkerError(std::string what, int worker_id, std::int64_t batch, std::int64_t index,
-              std::string original_type, std::string original_message, std::exception_ptr original);
+              std::string original_type, std::string original_message, std::exception_ptr original,
+              int pid = -1);
 
   /// The worker that failed, or -1 for the driver (`num_workers = 0`).
   int worker_id() const noexcept { return worker_id_; }
+  /// The worker's process id (executor = processes), or -1 for a thread or the driver.
+  int pid() const noexcept { return pid_; }
   /// The batch number within the epoch, counted from 0.
   std::int64_t batch() const noexcept { return batch_; }
   /// The sample index that failed, or -1 when the failure was not one sample's (collate).
@@ -139,7 +144,9 @@ class WorkerError : public LoaderError {
   const std::string& original_type() const noexcept { return original_type_; }
   /// The original exception's message, unchanged.
   const std::string& original_message() const noexcept { return original_message_; }
-  /// The original exception, for `std::rethrow_exception`.
+  /// The original exception, for `std::rethrow_exception`. Null when it was raised in a worker
+  /// process: an exception object cannot cross the process boundary, so only its type name
+  /// (original_type) and message (original_message) come back.
   std::exception_ptr original() const noexcept { return original_; }
 
  private:
@@ -149,6 +156,7 @@ class WorkerError : public LoaderError {
   std::string original_type_;
   std::string original_message_;
   std::exception_ptr original_;
+  int pid_;
 };
 
 namespace detail {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coload/collate/batch_allocator.hpp"
@@ -179,6 +180,7 @@ void encode_batch(ChildLink& link, const B& batch, ProcessReply& reply) {
 struct ProcessResult {
   ProcessReply reply;
   int worker = -1;  ///< the worker that answered
+  int pid = -1;     ///< its process id
   std::span<const std::byte> bytes;
   std::shared_ptr<void> lease;
 };
@@ -222,6 +224,11 @@ class ProcessPool {
   void shutdown(std::exception_ptr cancelled);
   /// True once a worker died under `on_death = raise` (or past its restarts): dispatch stops.
   bool broken() const noexcept;
+  /// Driver: the worker (id, pid) that has task `batch` sent to it and not answered yet, or
+  /// {-1, -1}; the task's first indices go to `indices` (at most 8) and their count is returned
+  /// in `count`.
+  std::pair<int, int> holder(std::int64_t batch, std::vector<std::int64_t>& indices,
+                             std::int64_t& count) const;
 
   struct Awaiter;
   /// Driver: sends `task` to worker `worker` (or, with -1, to the live worker with the fewest

@@ -73,9 +73,14 @@ class DataLoader {
   /// Stops the current epoch and joins every thread; returns once running fetches finish
   /// their current sample. Destroyed on its own driver thread (from a handler or a coroutine
   /// resumed there), it hands the joining to a detached thread instead.
+  ///
+  /// A fetch stuck in the dataset's code on a worker thread (a `get` that never returns) cannot
+  /// be interrupted: after a grace period of 2 s the destructor warns, naming the worker and
+  /// the sample, and returns; the loader's dataset, driver and worker threads are then freed
+  /// by a detached thread once that code returns, and its result is dropped.
   ~DataLoader() {
     implicit_.reset();
-    if (core_ && core_->driver().on_driver_thread()) {
+    if (core_ && (core_->driver().on_driver_thread() || !core_->stop_within(Core::stop_grace))) {
       std::thread([core = std::move(core_)]() mutable { core.reset(); }).detach();
     }
     core_.reset();

@@ -3,6 +3,7 @@
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 
+#include <chrono>
 #include <coroutine>
 #include <memory>
 
@@ -29,6 +30,9 @@ class Driver {
   void release() noexcept;
   /// Waits for the thread to end (after release()).
   void join();
+  /// Waits at most `timeout` for the thread's io_context to run out of work (after
+  /// release()); true when it has, and join() then returns at once.
+  bool wait_for(std::chrono::milliseconds timeout);
 
   /// Awaitable continuing the awaiting coroutine on the driver thread. Safe from any thread,
   /// including one the loader does not own and does not join (an asynchronous dataset's).

@@ -6,6 +6,7 @@
 #include <ATen/core/Generator.h>
 #include <asio/post.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -88,12 +89,7 @@ class LoaderCore {
   /// Cancels the current epoch, joins every coroutine on the driver, then the driver, the
   /// workers and the device (consumer's thread, never the driver's).
   ~LoaderCore() {
-    if (auto run = current_.lock()) run->cancel();
-    asio::post(driver_.context(), [this] {
-      // Fetches waiting on worker processes end now (dropped), and the processes are told to go.
-      if (processes_) processes_->shutdown(std::make_exception_ptr(Cancelled{}));
-      stop_when_joined(*this);
-    });
+    request_stop();
     driver_.join();
     processes_.reset();  // waits for the processes, SIGKILL after a grace period
     fetcher_.executor = nullptr;
@@ -105,6 +101,45 @@ class LoaderCore {
   }
 
   // --- the DataLoader's side (consumer's thread) ---
+
+  /// How long stop_within() gives fetches to end after asking them to.
+  static constexpr std::chrono::milliseconds stop_grace{2000};
+
+  /// Cancels the current epoch and asks every coroutine and worker to end (once).
+  void request_stop() {
+    if (std::exchange(stop_requested_, true)) return;
+    if (auto run = current_.lock()) run->cancel();
+    asio::post(driver_.context(), [this] {
+      // Fetches waiting on worker processes end now (dropped), and the processes are told to go.
+      if (processes_) processes_->shutdown(std::make_exception_ptr(Cancelled{}));
+      stop_when_joined(*this);
+    });
+  }
+
+  /// Asks everything to stop and waits up to `grace` for it; true when it has (destroying
+  /// the core then only joins). False when a fetch is still inside the dataset's code on a
+  /// worker thread (or the driver), which nothing can interrupt: it says so, naming the
+  /// worker and the sample, and the caller leaves the core to be destroyed once that code
+  /// returns (its result is dropped: the epoch is cancelled).
+  bool stop_within(std::chrono::milliseconds grace) {
+    request_stop();
+    if (driver_.wait_for(grace)) return true;
+    std::string who;
+    for (const auto& e : fetcher_.board.busy()) {
+      if (!who.empty()) who += "; ";
+      who += e.worker >= 0 ? "worker " + std::to_string(e.worker) : std::string("the driver");
+      who += " is in ";
+      who += e.sample >= 0 ? "sample " + std::to_string(e.sample) + " of " : std::string();
+      who += "batch " + std::to_string(e.batch);
+    }
+    if (who.empty()) who = "a fetch is still running";
+    warn("DataLoader destroyed while its fetches had not ended " +
+         std::to_string(grace.count()) + " ms after being asked to stop (" + who +
+         "): a thread stuck in the dataset's code cannot be interrupted, so the loader "
+         "returns now and frees its dataset and workers once that code returns, dropping its "
+         "result");
+    return false;
+  }
 
   Fetcher<D, C>& fetcher() noexcept { return fetcher_; }
   const LoaderOptions<C>& options() const noexcept { return fetcher_.options; }
@@ -276,6 +311,7 @@ class LoaderCore {
         const int worker = hop ? ThreadExecutor::current_worker_id() : -1;
         const WorkerInfo* info = hop ? &run.worker_infos()[worker] : nullptr;
         set_worker_info(info);
+        fetcher_.board.begin(worker, batch_no, indices);
         try {
           if (info) fetcher_.init_worker(*info, run.epoch());
           out.outcome.batch.emplace(fetcher_.place_batch(
@@ -287,11 +323,28 @@ class LoaderCore {
         } catch (...) {
           out.outcome.error = std::current_exception();
         }
+        fetcher_.board.end(worker);
         set_worker_info(nullptr);
       }
       if (hop) co_await driver_.schedule();
     }
     co_return out;
+  }
+
+  /// Who has batch `batch` of the current epoch in hand: a worker process, a worker thread or
+  /// the driver (driver).
+  FetchHolder holder(std::int64_t batch) const {
+    FetchHolder h;
+    if (processes_) {
+      const auto [worker, pid] = processes_->holder(batch, h.first, h.count);
+      h.worker = worker;
+      h.pid = pid;
+    } else if (auto e = fetcher_.board.find(batch)) {
+      h.worker = e->worker;
+      h.first = std::move(e->first);
+      h.count = e->count;
+    }
+    return h;
   }
 
   /// The next batch of worker process `w`'s stream, as batch `batch_no` (in_processes()).
@@ -388,6 +441,7 @@ class LoaderCore {
   AnyBatchSampler batch_sampler_;
   std::optional<at::Generator> generator_;
   std::int64_t epochs_started_ = 0;
+  bool stop_requested_ = false;  // consumer's thread
   ResumeBook resume_;
   std::weak_ptr<Run> current_;
   AsyncScope scope_;  // driver

@@ -8,6 +8,7 @@
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <utility>
@@ -84,6 +85,71 @@ concept FetchScope = requires(const S& s) {
   { s.sample_seed() } -> std::convertible_to<std::uint64_t>;
 };
 
+/// What each worker thread (and the driver) is fetching right now: the batch, the sample in
+/// hand and the batch's first indices. Read by a timeout's error and by a shutdown that finds a
+/// worker stuck in a dataset's code; written by the fetching threads (any thread).
+class FetchBoard {
+ public:
+  /// One fetching thread's entry; `worker` -1 is the driver.
+  struct Entry {
+    int worker = -1;
+    std::int64_t batch = -1;  ///< -1: idle
+    Index sample = -1;        ///< the sample in hand, -1 between samples or for a whole batch
+    std::vector<std::int64_t> first;  ///< the batch's first indices (at most 8)
+    std::int64_t count = 0;           ///< how many indices the batch has
+  };
+
+  explicit FetchBoard(int workers) : entries_(static_cast<std::size_t>(std::max(0, workers)) + 1) {
+    for (std::size_t i = 0; i < entries_.size(); ++i) entries_[i].worker = static_cast<int>(i) - 1;
+  }
+  /// Worker `worker` (-1: the driver) starts batch `batch` of `indices`.
+  void begin(int worker, std::int64_t batch, std::span<const Index> indices) {
+    std::lock_guard lock(mutex_);
+    Entry& e = at(worker);
+    e.batch = batch;
+    e.sample = -1;
+    e.first.assign(indices.begin(),
+                   indices.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(indices.size(), 8)));
+    e.count = static_cast<std::int64_t>(indices.size());
+  }
+  /// Worker `worker` takes sample `i` (-1: done with samples).
+  void sample(int worker, Index i) {
+    std::lock_guard lock(mutex_);
+    at(worker).sample = i;
+  }
+  /// Worker `worker` is done with its batch.
+  void end(int worker) {
+    std::lock_guard lock(mutex_);
+    at(worker).batch = -1;
+    at(worker).sample = -1;
+  }
+  /// The thread fetching batch `batch`, if one is.
+  std::optional<Entry> find(std::int64_t batch) const {
+    std::lock_guard lock(mutex_);
+    for (const auto& e : entries_) {
+      if (e.batch == batch) return e;
+    }
+    return std::nullopt;
+  }
+  /// Every thread with a batch in hand.
+  std::vector<Entry> busy() const {
+    std::lock_guard lock(mutex_);
+    std::vector<Entry> out;
+    for (const auto& e : entries_) {
+      if (e.batch >= 0) out.push_back(e);
+    }
+    return out;
+  }
+
+ private:
+  Entry& at(int worker) {
+    const auto i = static_cast<std::size_t>(worker + 1);
+    return entries_[i < entries_.size() ? i : 0];
+  }
+  mutable std::mutex mutex_;
+  std::vector<Entry> entries_;
+};
+
 /// The dataset, the options it is fetched with, and where a fetch's memory, reads and CPU
 /// work go. The pointers are the loader's (or, in a worker process, that process's own);
 /// every member may be called from several worker threads at once.
@@ -95,7 +161,8 @@ class Fetcher {
   using Sample = typename Plan::sample;
   static constexpr bool iterable = IterableDataset<D>;
 
-  Fetcher(D ds, LoaderOptions<C> opts) : dataset(std::move(ds)), options(std::move(opts)) {
+  Fetcher(D ds, LoaderOptions<C> opts)
+      : dataset(std::move(ds)), options(std::move(opts)), board(std::max(0, options.num_workers)) {
     // NOTE: the options are validated after this (by the core): a negative count sizes nothing.
     const auto workers = static_cast<std::size_t>(std::max(0, options.num_workers));
     worker_init_epoch_.assign(workers, -1);
@@ -105,6 +172,7 @@ class Fetcher {
   D dataset;
   LoaderOptions<C> options;
   SkipLog skips;
+  FetchBoard board;  ///< what each worker thread is fetching (thread workers and the driver)
   int rank = 0;
   int world_size = 1;
   ThreadExecutor* executor = nullptr;  ///< worker threads, when the loader has them
@@ -174,6 +242,7 @@ class Fetcher {
           if (run.cancelled()) throw Cancelled{};
           SampleContext ctx{i, run.epoch(), Rng::for_sample(run.sample_seed(), run.epoch(), i),
                             info};
+          board.sample(worker, i);
           try {
             samples.push_back(get_sample(dataset, i, ctx));
           } catch (...) {

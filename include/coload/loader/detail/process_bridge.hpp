@@ -126,6 +126,11 @@ class ProcessBridge {
   void shutdown(std::exception_ptr cancelled) { pool_->shutdown(std::move(cancelled)); }
   /// True once a worker died unrecovered.
   bool broken() const noexcept { return pool_->broken(); }
+  /// Driver: the worker process (id, pid) that has batch `batch`, its first indices and count.
+  std::pair<int, int> holder(std::int64_t batch, std::vector<std::int64_t>& indices,
+                             std::int64_t& count) const {
+    return pool_->holder(batch, indices, count);
+  }
 
   /// Batch `batch_no` of a map-style epoch, fetched by the least busy worker process: the
   /// indices go out over its socket, the batch comes back in a shared-memory slot.
@@ -197,8 +202,16 @@ class ProcessBridge {
     const auto& r = result.reply;
     if (r.skipped) fetcher_.skips.add(r.skipped);
     if (r.status == ProcessReply::Status::error) {
-      throw WorkerError(r.error_what, result.worker, r.batch, r.error_index, r.error_type,
-                        r.error_message, nullptr);
+      // The child's message names its worker id; the pid is the parent's to add.
+      std::string what = r.error_what;
+      const std::string worker = "DataLoader worker " + std::to_string(result.worker);
+      if (const auto at = what.find(worker); at != std::string::npos) {
+        what.insert(at + worker.size(), " (pid " + std::to_string(result.pid) + ")");
+      }
+      // NOTE: original() stays null: the exception object lives in the worker process; its
+      // type name and message travel.
+      throw WorkerError(std::move(what), result.worker, r.batch, r.error_index, r.error_type,
+                        r.error_message, nullptr, result.pid);
     }
     if (!result.lease) {
       if (r.status == ProcessReply::Status::empty && !r.stream_over) throw EmptyBatch{};

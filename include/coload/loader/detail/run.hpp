@@ -14,6 +14,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <typeinfo>
@@ -32,6 +33,15 @@ namespace coload::detail {
 
 template <class D, class C>
 class LoaderCore;
+
+/// Who has a batch in hand: the worker (-1: none known), its pid (worker processes) and the
+/// batch's first indices with their count.
+struct FetchHolder {
+  int worker = -1;
+  int pid = -1;
+  std::vector<std::int64_t> first;
+  std::int64_t count = 0;
+};
 
 /// What every epoch shares, whatever feeds it: the consumer-side entry points, the in-flight
 /// bound, the reorder ring, the timeout and the end. Fields marked "driver" are touched only on
@@ -112,6 +122,10 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     });
   }
   std::exception_ptr timeout_error() const override {
+    {
+      std::lock_guard lock(timeout_mutex_);
+      if (timeout_error_) return timeout_error_;
+    }
     return std::make_exception_ptr(
         TimeoutError(waited_batch_.load(std::memory_order_relaxed), timeout_));
   }
@@ -283,7 +297,16 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     timer_->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(timeout_)));
     timer_->async_wait([self = this->shared_from_this(), generation](std::error_code ec) {
-      if (!ec) self->handoff.expire(generation);
+      if (ec) return;
+      // On the driver, which knows who is fetching the awaited batch: the error names them.
+      const std::int64_t batch = self->waited_batch_.load(std::memory_order_relaxed);
+      const FetchHolder who = self->core_.holder(batch);
+      {
+        std::lock_guard lock(self->timeout_mutex_);
+        self->timeout_error_ = std::make_exception_ptr(
+            TimeoutError(batch, self->timeout_, who.worker, who.pid, who.first, who.count));
+      }
+      self->handoff.expire(generation);
     });
   }
   void on_cancel() {
@@ -295,6 +318,8 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   std::atomic<bool> cancelled_{false};
   std::atomic<bool> closed_{false};
   std::atomic<std::int64_t> waited_batch_{0};
+  mutable std::mutex timeout_mutex_;
+  std::exception_ptr timeout_error_;  // the last timeout's, made on the driver
   std::atomic<std::int64_t> consumed_{0};
   std::atomic<bool> slot_wanted_{false};
   // driver
