@@ -98,7 +98,7 @@ struct Probe {
         case Fault::throw_error: throw std::runtime_error("sample " + std::to_string(i) + " is bad");
         case Fault::bad_alloc: throw std::bad_alloc();
         case Fault::sigkill: ::raise(SIGKILL); break;
-        case Fault::null_write: *static_cast<volatile int*>(nullptr) = 1; break;
+        case Fault::null_write: ::raise(SIGSEGV); break;  // a segfault, without UB to excuse
         case Fault::abort: std::abort();
         case Fault::exit3: std::exit(3);
         case Fault::hang: for (;;) ::pause();
@@ -145,7 +145,7 @@ struct Table {
   std::tuple<at::Tensor, std::int64_t, std::int64_t, std::int64_t> get(std::size_t i) const {
     // The same lock the test holds in the parent: a forked copy of a locked mutex stays locked.
     std::lock_guard lock(held_mutex());
-    if (static_cast<std::int64_t>(i) == crash_at) *static_cast<volatile int*>(nullptr) = 1;
+    if (static_cast<std::int64_t>(i) == crash_at) ::raise(SIGSEGV);
     return {rows[static_cast<std::int64_t>(i)], g_init_value, ::getpid(), ::getppid()};
   }
   static std::mutex& held_mutex() {
