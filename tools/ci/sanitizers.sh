@@ -4,8 +4,9 @@
 #
 # usage: tools/ci/sanitizers.sh [BUILD_DIR] [extra meson test args...]
 #   BUILD_DIR defaults to build-asan. Only the five suites' executables (and the library) are
-#   built, with at most two jobs: on CI's 2-core machine this build and run add about 20 minutes
-#   on a cold ccache (a few on a warm one).
+#   built, with at most two jobs. Measured on the 2-core machine while other builds ran (load
+#   average about 8): 41 min to build from a cold ccache, 68 s to run the suites. On an idle
+#   machine the build should take a quarter to a half of that; with a warm ccache, a few minutes.
 #
 # NOTE: leak detection is off. libtorch (not built with ASan) keeps allocations for the
 # process's life (its allocator caches, thread pools, registries), which LeakSanitizer reports
