@@ -194,6 +194,19 @@ TEST_SUITE("loader") {
     CHECK(batched.size() == 3);
   }
 
+  TEST_CASE("a collate passed as make_data_loader's third argument, a lambda included") {
+    auto loader = make_data_loader(IndexDataset{5}, {.batch_size = 2, .num_workers = 1},
+                                   [](std::vector<std::int64_t> s) {
+                                     return std::accumulate(s.begin(), s.end(), std::int64_t{0});
+                                   });
+    static_assert(std::same_as<decltype(loader)::batch_type, std::int64_t>);
+    CHECK(loader.options().batch_size == 2);  // the other options are kept
+    CHECK(loader.options().num_workers == 1);
+    std::vector<std::int64_t> sums;
+    for (auto& s : loader) sums.push_back(s);
+    CHECK(sums == std::vector<std::int64_t>{0 + 1, 2 + 3, 4});
+  }
+
   TEST_CASE("size() over a user sampler without size() names what is missing") {
     struct Unsized {
       Generator<Index> indices() const {
