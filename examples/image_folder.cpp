@@ -296,8 +296,10 @@ int main(int argc, char** argv) try {
   // eval transform.
   using Pipeline = coload::vision::ImagePipeline;
   auto train_pipeline = Pipeline(index, coload::vision::TrainTransform{});
-  auto eval_pipeline = std::make_shared<Pipeline>(std::move(index), coload::vision::EvalTransform{});
-  const auto val_images = static_cast<std::int64_t>(static_cast<double>(images) * args.val_fraction);
+  auto eval_pipeline =
+      std::make_shared<Pipeline>(std::move(index), coload::vision::EvalTransform{});
+  const auto val_images =
+      static_cast<std::int64_t>(static_cast<double>(images) * args.val_fraction);
   auto split = coload::random_split(std::move(train_pipeline),
                                     {images - val_images, val_images},
                                     coload::make_generator(static_cast<std::uint64_t>(args.seed)));
