@@ -33,7 +33,8 @@ asio::awaitable<void> train(example::Loader& loader, example::Trainer& trainer,
 }  // namespace
 
 int main(int argc, char** argv) try {
-  const example::Args args = example::parse_args(argc, argv);
+  const example::Args args = example::parse_args(
+      argc, argv, "asio_trainer: an Asio coroutine trainer (co_spawn) over a coload loader");
   auto loader = example::make_loader(args);
   example::Trainer trainer;
   asio::io_context io;

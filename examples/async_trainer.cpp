@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <exception>
 #include <optional>
-#include <string_view>
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "example_support.hpp"
 
@@ -50,20 +52,15 @@ coload::Task<void> train(example::Loader& loader, example::Trainer& trainer,
 
 int main(int argc, char** argv) try {
   bool json = false;
-  bool cuda = false;
+  std::string device_name = "cpu";
   const example::Args args = example::parse_args(
-      argc, argv, " [--device cpu|cuda] [--json]",
-      [&](std::string_view flag, int& i, int argc, char** argv) {
-        if (flag == "--json") return json = true;
-        if (flag != "--device") return false;
-        const std::string_view device = i + 1 < argc ? argv[++i] : "";
-        if (device == "cuda") {
-          cuda = true;
-        } else if (device != "cpu") {
-          example::usage(argv[0], " [--device cpu|cuda] [--json]", 2);
-        }
-        return true;
+      argc, argv, "async_trainer: a coroutine trainer over a coload loader", [&](CLI::App& app) {
+        app.add_option("--device", device_name, "where the batches go")
+            ->check(CLI::IsMember({"cpu", "cuda"}))
+            ->capture_default_str();
+        app.add_flag("--json", json, "stdout: one JSON line with the totals");
       });
+  const bool cuda = device_name == "cuda";
   // --device cuda: the loader's device stage copies each pinned batch to the GPU on its own
   // stream (refused at construction, saying why, where libtorch or the machine has no CUDA).
   std::optional<at::Device> device;
@@ -75,9 +72,11 @@ int main(int argc, char** argv) try {
   coload::sync_wait(
       train(loader, trainer, args.epochs, cuda, totals, json ? stderr : stdout));
   if (json) {
-    std::printf("{\"samples_per_s\": %.1f, \"epochs\": %lld, \"final_loss\": %.6f}\n",
-                static_cast<double>(totals.samples) / totals.seconds,
-                static_cast<long long>(args.epochs), totals.final_loss);
+    const nlohmann::json line{
+        {"samples_per_s", static_cast<double>(totals.samples) / totals.seconds},
+        {"epochs", args.epochs},
+        {"final_loss", totals.final_loss}};
+    std::printf("%s\n", line.dump().c_str());
   }
   return 0;
 } catch (const std::exception& e) {

@@ -22,6 +22,7 @@
 // Exit status: 0, 1 when the coverage check fails or on an error, 2 on bad flags.
 
 #include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -29,7 +30,6 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -60,64 +60,42 @@ struct Args {
   bool break_coverage = false;
 };
 
-constexpr const char* kUsage =
-    "usage: distributed [ROOT] [--epochs 3] [--workers 2] [--batch-size 32] [--samples 1001]\n"
-    "                   [--limit N] [--seed 0] [--break-coverage]\n"
-    "  ROOT              a folder of class sub-folders of images; without it, an in-memory\n"
-    "                    dataset of --samples rows\n"
-    "  --epochs N        passes over the data (default 3)\n"
-    "  --workers N       loader worker threads per rank (default 2)\n"
-    "  --batch-size N    samples per batch (default 32)\n"
-    "  --samples N       size of the in-memory dataset (default 1001)\n"
-    "  --limit N         use only the first N images of ROOT\n"
-    "  --seed N          seeds the sampler's shuffle (default 0)\n"
-    "  --break-coverage  rank 1 (rank 0 when alone) leaves one sample uncounted, so the\n"
-    "                    coverage check must fail\n"
-    "Run it under torchrun, e.g.\n"
-    "  python3 -m torch.distributed.run --nproc_per_node=2 --no_python --redirects 1 --tee 1 \\\n"
-    "      build/examples/distributed\n";
-
-[[noreturn]] void usage(int rc) {
-  std::fputs(kUsage, rc ? stderr : stdout);
-  std::exit(rc);
-}
-
-std::int64_t parse_count(std::string_view value, std::int64_t min) {
-  std::int64_t n = 0;
-  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-  if (ec != std::errc{} || end != value.data() + value.size() || n < min) usage(2);
-  return n;
-}
-
+/// Parses the flags with CLI11: --help lists them; a bad or unknown flag is named, exit 2.
 Args parse_args(int argc, char** argv) {
   Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    auto value = [&]() -> std::string_view {
-      if (i + 1 == argc) usage(2);
-      return argv[++i];
-    };
-    if (flag == "--help" || flag == "-h") {
-      usage(0);
-    } else if (flag == "--epochs") {
-      args.epochs = parse_count(value(), 1);
-    } else if (flag == "--workers") {
-      args.workers = parse_count(value(), 0);
-    } else if (flag == "--batch-size") {
-      args.batch_size = parse_count(value(), 1);
-    } else if (flag == "--samples") {
-      args.samples = parse_count(value(), 1);
-    } else if (flag == "--limit") {
-      args.limit = parse_count(value(), 1);
-    } else if (flag == "--seed") {
-      args.seed = parse_count(value(), 0);
-    } else if (flag == "--break-coverage") {
-      args.break_coverage = true;
-    } else if (flag.starts_with("-") || args.root) {
-      usage(2);
-    } else {
-      args.root = std::string(flag);
-    }
+  CLI::App app{"distributed: each torchrun rank loads its DistributedSampler share; the ranks "
+               "check together that every sample was seen once per epoch"};
+  app.footer(
+      "Run it under torchrun, e.g.\n"
+      "  /usr/bin/python3 -m torch.distributed.run --nproc_per_node=2 --no_python \\\n"
+      "      --redirects 1 --tee 1 build/examples/distributed");
+  app.add_option("ROOT", args.root,
+                 "a folder of class sub-folders of images; without it, an in-memory dataset of "
+                 "--samples rows");
+  app.add_option("--epochs", args.epochs, "passes over the data")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--workers", args.workers, "loader worker threads per rank")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--batch-size", args.batch_size, "samples per batch")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--samples", args.samples, "size of the in-memory dataset")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--limit", args.limit, "use only the first N images of ROOT")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seed", args.seed, "seeds the sampler's shuffle")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--break-coverage", args.break_coverage,
+               "rank 1 (rank 0 when alone) leaves one sample uncounted, so the coverage check "
+               "must fail");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
   return args;
 }

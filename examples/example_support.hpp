@@ -2,16 +2,16 @@
 // Each example file shows only what differs between them: how it consumes the loader.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <optional>
-#include <string_view>
+#include <string>
 #include <vector>
 
 #include "coload/coload.hpp"
@@ -28,40 +28,33 @@ struct Args {
   std::int64_t samples = 20'000;
 };
 
-/// An example's own flag: returns true when it took `flag` (and its value, advancing `i`).
-using ExtraFlag = std::function<bool(std::string_view flag, int& i, int argc, char** argv)>;
+/// Adds an example's own flags to the parser.
+using ExtraFlags = std::function<void(CLI::App&)>;
 
-[[noreturn]] inline void usage(const char* argv0, const char* extra_usage, int rc) {
-  std::fprintf(rc ? stderr : stdout,
-               "usage: %s [--epochs N] [--workers N] [--batch-size N] [--samples N]%s\n"
-               "  --epochs N      passes over the data (default 2)\n"
-               "  --workers N     loader worker threads, 0 fetches on the driver (default 2)\n"
-               "  --batch-size N  samples per batch (default 256)\n"
-               "  --samples N     synthetic dataset size (default 20000)\n",
-               argv0, extra_usage);
-  std::exit(rc);
-}
-
-/// Parses the common flags; unknown flags, bad numbers or counts below 1 (workers: 0) exit 2.
-inline Args parse_args(int argc, char** argv, const char* extra_usage = "",
-                       const ExtraFlag& extra = {}) {
+/// Parses the common flags with CLI11: `--help` prints them; an unknown flag, a bad number or a
+/// count below 1 (workers: below 0) is named on stderr and exits 2.
+inline Args parse_args(int argc, char** argv, const std::string& description,
+                       const ExtraFlags& extra = {}) {
   Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    if (flag == "--help" || flag == "-h") usage(argv[0], extra_usage, 0);
-    if (extra && extra(flag, i, argc, argv)) continue;
-    std::int64_t* target = flag == "--epochs"       ? &args.epochs
-                           : flag == "--workers"    ? &args.workers
-                           : flag == "--batch-size" ? &args.batch_size
-                           : flag == "--samples"    ? &args.samples
-                                                    : nullptr;
-    if (!target || i + 1 == argc) usage(argv[0], extra_usage, 2);
-    const std::string_view value = argv[++i];
-    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), *target);
-    const std::int64_t min = target == &args.workers ? 0 : 1;
-    if (ec != std::errc{} || end != value.data() + value.size() || *target < min) {
-      usage(argv[0], extra_usage, 2);
-    }
+  CLI::App app{description};
+  app.add_option("--epochs", args.epochs, "passes over the data")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--workers", args.workers,
+                 "loader worker threads, 0 fetches on the driver")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--batch-size", args.batch_size, "samples per batch")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--samples", args.samples, "synthetic dataset size")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  if (extra) extra(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
   return args;
 }

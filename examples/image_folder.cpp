@@ -6,28 +6,33 @@
 //                [--epochs 1] [--seed 0] [--eval] [--limit N] [--json]
 //                [--hashes] [--state FILE] [--resume FILE]
 //
-// ROOT holds one sub-folder per class, as torchvision's ImageFolder reads it. Each epoch runs
-// the standard train transform (RandomResizedCrop(224), RandomHorizontalFlip, ToTensor,
-// Normalize) in shuffled order, or with --eval the eval transform (Resize(256),
-// CenterCrop(224), ToTensor, Normalize) in folder order; the model trains on the batches either
-// way. Per epoch it prints the images, seconds, images/s, the seconds the consumer spent
-// blocked waiting for a batch, and the mean loss; while an epoch runs a progress bar goes to
+// ROOT holds one sub-folder per class, as torchvision's ImageFolder reads it. A fraction of
+// the images (--val-fraction, default 0.2; 0 turns it off) is held out as a validation split
+// with random_split seeded by --seed. Each epoch trains on the rest with the standard train
+// transform (RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize) in shuffled
+// order, then evaluates the model on the validation split with the eval transform (Resize(256),
+// CenterCrop(224), ToTensor, Normalize) in order. Per epoch it prints the images, seconds,
+// images/s, the seconds the consumer spent blocked waiting for a batch, the mean loss, the
+// training accuracy and the validation accuracy; while an epoch runs a progress bar goes to
 // stderr (a line every few seconds when stderr is not a terminal). With --json, stdout is
 // exactly one JSON object per epoch, one per line:
-//   {"epoch": 0, "images": 1000, "seconds": 0.41, "images_per_s": 2439.0,
-//    "wait_seconds": 0.01, "loss": 2.1, "accuracy": 0.31, "digest": "9f0c..."}
-// "digest" hashes every batch of the epoch in delivery order (coload::Digest), so two runs can
-// be compared from the command line; --hashes also prints, after each batch, a line
+//   {"epoch": 0, "images": 480, "seconds": 0.41, "images_per_s": 1170.7,
+//    "wait_seconds": 0.01, "loss": 2.1, "accuracy": 0.31, "val_images": 120,
+//    "val_accuracy": 0.42, "digest": "9f0c..."}
+// "digest" hashes every training batch of the epoch in delivery order (coload::Digest), so two
+// runs can be compared from the command line; --hashes also prints, after each batch, a line
 // `batch <epoch> <n> <hex>` with that batch's hash (n counts the epoch's batches from 0).
-// --state FILE saves the loader's state after every batch (before its hash line); --resume
-// FILE starts the loader from such a state (the model starts afresh: only the data resumes).
-// Exit status: 0, 1 on an error (a missing or empty ROOT, an unreadable image), 2 on bad flags.
+// --state FILE saves the training loader's state after every batch (before its hash line);
+// --resume FILE starts the training loader from such a state (the model starts afresh: only
+// the data resumes).
+// Exit status: 0, 1 on an error (a missing or empty ROOT, an unreadable image), 2 on bad flags
+// (an unknown flag is named).
 
+#include <CLI/CLI.hpp>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -35,12 +40,13 @@
 #include <exception>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <utility>
 
 #include "coload/coload.hpp"
 #include "coload/vision/folder.hpp"
 #include "coload/vision/pipeline.hpp"
+
+#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -57,7 +63,7 @@ struct Args {
   std::string executor = "threads";
   std::int64_t epochs = 1;
   std::int64_t seed = 0;
-  bool eval = false;
+  double val_fraction = 0.2;
   std::optional<std::int64_t> limit;
   bool json = false;
   bool hashes = false;
@@ -65,90 +71,57 @@ struct Args {
   std::string resume_file;
 };
 
-constexpr const char* kUsage =
-    "usage: image_folder ROOT [--batch-size 64] [--workers 2] [--executor threads|processes]\n"
-    "                    [--epochs 1] [--seed 0] [--eval] [--limit N] [--json]\n"
-    "                    [--hashes] [--state FILE] [--resume FILE]\n"
-    "  ROOT              a folder of class sub-folders of images (torchvision's ImageFolder)\n"
-    "  --batch-size N    images per batch (default 64)\n"
-    "  --workers N       loader workers; 0 decodes on the loader's own thread (default 2)\n"
-    "  --executor KIND   threads (default) or processes\n"
-    "  --epochs N        passes over the data (default 1)\n"
-    "  --seed N          seeds the shuffle, every crop and flip, and the model (default 0)\n"
-    "  --eval            eval transform (resize 256, centre-crop 224) in folder order\n"
-    "  --limit N         use only the first N images of the folder\n"
-    "  --json            stdout: one JSON object per epoch (and --hashes lines)\n"
-    "  --hashes          after each batch: batch <epoch> <n> <hash of its bytes>\n"
-    "  --state FILE      save the loader's state to FILE after every batch\n"
-    "  --resume FILE     start from a state saved with --state (--epochs counts from 0)\n";
-
-[[noreturn]] void usage(int rc) {
-  std::fputs(kUsage, rc ? stderr : stdout);
-  std::exit(rc);
+/// A 64-bit hash as 16 hex digits.
+std::string hex64(std::uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
 }
 
-std::int64_t parse_count(std::string_view value, std::int64_t min) {
-  std::int64_t n = 0;
-  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-  if (ec != std::errc{} || end != value.data() + value.size() || n < min) usage(2);
-  return n;
-}
-
+/// Parses the flags with CLI11: --help lists them; a bad or unknown flag is named, exit 2.
 Args parse_args(int argc, char** argv) {
   Args args;
-  bool have_root = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view flag = argv[i];
-    // Both `--flag value` and `--flag=value`.
-    std::optional<std::string_view> inline_value;
-    if (const auto eq = flag.find('='); flag.starts_with("--") && eq != flag.npos) {
-      inline_value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    }
-    auto value = [&]() -> std::string_view {
-      if (inline_value) return *inline_value;
-      if (i + 1 == argc) usage(2);
-      return argv[++i];
-    };
-    auto no_value = [&] {
-      if (inline_value) usage(2);
-    };
-    if (flag == "--help" || flag == "-h") {
-      usage(0);
-    } else if (flag == "--batch-size") {
-      args.batch_size = parse_count(value(), 1);
-    } else if (flag == "--workers") {
-      args.workers = parse_count(value(), 0);
-    } else if (flag == "--executor") {
-      args.executor = value();
-      if (args.executor != "threads" && args.executor != "processes") usage(2);
-    } else if (flag == "--epochs") {
-      args.epochs = parse_count(value(), 1);
-    } else if (flag == "--seed") {
-      args.seed = parse_count(value(), 0);
-    } else if (flag == "--limit") {
-      args.limit = parse_count(value(), 1);
-    } else if (flag == "--eval") {
-      no_value();
-      args.eval = true;
-    } else if (flag == "--json") {
-      no_value();
-      args.json = true;
-    } else if (flag == "--hashes") {
-      no_value();
-      args.hashes = true;
-    } else if (flag == "--state") {
-      args.state_file = value();
-    } else if (flag == "--resume") {
-      args.resume_file = value();
-    } else if (flag.starts_with("-") || have_root) {
-      usage(2);
-    } else {
-      args.root = flag;
-      have_root = true;
-    }
+  CLI::App app{"image_folder: an ImageNet-style input pipeline over a folder of JPEGs, "
+               "feeding a tiny classifier"};
+  app.add_option("ROOT", args.root,
+                 "a folder of class sub-folders of images (torchvision's ImageFolder)");
+  // NOTE: ROOT is checked after parsing, so that an unknown flag is named before it.
+  app.add_option("--batch-size", args.batch_size, "images per batch")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--workers", args.workers,
+                 "loader workers; 0 decodes on the loader's own thread")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--executor", args.executor, "where the workers run")
+      ->check(CLI::IsMember({"threads", "processes"}))
+      ->capture_default_str();
+  app.add_option("--epochs", args.epochs, "passes over the data")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--seed", args.seed,
+                 "seeds the split, the shuffle, every crop and flip, and the model")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--val-fraction", args.val_fraction,
+                 "held out for validation (eval transform); 0: no validation")
+      ->check(CLI::Range(0.0, 0.9))
+      ->capture_default_str();
+  app.add_option("--limit", args.limit, "use only the first N images of the folder")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--json", args.json, "stdout: one JSON object per epoch (and --hashes lines)");
+  app.add_flag("--hashes", args.hashes,
+               "after each training batch: batch <epoch> <n> <hash of its bytes>");
+  app.add_option("--state", args.state_file,
+                 "save the training loader's state to FILE after every batch");
+  app.add_option("--resume", args.resume_file,
+                 "start from a state saved with --state (--epochs counts from 0)");
+  try {
+    app.parse(argc, argv);
+    if (args.root.empty()) throw CLI::RequiredError("ROOT");
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
-  if (!have_root) usage(2);
   return args;
 }
 
@@ -174,6 +147,15 @@ struct Classifier {
     return {loss.item<double>(), correct};
   }
 
+  /// How many images of a batch the model gets right, without training on them.
+  std::int64_t evaluate(const at::Tensor& images, const at::Tensor& labels) {
+    torch::NoGradGuard no_grad;
+    model->eval();
+    const auto correct = model->forward(images).argmax(1).eq(labels).sum().item<std::int64_t>();
+    model->train();
+    return correct;
+  }
+
   torch::nn::Sequential model;
   torch::optim::Adam optimizer;
 };
@@ -186,11 +168,16 @@ struct EpochStats {
   double loss_sum = 0;  // weighted by batch size: the last batch may be short
   std::int64_t correct = 0;
   coload::Digest digest;
+  std::int64_t val_images = 0;
+  std::int64_t val_correct = 0;
 
   double images_per_s() const { return seconds > 0 ? static_cast<double>(images) / seconds : 0; }
   double mean_loss() const { return images ? loss_sum / static_cast<double>(images) : 0; }
   double accuracy() const {
     return images ? static_cast<double>(correct) / static_cast<double>(images) : 0;
+  }
+  double val_accuracy() const {
+    return val_images ? static_cast<double>(val_correct) / static_cast<double>(val_images) : 0;
   }
 };
 
@@ -303,21 +290,41 @@ int main(int argc, char** argv) try {
   const auto classes = static_cast<std::int64_t>(index.classes.size());
   const auto images = static_cast<std::int64_t>(index.samples.size());
 
-  coload::vision::ImagePipeline::Transform transform = coload::vision::TrainTransform{};
-  if (args.eval) transform = coload::vision::EvalTransform{};
-  auto loader = coload::make_data_loader(
-      coload::vision::ImagePipeline(std::move(index), transform),
-      {.batch_size = args.batch_size,
-       .shuffle = !args.eval,
-       .num_workers = static_cast<int>(args.workers),
-       .seed = static_cast<std::uint64_t>(args.seed),
-       .executor = args.executor == "processes" ? coload::Executor::processes
-                                                : coload::Executor::threads});
+  // The validation split: random_split with the seed, as torch.utils.data.random_split with
+  // torch.Generator().manual_seed(seed). Training reads its part with the train transform;
+  // validation reads the other part, through a second pipeline over the same index, with the
+  // eval transform.
+  using Pipeline = coload::vision::ImagePipeline;
+  auto train_pipeline = Pipeline(index, coload::vision::TrainTransform{});
+  auto eval_pipeline =
+      std::make_shared<Pipeline>(std::move(index), coload::vision::EvalTransform{});
+  const auto val_images =
+      static_cast<std::int64_t>(static_cast<double>(images) * args.val_fraction);
+  auto split = coload::random_split(std::move(train_pipeline),
+                                    {images - val_images, val_images},
+                                    coload::make_generator(static_cast<std::uint64_t>(args.seed)));
+  coload::Subset<Pipeline> val_split(eval_pipeline, split[1].indices());
+  const auto train_images = split[0].size();
+
+  const auto executor =
+      args.executor == "processes" ? coload::Executor::processes : coload::Executor::threads;
+  auto loader = coload::make_data_loader(std::move(split[0]),
+                                         {.batch_size = args.batch_size,
+                                          .shuffle = true,
+                                          .num_workers = static_cast<int>(args.workers),
+                                          .seed = static_cast<std::uint64_t>(args.seed),
+                                          .executor = executor});
+  auto val_loader = coload::make_data_loader(std::move(val_split),
+                                             {.batch_size = args.batch_size,
+                                              .num_workers = static_cast<int>(args.workers),
+                                              .seed = static_cast<std::uint64_t>(args.seed),
+                                              .executor = executor});
 
   if (!args.json) {
-    std::printf("%s: %lld images in %lld classes; %s transform, batch %lld, ", args.root.c_str(),
-                static_cast<long long>(images), static_cast<long long>(classes),
-                args.eval ? "eval" : "train", static_cast<long long>(args.batch_size));
+    std::printf("%s: %lld images in %lld classes (%lld train, %lld validation); batch %lld, ",
+                args.root.c_str(), static_cast<long long>(images),
+                static_cast<long long>(classes), static_cast<long long>(train_images),
+                static_cast<long long>(val_images), static_cast<long long>(args.batch_size));
     if (args.workers == 0) {
       std::printf("no workers (decoding on the loader's thread)\n");
     } else {
@@ -335,22 +342,33 @@ int main(int argc, char** argv) try {
 
   Classifier classifier(classes);
   for (std::int64_t e = first_epoch; e < args.epochs; ++e) {
-    const EpochStats s = run_epoch(loader, classifier, e, images, args);
+    EpochStats s = run_epoch(loader, classifier, e, train_images, args);
+    if (val_images > 0) {
+      for (auto& [batch_images, labels] : val_loader) {
+        s.val_correct += classifier.evaluate(batch_images, labels);
+        s.val_images += batch_images.size(0);
+      }
+    }
     if (args.json) {
-      std::printf(
-          "{\"epoch\": %lld, \"images\": %lld, \"seconds\": %.4f, \"images_per_s\": %.1f, "
-          "\"wait_seconds\": %.4f, \"loss\": %.4f, \"accuracy\": %.4f, "
-          "\"digest\": \"%016llx\"}\n",
-          static_cast<long long>(e), static_cast<long long>(s.images), s.seconds,
-          s.images_per_s(), s.wait_seconds, s.mean_loss(), s.accuracy(),
-          static_cast<unsigned long long>(s.digest.value()));
+      const nlohmann::ordered_json line{
+          {"epoch", e},
+          {"images", s.images},
+          {"seconds", s.seconds},
+          {"images_per_s", s.images_per_s()},
+          {"wait_seconds", s.wait_seconds},
+          {"loss", s.mean_loss()},
+          {"accuracy", s.accuracy()},
+          {"val_images", s.val_images},
+          {"val_accuracy", s.val_accuracy()},
+          {"digest", hex64(s.digest.value())}};
+      std::printf("%s\n", line.dump().c_str());
     } else {
       std::printf(
           "epoch %lld  %lld images  %.2f s  %.1f images/s  waited %.2f s (%.0f%%)  "
-          "loss %.4f  accuracy %.1f%%\n",
+          "loss %.4f  accuracy %.1f%%  val accuracy %.1f%%\n",
           static_cast<long long>(e), static_cast<long long>(s.images), s.seconds,
           s.images_per_s(), s.wait_seconds, s.seconds > 0 ? 100 * s.wait_seconds / s.seconds : 0,
-          s.mean_loss(), 100 * s.accuracy());
+          s.mean_loss(), 100 * s.accuracy(), 100 * s.val_accuracy());
     }
     // Flushed per epoch so a harness reading a pipe sees each line as it happens.
     std::fflush(stdout);

@@ -11,7 +11,8 @@
 #include "example_support.hpp"
 
 int main(int argc, char** argv) try {
-  const example::Args args = example::parse_args(argc, argv);
+  const example::Args args = example::parse_args(
+      argc, argv, "range_for: the simplest coload trainer, one range-for per epoch");
   auto loader = example::make_loader(args);
   example::Trainer trainer;
   for (std::int64_t epoch = 1; epoch <= args.epochs; ++epoch) {

@@ -16,4 +16,4 @@ ensure_packages() {
 
 COLOAD_BUILD_PACKAGES=(g++ meson ninja-build pkg-config libtorch-dev libasio-dev liburing-dev
                        doctest-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev
-                       libgloo-dev)
+                       libgloo-dev libcli11-dev nlohmann-json3-dev libxxhash-dev)

@@ -3,6 +3,7 @@
 
 #include "coload/collate/collate.hpp"
 #include "coload/collate/digest.hpp"
+#include "coload/collate/torch_data.hpp"
 #include "coload/collate/wire.hpp"
 #include "coload/core/error.hpp"
 #include "coload/core/index.hpp"
@@ -21,6 +22,7 @@
 #include "coload/dataset/stack.hpp"
 #include "coload/dataset/subset.hpp"
 #include "coload/dataset/tensor_dataset.hpp"
+#include "coload/dataset/torch_data.hpp"
 #include "coload/exec/errors.hpp"
 #include "coload/exec/process.hpp"
 #include "coload/exec/thread_executor.hpp"

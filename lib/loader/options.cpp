@@ -13,7 +13,7 @@
 
 namespace coload::detail {
 
-void check_worker_number(int num_workers) {
+void check_worker_number(int num_workers, bool processes) {
   if (num_workers <= 0) return;
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -28,7 +28,8 @@ void check_worker_number(int num_workers) {
   if (suggested <= 0 || num_workers <= suggested) return;
   warn_once("worker-number",
             "This DataLoader will create " + std::to_string(num_workers) +
-                " worker processes in total. Our suggested max number of worker in current "
+                (processes ? " worker processes" : " worker threads") +
+                " in total. Our suggested max number of worker in current "
                 "system is " +
                 std::to_string(suggested) +
                 (cpuset_checked ? "" : " (`cpuset` is not taken into account)") +

@@ -37,6 +37,7 @@
 #include "coload/dataset/tensor_dataset.hpp"
 #include "coload/loader/data_loader.hpp"
 #include "coload/loader/errors.hpp"
+#include "../support/idx_files.hpp"
 
 using namespace coload;
 
@@ -173,6 +174,7 @@ std::vector<std::vector<Index>> split_of(const std::vector<Subset<D>>& subsets) 
 // --- IDX files ---------------------------------------------------------------------------------
 
 namespace fs = std::filesystem;
+using namespace coload::test;
 
 // A fresh, empty directory, removed with the object.
 struct TempDir {
@@ -191,25 +193,6 @@ struct TempDir {
     fs::remove_all(path, ec);
   }
 };
-
-// An IDX file: big-endian magic, big-endian dimensions, then the bytes.
-std::string idx_bytes(std::uint32_t magic, const std::vector<std::uint32_t>& dims,
-                      const std::vector<std::uint8_t>& data) {
-  std::string out;
-  auto put = [&out](std::uint32_t v) {
-    for (int shift = 24; shift >= 0; shift -= 8)
-      out.push_back(static_cast<char>((v >> shift) & 0xff));
-  };
-  put(magic);
-  for (std::uint32_t d : dims) put(d);
-  out.append(data.begin(), data.end());
-  return out;
-}
-
-void write_plain(const fs::path& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 // CRC-32 (the gzip trailer's), bit by bit.
 std::uint32_t crc32_of(const std::string& bytes) {
@@ -247,28 +230,6 @@ void write_gz(const fs::path& path, const std::string& bytes) {
   write_plain(path, out);
 }
 
-// Pixel p of image k of the tiny set.
-std::uint8_t pixel(std::size_t k, std::size_t p) {
-  return static_cast<std::uint8_t>((k * 31 + p * 7) % 256);
-}
-
-// The bytes of `n` 28x28 images.
-std::vector<std::uint8_t> image_data(std::size_t n) {
-  std::vector<std::uint8_t> data;
-  for (std::size_t k = 0; k < n; ++k) {
-    for (std::size_t p = 0; p < 28 * 28; ++p) data.push_back(pixel(k, p));
-  }
-  return data;
-}
-
-std::string images_file(std::size_t n) {
-  return idx_bytes(0x803, {static_cast<std::uint32_t>(n), 28, 28}, image_data(n));
-}
-std::string labels_file(const std::vector<std::uint8_t>& labels) {
-  return idx_bytes(0x801, {static_cast<std::uint32_t>(labels.size())}, labels);
-}
-
-// Image k of the tiny set as a uint8 [28, 28] tensor.
 at::Tensor expected_image(std::size_t k) {
   std::vector<std::uint8_t> px;
   for (std::size_t p = 0; p < 28 * 28; ++p) px.push_back(pixel(k, p));

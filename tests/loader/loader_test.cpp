@@ -165,6 +165,64 @@ TEST_SUITE("loader") {
     CHECK(make_data_loader(range_dataset(9), {.batch_size = 3}).size() == 3);
   }
 
+  TEST_CASE("size() counts batches with every sampler of sampler/, by value or shared") {
+    // Each sampler's own length, batched by 3 (ceil) or with drop_last (floor).
+    auto check = [](AnySampler sampler, std::int64_t length) {
+      CAPTURE(length);
+      auto kept = make_data_loader(range_dataset(10), {.batch_size = 3, .sampler = sampler});
+      CHECK(kept.size() == (length + 2) / 3);
+      auto dropped = make_data_loader(range_dataset(10),
+                                      {.batch_size = 3, .sampler = sampler, .drop_last = true});
+      CHECK(dropped.size() == length / 3);
+      // size() is what an epoch delivers.
+      CHECK(static_cast<std::int64_t>(epoch_lists(kept).size()) == kept.size());
+    };
+    check(SequentialSampler(10), 10);
+    check(std::make_shared<SequentialSampler>(7), 7);
+    check(RandomSampler(10), 10);
+    check(RandomSampler(10, true, 5, make_generator(1)), 5);
+    check(SubsetRandomSampler({1, 3, 5, 7}, make_generator(2)), 4);
+    check(WeightedRandomSampler({1.0, 2.0, 3.0}, 8, true, make_generator(3)), 8);
+    check(DistributedSampler(10, 3, 0, true, 7), 4);  // ceil(10 / 3) per rank
+    check(DistributedSampler(10, 3, 2, true, 7, true), 3);  // drop_last: floor(10 / 3)
+    auto shared = std::make_shared<DistributedSampler>(10, 4, 1, false);
+    check(shared, 3);
+
+    // A batch sampler's own length is the loader's.
+    auto batched = make_data_loader(
+        range_dataset(10), {.batch_sampler = BatchSampler(RandomSampler(10), 4, false)});
+    CHECK(batched.size() == 3);
+  }
+
+  TEST_CASE("a collate passed as make_data_loader's third argument, a lambda included") {
+    auto loader = make_data_loader(IndexDataset{5}, {.batch_size = 2, .num_workers = 1},
+                                   [](std::vector<std::int64_t> s) {
+                                     return std::accumulate(s.begin(), s.end(), std::int64_t{0});
+                                   });
+    static_assert(std::same_as<decltype(loader)::batch_type, std::int64_t>);
+    CHECK(loader.options().batch_size == 2);  // the other options are kept
+    CHECK(loader.options().num_workers == 1);
+    std::vector<std::int64_t> sums;
+    for (auto& s : loader) sums.push_back(s);
+    CHECK(sums == std::vector<std::int64_t>{0 + 1, 2 + 3, 4});
+  }
+
+  TEST_CASE("size() over a user sampler without size() names what is missing") {
+    struct Unsized {
+      Generator<Index> indices() const {
+        for (Index i = 0; i < 4; ++i) co_yield i;
+      }
+    };
+    auto loader = make_data_loader(range_dataset(10), {.batch_size = 3, .sampler = Unsized{}});
+    CHECK(epoch_lists(loader).size() == 2);  // it loads, it just has no length
+    try {
+      (void)loader.size();
+      FAIL("size() returned");
+    } catch (const LogicError& e) {
+      CHECK(std::string(e.what()) == "DataLoader: the sampler has no size()");
+    }
+  }
+
   TEST_CASE("a range-for is one epoch of batches in sampler order, and may be repeated") {
     auto loader = make_data_loader(range_dataset(10), {.batch_size = 4});
     const std::vector<std::vector<std::int64_t>> expected{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9}};
@@ -611,7 +669,7 @@ TEST_SUITE("loader") {
     CHECK(lists.back().back() == 99);
   }
 
-  TEST_CASE("more workers than CPUs prints PyTorch's warning once") {
+  TEST_CASE("more workers than CPUs prints PyTorch's warning once, naming threads or processes") {
     std::vector<std::string> warnings;
     coload::detail::forget_warnings();  // earlier cases may have used more workers than CPUs
     set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
@@ -621,10 +679,23 @@ TEST_SUITE("loader") {
     set_warning_handler(nullptr);
     REQUIRE(warnings.size() == 1);
     CHECK(warnings[0].find("This DataLoader will create " + std::to_string(too_many) +
-                           " worker processes in total. Our suggested max number of worker in "
+                           " worker threads in total. Our suggested max number of worker in "
                            "current system is") == 0);
     CHECK(warnings[0].find("lower the worker number to avoid potential slowness/freeze if "
                            "necessary.") != std::string::npos);
+
+    // Processes (never forked here: the loader forks only when an epoch starts).
+    warnings.clear();
+    coload::detail::forget_warnings();
+    set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
+    {
+      auto p = make_data_loader(IndexDataset{4},
+                                {.num_workers = too_many, .executor = Executor::processes});
+    }
+    set_warning_handler(nullptr);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("This DataLoader will create " + std::to_string(too_many) +
+                           " worker processes in total.") == 0);
   }
 }
 

@@ -171,6 +171,11 @@ struct coload::wire::Wire<Table> {
   }
 };
 
+/// A batch type the wire format has no Wire<> for.
+struct UnwiredBatch {
+  std::size_t n;
+};
+
 TEST_SUITE("loader") {
   TEST_CASE("process workers yield the same batches as threads, from forked processes") {
     // GNU OpenMP hangs a forked child that enters its pool: use the pool here first.
@@ -521,6 +526,20 @@ TEST_SUITE("loader") {
     options.worker_init_fn = [captured](const WorkerInfo&) { g_init_value = captured; };
     CHECK_THROWS_WITH_AS(make_data_loader(Table{at::zeros({4, 2})}, options),
                          doctest::Contains("worker_init_fn to be a plain function"),
+                         std::invalid_argument);
+  }
+
+  TEST_CASE("executor = processes with a batch type the wire format lacks names the type") {
+    auto loader = [] {
+      return make_data_loader(Probe{}, {.batch_size = 2, .num_workers = 1,
+                                        .executor = Executor::processes},
+                              [](std::vector<Sample> samples) {
+                                return UnwiredBatch{samples.size()};
+                              });
+    };
+    CHECK_THROWS_WITH_AS(loader(),
+                         "coload: the process executor sends batches of `UnwiredBatch` through "
+                         "the wire format: specialise `coload::wire::Wire<UnwiredBatch>`",
                          std::invalid_argument);
   }
 

@@ -811,6 +811,21 @@ TEST_SUITE("sampler") {
     CHECK(all == Indices{0, 0, 1, 1, 2, 3, 4, 5, 6});
   }
 
+  TEST_CASE("a seeded sampler reads as in Python: RandomSampler(n, {.seed = 42})") {
+    // RandomSampler(range(10), generator=torch.Generator().manual_seed(42)).
+    RandomSampler seeded(10, {.seed = 42});
+    CHECK(epoch_of(seeded) == Indices{2, 6, 1, 8, 4, 5, 0, 9, 3, 7});
+    CHECK(epoch_of(seeded) == Indices{7, 5, 0, 3, 1, 6, 9, 8, 4, 2});  // the stream goes on
+    RandomSampler keywords(10, {.replacement = true, .num_samples = 5, .seed = 1});
+    RandomSampler positional(10, true, 5, make_generator(1));
+    CHECK(keywords.size() == 5);
+    CHECK(epoch_of(keywords) == epoch_of(positional));
+    SubsetRandomSampler subset({10, 20, 30, 40, 50}, 1);
+    CHECK(epoch_of(subset) == Indices{10, 50, 30, 40, 20});
+    WeightedRandomSampler weighted({0.0, 1.0, 0.0, 2.0}, 8, true, 2);
+    CHECK(epoch_of(weighted) == Indices{3, 1, 3, 3, 3, 3, 1, 1});
+  }
+
   TEST_CASE("the new samplers go into LoaderOptions::sampler, by value or shared") {
     LoaderOptions<> subset{.sampler = SubsetRandomSampler({10, 20, 30, 40, 50}, make_generator(1))};
     CHECK(subset.sampler.size() == std::optional<std::int64_t>(5));

@@ -1,6 +1,6 @@
 #pragma once
 // What the benchmark programs share: running a peer script and reading its one-line JSON
-// result, a few JSON scraps, shell quoting, CPU time.
+// result (parsed by nlohmann-json), a few JSON scraps, shell quoting, CPU time.
 
 #include <time.h>
 
@@ -12,34 +12,30 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace coload::bench {
 
-/// The value of `"key":` in the flat one-line JSON object `line`, unparsed (string values
-/// unquoted). The objects are our own scripts', so a scan is enough.
+/// The value of `"key"` in the one-line JSON object `line` as text: a string's contents, or
+/// any other value as JSON writes it (`null` included); nothing when `line` is not a JSON
+/// object or has no such key.
 inline std::optional<std::string> json_field(const std::string& line, const std::string& key) {
-  const std::string k = "\"" + key + "\"";
-  auto p = line.find(k);
-  if (p == std::string::npos) return std::nullopt;
-  p = line.find(':', p + k.size());
-  if (p == std::string::npos) return std::nullopt;
-  ++p;
-  while (p < line.size() && line[p] == ' ') ++p;
-  if (p < line.size() && line[p] == '"') {
-    const auto q = line.find('"', p + 1);
-    if (q == std::string::npos) return std::nullopt;
-    return line.substr(p + 1, q - p - 1);
-  }
-  const auto q = line.find_first_of(",}", p);
-  return line.substr(p, q == std::string::npos ? std::string::npos : q - p);
+  const auto object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!object.is_object()) return std::nullopt;
+  const auto it = object.find(key);
+  if (it == object.end()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  return it->dump();
 }
 
-/// The number at `"key":` in `line`; nothing when absent, null or not a finite number.
+/// The number at `"key"` in `line`; nothing when absent, null or not a finite number.
 inline std::optional<double> json_double(const std::string& line, const std::string& key) {
-  const auto s = json_field(line, key);
-  if (!s || *s == "null") return std::nullopt;
-  char* end = nullptr;
-  const double v = std::strtod(s->c_str(), &end);
-  if (end == s->c_str() || !std::isfinite(v)) return std::nullopt;
+  const auto object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!object.is_object()) return std::nullopt;
+  const auto it = object.find(key);
+  if (it == object.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  if (!std::isfinite(v)) return std::nullopt;
   return v;
 }
 

@@ -16,6 +16,7 @@
 // index_select (a bare randperm + index_select loop: the floor for a shuffled batch).
 
 #include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
 #include <ATen/Parallel.h>
 #include <torch/data.h>  // libtorch's own loader: heavy, only here
 
@@ -76,44 +77,26 @@ struct Args {
   }
 };
 
-[[noreturn]] void usage(const char* argv0, int rc) {
-  std::fprintf(rc ? stderr : stdout,
-               "usage: %s [--epochs N] [--samples N] [--json] [--no-pytorch] [--only LIST]\n"
-               "  --epochs N    timed epochs per measurement, after one warm-up (default 3)\n"
-               "  --samples N   dataset size (default 200000)\n"
-               "  --json        print one JSON object instead of the table\n"
-               "  --no-pytorch  skip the PyTorch measurement (reported as null)\n"
-               "  --only LIST   run only these comma-separated measurements (coload_batch,\n"
-               "                coload_sample, libtorch, pytorch, index_select); others are null\n",
-               argv0);
-  std::exit(rc);
-}
-
+/// Parses the flags with CLI11: --help lists them; a bad or unknown flag is named, exit 2.
 Args parse_args(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view s = argv[i];
-    auto value = [&]() -> long long {
-      if (i + 1 >= argc) usage(argv[0], 2);
-      char* end = nullptr;
-      const long long v = std::strtoll(argv[++i], &end, 10);
-      if (!end || *end != '\0' || v <= 0) usage(argv[0], 2);
-      return v;
-    };
-    if (s == "--epochs")
-      a.epochs = static_cast<int>(value());
-    else if (s == "--samples")
-      a.samples = value();
-    else if (s == "--json")
-      a.json = true;
-    else if (s == "--no-pytorch")
-      a.pytorch = false;
-    else if (s == "--only" && i + 1 < argc)
-      a.only = argv[++i];
-    else if (s == "-h" || s == "--help")
-      usage(argv[0], 0);
-    else
-      usage(argv[0], 2);
+  CLI::App app{"overhead: coload's DataLoader against libtorch's torch::data, PyTorch's "
+               "DataLoader and a bare index_select loop, on the same in-memory data"};
+  app.add_option("--epochs", a.epochs, "timed epochs per measurement, after one warm-up")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--samples", a.samples, "dataset size")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--json", a.json, "print one JSON object instead of the table");
+  app.add_flag("!--no-pytorch", a.pytorch, "skip the PyTorch measurement (reported as null)");
+  app.add_option("--only", a.only,
+                 "run only these comma-separated measurements (coload_batch, coload_sample, "
+                 "libtorch, pytorch, index_select); others are null");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
   return a;
 }

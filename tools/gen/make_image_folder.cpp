@@ -12,6 +12,7 @@
 // jitter); everything else is random. The output is a function of (seed, class, index) alone: the
 // same command writes the same bytes whatever --threads.
 
+#include <CLI/CLI.hpp>
 #include <turbojpeg.h>
 
 #include <fcntl.h>
@@ -27,7 +28,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -44,55 +47,33 @@ struct Args {
   int quality = 90;
 };
 
-[[noreturn]] void usage(const char* argv0, int rc) {
-  std::fprintf(rc ? stderr : stdout,
-               "usage: %s OUT [--classes 10] [--per-class 100] [--seed 0] [--threads N] "
-               "[--quality 90]\n"
-               "  writes OUT/class_000/img_00000.jpg ...: synthetic JPEGs of ImageNet-like sizes\n"
-               "  with a class-dependent hue and stripe orientation, deterministic for a seed\n",
-               argv0);
-  std::exit(rc);
-}
-
+/// Parses the flags with CLI11: --help lists them; a bad or unknown flag is named, exit 2.
 Args parse(int argc, char** argv) {
   Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto number = [&](long long low, long long high) {
-      if (i + 1 >= argc) usage(argv[0], 2);
-      const char* v = argv[++i];
-      char* end = nullptr;
-      errno = 0;
-      const long long n = std::strtoll(v, &end, 10);
-      if (*v == '\0' || *end != '\0' || errno != 0 || n < low || n > high) {
-        std::fprintf(stderr, "%s: %s wants an integer in [%lld, %lld], got '%s'\n", argv[0],
-                     a.c_str(), low, high, v);
-        std::exit(2);
-      }
-      return n;
-    };
-    if (a == "--classes") {
-      args.classes = static_cast<int>(number(1, 100'000));
-    } else if (a == "--per-class") {
-      args.per_class = static_cast<int>(number(1, 10'000'000));
-    } else if (a == "--seed") {
-      args.seed = static_cast<std::uint64_t>(number(0, INT64_MAX));
-    } else if (a == "--threads") {
-      args.threads = static_cast<int>(number(0, 256));
-    } else if (a == "--quality") {
-      args.quality = static_cast<int>(number(1, 100));
-    } else if (a == "-h" || a == "--help") {
-      usage(argv[0], 0);
-    } else if (!a.empty() && a[0] == '-') {
-      std::fprintf(stderr, "%s: unknown option %s\n", argv[0], a.c_str());
-      usage(argv[0], 2);
-    } else if (args.out.empty()) {
-      args.out = a;
-    } else {
-      usage(argv[0], 2);
-    }
+  CLI::App app{"make_image_folder: writes OUT/class_000/img_00000.jpg ...: synthetic JPEGs of "
+               "ImageNet-like sizes with a class-dependent hue and stripe orientation, "
+               "deterministic for a seed"};
+  app.add_option("OUT", args.out, "the folder to write (missing parents are created)");
+  app.add_option("--classes", args.classes, "class folders")
+      ->check(CLI::Range(1, 100'000))
+      ->capture_default_str();
+  app.add_option("--per-class", args.per_class, "images per class")
+      ->check(CLI::Range(1, 10'000'000))
+      ->capture_default_str();
+  app.add_option("--seed", args.seed, "seeds every picture")->capture_default_str();
+  app.add_option("--threads", args.threads, "encoding threads; 0: one per CPU")
+      ->check(CLI::Range(0, 256))
+      ->capture_default_str();
+  app.add_option("--quality", args.quality, "JPEG quality")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+    // NOTE: OUT is checked after parsing, so that an unknown flag is named before it.
+    if (args.out.empty()) throw CLI::RequiredError("OUT");
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
-  if (args.out.empty()) usage(argv[0], 2);
   return args;
 }
 
@@ -337,9 +318,9 @@ int main(int argc, char** argv) {
   const int class_width = std::max(3, digits(args.classes - 1));
   const int image_width = std::max(5, digits(args.per_class - 1));
   std::vector<std::string> class_dirs;
-  if (::mkdir(args.out.c_str(), 0755) != 0 && errno != EEXIST) {
+  if (std::error_code ec; !std::filesystem::create_directories(args.out, ec) && ec) {
     std::fprintf(stderr, "make_image_folder: cannot create %s: %s\n", args.out.c_str(),
-                 std::strerror(errno));
+                 ec.message().c_str());
     return 1;
   }
   for (int c = 0; c < args.classes; ++c) {

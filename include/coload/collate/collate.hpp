@@ -49,6 +49,17 @@ collated_t<T> default_collate(std::vector<T> samples) {
 
 /// The loader's default collate function object.
 struct DefaultCollate {
+  DefaultCollate() = default;
+  /// Only to fail with a message that says "collate": `{.collate = f}` in braces passed to
+  /// make_data_loader keeps the default options type, which cannot hold `f`.
+  template <class F>
+    requires(!std::same_as<std::remove_cvref_t<F>, DefaultCollate>)
+  DefaultCollate(F&&) {  // NOLINT: implicit, so that braced options reach this message
+    static_assert(sizeof(F) == 0,
+                  "coload: a custom `.collate` cannot go into braced options of the default "
+                  "type LoaderOptions<>: pass it as make_data_loader(dataset, {...}, collate), "
+                  "or write coload::LoaderOptions{..., .collate = collate}");
+  }
   template <Collatable T>
   collated_t<T> operator()(std::vector<T> samples) const {
     return Collate<T>::collate(std::move(samples));

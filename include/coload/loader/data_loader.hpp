@@ -15,6 +15,7 @@
 #include <asio/executor_work_guard.hpp>
 #include <asio/post.hpp>
 
+#include <concepts>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -28,7 +29,10 @@
 #include "coload/coro/sync_wait.hpp"
 #include "coload/dataset/dataset.hpp"
 #include "coload/dataset/iterable.hpp"
+#include "coload/dataset/torch_data.hpp"
 #include "coload/loader/detail/core.hpp"
+#include "coload/loader/detail/diagnose.hpp"
+#include "coload/loader/detail/fetch_plan.hpp"
 #include "coload/loader/epoch.hpp"
 #include "coload/loader/options.hpp"
 #include "coload/loader/state.hpp"
@@ -208,12 +212,55 @@ class DataLoader {
   std::unique_ptr<Core> core_;
 };
 
-/// Makes a DataLoader over `dataset` (moved in) with `options`.
+namespace detail {
+/// True when the loader would hand the default collate a vector of samples it cannot batch.
+template <class D, class C>
+consteval bool default_collate_unusable() {
+  if constexpr (!std::same_as<C, DefaultCollate>) {
+    return false;
+  } else {
+    // NOTE: not through FetchPlan, whose batch type is the very error this check forestalls.
+    constexpr FetchPath path = choose_fetch_path<D, C>();
+    if constexpr (path == FetchPath::whole_batch || path == FetchPath::whole_batch_async) {
+      return false;  // get_batch builds the batch itself
+    } else {
+      return !Collatable<loader_sample_t<D>>;
+    }
+  }
+}
+}  // namespace detail
+
+/// Makes a DataLoader over `dataset` (moved in) with `options`. A torch::data dataset
+/// (`get(size_t)`, `std::optional<size_t> size()`) is loaded through TorchDataAdapter; its
+/// torch::data::Example samples collate into an Example batch (collate/torch_data.hpp).
+///
+/// A type that is not a dataset, or samples the default collate cannot batch, stop the build
+/// with an error whose first lines name the type and say what it lacks (see
+/// loader/detail/diagnose.hpp).
 template <class D, class C = DefaultCollate>
-  requires LoadableDataset<std::remove_cvref_t<D>>
-DataLoader<std::remove_cvref_t<D>, C> make_data_loader(D&& dataset,
-                                                       LoaderOptions<C> options = {}) {
-  return DataLoader<std::remove_cvref_t<D>, C>(std::forward<D>(dataset), std::move(options));
+auto make_data_loader(D&& dataset, LoaderOptions<C> options = {}) {
+  using Dataset = std::remove_cvref_t<D>;
+  if constexpr (!LoadableDataset<Dataset> && TorchDataDataset<Dataset>) {
+    // A libtorch dataset, as it is: through the torch::data adapter.
+    return make_data_loader(TorchDataAdapter<Dataset>(std::forward<D>(dataset)),
+                            std::move(options));
+  } else if constexpr (!LoadableDataset<Dataset>) {
+    static_assert(diagnose::is_not_a_dataset<Dataset>::value);
+  } else if constexpr (detail::default_collate_unusable<Dataset, C>()) {
+    static_assert(diagnose::default_collate_cannot_batch<detail::loader_sample_t<Dataset>>::value);
+  } else {
+    return DataLoader<Dataset, C>(std::forward<D>(dataset), std::move(options));
+  }
+}
+
+/// Makes a DataLoader over `dataset` with `options` and a collate function of the caller's
+/// (any callable, a lambda included), without spelling `LoaderOptions<Collate>`:
+/// `make_data_loader(dataset, {.batch_size = 4}, [](std::vector<Sample> s) { ... })`.
+/// `options.collate` is replaced by `collate`.
+template <class D, class C>
+auto make_data_loader(D&& dataset, LoaderOptions<> options, C collate) {
+  return make_data_loader(std::forward<D>(dataset),
+                          detail::with_collate(std::move(options), std::move(collate)));
 }
 
 }  // namespace coload

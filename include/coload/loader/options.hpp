@@ -95,6 +95,47 @@ struct LoaderOptions {
 };
 
 namespace detail {
+/// `options` with its collate replaced by `collate`, every other field as given.
+// NOTE: a field added to LoaderOptions must be added here too; the static_assert below notices
+// a LoaderOptions that grew (its size with an empty collate changes).
+template <class C>
+LoaderOptions<C> with_collate(LoaderOptions<>&& o, C collate) {
+  return LoaderOptions<C>{
+      .batch_size = o.batch_size,
+      .shuffle = o.shuffle,
+      .sampler = std::move(o.sampler),
+      .batch_sampler = std::move(o.batch_sampler),
+      .num_workers = o.num_workers,
+      .collate = std::move(collate),
+      .pin_memory = o.pin_memory,
+      .drop_last = o.drop_last,
+      .timeout = o.timeout,
+      .worker_init_fn = std::move(o.worker_init_fn),
+      .prefetch_factor = o.prefetch_factor,
+      .persistent_workers = o.persistent_workers,
+      .in_order = o.in_order,
+      .seed = o.seed,
+      .on_error = o.on_error,
+      .executor = o.executor,
+      .process_start = o.process_start,
+      .on_worker_death = o.on_worker_death,
+      .max_worker_restarts = o.max_worker_restarts,
+      .rank = o.rank,
+      .world_size = o.world_size,
+      .device = o.device,
+      .device_backend = std::move(o.device_backend),
+  };
+}
+struct WithCollateFieldCheck {
+  std::optional<std::int64_t> a; bool b; AnySampler c; AnyBatchSampler d; int e;
+  DefaultCollate f; bool g, h; double i; std::function<void(const WorkerInfo&)> j;
+  std::optional<int> k; bool l, m; std::optional<std::uint64_t> n; OnError o; Executor p;
+  ProcessStart q; OnWorkerDeath r; int s; std::optional<int> t, u;
+  std::optional<at::Device> v; std::shared_ptr<DeviceBackend> w;
+};
+static_assert(sizeof(WithCollateFieldCheck) == sizeof(LoaderOptions<>),
+              "LoaderOptions gained a field: copy it in detail::with_collate");
+
 /// What the loader knows of its dataset and collate at compile time, for validation.
 struct LoaderKind {
   /// The dataset is iterable (stream), not map-style.
@@ -110,8 +151,8 @@ void validate_options(std::optional<std::int64_t> batch_size, bool shuffle, bool
                       LoaderKind kind);
 
 /// PyTorch's check that num_workers does not exceed the CPUs this process may use: a warning,
-/// once per process.
-void check_worker_number(int num_workers);
+/// once per process, that says "worker processes" or "worker threads" for what they are.
+void check_worker_number(int num_workers, bool processes);
 
 template <class C>
 void validate_options(const LoaderOptions<C>& o, LoaderKind kind) {

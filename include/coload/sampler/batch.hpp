@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -44,8 +45,16 @@ class BatchSampler {
   std::int64_t size() const
     requires SizedSampler<S>
   {
-    const auto n = static_cast<std::int64_t>(sampler_.size());
-    return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+    return batches_of(static_cast<std::int64_t>(sampler_.size()));
+  }
+  /// The number of batches per epoch when the inner sampler's length may be unknown (an
+  /// AnySampler): empty when it is.
+  std::optional<std::int64_t> size() const
+    requires MaybeSizedSampler<S>
+  {
+    const std::optional<std::int64_t> n = sampler_.size();
+    if (!n) return std::nullopt;
+    return batches_of(*n);
   }
 
   S& sampler() noexcept { return sampler_; }
@@ -59,6 +68,9 @@ class BatchSampler {
   bool drop_last() const noexcept { return drop_last_; }
 
  private:
+  std::int64_t batches_of(std::int64_t n) const {
+    return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+  }
   Generator<std::vector<Index>> sync_batches() {
     auto batch = fresh();
     if constexpr (BlockSampler<S>) {

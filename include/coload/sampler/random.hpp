@@ -20,6 +20,17 @@ namespace detail {
 std::uint64_t draw_seed(const std::optional<at::Generator>& gen);
 }  // namespace detail
 
+/// RandomSampler's keyword arguments, as in Python: `RandomSampler(n, {.seed = 42})` is
+/// `RandomSampler(range(n), generator=torch.Generator().manual_seed(42))`.
+struct RandomSamplerOptions {
+  /// Draw with replacement.
+  bool replacement = false;
+  /// Indices per epoch; unset, the dataset size.
+  std::optional<std::int64_t> num_samples{};
+  /// Seeds the sampler's own generator; unset, each epoch draws from ATen's default generator.
+  std::optional<std::uint64_t> seed{};
+};
+
 /// Random order, as torch.utils.data.RandomSampler, drawing the same indices for the same
 /// generator state: `randperm` without replacement, `randint` in chunks of 32 with it.
 ///
@@ -32,6 +43,11 @@ class RandomSampler {
   explicit RandomSampler(std::int64_t size, bool replacement = false,
                          std::optional<std::int64_t> num_samples = std::nullopt,
                          std::optional<at::Generator> generator = std::nullopt);
+  /// With Python's keywords: `RandomSampler(n, {.replacement = true, .seed = 42})`.
+  RandomSampler(std::int64_t size, const RandomSamplerOptions& options)
+      : RandomSampler(size, options.replacement, options.num_samples,
+                      options.seed ? std::optional<at::Generator>(make_generator(*options.seed))
+                                   : std::nullopt) {}
 
   /// The indices of one epoch.
   Generator<Index> indices();

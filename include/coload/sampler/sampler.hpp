@@ -52,6 +52,28 @@ concept SizedSampler = requires(const S& s) {
   { s.size() } -> std::convertible_to<std::int64_t>;
 };
 
+/// A sampler whose size() may be unknown: it returns a std::optional, as AnySampler's does and
+/// torch::data's samplers do. Empty means "no length", as a Python sampler without __len__.
+template <class S>
+concept MaybeSizedSampler = !SizedSampler<S> && requires(const S& s) {
+  { s.size() } -> std::convertible_to<std::optional<std::int64_t>>;
+};
+
+namespace detail {
+/// The length of a sampler or batch sampler if it has one: its size(), the value of an
+/// optional size(), or nothing for a sampler without size().
+template <class S>
+std::optional<std::int64_t> sampler_size(const S& s) {
+  if constexpr (SizedSampler<S>) {
+    return static_cast<std::int64_t>(s.size());
+  } else if constexpr (MaybeSizedSampler<S>) {
+    return std::optional<std::int64_t>(s.size());
+  } else {
+    return std::nullopt;
+  }
+}
+}  // namespace detail
+
 namespace detail {
 
 template <class S>
@@ -111,12 +133,7 @@ class AnyYielder {
       if constexpr (requires { deref(held).set_epoch(epoch); }) deref(held).set_epoch(epoch);
     }
     std::optional<std::int64_t> size() const override {
-      using S = typename pointee<Holder>::type;
-      if constexpr (SizedSampler<S>) {
-        return static_cast<std::int64_t>(deref(const_cast<Holder&>(held)).size());
-      } else {
-        return std::nullopt;
-      }
+      return sampler_size(deref(const_cast<Holder&>(held)));
     }
   };
   std::shared_ptr<Concept> impl_;

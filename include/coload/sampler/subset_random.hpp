@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "coload/coro/generator.hpp"
+#include "coload/sampler/random.hpp"
 #include "coload/sampler/sampler.hpp"
 
 namespace coload {
@@ -23,6 +25,9 @@ class SubsetRandomSampler {
   /// Samples from `indices`, drawing the order from `generator` (or ATen's default one).
   explicit SubsetRandomSampler(std::vector<Index> indices,
                                std::optional<at::Generator> generator = std::nullopt);
+  /// Draws the order from a generator seeded with `seed`: `SubsetRandomSampler(indices, 42)`.
+  SubsetRandomSampler(std::vector<Index> indices, std::uint64_t seed)
+      : SubsetRandomSampler(std::move(indices), make_generator(seed)) {}
 
   /// The indices of one epoch.
   Generator<Index> indices();

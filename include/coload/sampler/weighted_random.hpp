@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "coload/coro/generator.hpp"
+#include "coload/sampler/random.hpp"
 #include "coload/sampler/sampler.hpp"
 
 namespace coload {
@@ -26,6 +27,10 @@ class WeightedRandomSampler {
   WeightedRandomSampler(const std::vector<double>& weights, std::int64_t num_samples,
                         bool replacement = true,
                         std::optional<at::Generator> generator = std::nullopt);
+  /// Draws from a generator seeded with `seed`: `WeightedRandomSampler(weights, n, true, 42)`.
+  WeightedRandomSampler(const std::vector<double>& weights, std::int64_t num_samples,
+                        bool replacement, std::uint64_t seed)
+      : WeightedRandomSampler(weights, num_samples, replacement, make_generator(seed)) {}
   /// Converts `weights` to a CPU float64 tensor, as `torch.as_tensor(weights, dtype=double)`
   /// (sharing its memory when it already is one); refuses a non-positive `num_samples` and a
   /// tensor that is not 1-D, with PyTorch's messages.

@@ -54,7 +54,7 @@ class LoaderCore {
   LoaderCore(D ds, LoaderOptions<C> opts) : fetcher_(std::move(ds), std::move(opts)) {
     const LoaderOptions<C>& o = fetcher_.options;
     validate_options(o, LoaderKind{iterable, Plan::per_sample});
-    check_worker_number(o.num_workers);
+    check_worker_number(o.num_workers, o.executor == Executor::processes);
     if (o.seed) generator_ = make_generator(*o.seed);
     if (!o.rank || !o.world_size) {
       const DistributedEnv env = distributed_env();
@@ -204,7 +204,7 @@ class LoaderCore {
       }
     } else {
       auto n = batch_sampler_.size();
-      if (!n) throw LogicError("DataLoader: the batch sampler has no size()");
+      if (!n) throw LogicError("DataLoader: the sampler has no size()");
       return *n;
     }
   }

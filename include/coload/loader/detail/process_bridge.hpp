@@ -13,8 +13,10 @@
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -109,9 +111,11 @@ class ProcessBridge {
       pool_ = std::make_unique<ProcessPool>(driver, o, child_work(fetcher));
     } else {
       (void)driver, (void)pin_backend;
-      throw InvalidArgument(
-          "executor = processes needs a batch type that the wire format knows: specialise "
-          "coload::wire::Wire for it");
+      // NOTE: the executor is a run-time option, so this cannot be a compile-time error.
+      const std::string type = demangle(typeid(Batch).name());
+      throw InvalidArgument("coload: the process executor sends batches of `" + type +
+                            "` through the wire format: specialise `coload::wire::Wire<" + type +
+                            ">`");
     }
   }
 

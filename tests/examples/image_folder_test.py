@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""examples/image_folder as a user meets it: an unknown flag is named (exit 2); over a generated
+folder (made under parents that do not exist yet), three epochs print a falling training loss
+and a rising validation accuracy, one JSON object per epoch.
+
+usage: image_folder_test.py IMAGE_FOLDER MAKE_IMAGE_FOLDER
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def main() -> int:
+    image_folder, make_image_folder = sys.argv[1], sys.argv[2]
+    for exe in (image_folder, make_image_folder):
+        if not os.access(exe, os.X_OK):
+            print(f"skipped: {exe} not built")
+            return 77
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "not", "yet", "there")
+        run = subprocess.run([make_image_folder, root, "--classes", "10", "--per-class", "60",
+                              "--seed", "0"], capture_output=True, text=True)
+        if run.returncode != 0:
+            print(run.stderr, file=sys.stderr)
+            return 1
+
+        for exe, args in ((image_folder, [root, "--bogus"]), (image_folder, [root, "--epoch", "2"]),
+                          (make_image_folder, [root, "--bogus"])):
+            bad = subprocess.run([exe] + args, capture_output=True, text=True)
+            if bad.returncode != 2 or args[1] not in bad.stderr:
+                failures.append(f"{os.path.basename(exe)} {args[1]}: exit {bad.returncode}, "
+                                f"stderr {bad.stderr!r} does not name {args[1]}")
+
+        run = subprocess.run([image_folder, root, "--epochs", "3", "--json"],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            print(run.stderr, file=sys.stderr)
+            return 1
+        epochs = [json.loads(line) for line in run.stdout.splitlines()]
+        print(run.stdout)
+        if [e["epoch"] for e in epochs] != [0, 1, 2]:
+            failures.append(f"epochs {[e['epoch'] for e in epochs]}, expected [0, 1, 2]")
+        else:
+            losses = [e["loss"] for e in epochs]
+            val = [e["val_accuracy"] for e in epochs]
+            if not losses[0] > losses[1] > losses[2]:
+                failures.append(f"the loss does not fall: {losses}")
+            if not val[2] > val[0]:
+                failures.append(f"the validation accuracy does not rise: {val}")
+            if any(e["images"] != 480 or e["val_images"] != 120 for e in epochs):
+                failures.append("expected 480 training and 120 validation images per epoch")
+    for f in failures:
+        print(f, file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
