@@ -5,7 +5,11 @@
 //   image_folder ROOT [--batch-size 64] [--workers 2] [--executor threads|processes]
 //                [--epochs 1] [--seed 0] [--eval] [--limit N] [--json]
 //                [--hashes] [--state FILE] [--resume FILE]
+//   image_folder --shards DIR [the same options]
 //
+// With --shards DIR the images come from tar shards (as coload-shard packs a folder: WebDataset
+// layout, the label in each sample's cls field, the class names in DIR/classes.txt) instead
+// of ROOT, read with one ranged read per sample.
 // ROOT holds one sub-folder per class, as torchvision's ImageFolder reads it. Each epoch runs
 // the standard train transform (RandomResizedCrop(224), RandomHorizontalFlip, ToTensor,
 // Normalize) in shuffled order, or with --eval the eval transform (Resize(256),
@@ -33,14 +37,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "coload/coload.hpp"
 #include "coload/vision/folder.hpp"
 #include "coload/vision/pipeline.hpp"
+#include "coload/vision/shard_pipeline.hpp"
 
 namespace {
 
@@ -63,12 +71,14 @@ struct Args {
   bool hashes = false;
   std::string state_file;
   std::string resume_file;
+  std::string shards;  // --shards DIR: train from tar shards instead of ROOT
 };
 
 constexpr const char* kUsage =
     "usage: image_folder ROOT [--batch-size 64] [--workers 2] [--executor threads|processes]\n"
     "                    [--epochs 1] [--seed 0] [--eval] [--limit N] [--json]\n"
     "                    [--hashes] [--state FILE] [--resume FILE]\n"
+    "       image_folder --shards DIR [the same options]\n"
     "  ROOT              a folder of class sub-folders of images (torchvision's ImageFolder)\n"
     "  --batch-size N    images per batch (default 64)\n"
     "  --workers N       loader workers; 0 decodes on the loader's own thread (default 2)\n"
@@ -80,7 +90,8 @@ constexpr const char* kUsage =
     "  --json            stdout: one JSON object per epoch (and --hashes lines)\n"
     "  --hashes          after each batch: batch <epoch> <n> <hash of its bytes>\n"
     "  --state FILE      save the loader's state to FILE after every batch\n"
-    "  --resume FILE     start from a state saved with --state (--epochs counts from 0)\n";
+    "  --resume FILE     start from a state saved with --state (--epochs counts from 0)\n"
+    "  --shards DIR      train from the tar shards in DIR (coload-shard's output) instead of ROOT\n";
 
 [[noreturn]] void usage(int rc) {
   std::fputs(kUsage, rc ? stderr : stdout);
@@ -141,6 +152,8 @@ Args parse_args(int argc, char** argv) {
       args.state_file = value();
     } else if (flag == "--resume") {
       args.resume_file = value();
+    } else if (flag == "--shards") {
+      args.shards = value();
     } else if (flag.starts_with("-") || have_root) {
       usage(2);
     } else {
@@ -148,7 +161,7 @@ Args parse_args(int argc, char** argv) {
       have_root = true;
     }
   }
-  if (!have_root) usage(2);
+  if (have_root == !args.shards.empty()) usage(2);
   return args;
 }
 
@@ -282,6 +295,62 @@ EpochStats run_epoch(Loader& loader, Classifier& classifier, std::int64_t epoch_
   return stats;
 }
 
+/// --shards DIR: the same training loop over tar shards (ShardImagePipeline: one ranged read
+/// per sample through the loader's reader, the same fused transforms, labels from cls).
+int train_from_shards(const Args& args) {
+  std::vector<std::string> class_names;
+  {
+    std::ifstream in(std::filesystem::path(args.shards) / "classes.txt");
+    for (std::string line; std::getline(in, line);) class_names.push_back(line);
+  }
+  if (args.limit) throw std::runtime_error("--limit does not apply to --shards (pack fewer images)");
+  if (class_names.empty()) {
+    throw std::runtime_error("--shards " + args.shards +
+                             ": no classes.txt there (coload-shard writes it beside the shards)");
+  }
+  coload::vision::ShardImagePipeline::Transform transform = coload::vision::TrainTransform{};
+  if (args.eval) transform = coload::vision::EvalTransform{};
+  coload::vision::ShardImagePipeline pipeline(coload::shards::ShardDataset(args.shards),
+                                              transform);
+  const auto classes = static_cast<std::int64_t>(class_names.size());
+  const std::int64_t images = pipeline.size();
+  auto loader = coload::make_data_loader(
+      std::move(pipeline),
+      {.batch_size = args.batch_size,
+       .shuffle = !args.eval,
+       .num_workers = static_cast<int>(args.workers),
+       .seed = static_cast<std::uint64_t>(args.seed),
+       .executor = args.executor == "processes" ? coload::Executor::processes
+                                                : coload::Executor::threads});
+  if (!args.json) {
+    std::printf("%s: %lld images in %lld classes from shards; %s transform, batch %lld, %lld "
+                "workers\n",
+                args.shards.c_str(), static_cast<long long>(images),
+                static_cast<long long>(classes), args.eval ? "eval" : "train",
+                static_cast<long long>(args.batch_size), static_cast<long long>(args.workers));
+    std::fflush(stdout);
+  }
+  std::int64_t first_epoch = 0;
+  if (!args.resume_file.empty()) {
+    loader.load_state(args.resume_file);
+    first_epoch = loader.state().epoch;
+  }
+  Classifier classifier(classes);
+  for (std::int64_t e = first_epoch; e < args.epochs; ++e) {
+    const EpochStats s = run_epoch(loader, classifier, e, images, args);
+    std::printf(args.json ? "{\"epoch\": %lld, \"images\": %lld, \"seconds\": %.4f, "
+                            "\"images_per_s\": %.1f, \"wait_seconds\": %.4f, \"loss\": %.4f, "
+                            "\"accuracy\": %.4f, \"digest\": \"%016llx\"}\n"
+                          : "epoch %lld  %lld images  %.2f s  %.1f images/s  waited %.2f s  "
+                            "loss %.4f  accuracy %.4f  digest %016llx\n",
+                static_cast<long long>(e), static_cast<long long>(s.images), s.seconds,
+                s.images_per_s(), s.wait_seconds, s.mean_loss(), s.accuracy(),
+                static_cast<unsigned long long>(s.digest.value()));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -290,6 +359,7 @@ int main(int argc, char** argv) try {
   // the loader's workers for the same cores.
   torch::set_num_threads(1);
   torch::manual_seed(static_cast<std::uint64_t>(args.seed));
+  if (!args.shards.empty()) return train_from_shards(args);
 
   // Index once, then cut to --limit: the first N samples in folder order, the same every run.
   coload::vision::FolderOptions folder_options;
