@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <future>
+#include <memory>
 #include <sstream>
 #include <system_error>
 
@@ -30,10 +32,13 @@ std::size_t below(std::uint64_t& state, std::size_t n) {
   return static_cast<std::size_t>(static_cast<unsigned __int128>(splitmix(state)) * n >> 64);
 }
 
-/// Reads one shard front to back in chunks, the next chunk in flight on a helper thread while
-/// the current one is copied out.
+/// Reads one shard front to back in chunks, the next chunks in flight on helper threads while
+/// the current one is copied out: two in direct mode (the disk works while a chunk is being
+/// used, and a disk serves two large reads at once better than one), one when buffered (the
+/// kernel's readahead is already ahead; a second thread only competes for the cores).
 class ChunkReader {
  public:
+
   ChunkReader(const ShardIndex& shard, bool direct, std::size_t chunk, std::uint64_t from)
       : shard_(shard), align_(direct ? io::Buffer::alignment : 1) {
     chunk_ = (std::max<std::size_t>(chunk, 64 << 10) + io::Buffer::alignment - 1) /
@@ -44,15 +49,16 @@ class ChunkReader {
       throw SystemError(errno, std::generic_category(), "cannot open shard '" + shard.path + "'");
     }
     if (!direct) ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+    // Nothing is read here: the first reads go out at once, so a reader made ahead of its shard
+    // (the next shard's, while this one is used) has them done when its shard begins.
     next_ = from / io::Buffer::alignment * io::Buffer::alignment;
-    current_ = read_chunk(next_);
-    next_ += chunk_;
-    launch();
+    current_.begin = next_;
+    for (int k = 0; k < (direct ? 3 : 2); ++k) launch({});
   }
   ChunkReader(const ChunkReader&) = delete;
   ChunkReader& operator=(const ChunkReader&) = delete;
   ~ChunkReader() {
-    if (ahead_.valid()) ahead_.wait();
+    for (auto& f : ahead_) f.wait();
     ::close(fd_);
   }
 
@@ -60,11 +66,17 @@ class ChunkReader {
   void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst, const std::string& key) {
     while (begin < end) {
       while (begin >= current_.begin + current_.data.size()) {
-        if (current_.data.size() < chunk_ || !ahead_.valid()) {
+        if ((started_ && current_.data.size() < chunk_) || ahead_.empty()) {
           throw ShardError(shard_.path, key, begin, "the shard ends inside the sample");
         }
-        current_ = ahead_.get();
-        launch();
+        // The chunk just used goes back to the reader: two buffers serve the whole shard, so
+        // no chunk costs fresh pages (a new 16 MiB buffer is 4096 page faults).
+        Chunk next = ahead_.front().get();
+        ahead_.pop_front();
+        io::Buffer used = std::move(current_.data);
+        current_ = std::move(next);
+        started_ = true;
+        launch(std::move(used));
       }
       const std::uint64_t stop = std::min<std::uint64_t>(end, current_.begin + current_.data.size());
       std::memcpy(dst, current_.data.data() + (begin - current_.begin), stop - begin);
@@ -79,8 +91,10 @@ class ChunkReader {
     io::Buffer data;
   };
 
-  Chunk read_chunk(std::uint64_t at) const {
-    Chunk c{at, io::Buffer(chunk_)};
+  Chunk read_chunk(std::uint64_t at, io::Buffer reuse) const {
+    if (reuse.capacity() < chunk_) reuse = io::Buffer(chunk_);
+    reuse.resize(chunk_);
+    Chunk c{at, std::move(reuse)};
     std::size_t done = 0;
     while (done < chunk_ && at + done < shard_.file_size) {
       const ssize_t n = ::pread(fd_, c.data.data() + done, chunk_ - done,
@@ -96,11 +110,13 @@ class ChunkReader {
     return c;
   }
 
-  void launch() {
+  void launch(io::Buffer reuse) {
     if (next_ >= shard_.file_size) return;
     const std::uint64_t at = next_;
     next_ += chunk_;
-    ahead_ = std::async(std::launch::async, [this, at] { return read_chunk(at); });
+    ahead_.push_back(std::async(std::launch::async, [this, at, b = std::move(reuse)]() mutable {
+      return read_chunk(at, std::move(b));
+    }));
   }
 
   const ShardIndex& shard_;
@@ -109,7 +125,8 @@ class ChunkReader {
   int fd_ = -1;
   std::uint64_t next_ = 0;
   Chunk current_;
-  std::future<Chunk> ahead_;
+  std::deque<std::future<Chunk>> ahead_;
+  bool started_ = false;  // current_ holds a chunk read from the shard  // reads in flight, in file order
 };
 
 }  // namespace
@@ -171,17 +188,35 @@ Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
                                {}};
   }
   Position& pos = *self->progress_;
+  std::unique_ptr<ChunkReader> next_reader;
+  std::size_t next_reader_shard = 0;
   for (; pos.shard_pos < order.size(); ++pos.shard_pos, pos.sample = 0) {
     const std::size_t s = order[pos.shard_pos];
     const ShardIndex& shard = data.shards()[s];
     if (pos.sample >= shard.samples.size()) continue;
-    ChunkReader reader(shard, data.options().direct, self->options_.read_size,
-                       shard.samples[pos.sample].begin);
+    // This shard's reader (made ahead while the previous shard was used, when it starts at its
+    // first sample), and the next shard's, so that its first reads overlap this one's tail.
+    std::unique_ptr<ChunkReader> reader = std::move(next_reader);
+    if (!reader || next_reader_shard != s || pos.sample != 0) {
+      reader = std::make_unique<ChunkReader>(shard, data.options().direct,
+                                             self->options_.read_size,
+                                             shard.samples[pos.sample].begin);
+    }
+    next_reader.reset();
+    for (std::size_t k = pos.shard_pos + 1; k < order.size(); ++k) {
+      const ShardIndex& following = data.shards()[order[k]];
+      if (following.samples.empty()) continue;
+      next_reader = std::make_unique<ChunkReader>(following, data.options().direct,
+                                                  self->options_.read_size,
+                                                  following.samples.front().begin);
+      next_reader_shard = order[k];
+      break;
+    }
     while (pos.sample < shard.samples.size()) {
       const IndexSample& is = shard.samples[pos.sample];
       ShardSample x;
       x.data = io::Buffer(static_cast<std::size_t>(is.end - is.begin));
-      reader.copy(is.begin, is.end, x.data.data(), is.key);
+      reader->copy(is.begin, is.end, x.data.data(), is.key);
       detail::place_fields(shard, is, is.begin, x);
       const std::int64_t g = data.offsets()[s] + static_cast<std::int64_t>(pos.sample);
       ++pos.sample;
