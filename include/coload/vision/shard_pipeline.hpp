@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <utility>
 
@@ -59,6 +60,7 @@ class ShardImagePipeline {
   shards::ShardDataset shards_;
   Transform transform_;
   Label label_;
+  std::shared_ptr<void> slabs_;  // recycled batch buffers, shared by copies
 };
 
 }  // namespace coload::vision
