@@ -264,6 +264,19 @@ TEST_CASE("a torn shard fails with its name; with on_error = skip its samples ar
   const auto last = static_cast<Index>(ds.shards()[0].samples.size() - 1);
   CHECK_THROWS_WITH_AS(ds.get(last, ctx), doctest::Contains(paths[0].c_str()), shards::ShardError);
   CHECK_THROWS_AS(shards::build_index(paths[0]), shards::ShardError);
+  // The loader: with raise the error names the shard; with skip the torn shard's samples are
+  // left out and every other sample arrives.
+  {
+    auto loader = make_data_loader(ds, LoaderOptions<CheckedIds>{.batch_size = 4});
+    CHECK_THROWS_WITH(all_ids(loader), doctest::Contains(paths[0].c_str()));
+  }
+  auto loader = make_data_loader(
+      ds, LoaderOptions<CheckedIds>{.batch_size = 4, .num_workers = 2, .on_error = OnError::skip});
+  const auto ids = all_ids(loader);
+  const auto first = static_cast<std::int64_t>(ds.shards()[0].samples.size());
+  std::vector<std::int64_t> rest;
+  for (std::int64_t i = first; i < 30; ++i) rest.push_back(i);
+  CHECK(ids == rest);
 }
 
 TEST_CASE("ShardImagePipeline: labels from cls, the same batches for 0, 1 and 3 workers") {
