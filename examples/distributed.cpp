@@ -19,6 +19,9 @@
 // DistributedSampler adds it). Output: a line per rank with the samples it loaded, a line per
 // epoch from rank 0, then `coverage: exactly once` or `coverage: FAILED` with what was missing
 // or repeated. --break-coverage makes one rank leave a sample uncounted, to show the check fail.
+// With --shards DIR the ranks stream tar shards instead (shards::ShardStream, an iterable
+// dataset split over ranks x workers by shard; rank 0 first packs --samples synthetic samples
+// into DIR when it holds no shards): every sample must then be seen exactly once, no padding.
 // Exit status: 0, 1 when the coverage check fails or on an error, 2 on bad flags.
 
 #include <ATen/ATen.h>
@@ -35,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -46,6 +50,8 @@
 #include "coload/coload.hpp"
 #include "coload/vision/folder.hpp"
 #include "coload/vision/pipeline.hpp"
+#include "coload/shards/stream.hpp"
+#include "coload/shards/writer.hpp"
 
 namespace {
 
@@ -58,6 +64,7 @@ struct Args {
   std::optional<std::int64_t> limit;
   std::int64_t seed = 0;
   bool break_coverage = false;
+  std::optional<std::string> shards;  // --shards DIR: stream tar shards
 };
 
 /// Parses the flags with CLI11: --help lists them; a bad or unknown flag is named, exit 2.
@@ -92,6 +99,9 @@ Args parse_args(int argc, char** argv) {
   app.add_flag("--break-coverage", args.break_coverage,
                "rank 1 (rank 0 when alone) leaves one sample uncounted, so the coverage check "
                "must fail");
+  app.add_option("--shards", args.shards,
+                 "stream the tar shards in DIR (rank 0 packs --samples synthetic ones there "
+                 "first when it holds none); every sample once, no padding");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -299,6 +309,78 @@ int run(D dataset, const Args& args, const coload::DistributedEnv& env,
   return 1;
 }
 
+/// The "id" field of each shard sample, as the batch.
+struct ShardIds {
+  at::Tensor operator()(std::vector<coload::shards::ShardSample> samples) const {
+    std::vector<std::int64_t> ids;
+    for (const auto& s : samples) ids.push_back(std::stoll(s.text("id")));
+    return at::tensor(ids, at::kLong);
+  }
+};
+
+/// --shards: rank 0 packs `samples` synthetic samples (fields id and bin) into `dir` unless it
+/// holds shards already; small shards, so that every rank and worker gets several.
+void pack_synthetic(const std::string& dir, std::int64_t samples) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".tar") return;
+  }
+  coload::shards::Writer writer(dir, {.shard_size = 16 << 10});
+  for (std::int64_t i = 0; i < samples; ++i) {
+    const std::string id = std::to_string(i), bin(200 + i % 300, static_cast<char>(i));
+    const coload::shards::WriteField fields[] = {
+        {"id", {reinterpret_cast<const std::byte*>(id.data()), id.size()}},
+        {"bin", {reinterpret_cast<const std::byte*>(bin.data()), bin.size()}}};
+    writer.write("s" + id, fields);
+  }
+  writer.finish();
+}
+
+/// --shards: every rank streams its shards; together they must see each sample exactly once.
+int run_shards(const Args& args, const coload::DistributedEnv& env, c10d::ProcessGroupGloo& group) {
+  // The same seed on every rank: the shard order of an epoch comes from the loader's seed.
+  coload::shards::ShardStream stream(*args.shards, {.shuffle_buffer = 64});
+  const std::int64_t size = stream.total_samples();
+  auto loader = coload::make_data_loader(
+      std::move(stream), coload::LoaderOptions<ShardIds>{
+                             .batch_size = args.batch_size,
+                             .num_workers = static_cast<int>(args.workers),
+                             .seed = static_cast<std::uint64_t>(args.seed)});
+  const int breaker = env.world_size > 1 ? 1 : 0;
+  std::int64_t loaded = 0;
+  std::vector<std::string> failures;
+  for (std::int64_t epoch = 0; epoch < args.epochs; ++epoch) {
+    at::Tensor counts = at::zeros({size}, at::kLong);
+    auto* c = counts.data_ptr<std::int64_t>();
+    bool drop_next = args.break_coverage && env.rank == breaker && epoch == 0;
+    for (auto& ids : loader) {
+      const auto* idx = ids.data_ptr<std::int64_t>();
+      for (std::int64_t k = 0; k < ids.numel(); ++k, ++loaded) {
+        if (std::exchange(drop_next, false)) continue;
+        ++c[idx[k]];
+      }
+    }
+    std::vector<at::Tensor> tensors(1, counts);
+    group.allreduce(tensors)->wait();
+    if (env.rank == 0) {
+      const std::string wrong = compare_counts(tensors[0], at::ones({size}, at::kLong));
+      std::printf("epoch %lld: %s\n", static_cast<long long>(epoch),
+                  wrong.empty() ? "every shard sample seen once" : wrong.c_str());
+      if (!wrong.empty()) failures.push_back("epoch " + std::to_string(epoch) + ": " + wrong);
+      std::fflush(stdout);
+    }
+  }
+  std::printf("rank %d of %d (local rank %d): loaded %lld samples in %lld epochs\n", env.rank,
+              env.world_size, env.local_rank, static_cast<long long>(loaded),
+              static_cast<long long>(args.epochs));
+  std::fflush(stdout);
+  group.barrier()->wait();
+  if (env.rank != 0) return 0;
+  std::printf(failures.empty() ? "coverage: exactly once\n" : "coverage: FAILED\n");
+  for (const auto& f : failures) std::printf("  %s\n", f.c_str());
+  return failures.empty() ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -310,7 +392,11 @@ int main(int argc, char** argv) try {
   const auto group = make_process_group(env, store);
 
   int rc = 0;
-  if (args.root) {
+  if (args.shards) {
+    if (env.rank == 0) pack_synthetic(*args.shards, args.samples);
+    group->barrier()->wait();
+    rc = run_shards(args, env, *group);
+  } else if (args.root) {
     coload::vision::FolderOptions folder_options;
     folder_options.extensions.emplace(coload::vision::image_extensions.begin(),
                                       coload::vision::image_extensions.end());

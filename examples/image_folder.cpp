@@ -3,8 +3,9 @@
 // a tiny classifier.
 //
 //   image_folder ROOT [--batch-size 64] [--workers 2] [--executor threads|processes]
-//                [--epochs 1] [--seed 0] [--eval] [--limit N] [--json]
+//                [--epochs 1] [--seed 0] [--val-fraction 0.2] [--limit N] [--json]
 //                [--hashes] [--state FILE] [--resume FILE]
+//   image_folder --shards DIR [the same options]
 //
 // ROOT holds one sub-folder per class, as torchvision's ImageFolder reads it. A fraction of
 // the images (--val-fraction, default 0.2; 0 turns it off) is held out as a validation split
@@ -14,6 +15,10 @@
 // CenterCrop(224), ToTensor, Normalize) in order. Per epoch it prints the images, seconds,
 // images/s, the seconds the consumer spent blocked waiting for a batch, the mean loss, the
 // training accuracy and the validation accuracy; while an epoch runs a progress bar goes to
+// With --shards DIR the images come from tar shards (as coload-shard packs a folder: WebDataset
+// layout, the label in each sample's cls field, the class names in DIR/classes.txt) instead
+// of ROOT, read with one ranged read per sample; that path trains on every image (no
+// validation split: --val-fraction and --limit apply to ROOT).
 // stderr (a line every few seconds when stderr is not a terminal). With --json, stdout is
 // exactly one JSON object per epoch, one per line:
 //   {"epoch": 0, "images": 480, "seconds": 0.41, "images_per_s": 1170.7,
@@ -38,13 +43,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "coload/coload.hpp"
 #include "coload/vision/folder.hpp"
 #include "coload/vision/pipeline.hpp"
+#include "coload/vision/shard_pipeline.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -69,6 +78,7 @@ struct Args {
   bool hashes = false;
   std::string state_file;
   std::string resume_file;
+  std::string shards;  // --shards DIR: train from tar shards instead of ROOT
 };
 
 /// A 64-bit hash as 16 hex digits.
@@ -116,9 +126,13 @@ Args parse_args(int argc, char** argv) {
                  "save the training loader's state to FILE after every batch");
   app.add_option("--resume", args.resume_file,
                  "start from a state saved with --state (--epochs counts from 0)");
+  app.add_option("--shards", args.shards,
+                 "train from the tar shards in DIR (coload-shard's output) instead of ROOT");
   try {
     app.parse(argc, argv);
-    if (args.root.empty()) throw CLI::RequiredError("ROOT");
+    if (args.root.empty() == args.shards.empty()) {
+      throw CLI::ValidationError("ROOT/--shards", "give either ROOT or --shards DIR, not both");
+    }
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e) == 0 ? 0 : 2);
   }
@@ -269,6 +283,82 @@ EpochStats run_epoch(Loader& loader, Classifier& classifier, std::int64_t epoch_
   return stats;
 }
 
+/// One epoch's line: a JSON object with --json, else a line for people. Validation figures
+/// only where there is a validation split.
+void print_epoch(const Args& args, std::int64_t e, const EpochStats& s, bool with_val) {
+  if (args.json) {
+    nlohmann::ordered_json line{{"epoch", e},
+                                {"images", s.images},
+                                {"seconds", s.seconds},
+                                {"images_per_s", s.images_per_s()},
+                                {"wait_seconds", s.wait_seconds},
+                                {"loss", s.mean_loss()},
+                                {"accuracy", s.accuracy()}};
+    if (with_val) {
+      line["val_images"] = s.val_images;
+      line["val_accuracy"] = s.val_accuracy();
+    }
+    line["digest"] = hex64(s.digest.value());
+    std::printf("%s\n", line.dump().c_str());
+  } else {
+    std::printf("epoch %lld  %lld images  %.2f s  %.1f images/s  waited %.2f s (%.0f%%)  "
+                "loss %.4f  accuracy %.1f%%",
+                static_cast<long long>(e), static_cast<long long>(s.images), s.seconds,
+                s.images_per_s(), s.wait_seconds,
+                s.seconds > 0 ? 100 * s.wait_seconds / s.seconds : 0, s.mean_loss(),
+                100 * s.accuracy());
+    if (with_val) std::printf("  val accuracy %.1f%%", 100 * s.val_accuracy());
+    std::printf("\n");
+  }
+}
+
+/// --shards DIR: the same training loop over tar shards (ShardImagePipeline: one ranged read
+/// per sample through the loader's reader, the same fused transforms, labels from cls).
+int train_from_shards(const Args& args) {
+  std::vector<std::string> class_names;
+  {
+    std::ifstream in(std::filesystem::path(args.shards) / "classes.txt");
+    for (std::string line; std::getline(in, line);) class_names.push_back(line);
+  }
+  if (args.limit) throw std::runtime_error("--limit does not apply to --shards (pack fewer images)");
+  if (class_names.empty()) {
+    throw std::runtime_error("--shards " + args.shards +
+                             ": no classes.txt there (coload-shard writes it beside the shards)");
+  }
+  coload::vision::ShardImagePipeline pipeline(coload::shards::ShardDataset(args.shards),
+                                              coload::vision::TrainTransform{});
+  const auto classes = static_cast<std::int64_t>(class_names.size());
+  const std::int64_t images = pipeline.size();
+  auto loader = coload::make_data_loader(
+      std::move(pipeline),
+      {.batch_size = args.batch_size,
+       .shuffle = true,
+       .num_workers = static_cast<int>(args.workers),
+       .seed = static_cast<std::uint64_t>(args.seed),
+       .executor = args.executor == "processes" ? coload::Executor::processes
+                                                : coload::Executor::threads});
+  if (!args.json) {
+    std::printf("%s: %lld images in %lld classes from shards; train transform, batch %lld, %lld "
+                "workers\n",
+                args.shards.c_str(), static_cast<long long>(images),
+                static_cast<long long>(classes),
+                static_cast<long long>(args.batch_size), static_cast<long long>(args.workers));
+    std::fflush(stdout);
+  }
+  std::int64_t first_epoch = 0;
+  if (!args.resume_file.empty()) {
+    loader.load_state(args.resume_file);
+    first_epoch = loader.state().epoch;
+  }
+  Classifier classifier(classes);
+  for (std::int64_t e = first_epoch; e < args.epochs; ++e) {
+    const EpochStats s = run_epoch(loader, classifier, e, images, args);
+    print_epoch(args, e, s, false);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -277,6 +367,7 @@ int main(int argc, char** argv) try {
   // the loader's workers for the same cores.
   torch::set_num_threads(1);
   torch::manual_seed(static_cast<std::uint64_t>(args.seed));
+  if (!args.shards.empty()) return train_from_shards(args);
 
   // Index once, then cut to --limit: the first N samples in folder order, the same every run.
   coload::vision::FolderOptions folder_options;
@@ -349,27 +440,7 @@ int main(int argc, char** argv) try {
         s.val_images += batch_images.size(0);
       }
     }
-    if (args.json) {
-      const nlohmann::ordered_json line{
-          {"epoch", e},
-          {"images", s.images},
-          {"seconds", s.seconds},
-          {"images_per_s", s.images_per_s()},
-          {"wait_seconds", s.wait_seconds},
-          {"loss", s.mean_loss()},
-          {"accuracy", s.accuracy()},
-          {"val_images", s.val_images},
-          {"val_accuracy", s.val_accuracy()},
-          {"digest", hex64(s.digest.value())}};
-      std::printf("%s\n", line.dump().c_str());
-    } else {
-      std::printf(
-          "epoch %lld  %lld images  %.2f s  %.1f images/s  waited %.2f s (%.0f%%)  "
-          "loss %.4f  accuracy %.1f%%  val accuracy %.1f%%\n",
-          static_cast<long long>(e), static_cast<long long>(s.images), s.seconds,
-          s.images_per_s(), s.wait_seconds, s.seconds > 0 ? 100 * s.wait_seconds / s.seconds : 0,
-          s.mean_loss(), 100 * s.accuracy(), 100 * s.val_accuracy());
-    }
+    print_epoch(args, e, s, val_images > 0);
     // Flushed per epoch so a harness reading a pipe sees each line as it happens.
     std::fflush(stdout);
   }

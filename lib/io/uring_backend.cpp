@@ -365,6 +365,9 @@ void UringBackend::prep(Request* r) {
       break;
     case Request::Kind::read:
       io_uring_prep_read(sqe, r->fd, r->buf, r->len, r->offset);
+      // NOTE: punted like the chains: read_at's ranged reads of cached shards then copy on
+      // io-wq's threads, several at once, not one by one on this thread.
+      if (options_.async_punt) io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
       io_uring_sqe_set_data64(sqe, tag(r, 0));
       break;
     case Request::Kind::statx:

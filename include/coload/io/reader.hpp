@@ -42,8 +42,9 @@ struct ReaderOptions {
   Backend backend = Backend::uring;
   /// Threads of the pread pool (used only by the pread backend).
   unsigned pread_threads = 4;
-  /// Hand each read_file chain to the kernel's io-wq workers (IOSQE_ASYNC) instead of running
-  /// it inline in io_uring_submit: reads of cached files then copy on several cores at once
+  /// Hand each read_file chain and each read_at read to the kernel's io-wq workers
+  /// (IOSQE_ASYNC) instead of running it inline in io_uring_submit: reads of cached files then
+  /// copy on several cores at once
   /// rather than on the submitting thread (measured about 2x warm, and faster cold, on 2 cores).
   bool async_punt = true;
   /// Most io-wq workers running this ring's punted reads at once (the kernel's default is

@@ -1,0 +1,124 @@
+#pragma once
+// ShardSample, and ShardDataset: the samples of tar shards as a map-style dataset, each
+// sample fetched with one ranged read.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "coload/core/index.hpp"
+#include "coload/coro/task.hpp"
+#include "coload/dataset/sample_context.hpp"
+#include "coload/io/buffer.hpp"
+#include "coload/shards/index.hpp"
+
+namespace coload::io {
+class Reader;
+}  // namespace coload::io
+
+namespace coload::shards {
+
+/// One field of a ShardSample: its name and where its bytes lie in the sample's buffer.
+struct ShardField {
+  std::string name;
+  std::size_t offset = 0;
+  std::size_t size = 0;
+};
+
+/// One WebDataset sample: its key (`__key__`), the shard it came from, and its fields, whose
+/// bytes share one buffer (the sample was read with one read). Move-only.
+struct ShardSample {
+  std::string key;
+  std::string shard;
+  std::vector<ShardField> fields;
+  io::Buffer data;
+
+  /// The field called `name`, or nullptr.
+  const ShardField* find(std::string_view name) const noexcept;
+  /// The bytes of field `name`; throws OutOfRange naming the key, shard and fields present
+  /// when the sample has no such field.
+  std::span<const std::byte> field(std::string_view name) const;
+  /// The field's bytes as text (cls, txt, json).
+  std::string text(std::string_view name) const;
+};
+
+/// How a ShardDataset or ShardStream opens and reads its shards.
+struct ShardOptions {
+  /// How each shard's index is found (the file beside it, rebuilt when stale).
+  IndexOptions index{};
+  /// Open the shards with O_DIRECT (cold storage: no page cache), falling back to buffered
+  /// reads for a file system that refuses it. Reads are then aligned to io::Buffer::alignment.
+  bool direct = false;
+};
+
+/// The samples of tar shards in the WebDataset layout as a map-style dataset: sample `i` is
+/// the `i`-th sample counting through the shards in order (a folder's `.tar` files sorted by
+/// name). Indices, samplers, DistributedSampler, per-sample determinism and resume work as
+/// for any map-style dataset.
+///
+/// Each sample is fetched with one ranged read from the first member's data to the last
+/// member's end (the headers between come along), through the loader's reader (`get_async`:
+/// io_uring, without holding a worker) or with pread (`get`). Shard files are opened once,
+/// lazily, and shared by copies of the dataset (thread workers) and inherited by forked ones.
+class ShardDataset {
+ public:
+  using sample_type = ShardSample;
+
+  /// Indexes the shards of `root` (a `.tar` file or a folder of them; see find_shards).
+  explicit ShardDataset(const std::filesystem::path& root, ShardOptions options = {});
+  /// Indexes the given shards, in this order.
+  explicit ShardDataset(std::vector<std::string> shards, ShardOptions options = {});
+
+  /// The number of samples over all shards.
+  std::int64_t size() const noexcept;
+  /// Sample `index`, read with pread on the calling thread (negative indices count from the
+  /// end; OutOfRange outside).
+  ShardSample get(Index index, SampleContext& ctx) const;
+  /// Sample `index`, read through `ctx.io` (the loader's reader) when there is one.
+  Task<ShardSample> get_async(Index index, SampleContext& ctx) const;
+
+  /// Sample `index` read with pread.
+  ShardSample read(Index index) const;
+  /// Sample `index` read through `reader` (which must outlive the task).
+  Task<ShardSample> read_async(io::Reader& reader, Index index) const;
+
+  /// Which shard, and which sample of it, global index `index` is.
+  struct Location {
+    std::size_t shard = 0;
+    std::size_t sample = 0;
+  };
+  Location locate(Index index) const;
+  /// The global index of the first sample of each shard, and the total at the end.
+  const std::vector<std::int64_t>& offsets() const noexcept;
+  /// Every shard's index, in order.
+  const std::vector<ShardIndex>& shards() const noexcept;
+  /// The options.
+  const ShardOptions& options() const noexcept;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+namespace detail {
+/// The byte range one read of a sample covers ([begin, end) of the shard, aligned for direct
+/// reads when `align` > 1) and the sample with its fields placed in that range.
+struct SampleRead {
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+};
+SampleRead sample_range(const IndexSample& sample, std::uint64_t file_size, std::size_t align);
+/// Fills `out`'s key, shard and fields for `sample` of `index`, whose bytes start at file
+/// offset `begin` in `out.data`.
+void place_fields(const ShardIndex& index, const IndexSample& sample, std::uint64_t begin,
+                  ShardSample& out);
+}  // namespace detail
+
+}  // namespace coload::shards

@@ -1,0 +1,102 @@
+#pragma once
+// The index of one shard: its members grouped into WebDataset samples, built from the headers
+// alone and kept beside the shard in a small text file.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "coload/shards/tar.hpp"
+
+namespace coload::shards {
+
+/// One member of a sample: its field (the extension) and where its data lies in the shard.
+struct IndexMember {
+  std::string field;
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+
+  friend bool operator==(const IndexMember&, const IndexMember&) = default;
+};
+
+/// One WebDataset sample: the run of consecutive members that share a key.
+struct IndexSample {
+  std::string key;
+  /// Its members, a range of ShardIndex::members.
+  std::uint32_t first = 0;
+  std::uint32_t count = 0;
+  /// The bytes from the first member's data to the last member's end: one read covers every
+  /// field (the headers and padding between them come along).
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+
+  friend bool operator==(const IndexSample&, const IndexSample&) = default;
+};
+
+/// A shard's samples and members, and the shard's size and mtime when indexed.
+struct ShardIndex {
+  std::string path;
+  std::uint64_t file_size = 0;
+  std::int64_t mtime_ns = 0;
+  std::vector<IndexSample> samples;
+  std::vector<IndexMember> members;
+
+  friend bool operator==(const ShardIndex&, const ShardIndex&) = default;
+};
+
+/// WebDataset's split of a member name into key and field: the key is the path up to the
+/// first dot of the base name, the field what follows it, lowercased ("a/b.seg.PNG" gives
+/// "a/b" and "seg.png"). Returns false for a name whose base name has no dot, or is empty,
+/// and for WebDataset's metadata names ("__x__" at the top level): such members belong to no
+/// sample and are skipped, as webdataset skips them.
+bool split_member_name(std::string_view name, std::string& key, std::string& field);
+
+/// Groups members (in archive order) into samples: consecutive members with the same key
+/// form one sample. Throws ShardError when a key repeats a field (webdataset's "duplicate
+/// file name").
+void group_members(const std::string& shard, const std::vector<TarMember>& members,
+                   ShardIndex& index);
+
+/// Builds the index of the shard at `path` by reading its headers only (a read of 512 bytes
+/// per member). Throws ShardError for a malformed shard, io-style SystemError when it cannot
+/// be opened.
+ShardIndex build_index(const std::filesystem::path& path, const TarLimits& limits = {});
+
+/// Where a shard's index file lives: beside it, its name with ".idx" appended.
+std::filesystem::path index_path(const std::filesystem::path& shard);
+
+/// The index file's text. Format (UTF-8 text, one record a line, fields separated by tabs;
+/// in keys and fields a backslash, tab and newline are written `\\`, `\t` and `\n`):
+///
+///     coload-shard-index<TAB>1
+///     <shard size in bytes><TAB><shard mtime in ns since the epoch><TAB><members><TAB><samples>
+///     <offset><TAB><size><TAB><key><TAB><field>        (one line per member, in archive order)
+///
+/// Samples are not stored: they are the runs of consecutive members with the same key.
+std::string format_index(const ShardIndex& index);
+
+/// Parses an index file's text for the shard of `file_size` bytes. Returns false (leaving
+/// `out` unspecified) when the text is not a valid index of such a shard: a different
+/// version, malformed lines, a member outside the shard.
+bool parse_index(std::string_view text, std::uint64_t file_size, ShardIndex& out);
+
+/// How an index is found.
+struct IndexOptions {
+  /// Write a fresh index beside the shard (atomically: a temporary file renamed over it)
+  /// when the file there is missing or stale. A folder that cannot be written is not an error.
+  bool write = true;
+  TarLimits limits{};
+};
+
+/// The shard's index: the file beside it when that file matches the shard's size and mtime,
+/// otherwise built from the headers (and written, see IndexOptions::write).
+ShardIndex load_index(const std::filesystem::path& shard, const IndexOptions& options = {});
+
+/// The shards of `root`: the file itself, or the `.tar` files of a folder sorted by name.
+/// Throws InvalidArgument when there are none.
+std::vector<std::string> find_shards(const std::filesystem::path& root);
+
+}  // namespace coload::shards

@@ -1,0 +1,94 @@
+#pragma once
+// ShardStream: tar shards as an iterable dataset, each shard read sequentially in large
+// chunks kept ahead, shards shuffled per epoch and split across ranks and workers, a seeded
+// shuffle buffer, and exact resume.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coload/core/worker_info.hpp"
+#include "coload/coro/generator.hpp"
+#include "coload/shards/dataset.hpp"
+
+namespace coload::shards {
+
+/// Settings of a ShardStream; an aggregate, set with designated initialisers.
+struct ShardStreamOptions {
+  /// How shards are indexed and opened (`direct` reads them with O_DIRECT).
+  ShardOptions shards{};
+  /// Shuffle the shards each epoch (from the loader's epoch seed, the same in every worker).
+  bool shuffle_shards = true;
+  /// Samples held in the shuffle buffer; 0 or 1 yields each shard's samples in order.
+  std::size_t shuffle_buffer = 0;
+  /// Bytes of one sequential read; the next one is already in flight while a chunk is used.
+  std::size_t read_size = 16 << 20;
+};
+
+/// Tar shards in the WebDataset layout as an iterable dataset yielding ShardSample.
+///
+/// Each epoch the shards are put in an order drawn from the loader's epoch seed (the same in
+/// every worker and, with LoaderOptions::seed set alike, on every rank: set it when training
+/// with several ranks) and dealt out: shard `k` of that order goes to the worker whose
+/// `WorkerInfo::shard_id()` is `k % num_shards()`, so across ranks × workers every sample is
+/// streamed exactly once. A worker reads its shards one after another, each from start to end
+/// in chunks of `read_size` with the next chunk read ahead on a helper thread; samples pass
+/// through a shuffle buffer seeded from the epoch seed and the worker's shard id.
+///
+/// Exact resume: `state()` names the worker's position (its shard, the next sample, the
+/// shuffle buffer's samples and its random state) after the samples yielded so far;
+/// `load_state()` makes the next stream() continue from there, re-reading the buffered samples
+/// with ranged reads: nothing is lost, nothing repeated. With process workers the loader
+/// cannot carry per-worker state and replays each worker's stream up to the saved batch
+/// instead (deterministic, so still exact).
+class ShardStream {
+ public:
+  using sample_type = ShardSample;
+
+  /// The shards of `root` (a `.tar` file or a folder of them).
+  explicit ShardStream(const std::filesystem::path& root, ShardStreamOptions options = {});
+  /// The given shards.
+  explicit ShardStream(std::vector<std::string> shards, ShardStreamOptions options = {});
+
+  /// This worker's samples for the epoch whose seed `info` carries.
+  Generator<ShardSample> stream(const WorkerInfo& info);
+
+  /// Where this replica's stream stands (text; see the class comment).
+  std::string state() const;
+  /// Makes the next stream() continue from `state`; InvalidArgument when it is malformed or
+  /// names a position these shards do not have.
+  void load_state(const std::string& state);
+
+  /// The samples over all shards.
+  std::int64_t total_samples() const noexcept { return dataset_.size(); }
+  /// The shards worker `shard_id` of `num_shards` streams in the epoch of `epoch_seed`, in order.
+  std::vector<std::size_t> shards_for(std::uint64_t epoch_seed, int shard_id,
+                                      int num_shards) const;
+  /// The map-style view of the same shards (their indices, ranged reads).
+  const ShardDataset& dataset() const noexcept { return dataset_; }
+
+  /// Where a worker's stream stands: what state() writes.
+  struct Position {
+    std::uint64_t epoch_seed = 0;
+    int shard_id = 0;
+    int num_shards = 1;
+    std::size_t shard_pos = 0;  // in this worker's list of shards
+    std::size_t sample = 0;     // the next sample of that shard to read
+    std::uint64_t rng = 0;      // the shuffle buffer's random state
+    std::vector<std::int64_t> buffer;  // global indices of the buffered samples, in slot order
+  };
+
+ private:
+  static Generator<ShardSample> run(ShardStream* self, WorkerInfo info);
+
+  ShardDataset dataset_;  // indices and files, shared by copies
+  ShardStreamOptions options_;
+  std::optional<Position> progress_;  // this replica's stream (copies do not share it)
+  std::optional<Position> resume_;    // from load_state, for the next stream()
+};
+
+}  // namespace coload::shards

@@ -1,0 +1,88 @@
+#pragma once
+// Writer: packs samples into tar shards of a target size in the WebDataset layout, with their
+// index files; pack() packs any map-style dataset, optionally in a seeded order.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "coload/shards/index.hpp"
+
+namespace coload::shards {
+
+/// One field of a sample to write: its name (the extension, "jpg", "cls") and its bytes.
+struct WriteField {
+  std::string name;
+  std::span<const std::byte> data;
+};
+
+/// Settings of a Writer; an aggregate, set with designated initialisers.
+struct WriterOptions {
+  /// A shard is closed before a sample would take it past this many bytes (a sample larger
+  /// than it gets a shard of its own).
+  std::uint64_t shard_size = 64ull << 20;
+  /// Shard file names: prefix, a zero-padded number from 0, ".tar" ("shard-000000.tar").
+  std::string prefix = "shard-";
+  /// Write each shard's index file beside it.
+  bool write_index = true;
+  /// The mtime stored in every header (seconds): a fixed one makes shards reproducible.
+  std::uint64_t mtime = 0;
+};
+
+/// Writes samples into numbered tar shards in `folder` (created if missing), each a valid
+/// ustar archive that `tar -tf`, Python's tarfile and webdataset read. A shard is written
+/// under a temporary name and renamed when complete, so a reader never sees a torn one.
+/// Not thread-safe.
+class Writer {
+ public:
+  explicit Writer(std::filesystem::path folder, WriterOptions options = {});
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+  /// Finishes the open shard (see finish); errors are swallowed here, so call finish().
+  ~Writer();
+
+  /// Appends one sample: a member "<key>.<field>" per field, in the order given. Throws
+  /// InvalidArgument for an empty key, a key whose base name holds a dot, a field that is
+  /// empty or holds a slash, or two fields of one name; SystemError when writing fails.
+  void write(std::string_view key, std::span<const WriteField> fields);
+  /// Closes the open shard (end-of-archive blocks, rename, index file) and returns the paths
+  /// of every shard written. Nothing may be written after.
+  std::vector<std::string> finish();
+
+  /// Samples written so far.
+  std::int64_t samples() const noexcept { return samples_; }
+
+ private:
+  void open_next();
+  void close_current();
+
+  std::filesystem::path folder_;
+  WriterOptions options_;
+  std::vector<std::string> written_;
+  int fd_ = -1;
+  std::string current_;     // final path of the open shard
+  std::uint64_t offset_ = 0;
+  std::vector<TarMember> members_;
+  std::vector<std::byte> staging_;
+  std::int64_t samples_ = 0;
+  bool finished_ = false;
+};
+
+/// The order pack() writes `n` samples in: 0..n-1, or a permutation drawn from `seed`
+/// (Fisher-Yates over a splitmix64 stream: the same on every platform).
+std::vector<std::int64_t> pack_order(std::int64_t n, std::optional<std::uint64_t> seed);
+
+/// Packs `n` samples: for each index of pack_order(n, seed), `write_one(index, writer)` writes
+/// that sample (any map-style dataset: get it and hand its fields to writer.write). Returns
+/// the shards, after writer.finish().
+std::vector<std::string> pack(std::int64_t n, std::optional<std::uint64_t> seed, Writer& writer,
+                              const std::function<void(std::int64_t, Writer&)>& write_one);
+
+}  // namespace coload::shards

@@ -1,0 +1,188 @@
+// ShardDataset and ShardSample: global indices over shards, one ranged read per sample.
+
+#include "coload/shards/dataset.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <mutex>
+#include <system_error>
+
+#include "coload/io/file.hpp"
+#include "coload/io/reader.hpp"
+
+namespace coload::shards {
+
+const ShardField* ShardSample::find(std::string_view name) const noexcept {
+  for (const ShardField& f : fields) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+std::span<const std::byte> ShardSample::field(std::string_view name) const {
+  const ShardField* f = find(name);
+  if (!f) {
+    std::string present;
+    for (const ShardField& g : fields) present += (present.empty() ? "" : ", ") + g.name;
+    throw OutOfRange("sample '" + key + "' of shard '" + shard + "' has no field '" +
+                     std::string(name) + "' (it has " + present + ")");
+  }
+  return data.bytes().subspan(f->offset, f->size);
+}
+
+std::string ShardSample::text(std::string_view name) const {
+  const auto b = field(name);
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+namespace detail {
+
+SampleRead sample_range(const IndexSample& sample, std::uint64_t file_size, std::size_t align) {
+  SampleRead r{sample.begin, sample.end};
+  if (align > 1) {
+    r.begin = r.begin / align * align;
+    r.end = std::min<std::uint64_t>((r.end + align - 1) / align * align,
+                                    (file_size + align - 1) / align * align);
+  }
+  return r;
+}
+
+void place_fields(const ShardIndex& index, const IndexSample& sample, std::uint64_t begin,
+                  ShardSample& out) {
+  out.key = sample.key;
+  out.shard = index.path;
+  out.fields.clear();
+  out.fields.reserve(sample.count);
+  for (std::uint32_t k = sample.first; k < sample.first + sample.count; ++k) {
+    const IndexMember& m = index.members[k];
+    out.fields.push_back(ShardField{m.field, static_cast<std::size_t>(m.offset - begin),
+                                    static_cast<std::size_t>(m.size)});
+  }
+}
+
+}  // namespace detail
+
+struct ShardDataset::State {
+  std::vector<ShardIndex> shards;
+  std::vector<std::int64_t> offsets;  // shards.size() + 1
+  ShardOptions options;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<io::File>> files;
+
+  const io::File& file(std::size_t s) {
+    std::lock_guard lock(mutex);
+    if (!files[s]) {
+      const std::string& path = shards[s].path;
+      int fd = -1;
+      if (options.direct) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+      if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        throw SystemError(errno, std::generic_category(), "cannot open shard '" + path + "'");
+      }
+      struct stat st {};
+      ::fstat(fd, &st);
+      if (static_cast<std::uint64_t>(st.st_size) != shards[s].file_size) {
+        ::close(fd);
+        throw ShardError(path, "", 0,
+                         "the shard changed since it was indexed (" +
+                             std::to_string(st.st_size) + " bytes, indexed at " +
+                             std::to_string(shards[s].file_size) + ")");
+      }
+      files[s] = std::make_unique<io::File>(fd, path, shards[s].file_size);
+    }
+    return *files[s];
+  }
+
+  std::size_t align() const noexcept { return options.direct ? io::Buffer::alignment : 1; }
+};
+
+ShardDataset::ShardDataset(const std::filesystem::path& root, ShardOptions options)
+    : ShardDataset(find_shards(root), std::move(options)) {}
+
+ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options)
+    : state_(std::make_shared<State>()) {
+  state_->options = std::move(options);
+  state_->offsets.push_back(0);
+  for (const std::string& path : shards) {
+    state_->shards.push_back(load_index(path, state_->options.index));
+    state_->offsets.push_back(state_->offsets.back() +
+                              static_cast<std::int64_t>(state_->shards.back().samples.size()));
+  }
+  state_->files.resize(state_->shards.size());
+}
+
+std::int64_t ShardDataset::size() const noexcept { return state_->offsets.back(); }
+
+const std::vector<std::int64_t>& ShardDataset::offsets() const noexcept { return state_->offsets; }
+
+const std::vector<ShardIndex>& ShardDataset::shards() const noexcept { return state_->shards; }
+
+const ShardOptions& ShardDataset::options() const noexcept { return state_->options; }
+
+ShardDataset::Location ShardDataset::locate(Index index) const {
+  const std::int64_t n = size();
+  if (index < -n || index >= n) {
+    throw OutOfRange("ShardDataset: index " + std::to_string(index) + " is out of range for " +
+                     std::to_string(n) + " samples");
+  }
+  if (index < 0) index += n;
+  const auto& off = state_->offsets;
+  const auto it = std::upper_bound(off.begin(), off.end(), index) - 1;
+  const auto s = static_cast<std::size_t>(it - off.begin());
+  return {s, static_cast<std::size_t>(index - *it)};
+}
+
+ShardSample ShardDataset::read(Index index) const {
+  const Location at = locate(index);
+  const ShardIndex& shard = state_->shards[at.shard];
+  const IndexSample& sample = shard.samples[at.sample];
+  const io::File& file = state_->file(at.shard);
+  const auto range = detail::sample_range(sample, shard.file_size, state_->align());
+  ShardSample out;
+  out.data = io::Buffer(static_cast<std::size_t>(range.end - range.begin));
+  std::size_t done = 0;
+  while (done < out.data.size()) {
+    const ssize_t n = ::pread(file.native_handle(), out.data.data() + done,
+                              out.data.size() - done, static_cast<off_t>(range.begin + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw SystemError(errno, std::generic_category(), "cannot read shard '" + shard.path + "'");
+    }
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  if (done < sample.end - range.begin) {
+    throw ShardError(shard.path, sample.key, sample.begin, "the shard ends inside the sample");
+  }
+  detail::place_fields(shard, sample, range.begin, out);
+  return out;
+}
+
+Task<ShardSample> ShardDataset::read_async(io::Reader& reader, Index index) const {
+  const Location at = locate(index);
+  const ShardIndex& shard = state_->shards[at.shard];
+  const IndexSample& sample = shard.samples[at.sample];
+  const io::File& file = state_->file(at.shard);
+  const auto range = detail::sample_range(sample, shard.file_size, state_->align());
+  ShardSample out;
+  out.data = io::Buffer(static_cast<std::size_t>(range.end - range.begin));
+  const std::size_t done = co_await reader.read_at(file, range.begin, out.data.mutable_bytes());
+  if (done < sample.end - range.begin) {
+    throw ShardError(shard.path, sample.key, sample.begin, "the shard ends inside the sample");
+  }
+  detail::place_fields(shard, sample, range.begin, out);
+  co_return out;
+}
+
+ShardSample ShardDataset::get(Index index, SampleContext&) const { return read(index); }
+
+Task<ShardSample> ShardDataset::get_async(Index index, SampleContext& ctx) const {
+  if (ctx.io) co_return co_await read_async(*ctx.io, index);
+  co_return read(index);
+}
+
+}  // namespace coload::shards

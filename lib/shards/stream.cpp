@@ -1,0 +1,289 @@
+// ShardStream: per-epoch shard order, the split over ranks x workers, chunked sequential
+// reads kept ahead, the shuffle buffer, and its state for exact resume.
+
+#include "coload/shards/stream.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <memory>
+#include <sstream>
+#include <system_error>
+
+#include "coload/core/warning.hpp"
+
+namespace coload::shards {
+
+namespace {
+
+std::uint64_t splitmix(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+std::size_t below(std::uint64_t& state, std::size_t n) {
+  return static_cast<std::size_t>(static_cast<unsigned __int128>(splitmix(state)) * n >> 64);
+}
+
+/// Reads one shard front to back in chunks, the next chunks in flight on helper threads while
+/// the current one is copied out: two in direct mode (the disk works while a chunk is being
+/// used, and a disk serves two large reads at once better than one), one when buffered (the
+/// kernel's readahead is already ahead; a second thread only competes for the cores).
+class ChunkReader {
+ public:
+
+  ChunkReader(const ShardIndex& shard, bool direct, std::size_t chunk, std::uint64_t from)
+      : shard_(shard), align_(direct ? io::Buffer::alignment : 1) {
+    chunk_ = (std::max<std::size_t>(chunk, 64 << 10) + io::Buffer::alignment - 1) /
+             io::Buffer::alignment * io::Buffer::alignment;
+    if (direct) fd_ = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    if (fd_ < 0) fd_ = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) {
+      throw SystemError(errno, std::generic_category(), "cannot open shard '" + shard.path + "'");
+    }
+    if (!direct) ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+    // Nothing is read here: the first reads go out at once, so a reader made ahead of its shard
+    // (the next shard's, while this one is used) has them done when its shard begins.
+    next_ = from / io::Buffer::alignment * io::Buffer::alignment;
+    current_.begin = next_;
+    for (int k = 0; k < (direct ? 3 : 2); ++k) launch({});
+  }
+  ChunkReader(const ChunkReader&) = delete;
+  ChunkReader& operator=(const ChunkReader&) = delete;
+  ~ChunkReader() {
+    for (auto& f : ahead_) f.wait();
+    ::close(fd_);
+  }
+
+  /// Copies the shard's bytes [begin, end) to `dst`; `begin` never goes backwards.
+  void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst, const std::string& key) {
+    while (begin < end) {
+      while (begin >= current_.begin + current_.data.size()) {
+        if ((started_ && current_.data.size() < chunk_) || ahead_.empty()) {
+          throw ShardError(shard_.path, key, begin, "the shard ends inside the sample");
+        }
+        // The chunk just used goes back to the reader: two buffers serve the whole shard, so
+        // no chunk costs fresh pages (a new 16 MiB buffer is 4096 page faults).
+        Chunk next = ahead_.front().get();
+        ahead_.pop_front();
+        io::Buffer used = std::move(current_.data);
+        current_ = std::move(next);
+        started_ = true;
+        launch(std::move(used));
+      }
+      const std::uint64_t stop = std::min<std::uint64_t>(end, current_.begin + current_.data.size());
+      std::memcpy(dst, current_.data.data() + (begin - current_.begin), stop - begin);
+      dst += stop - begin;
+      begin = stop;
+    }
+  }
+
+ private:
+  struct Chunk {
+    std::uint64_t begin = 0;
+    io::Buffer data;
+  };
+
+  Chunk read_chunk(std::uint64_t at, io::Buffer reuse) const {
+    if (reuse.capacity() < chunk_) reuse = io::Buffer(chunk_);
+    reuse.resize(chunk_);
+    Chunk c{at, std::move(reuse)};
+    std::size_t done = 0;
+    while (done < chunk_ && at + done < shard_.file_size) {
+      const ssize_t n = ::pread(fd_, c.data.data() + done, chunk_ - done,
+                                static_cast<off_t>(at + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        throw SystemError(errno, std::generic_category(), "cannot read shard '" + shard_.path + "'");
+      }
+      if (n == 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+    c.data.resize(done);
+    return c;
+  }
+
+  void launch(io::Buffer reuse) {
+    if (next_ >= shard_.file_size) return;
+    const std::uint64_t at = next_;
+    next_ += chunk_;
+    ahead_.push_back(std::async(std::launch::async, [this, at, b = std::move(reuse)]() mutable {
+      return read_chunk(at, std::move(b));
+    }));
+  }
+
+  const ShardIndex& shard_;
+  std::size_t align_;
+  std::size_t chunk_ = 0;
+  int fd_ = -1;
+  std::uint64_t next_ = 0;
+  Chunk current_;
+  std::deque<std::future<Chunk>> ahead_;
+  bool started_ = false;  // current_ holds a chunk read from the shard  // reads in flight, in file order
+};
+
+}  // namespace
+
+ShardStream::ShardStream(const std::filesystem::path& root, ShardStreamOptions options)
+    : ShardStream(find_shards(root), std::move(options)) {}
+
+ShardStream::ShardStream(std::vector<std::string> shards, ShardStreamOptions options)
+    : dataset_(std::move(shards), options.shards), options_(std::move(options)) {}
+
+std::vector<std::size_t> ShardStream::shards_for(std::uint64_t epoch_seed, int shard_id,
+                                                 int num_shards) const {
+  const std::size_t n = dataset_.shards().size();
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  if (options_.shuffle_shards) {
+    std::uint64_t state = epoch_seed ^ 0x7368617264732121ULL;
+    for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[below(state, i)]);
+  }
+  std::vector<std::size_t> mine;
+  for (std::size_t k = static_cast<std::size_t>(shard_id); k < n;
+       k += static_cast<std::size_t>(num_shards)) {
+    mine.push_back(order[k]);
+  }
+  return mine;
+}
+
+Generator<ShardSample> ShardStream::stream(const WorkerInfo& info) {
+  if (static_cast<std::size_t>(info.num_shards()) > dataset_.shards().size()) {
+    coload::detail::warn_once("shard-stream-few-shards",
+                              "ShardStream: " + std::to_string(dataset_.shards().size()) +
+                                  " shards for " + std::to_string(info.num_shards()) +
+                                  " ranks x workers: some workers stream nothing");
+  }
+  return run(this, info);
+}
+
+Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
+  const std::uint64_t epoch_seed = info.seed - static_cast<std::uint64_t>(info.id);
+  const int sid = info.shard_id(), ns = info.num_shards();
+  const std::vector<std::size_t> order = self->shards_for(epoch_seed, sid, ns);
+  const ShardDataset& data = self->dataset_;
+  const std::size_t capacity = std::max<std::size_t>(self->options_.shuffle_buffer, 1);
+  std::vector<ShardSample> buffer;
+  if (self->resume_) {
+    Position r = std::move(*self->resume_);
+    self->resume_.reset();
+    if (r.epoch_seed != epoch_seed || r.shard_id != sid || r.num_shards != ns) {
+      throw InvalidArgument("ShardStream::load_state: the state is of worker shard " +
+                            std::to_string(r.shard_id) + " of " + std::to_string(r.num_shards) +
+                            " in another epoch or split, not of shard " + std::to_string(sid) +
+                            " of " + std::to_string(ns));
+    }
+    for (std::int64_t g : r.buffer) buffer.push_back(data.read(g));
+    self->progress_ = std::move(r);
+  } else {
+    self->progress_ = Position{epoch_seed, sid, ns, 0, 0,
+                               epoch_seed ^ (static_cast<std::uint64_t>(sid) * 0x9e3779b97f4a7c15ULL),
+                               {}};
+  }
+  Position& pos = *self->progress_;
+  std::unique_ptr<ChunkReader> next_reader;
+  std::size_t next_reader_shard = 0;
+  for (; pos.shard_pos < order.size(); ++pos.shard_pos, pos.sample = 0) {
+    const std::size_t s = order[pos.shard_pos];
+    const ShardIndex& shard = data.shards()[s];
+    if (pos.sample >= shard.samples.size()) continue;
+    // This shard's reader (made ahead while the previous shard was used, when it starts at its
+    // first sample), and the next shard's, so that its first reads overlap this one's tail.
+    std::unique_ptr<ChunkReader> reader = std::move(next_reader);
+    if (!reader || next_reader_shard != s || pos.sample != 0) {
+      reader = std::make_unique<ChunkReader>(shard, data.options().direct,
+                                             self->options_.read_size,
+                                             shard.samples[pos.sample].begin);
+    }
+    next_reader.reset();
+    for (std::size_t k = pos.shard_pos + 1; k < order.size(); ++k) {
+      const ShardIndex& following = data.shards()[order[k]];
+      if (following.samples.empty()) continue;
+      next_reader = std::make_unique<ChunkReader>(following, data.options().direct,
+                                                  self->options_.read_size,
+                                                  following.samples.front().begin);
+      next_reader_shard = order[k];
+      break;
+    }
+    while (pos.sample < shard.samples.size()) {
+      const IndexSample& is = shard.samples[pos.sample];
+      ShardSample x;
+      x.data = io::Buffer(static_cast<std::size_t>(is.end - is.begin));
+      reader->copy(is.begin, is.end, x.data.data(), is.key);
+      detail::place_fields(shard, is, is.begin, x);
+      const std::int64_t g = data.offsets()[s] + static_cast<std::int64_t>(pos.sample);
+      ++pos.sample;
+      if (capacity <= 1) {
+        co_yield std::move(x);
+      } else if (buffer.size() < capacity) {
+        buffer.push_back(std::move(x));
+        pos.buffer.push_back(g);
+      } else {
+        const std::size_t j = below(pos.rng, buffer.size());
+        ShardSample out = std::move(buffer[j]);
+        buffer[j] = std::move(x);
+        pos.buffer[j] = g;
+        co_yield std::move(out);
+      }
+    }
+  }
+  while (!buffer.empty()) {
+    const std::size_t j = below(pos.rng, buffer.size());
+    ShardSample out = std::move(buffer[j]);
+    buffer[j] = std::move(buffer.back());
+    buffer.pop_back();
+    pos.buffer[j] = pos.buffer.back();
+    pos.buffer.pop_back();
+    co_yield std::move(out);
+  }
+}
+
+std::string ShardStream::state() const {
+  if (!progress_) return "shard-stream 1 none";
+  const Position& p = *progress_;
+  std::ostringstream out;
+  out << "shard-stream 1 " << p.epoch_seed << ' ' << p.shard_id << ' ' << p.num_shards << ' '
+      << p.shard_pos << ' ' << p.sample << ' ' << p.rng << ' ' << p.buffer.size();
+  for (std::int64_t g : p.buffer) out << ' ' << g;
+  return out.str();
+}
+
+void ShardStream::load_state(const std::string& state) {
+  std::istringstream in(state);
+  std::string magic, version;
+  in >> magic >> version;
+  if (magic != "shard-stream" || version != "1") {
+    throw InvalidArgument("ShardStream::load_state: not a ShardStream state: '" +
+                          state.substr(0, 60) + "'");
+  }
+  if (state == "shard-stream 1 none") {
+    resume_.reset();
+    return;
+  }
+  Position p;
+  std::size_t n = 0;
+  in >> p.epoch_seed >> p.shard_id >> p.num_shards >> p.shard_pos >> p.sample >> p.rng >> n;
+  const auto total = dataset_.size();
+  if (!in || p.num_shards < 1 || p.shard_id < 0 || p.shard_id >= p.num_shards ||
+      p.shard_pos > dataset_.shards().size() || n > static_cast<std::size_t>(total)) {
+    throw InvalidArgument("ShardStream::load_state: malformed state '" + state.substr(0, 60) + "'");
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    std::int64_t g = -1;
+    in >> g;
+    if (!in || g < 0 || g >= total) {
+      throw InvalidArgument("ShardStream::load_state: a buffered sample outside the shards");
+    }
+    p.buffer.push_back(g);
+  }
+  resume_ = std::move(p);
+}
+
+}  // namespace coload::shards

@@ -1,0 +1,50 @@
+#!/bin/sh
+# coload-shard packs a generated image folder; tar -tf and Python's tarfile read the shards and
+# find every image's bytes under its key; image_folder --shards trains from them, its loss
+# falling. Skips (77) without the example or /usr/bin/python3.
+#   coload_shard_test.sh COLOAD_SHARD MAKE_IMAGE_FOLDER IMAGE_FOLDER
+set -eu
+shard=$1 make_folder=$2 image_folder=$3
+[ -x "$image_folder" ] && [ -x /usr/bin/python3 ] || exit 77
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$make_folder" "$tmp/folder" --classes 4 --per-class 24 --seed 1 >/dev/null
+"$shard" "$tmp/folder" "$tmp/shards" --shard-size 1MiB --seed 3
+n=$(ls "$tmp/shards"/*.tar | wc -l)
+[ "$n" -ge 3 ] || { echo "expected several shards, got $n"; exit 1; }
+[ "$(wc -l < "$tmp/shards/classes.txt")" -eq 4 ] || { echo "classes.txt"; exit 1; }
+members=0
+for t in "$tmp/shards"/*.tar; do
+  [ -f "$t.idx" ] || { echo "no index beside $t"; exit 1; }
+  members=$((members + $(tar -tf "$t" | wc -l)))
+done
+[ "$members" -eq 192 ] || { echo "tar -tf lists $members members, not 192"; exit 1; }
+/usr/bin/python3 - "$tmp/folder" "$tmp/shards" <<'PY'
+import glob, os, sys, tarfile
+folder, shards = sys.argv[1], sys.argv[2]
+classes = sorted(os.listdir(folder))
+files = [(os.path.join(folder, c, f), i) for i, c in enumerate(classes)
+         for f in sorted(os.listdir(os.path.join(folder, c)))]
+seen, order = {}, []
+for p in sorted(glob.glob(os.path.join(shards, "*.tar"))):
+    with tarfile.open(p) as t:
+        for m in t:
+            key, field = m.name.split(".", 1)
+            seen.setdefault(key, {})[field] = t.extractfile(m).read()
+            if field == "cls": order.append(int(key))
+assert len(seen) == len(files) == 96, (len(seen), len(files))
+for k, (path, cls) in enumerate(files):
+    s = seen["%09d" % k]
+    assert s["jpg"] == open(path, "rb").read(), path
+    assert int(s["cls"]) == cls, (path, s["cls"])
+assert order != sorted(order), "--seed did not shuffle"
+print("tarfile: all", len(files), "images and labels match")
+PY
+"$image_folder" --shards "$tmp/shards" --epochs 4 --batch-size 16 --workers 2 --json > "$tmp/run.json"
+/usr/bin/python3 - "$tmp/run.json" <<'PY'
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+assert len(runs) == 4 and all(r["images"] == 96 for r in runs), runs
+assert runs[-1]["loss"] < runs[0]["loss"], [r["loss"] for r in runs]
+print("image_folder --shards: loss", [r["loss"] for r in runs])
+PY

@@ -1,0 +1,312 @@
+// The tar format, the index and the writer: round trips, archives GNU tar and Python's tarfile
+// wrote, and every malformed shard.
+
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "coload/shards/index.hpp"
+#include "coload/shards/tar.hpp"
+#include "coload/shards/writer.hpp"
+#include "shards_test_support.hpp"
+
+namespace fs = std::filesystem;
+namespace shards = coload::shards;
+using shards_test::bytes_of;
+using shards_test::read_bytes;
+using shards_test::TempDir;
+using shards_test::write_bytes;
+
+namespace {
+
+std::string run_python(const std::string& script, const std::string& args = "") {
+  const std::string cmd = "/usr/bin/python3 -c '" + script + "' " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int rc = ::pclose(p);
+  INFO(out);
+  REQUIRE(rc == 0);
+  return out;
+}
+
+// Sets a header's size field (octal) and fixes its checksum.
+void set_size(std::vector<std::byte>& tar, std::size_t header, const char* octal11) {
+  std::memcpy(&tar[header + 124], octal11, 11);
+  std::memset(&tar[header + 148], ' ', 8);
+  unsigned sum = 0;
+  for (std::size_t i = 0; i < 512; ++i) sum += static_cast<unsigned char>(tar[header + i]);
+  char chk[8];
+  std::snprintf(chk, sizeof chk, "%06o", sum);
+  std::memcpy(&tar[header + 148], chk, 7);
+}
+
+std::vector<std::byte> small_archive() {
+  std::vector<std::byte> tar;
+  const std::string a = "hello", b = "1";
+  shards::append_tar_header(tar, "s0.txt", a.size());
+  tar.insert(tar.end(), bytes_of(a).begin(), bytes_of(a).end());
+  tar.resize(1024);
+  shards::append_tar_header(tar, "s0.cls", b.size());
+  tar.insert(tar.end(), bytes_of(b).begin(), bytes_of(b).end());
+  tar.resize(2048 + 1024);  // two zero blocks
+  return tar;
+}
+
+}  // namespace
+
+TEST_SUITE("shards") {
+
+TEST_CASE("header parsing: names, sizes, the end block, and checksums of both signs") {
+  std::vector<std::byte> tar = small_archive();
+  auto h = shards::parse_tar_header(std::span(tar).subspan(0, 512));
+  REQUIRE(h);
+  CHECK(h->name == "s0.txt");
+  CHECK(h->size == 5);
+  CHECK(h->type == shards::TarEntryType::file);
+  CHECK_FALSE(shards::parse_tar_header(std::span(tar).subspan(2048, 512)));
+  tar[0] = std::byte{'x'};
+  CHECK_THROWS_WITH_AS(shards::parse_tar_header(std::span(tar).subspan(0, 512)),
+                       doctest::Contains("header checksum mismatch"), shards::TarFormatError);
+  CHECK_THROWS_AS(shards::parse_tar_header(std::span(tar).subspan(0, 100)),
+                  shards::TarFormatError);
+}
+
+TEST_CASE("a long name goes into ustar's prefix, then into a pax header, and reads back") {
+  const std::string mid(120, 'd');
+  const std::string longer = std::string(300, 'p') + "/x.jpg";
+  std::vector<std::byte> tar;
+  shards::append_tar_header(tar, mid + "/k.jpg", 3);
+  tar.resize(tar.size() + 512);
+  shards::append_tar_header(tar, longer, 2);
+  tar.resize(tar.size() + 512 + 1024);
+  const auto members = shards::list_tar(tar);
+  REQUIRE(members.size() == 2);
+  CHECK(members[0].name == mid + "/k.jpg");
+  CHECK(members[0].offset == 512);
+  CHECK(members[1].name == longer);
+  CHECK(members[1].size == 2);
+  CHECK(members[1].header_offset == 1024);
+}
+
+TEST_CASE("WebDataset keys and fields") {
+  std::string key, field;
+  REQUIRE(shards::split_member_name("a/b.seg.PNG", key, field));
+  CHECK(key == "a/b");
+  CHECK(field == "seg.png");
+  REQUIRE(shards::split_member_name("dir.v1/x.jpg", key, field));
+  CHECK(key == "dir.v1/x");
+  CHECK(field == "jpg");
+  CHECK_FALSE(shards::split_member_name("README", key, field));
+  CHECK_FALSE(shards::split_member_name("dir/.hidden", key, field));
+  CHECK_FALSE(shards::split_member_name("__meta__", key, field));
+}
+
+TEST_CASE("the writer's shards round-trip through the index, tar -tf and Python's tarfile") {
+  TempDir dir;
+  shards::Writer writer(dir.path / "out", {.shard_size = 8192});
+  std::vector<std::string> payloads;
+  for (int i = 0; i < 7; ++i) {
+    payloads.push_back(std::string(static_cast<std::size_t>(1000 + 700 * i), char('a' + i)));
+    const std::string cls = std::to_string(i % 3);
+    const shards::WriteField fields[] = {{"jpg", bytes_of(payloads.back())},
+                                         {"cls", bytes_of(cls)}};
+    char key[32];
+    std::snprintf(key, sizeof key, "sample%04d", i);
+    writer.write(key, fields);
+  }
+  CHECK_THROWS_AS(writer.write("bad.key", {}), coload::InvalidArgument);
+  const auto paths = writer.finish();
+  REQUIRE(paths.size() >= 3);
+  int seen = 0;
+  for (const auto& p : paths) {
+    CHECK(fs::file_size(p) % 10240 == 0);
+    const shards::ShardIndex built = shards::build_index(p);
+    const shards::ShardIndex loaded = shards::load_index(p, {.write = false});
+    CHECK(loaded == built);  // the writer's index file matches a fresh build
+    for (const auto& s : built.samples) {
+      REQUIRE(s.count == 2);
+      const auto data = read_bytes(p);
+      const auto& jpg = built.members[s.first];
+      const auto& cls = built.members[s.first + 1];
+      CHECK(jpg.field == "jpg");
+      CHECK(cls.field == "cls");
+      CHECK(s.key == "sample000" + std::to_string(seen));
+      CHECK(std::string(reinterpret_cast<const char*>(data.data() + jpg.offset), jpg.size) ==
+            payloads[static_cast<std::size_t>(seen)]);
+      CHECK(std::string(reinterpret_cast<const char*>(data.data() + cls.offset), cls.size) ==
+            std::to_string(seen % 3));
+      ++seen;
+    }
+  }
+  CHECK(seen == 7);
+  // tar -tf lists the same members.
+  const std::string listed = run_python(
+      "import subprocess,sys; print(subprocess.run([\"tar\",\"-tf\",\"" + paths[0] +
+      "\"],check=True,capture_output=True,text=True).stdout, end=\"\")");
+  CHECK(listed == "sample0000.jpg\nsample0000.cls\nsample0001.jpg\nsample0001.cls\n");
+  // Python's tarfile reads every member's bytes back.
+  const std::string py = run_python(
+      "import tarfile,sys\nn=0\nfor p in sys.argv[1:]:\n  with tarfile.open(p) as t:\n"
+      "    for m in t:\n      d=t.extractfile(m).read(); n+=len(d)\nprint(n)",
+      [&] {
+        std::string a;
+        for (const auto& p : paths) a += " '" + p + "'";
+        return a;
+      }());
+  std::size_t total = 0;
+  for (int i = 0; i < 7; ++i) total += payloads[static_cast<std::size_t>(i)].size() + 1;
+  CHECK(py == std::to_string(total) + "\n");
+}
+
+TEST_CASE("shards from Python's tarfile (pax and GNU formats) and GNU tar with long names") {
+  TempDir dir;
+  const std::string long_dir = std::string(150, 'L');
+  const std::string script =
+      "import tarfile,io,os\n"
+      "d=\"" + dir.path.string() + "\"\n"
+      "names=[\"" + long_dir + "/k1.jpg\",\"" + long_dir + "/k1.cls\",\"k2.JPG\",\"k2.cls\","
+      "\"k2\",\"\\u00e9t\\u00e9/k3.txt\"]\n"
+      "for fmt,name in ((tarfile.PAX_FORMAT,\"pax.tar\"),(tarfile.GNU_FORMAT,\"gnu.tar\")):\n"
+      "  with tarfile.open(os.path.join(d,name),\"w\",format=fmt) as t:\n"
+      "    t.addfile(tarfile.TarInfo(\"somedir\"))\n"
+      "    for i,n in enumerate(names):\n"
+      "      data=(n+str(i)).encode()\n"
+      "      ti=tarfile.TarInfo(n); ti.size=len(data); t.addfile(ti,io.BytesIO(data))\n";
+  run_python(script);
+  for (const char* name : {"pax.tar", "gnu.tar"}) {
+    CAPTURE(name);
+    const auto index = shards::build_index(dir.path / name);
+    REQUIRE(index.samples.size() == 3);
+    CHECK(index.samples[0].key == long_dir + "/k1");
+    CHECK(index.samples[0].count == 2);
+    CHECK(index.samples[1].key == "k2");
+    CHECK(index.members[index.samples[1].first].field == "jpg");
+    CHECK(index.samples[2].key == "\xc3\xa9t\xc3\xa9/k3");
+    const auto data = read_bytes(dir.path / name);
+    const auto& m = index.members[index.samples[0].first + 1];
+    CHECK(std::string(reinterpret_cast<const char*>(data.data() + m.offset), m.size) ==
+          long_dir + "/k1.cls1");
+  }
+  // GNU tar itself, with a name past 100 bytes (a GNU long-name member).
+  const fs::path src = dir.path / "src";
+  fs::create_directories(src / long_dir);
+  write_bytes(src / long_dir / "abc.txt", bytes_of(std::string("gnu tar")));
+  const std::string cmd = "cd '" + src.string() + "' && tar --format=gnu -cf '" +
+                          (dir.path / "tar.tar").string() + "' " + long_dir + "/abc.txt";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const auto index = shards::build_index(dir.path / "tar.tar");
+  REQUIRE(index.samples.size() == 1);
+  CHECK(index.samples[0].key == long_dir + "/abc");
+  CHECK(index.members[0].size == 7);
+}
+
+TEST_CASE("malformed shards are named errors: shard, member, offset") {
+  TempDir dir;
+  const fs::path p = dir.path / "bad.tar";
+  auto expect = [&](const std::vector<std::byte>& tar, const std::string& member,
+                    std::uint64_t offset, const std::string& problem) {
+    write_bytes(p, tar);
+    try {
+      shards::build_index(p);
+      FAIL("no error for: " << problem);
+    } catch (const shards::ShardError& e) {
+      CAPTURE(e.what());
+      CHECK(e.shard() == p.string());
+      CHECK(e.member() == member);
+      CHECK(e.offset() == offset);
+      CHECK(std::string(e.what()).find(problem) != std::string::npos);
+      CHECK(std::string(e.what()).find(p.string()) != std::string::npos);
+    }
+  };
+  const std::vector<std::byte> good = small_archive();
+  CHECK(shards::list_tar(good).size() == 2);
+
+  auto bad_checksum = good;
+  bad_checksum[1024 + 3] = std::byte{'Z'};
+  expect(bad_checksum, "", 1024, "header checksum mismatch");
+
+  auto absurd = good;  // claims 8 GiB in a 3 KiB file: an error, not an allocation
+  set_size(absurd, 1024, "77777777777");
+  expect(absurd, "s0.cls", 1024, "header claims 8589934591 bytes");
+
+  auto not_octal = good;
+  set_size(not_octal, 0, "0000000009x");
+  expect(not_octal, "", 0, "unreadable size field");
+
+  expect(std::vector<std::byte>(good.begin(), good.begin() + 1024 + 300), "", 1024,
+         "truncated header (300 of 512 bytes");
+  expect(std::vector<std::byte>(good.begin(), good.begin() + 1024 + 512), "s0.cls", 1024,
+         "header claims 1 bytes of data but only 0 remain");
+  expect(std::vector<std::byte>(good.begin(), good.begin() + 2048), "", 2048,
+         "ends without its end-of-archive block");
+
+  // A pax header above the limit, and a malformed one.
+  std::vector<std::byte> pax;
+  shards::append_tar_header(pax, std::string(400, 'n') + ".x", 1);
+  pax.resize(pax.size() + 512 + 1024);
+  write_bytes(p, pax);
+  CHECK_NOTHROW(shards::build_index(p));
+  CHECK_THROWS_WITH_AS(shards::list_tar(pax, "m", {.max_extended_header = 64}),
+                       doctest::Contains("pax header of 412 bytes exceeds the limit of 64"),
+                       shards::ShardError);
+  auto bad_pax = pax;
+  bad_pax[512] = std::byte{'x'};  // the record length is no longer a number
+  expect(bad_pax, "", 0, "malformed pax record");
+
+  // A key with a field twice.
+  std::vector<std::byte> dup;
+  shards::append_tar_header(dup, "k.jpg", 0);
+  shards::append_tar_header(dup, "k.JPG", 0);
+  dup.resize(dup.size() + 1024);
+  expect(dup, "k.JPG", 512, "duplicate field 'jpg' in sample 'k'");
+}
+
+TEST_CASE("the index file: rebuilt when the shard changes, ignored when corrupt") {
+  TempDir dir;
+  const fs::path p = dir.path / "a.tar";
+  write_bytes(p, small_archive());
+  const auto first = shards::load_index(p);
+  REQUIRE(fs::exists(shards::index_path(p)));
+  const std::string text = shards_test::read_text(shards::index_path(p));
+  CHECK(text.starts_with("coload-shard-index\t1\n3072\t"));
+  CHECK(text.ends_with("\n512\t5\ts0\ttxt\n1536\t1\ts0\tcls\n"));
+  // A stale index (other mtime) is rebuilt; a corrupt one is too.
+  std::ofstream(shards::index_path(p)) << "coload-shard-index\t1\n3072\t1\t2\t1\n0\t99999\ts0\tx\n";
+  CHECK(shards::load_index(p) == first);
+  CHECK(shards_test::read_text(shards::index_path(p)) == text);
+  // Escapes survive the file.
+  shards::ShardIndex odd;
+  odd.file_size = 100;
+  odd.samples.push_back({"a\tb\\c\nd", 0, 1, 0, 10});
+  odd.members.push_back({"f\tg", 0, 10});
+  shards::ShardIndex back;
+  REQUIRE(shards::parse_index(shards::format_index(odd), 100, back));
+  CHECK(back == odd);
+  CHECK_FALSE(shards::parse_index(shards::format_index(odd), 5, back));  // other shard size
+}
+
+TEST_CASE("pack_order is a seeded permutation") {
+  const auto plain = shards::pack_order(5, std::nullopt);
+  CHECK(plain == std::vector<std::int64_t>{0, 1, 2, 3, 4});
+  const auto a = shards::pack_order(100, 7), b = shards::pack_order(100, 7);
+  CHECK(a == b);
+  CHECK(a != shards::pack_order(100, 8));
+  auto sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(sorted == shards::pack_order(100, std::nullopt));
+}
+
+}  // TEST_SUITE

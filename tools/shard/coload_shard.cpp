@@ -1,0 +1,98 @@
+// coload-shard: packs an ImageFolder into tar shards (WebDataset layout) with their index files.
+//
+//   coload-shard ROOT OUTDIR [--shard-size 64MiB] [--seed N]
+//
+// Sample k of the folder (torchvision's order) becomes members "<k, 9 digits>.<ext>" (the image
+// file's bytes, its extension lowercased) and "<k>.cls" (the class index as text). With --seed
+// the samples are written in a shuffled order drawn from N. OUTDIR/classes.txt lists the class
+// folders, one a line, in class-index order.
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coload/shards/writer.hpp"
+#include "coload/vision/folder.hpp"
+
+namespace {
+
+// "64MiB", "1GiB", "500KB", "4096": bytes.
+std::uint64_t parse_size(const std::string& text) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw CLI::ValidationError("--shard-size", "not a size: '" + text + "'");
+  }
+  std::string unit = text.substr(used);
+  std::transform(unit.begin(), unit.end(), unit.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::pair<const char*, double> units[] = {
+      {"", 1},         {"b", 1},         {"k", 1024},         {"kib", 1024},
+      {"kb", 1e3},     {"m", 1 << 20},   {"mib", 1 << 20},    {"mb", 1e6},
+      {"g", 1 << 30},  {"gib", 1 << 30}, {"gb", 1e9}};
+  for (const auto& [name, scale] : units) {
+    if (unit == name && value > 0) return static_cast<std::uint64_t>(value * scale);
+  }
+  throw CLI::ValidationError("--shard-size", "not a size: '" + text + "' (e.g. 64MiB)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Packs an ImageFolder into tar shards in the WebDataset layout."};
+  std::string root, outdir, shard_size = "64MiB";
+  std::optional<std::uint64_t> seed;
+  app.add_option("ROOT", root, "the image folder (one sub-folder per class)")->required();
+  app.add_option("OUTDIR", outdir, "where the shards and their index files go")->required();
+  app.add_option("--shard-size", shard_size, "target size of a shard (default 64MiB)");
+  app.add_option("--seed", seed, "write the samples in an order shuffled with this seed");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const std::uint64_t bytes = parse_size(shard_size);
+    coload::vision::FolderOptions options;
+    options.extensions.emplace(coload::vision::image_extensions.begin(),
+                               coload::vision::image_extensions.end());
+    const auto index = coload::vision::index_folder(root, options);
+    coload::shards::Writer writer(outdir, {.shard_size = bytes});
+    std::uint64_t total = 0;
+    const auto shards = coload::shards::pack(
+        static_cast<std::int64_t>(index.samples.size()), seed, writer,
+        [&](std::int64_t k, coload::shards::Writer& w) {
+          const auto& s = index.samples[static_cast<std::size_t>(k)];
+          std::ifstream in(s.path, std::ios::binary);
+          const std::string data((std::istreambuf_iterator<char>(in)),
+                                 std::istreambuf_iterator<char>());
+          if (!in.good() && !in.eof()) throw std::runtime_error("cannot read '" + s.path + "'");
+          std::string ext = std::filesystem::path(s.path).extension().string().substr(1);
+          std::transform(ext.begin(), ext.end(), ext.begin(),
+                         [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+          char key[32];
+          std::snprintf(key, sizeof key, "%09lld", static_cast<long long>(k));
+          const std::string cls = std::to_string(s.class_index);
+          const coload::shards::WriteField fields[] = {
+              {ext, {reinterpret_cast<const std::byte*>(data.data()), data.size()}},
+              {"cls", {reinterpret_cast<const std::byte*>(cls.data()), cls.size()}}};
+          w.write(key, fields);
+          total += data.size();
+        });
+    std::ofstream classes(std::filesystem::path(outdir) / "classes.txt");
+    for (const auto& c : index.classes) classes << c << '\n';
+    std::cout << "packed " << index.samples.size() << " images (" << total / (1 << 20)
+              << " MiB) of " << index.classes.size() << " classes into " << shards.size()
+              << " shards in " << outdir << '\n';
+  } catch (const std::exception& e) {
+    std::cerr << "coload-shard: " << e.what() << '\n';
+    return 1;
+  }
+  return 0;
+}
