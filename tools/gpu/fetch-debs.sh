@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-tools/gpu/debs}
 want=(libasio-dev liburing-dev doctest-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev
-      libspng-dev pkgconf)
+      libspng-dev pkgconf libxxhash-dev libcli11-dev nlohmann-json3-dev)
 # Present on any build machine (the GPU machine's own versions are used).
 base='^(libc6|libc6-dev|libc-dev|libc-dev-bin|linux-libc-dev|libgcc-s1|libstdc\+\+6|zlib1g|gcc-12-base|libcrypt1|libcrypt-dev|libnsl-dev|libtirpc-dev|rpcsvc-proto)$'
 
