@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "coload/coload.hpp"
+#include "coload/shards/tar.hpp"
 #include "coload/vision/decode.hpp"
 #include "coload/vision/pipeline.hpp"
 #include "coload/vision/transforms.hpp"
@@ -376,6 +378,60 @@ TEST_CASE("fuzz: JPEG and PNG headers, mutated, decode or fail with a DecodeErro
                                              << refused << " refused");
     CHECK(refused > 0);
   }
+}
+
+TEST_CASE("fuzz: tar headers, mutated, list within the archive or fail with a named ShardError") {
+  // Three members: a ustar header, a name too long for ustar (a pax header carries it) and a
+  // one-byte label; then the end-of-archive blocks.
+  std::vector<std::byte> good;
+  const auto add = [&good](const std::string& name, std::size_t size) {
+    shards::append_tar_header(good, name, size);
+    for (std::size_t i = 0; i < size; ++i) good.push_back(static_cast<std::byte>(i * 7));
+    good.resize((good.size() + shards::tar_block - 1) / shards::tar_block * shards::tar_block);
+  };
+  add("sample-000.jpg", 700);
+  add(std::string(150, 'd') + "/sample-001.jpg", 300);
+  add("sample-001.cls", 1);
+  good.resize(good.size() + 2 * shards::tar_block);
+  REQUIRE(shards::list_tar(good).size() == 3);
+
+  std::mt19937_64 rng(23);
+  std::vector<std::byte> archive;
+  int accepted = 0, refused = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int iter = 0; iter < 20000 && hardening::seconds_since(t0) < 5; ++iter) {
+    archive = good;
+    // Sometimes torn: cut anywhere.
+    if (rng() % 8 == 0) archive.resize(rng() % archive.size());
+    const int edits = archive.empty() ? 0 : 1 + static_cast<int>(rng() % 3);
+    for (int k = 0; k < edits; ++k) {
+      // Mostly the size, checksum and type fields of some header block, where the claims lie.
+      std::size_t at = rng() % archive.size();
+      if (rng() % 2) at = at / shards::tar_block * shards::tar_block + 124 + rng() % 40;
+      if (at < archive.size()) archive[at] = static_cast<std::byte>(rng() % 256);
+    }
+    try {
+      const auto members = shards::list_tar(archive, "fuzz.tar");
+      ++accepted;
+      for (const auto& m : members) CHECK(m.offset + m.size <= archive.size());
+    } catch (const shards::ShardError& e) {
+      ++refused;
+      CHECK(e.shard() == "fuzz.tar");
+      CHECK(std::string(e.what()).find("fuzz.tar") != std::string::npos);
+    } catch (const std::exception& e) {
+      FAIL("list_tar threw something else than a ShardError: " << e.what());
+    }
+    // A lone block of noise: a header or a TarFormatError, nothing else.
+    std::array<std::byte, shards::tar_block> block;
+    for (auto& b : block) b = static_cast<std::byte>(rng() % 256);
+    try {
+      (void)shards::parse_tar_header(block);
+    } catch (const shards::TarFormatError&) {
+    }
+  }
+  MESSAGE("tar fuzz: " << accepted << " archives accepted, " << refused << " refused");
+  CHECK(accepted > 0);
+  CHECK(refused > 0);
 }
 
 }  // TEST_SUITE
