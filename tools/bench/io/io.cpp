@@ -68,7 +68,7 @@ Args parse(int argc, char** argv) {
   app.add_option("--dir", a.dir, "where the files are generated (reused while its MANIFEST matches)")
       ->capture_default_str();
   app.add_option("--files", a.files, "number of files")
-      ->check(CLI::Range(1u, std::numeric_limits<unsigned>::max()))
+      ->check(CLI::Range(1u, std::numeric_limits<unsigned>::max()).description("POSITIVE"))
       ->capture_default_str();
   app.add_option("--size", a.size, "mean file size in bytes (sizes spread +-10%)")
       ->capture_default_str();
