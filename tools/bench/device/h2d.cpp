@@ -17,6 +17,7 @@
 //    .to(device, non_blocking=True) on the same step (h2d_pytorch.py, via /usr/bin/python3).
 
 #include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
@@ -217,35 +218,34 @@ std::string json_string(const std::string& s) {
   return q + "\"";
 }
 
-int usage(const char* argv0) {
-  std::fprintf(stderr,
-               "usage: %s [--batches N] [--batch-size B] [--compute-ms MS] [--device I] [--json] [--no-pytorch]\n",
-               argv0);
-  return 2;
+/// Parses the flags with CLI11: --help lists them; a bad or unknown flag is named, exit 2.
+Args parse_args(int argc, char** argv) {
+  Args a;
+  CLI::App app{"h2d: the device stage's host-to-device throughput against bare copies, and the "
+               "consumer's waiting time against PyTorch's pinned DataLoader (needs CUDA)"};
+  app.add_option("--batches", a.batches, "batches per measurement (below 1 runs 1)")
+      ->capture_default_str();
+  app.add_option("--batch-size", a.batch_size, "images of 3 x 224 x 224 float32 per batch (below 1 is 1)")
+      ->capture_default_str();
+  app.add_option("--compute-ms", a.compute_ms, "the consumer's simulated step, in milliseconds")
+      ->capture_default_str();
+  app.add_option("--device", a.device, "CUDA device index")->capture_default_str();
+  app.add_flag("--json", a.json, "print one JSON object instead of the table");
+  app.add_flag_callback("--no-pytorch", [&a] { a.pytorch = false; }, "skip the PyTorch measurement");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
+  }
+  a.batches = std::max(1, a.batches);
+  a.batch_size = std::max(1, a.batch_size);
+  return a;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string s = argv[i];
-    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    if (s == "--json") {
-      a.json = true;
-    } else if (s == "--no-pytorch") {
-      a.pytorch = false;
-    } else if (s == "--batches" || s == "--batch-size" || s == "--compute-ms" || s == "--device") {
-      const char* v = next();
-      if (!v) return usage(argv[0]);
-      if (s == "--batches") a.batches = std::max(1, std::atoi(v));
-      if (s == "--batch-size") a.batch_size = std::max(1, std::atoi(v));
-      if (s == "--compute-ms") a.compute_ms = std::atof(v);
-      if (s == "--device") a.device = std::atoi(v);
-    } else {
-      return usage(argv[0]);
-    }
-  }
+  const Args a = parse_args(argc, argv);
 
   if (!cuda_available()) {
     const std::string why = cuda_unavailable_reason();

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 
@@ -33,6 +34,7 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 #include <thread>
@@ -58,33 +60,34 @@ struct Args {
   std::string only;  // run just this method (for profiling); the ratios then are not printed
 };
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "io: %s\nusage: io [--dir DIR] [--files N] [--size BYTES] [--repeat N] "
-               "[--queue-depth N] [--wq-workers N] [--json] [--only METHOD]\n",
-               why);
-  std::exit(2);
-}
-
+/// Parses the flags with CLI11: --help lists them; a bad or unknown flag is named, exit 2.
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value for " + flag).c_str());
-      return argv[++i];
-    };
-    if (flag == "--dir") a.dir = value();
-    else if (flag == "--files") a.files = static_cast<unsigned>(std::stoul(value()));
-    else if (flag == "--size") a.size = std::stoul(value());
-    else if (flag == "--repeat") a.repeat = std::max(1u, static_cast<unsigned>(std::stoul(value())));
-    else if (flag == "--queue-depth") a.queue_depth = static_cast<unsigned>(std::stoul(value()));
-    else if (flag == "--wq-workers") a.wq_workers = static_cast<unsigned>(std::stoul(value()));
-    else if (flag == "--json") a.json = true;
-    else if (flag == "--only") a.only = value();
-    else usage(("unknown flag " + flag).c_str());
+  CLI::App app{"io: whole-file reads of many small files through coload's io_uring Reader "
+               "against pread thread pools and a sequential loop, cold and warm"};
+  app.add_option("--dir", a.dir, "where the files are generated (reused while its MANIFEST matches)")
+      ->capture_default_str();
+  app.add_option("--files", a.files, "number of files")
+      ->check(CLI::Range(1u, std::numeric_limits<unsigned>::max()).description("POSITIVE"))
+      ->capture_default_str();
+  app.add_option("--size", a.size, "mean file size in bytes (sizes spread +-10%)")
+      ->capture_default_str();
+  app.add_option("--repeat", a.repeat, "passes per configuration, the best counts (0 runs 1)")
+      ->capture_default_str();
+  app.add_option("--queue-depth", a.queue_depth, "the Reader's io_uring queue depth")
+      ->capture_default_str();
+  app.add_option("--wq-workers", a.wq_workers, "the Reader's io_uring worker threads")
+      ->capture_default_str();
+  app.add_flag("--json", a.json, "print one JSON object instead of the table");
+  app.add_option("--only", a.only, "run just this method (for profiling; no ratios printed)")
+      ->check(CLI::IsMember({"uring", "pread2", "pread8", "pread32", "sequential", "fallback",
+                             "uring_direct", "pread32_direct"}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
-  if (a.files == 0) usage("--files must be positive");
+  a.repeat = std::max(1u, a.repeat);
   return a;
 }
 
@@ -275,10 +278,8 @@ int main(int argc, char** argv) {
       {"pread32_direct", "pread pool O_DIRECT, 32 thr.", [&] { return pool_pass(corpus, 32, true); }},
   };
 
-  if (!args.only.empty()) {
+  if (!args.only.empty())  // parse() checked that it names one of these
     std::erase_if(methods, [&](const Method& m) { return m.key != args.only; });
-    if (methods.empty()) usage("--only takes uring, pread2, pread8, pread32, sequential, fallback, uring_direct or pread32_direct");
-  }
 
   // Best (shortest) pass per method and temperature; methods interleave across repeats so that
   // drift in the machine's load spreads over all of them.

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -154,33 +155,28 @@ std::string ratio(double a, double b) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::vector<std::string> positional;
+  // The flags, parsed with CLI11: --help lists them; a bad or unknown flag, or a missing
+  // ROOT or SHARDS, is named, exit 2.
+  std::string root_arg, dir_arg;
   int workers = 2;
   std::int64_t batch = 64;
   bool json = false, pytorch = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--json") {
-      json = true;
-    } else if (a == "--no-pytorch") {
-      pytorch = false;
-    } else if (a == "--workers" && i + 1 < argc) {
-      workers = std::atoi(argv[++i]);
-    } else if (a == "--batch-size" && i + 1 < argc) {
-      batch = std::atoll(argv[++i]);
-    } else if (!a.starts_with("-")) {
-      positional.push_back(a);
-    } else {
-      std::fprintf(stderr, "usage: shards ROOT SHARDS [--workers 2] [--batch-size 64] [--json] "
-                           "[--no-pytorch]\n");
-      return 2;
-    }
+  CLI::App app{"shards: the same images as an ImageFolder and as tar shards, in one run (raw "
+               "delivery cold and warm, the train pipeline, PyTorch + webdataset, the index build)"};
+  app.add_option("ROOT", root_arg, "an ImageFolder (make_image_folder makes one)")->required();
+  app.add_option("SHARDS", dir_arg, "a folder of ROOT's shards (packed here when it holds none)")
+      ->required();
+  app.add_option("--workers", workers, "loader workers")->capture_default_str();
+  app.add_option("--batch-size", batch, "batch size")->capture_default_str();
+  app.add_flag("--json", json, "print one JSON object with every figure");
+  app.add_flag_callback("--no-pytorch", [&pytorch] { pytorch = false; },
+                        "skip PyTorch's DataLoader over webdataset");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
   }
-  if (positional.size() != 2) {
-    std::fprintf(stderr, "usage: shards ROOT SHARDS [--workers 2] [--batch-size 64] [--json]\n");
-    return 2;
-  }
-  const fs::path root = positional[0], dir = positional[1];
+  const fs::path root = root_arg, dir = dir_arg;
   coload::vision::FolderOptions fo;
   fo.extensions.emplace(coload::vision::image_extensions.begin(),
                         coload::vision::image_extensions.end());

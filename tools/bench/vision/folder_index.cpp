@@ -14,6 +14,7 @@
 // --json prints one object: {"coload_s": s, "torchvision_s": s, "ratio": torchvision / coload},
 // with null for torchvision (and the ratio) when it is skipped or missing.
 
+#include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -28,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,57 +62,38 @@ struct Args {
   bool torchvision = true;
 };
 
-[[noreturn]] void usage(const char* argv0, int rc) {
-  std::fprintf(rc ? stderr : stdout,
-               "usage: %s [--dir DIR] [--classes N] [--per-class N] [--repeat N] [--threads N]\n"
-               "          [--json] [--no-torchvision]\n"
-               "  --dir DIR        reuse the tree in DIR, or make it there (default: a temporary\n"
-               "                   folder, removed at the end)\n"
-               "  --classes N      class folders (default 1000)\n"
-               "  --per-class N    empty .jpg files per class (default 200)\n"
-               "  --repeat N       timed runs per side after one warm-up; the best counts (5)\n"
-               "  --threads N      coload's indexing threads (default 0: up to 8)\n"
-               "  --json           print one JSON object\n"
-               "  --no-torchvision time coload only\n",
-               argv0);
-  std::exit(rc);
-}
-
+/// Parses the flags with CLI11: --help lists them; a bad or unknown flag is named, exit 2.
 Args parse(int argc, char** argv) {
   Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(argv[0], 2);
-      return argv[++i];
-    };
-    auto number = [&] {
-      const std::string v = value();
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 0) usage(argv[0], 2);
-      return static_cast<int>(n);
-    };
-    if (a == "--dir") {
-      args.dir = value();
-    } else if (a == "--classes") {
-      args.classes = std::max(1, number());
-    } else if (a == "--per-class") {
-      args.per_class = std::max(1, number());
-    } else if (a == "--repeat") {
-      args.repeat = std::max(1, number());
-    } else if (a == "--threads") {
-      args.threads = number();
-    } else if (a == "--json") {
-      args.json = true;
-    } else if (a == "--no-torchvision") {
-      args.torchvision = false;
-    } else if (a == "-h" || a == "--help") {
-      usage(argv[0], 0);
-    } else {
-      usage(argv[0], 2);
-    }
+  CLI::App app{"folder_index: coload's index_folder against torchvision's ImageFolder constructor "
+               "on one tree of empty .jpg files"};
+  const CLI::Validator non_negative =
+      CLI::Range(0, std::numeric_limits<int>::max()).description("NON-NEGATIVE");
+  app.add_option("--dir", args.dir,
+                 "reuse the tree in DIR, or make it there (default: a temporary folder, removed "
+                 "at the end)");
+  app.add_option("--classes", args.classes, "class folders (0 makes 1)")
+      ->check(non_negative)
+      ->capture_default_str();
+  app.add_option("--per-class", args.per_class, "empty .jpg files per class (0 makes 1)")
+      ->check(non_negative)
+      ->capture_default_str();
+  app.add_option("--repeat", args.repeat, "timed runs per side after one warm-up; the best counts")
+      ->check(non_negative)
+      ->capture_default_str();
+  app.add_option("--threads", args.threads, "coload's indexing threads (0: up to 8)")
+      ->check(non_negative)
+      ->capture_default_str();
+  app.add_flag("--json", args.json, "print one JSON object");
+  app.add_flag_callback("--no-torchvision", [&args] { args.torchvision = false; }, "time coload only");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
+  args.classes = std::max(1, args.classes);
+  args.per_class = std::max(1, args.per_class);
+  args.repeat = std::max(1, args.repeat);
   return args;
 }
 

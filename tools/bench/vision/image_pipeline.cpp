@@ -28,6 +28,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <turbojpeg.h>
 
 #include <fcntl.h>
@@ -90,57 +92,34 @@ struct Args {
   bool processes = false;  // --executor processes: also measure process workers
 };
 
-[[noreturn]] void usage(const char* argv0, int rc) {
-  std::fprintf(rc ? stderr : stdout,
-               "usage: %s ROOT [--epochs N] [--json] [--skip-pytorch] [--breakdown]\n"
-               "       [--executor threads|processes]\n"
-               "  ROOT            an ImageFolder tree (ROOT/class/image.jpg)\n"
-               "  --epochs N      timed epochs per measurement, after one warm-up (default 3)\n"
-               "  --json          print one JSON object instead of the table\n"
-               "  --skip-pytorch  do not run the PyTorch side (reported as null)\n"
-               "  --breakdown     also time read, decode and transform per image on 1 thread\n"
-               "  --executor processes  also measure 2 worker processes (against threads and\n"
-               "                  PyTorch's 2 worker processes)\n",
-               argv0);
-  std::exit(rc);
-}
-
+/// Parses the flags with CLI11: --help lists them; a bad or unknown flag, or a missing ROOT,
+/// is named, exit 2.
 Args parse_args(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view s = argv[i];
-    if (s == "--epochs") {
-      if (i + 1 >= argc) usage(argv[0], 2);
-      char* end = nullptr;
-      const long v = std::strtol(argv[++i], &end, 10);
-      if (!end || *end != '\0' || v <= 0 || v > 1000) usage(argv[0], 2);
-      a.epochs = static_cast<int>(v);
-    } else if (s == "--json") {
-      a.json = true;
-    } else if (s == "--skip-pytorch") {
-      a.pytorch = false;
-    } else if (s == "--breakdown") {
-      a.breakdown = true;
-    } else if (s == "--executor") {
-      if (i + 1 >= argc) usage(argv[0], 2);
-      const std::string_view kind = argv[++i];
-      if (kind != "threads" && kind != "processes") usage(argv[0], 2);
-      a.processes = kind == "processes";
-    } else if (s == "-h" || s == "--help") {
-      usage(argv[0], 0);
-    } else if (!s.empty() && s[0] == '-') {
-      std::fprintf(stderr, "image_pipeline: unknown option %s\n", argv[i]);
-      usage(argv[0], 2);
-    } else if (a.root.empty()) {
-      a.root = argv[i];
-    } else {
-      usage(argv[0], 2);
-    }
+  CLI::App app{"image_pipeline: coload's ImagePipeline through the DataLoader against PyTorch's "
+               "DataLoader over torchvision's ImageFolder and a bare 2-thread JPEG decode, on "
+               "one ImageFolder tree"};
+  app.add_option("ROOT", a.root, "an ImageFolder tree (ROOT/class/image.jpg)")->required();
+  app.add_option("--epochs", a.epochs, "timed epochs per measurement, after one warm-up")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_flag("--json", a.json, "print one JSON object instead of the table");
+  app.add_flag_callback("--skip-pytorch", [&a] { a.pytorch = false; },
+                        "do not run the PyTorch side (reported as null)");
+  app.add_flag("--breakdown", a.breakdown,
+               "also time read, decode and transform per image on 1 thread");
+  std::string executor = "threads";
+  app.add_option("--executor", executor,
+                 "processes: also measure 2 worker processes (against threads and PyTorch's 2 "
+                 "worker processes)")
+      ->check(CLI::IsMember({"threads", "processes"}))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
-  if (a.root.empty()) {
-    std::fprintf(stderr, "image_pipeline: missing ROOT (an ImageFolder tree)\n");
-    usage(argv[0], 2);
-  }
+  a.processes = executor == "processes";
   return a;
 }
 
@@ -572,42 +551,43 @@ int main(int argc, char** argv) {
   const auto p_pytorch = ratio(fresh_rate, pytorch.rate);
 
   if (args.json) {
-    auto rate_fields = [](const char* name, const std::optional<Rate>& r) {
-      std::string j = "\"" + std::string(name) + "\": " +
-                      json_number(r ? std::optional(r->median) : std::nullopt);
-      j += ", \"" + std::string(name) + "_best\": " +
-           json_number(r ? std::optional(r->best) : std::nullopt);
-      j += ", \"" + std::string(name) + "_cpu_ms_per_image\": " +
-           json_number(r ? std::optional(r->cpu_ms_per_image) : std::nullopt);
-      return j;
+    using nlohmann::ordered_json;
+    auto number = [](std::optional<double> v) -> ordered_json {
+      if (!v || !std::isfinite(*v)) return nullptr;
+      return *v;
     };
-    std::string j = "{" + rate_fields("coload", coload_rate);
-    j += ", " + rate_fields("pytorch", pytorch.rate);
-    j += ", " + rate_fields("decode_only", decode_only);
-    j += ", \"ratios\": {\"coload/pytorch\": " + json_number(r_pytorch) +
-         ", \"coload/decode_only\": " + json_number(r_decode) + "}";
+    ordered_json j;
+    auto rate_fields = [&](const std::string& name, const std::optional<Rate>& r) {
+      j[name] = number(r ? std::optional(r->median) : std::nullopt);
+      j[name + "_best"] = number(r ? std::optional(r->best) : std::nullopt);
+      j[name + "_cpu_ms_per_image"] = number(r ? std::optional(r->cpu_ms_per_image) : std::nullopt);
+    };
+    rate_fields("coload", coload_rate);
+    rate_fields("pytorch", pytorch.rate);
+    rate_fields("decode_only", decode_only);
+    j["ratios"] = {{"coload/pytorch", number(r_pytorch)}, {"coload/decode_only", number(r_decode)}};
     if (args.processes) {
-      j += ", " + rate_fields("coload_processes", processes_rate);
-      j += ", " + rate_fields("coload_processes_fresh", fresh_rate);
-      j += ", \"ratios_processes\": {\"processes/threads\": " + json_number(p_threads) +
-           ", \"processes_fresh/pytorch\": " + json_number(p_pytorch) + "}";
+      rate_fields("coload_processes", processes_rate);
+      rate_fields("coload_processes_fresh", fresh_rate);
+      j["ratios_processes"] = {{"processes/threads", number(p_threads)},
+                               {"processes_fresh/pytorch", number(p_pytorch)}};
     }
-    j += ", \"ratios_cpu\": {\"coload/pytorch\": " + json_number(c_pytorch) +
-         ", \"coload/decode_only\": " + json_number(c_decode) + "}";
-    j += ", \"images\": " + std::to_string(images) + ", \"epochs\": " +
-         std::to_string(args.epochs) + ", \"batch_size\": " + std::to_string(kBatch) +
-         ", \"num_workers\": " + std::to_string(kWorkers) + ", \"file_cache_warm\": true";
-    j += ", \"loadavg_before\": \"" + load_before + "\", \"loadavg_after\": \"" + load_after +
-         "\"";
+    j["ratios_cpu"] = {{"coload/pytorch", number(c_pytorch)}, {"coload/decode_only", number(c_decode)}};
+    j["images"] = images;
+    j["epochs"] = args.epochs;
+    j["batch_size"] = kBatch;
+    j["num_workers"] = kWorkers;
+    j["file_cache_warm"] = true;
+    j["loadavg_before"] = load_before;
+    j["loadavg_after"] = load_after;
     if (split) {
-      j += ", \"breakdown_ms_per_image\": {\"read\": " + json_number(split->read_ms) +
-           ", \"full_decode\": " + json_number(split->full_decode_ms) +
-           ", \"scaled_decode\": " + json_number(split->scaled_decode_ms) +
-           ", \"transform\": " + json_number(split->transform_ms) +
-           ", \"fresh_batch\": " + json_number(split->fresh_batch_ms) + "}";
+      j["breakdown_ms_per_image"] = {{"read", number(split->read_ms)},
+                                     {"full_decode", number(split->full_decode_ms)},
+                                     {"scaled_decode", number(split->scaled_decode_ms)},
+                                     {"transform", number(split->transform_ms)},
+                                     {"fresh_batch", number(split->fresh_batch_ms)}};
     }
-    j += "}";
-    std::printf("%s\n", j.c_str());
+    std::printf("%s\n", j.dump().c_str());
     return 0;
   }
 
