@@ -185,7 +185,14 @@ TEST_CASE("exact resume mid-shard: map-style and streaming, threads and processe
   write_shards(dir.path, 70, 20000);
   const shards::ShardDataset map(dir.path);
   const shards::ShardStream stream(dir.path, {.shuffle_buffer = 6});
-  for (auto executor : {Executor::threads, Executor::processes}) {
+  // NOTE: processes not under TSan, which cannot follow a forked child of a multi-threaded
+  // process that starts threads (the stream's reads ahead do).
+#if defined(__SANITIZE_THREAD__)
+  const std::vector<Executor> executors{Executor::threads};
+#else
+  const std::vector<Executor> executors{Executor::threads, Executor::processes};
+#endif
+  for (auto executor : executors) {
     CAPTURE(static_cast<int>(executor));
     const LoaderOptions<CheckedIds> o{.batch_size = 4, .shuffle = true, .num_workers = 2,
                                       .seed = 5, .executor = executor};
