@@ -227,6 +227,43 @@ struct StuckOnce {
   }
 };
 
+// Blocks the calling thread until the gate opens.
+void wait_at(Gate& gate) {
+  std::unique_lock lock(gate.mutex);
+  ++gate.entered;
+  gate.cv.notify_all();
+  gate.cv.wait(lock, [&] { return gate.open; });
+}
+
+void open_gate(Gate& gate) {
+  std::lock_guard lock(gate.mutex);
+  gate.open = true;
+  gate.cv.notify_all();
+}
+
+// An iterable dataset: worker 0 streams 0..3; worker 1 is stuck before its first sample.
+struct StuckStream {
+  std::shared_ptr<Gate> gate;
+  Generator<std::int64_t> stream(const WorkerInfo& info) {
+    if (info.id == 1) {
+      wait_at(*gate);
+      co_return;
+    }
+    for (std::int64_t i = 0; i < 4; ++i) co_yield i;
+  }
+};
+
+// An asynchronous dataset whose sample 5 is stuck in its CPU work, on a worker.
+struct StuckAsync {
+  std::shared_ptr<Gate> gate;
+  std::int64_t size() const { return 16; }
+  Task<std::int64_t> get_async(Index i, SampleContext& ctx) {
+    co_await ctx.cpu();
+    if (i == 5) wait_at(*gate);
+    co_return i;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("a thread worker stuck forever in get() does not hold the loader: the destructor "
@@ -295,6 +332,51 @@ TEST_CASE("a thread worker stuck forever in get() does not hold the loader: the 
     CHECK(gate->cv.wait_for(lock, std::chrono::seconds(10), [&] { return gate->live == 0; }));
   }
   CHECK(warnings.messages().size() == 1);
+}
+
+TEST_CASE("a timeout names the worker holding the batch: an iterable dataset's stream, and an "
+          "asynchronous fetch's CPU work") {
+  SUBCASE("stream") {
+    auto gate = std::make_shared<Gate>();
+    auto loader =
+        make_data_loader(StuckStream{gate}, {.batch_size = 2, .num_workers = 2, .timeout = 0.3});
+    auto epoch = loader.epoch();
+    CHECK(sync_wait(epoch.next())->equal(at::tensor({0, 1}, at::kLong)));
+    try {
+      (void)sync_wait(epoch.next());
+      FAIL("no timeout");
+    } catch (const TimeoutError& e) {
+      CHECK(e.batch() == 1);
+      CHECK(e.worker_id() == 1);
+      CHECK(e.pid() == -1);
+      CHECK(e.indices().empty());
+      CHECK(std::string(e.what()) ==
+            "DataLoader timed out after 0.3 seconds waiting for batch 1 from worker 1");
+    }
+    open_gate(*gate);
+  }
+  SUBCASE("asynchronous fetch") {
+    auto gate = std::make_shared<Gate>();
+    auto loader =
+        make_data_loader(StuckAsync{gate}, {.batch_size = 2, .num_workers = 2, .timeout = 0.3});
+    auto epoch = loader.epoch();
+    CHECK(sync_wait(epoch.next())->equal(at::tensor({0, 1}, at::kLong)));
+    CHECK(sync_wait(epoch.next())->equal(at::tensor({2, 3}, at::kLong)));
+    try {
+      (void)sync_wait(epoch.next());
+      FAIL("no timeout");
+    } catch (const TimeoutError& e) {
+      CHECK(e.batch() == 2);
+      CHECK(e.pid() == -1);
+      REQUIRE(e.worker_id() >= 0);
+      CHECK(e.worker_id() < 2);
+      CHECK(e.indices() == std::vector<std::int64_t>{4, 5});
+      CHECK(std::string(e.what()) ==
+            "DataLoader timed out after 0.3 seconds waiting for batch 2 from worker " +
+                std::to_string(e.worker_id()) + ", fetching indices 4, 5");
+    }
+    open_gate(*gate);
+  }
 }
 
 }  // TEST_SUITE

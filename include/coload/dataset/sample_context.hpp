@@ -75,6 +75,12 @@ struct CpuPlace {
   const WorkerInfo* workers = nullptr;  // indexed by worker id
   /// Runs on a worker as work arrives there (the loader's worker_init_fn, once per epoch).
   const std::function<void(const WorkerInfo&)>* on_worker = nullptr;
+  /// Told which worker the fetch's CPU work reached (the loader's record of who holds which
+  /// batch and sample, for its timeout errors): note(board, worker, batch, sample).
+  void (*note)(void* board, int worker, std::int64_t batch, Index sample) = nullptr;
+  void* board = nullptr;
+  std::int64_t batch = -1;
+  Index sample = -1;
 };
 
 /// `co_await ctx.cpu()`: continues on one of the loader's workers (at once without workers),
@@ -87,6 +93,7 @@ struct CpuAwaiter {
     if (!place.workers) return;
     const WorkerInfo& info = place.workers[current_worker_id()];
     set_worker_info(&info);
+    if (place.note) place.note(place.board, info.id, place.batch, place.sample);
     if (place.on_worker && *place.on_worker) (*place.on_worker)(info);
   }
 };

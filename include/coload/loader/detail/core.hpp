@@ -291,6 +291,7 @@ class LoaderCore {
     if constexpr (Plan::is_async) {
       out.dropped = run.cancelled();
       if (!out.dropped) {
+        fetcher_.board.begin_async(batch_no, indices);
         try {
           out.outcome.batch.emplace(co_await fetcher_.fetch_batch_async(run, indices, batch_no));
         } catch (const Cancelled&) {
@@ -300,6 +301,7 @@ class LoaderCore {
         } catch (...) {
           out.outcome.error = std::current_exception();
         }
+        fetcher_.board.end_async(batch_no);
         set_worker_info(nullptr);
         if (!driver_.on_driver_thread()) co_await driver_.schedule();
       }

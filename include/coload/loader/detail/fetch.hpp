@@ -105,12 +105,7 @@ class FetchBoard {
   /// Worker `worker` (-1: the driver) starts batch `batch` of `indices`.
   void begin(int worker, std::int64_t batch, std::span<const Index> indices) {
     std::lock_guard lock(mutex_);
-    Entry& e = at(worker);
-    e.batch = batch;
-    e.sample = -1;
-    e.first.assign(indices.begin(),
-                   indices.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(indices.size(), 8)));
-    e.count = static_cast<std::int64_t>(indices.size());
+    fill(at(worker), batch, indices);
   }
   /// Worker `worker` takes sample `i` (-1: done with samples).
   void sample(int worker, Index i) {
@@ -123,13 +118,59 @@ class FetchBoard {
     at(worker).batch = -1;
     at(worker).sample = -1;
   }
-  /// The thread fetching batch `batch`, if one is.
+  /// An asynchronous fetch of batch `batch` starts (on the driver): no thread holds it until
+  /// its CPU work reaches a worker (note()).
+  void begin_async(std::int64_t batch, std::span<const Index> indices) {
+    std::lock_guard lock(mutex_);
+    Entry& e = pending_.emplace_back();
+    fill(e, batch, indices);
+  }
+  /// Worker `worker` runs the CPU work of sample `sample` (-1: the whole batch, or its
+  /// collation) of asynchronous batch `batch`, until it is done with it (done()).
+  void note(int worker, std::int64_t batch, Index sample) {
+    std::lock_guard lock(mutex_);
+    Entry& e = at(worker);
+    e.batch = batch;
+    e.sample = sample;
+    e.first.clear();
+    e.count = 0;
+    for (const Entry& p : pending_) {
+      if (p.batch == batch) {
+        e.first = p.first;
+        e.count = p.count;
+        break;
+      }
+    }
+  }
+  /// The work on sample `sample` (-1: the whole batch, or its collation) of asynchronous batch
+  /// `batch` has ended, on whichever thread: no worker holds it any more.
+  void done(std::int64_t batch, Index sample) {
+    std::lock_guard lock(mutex_);
+    for (std::size_t i = 1; i < entries_.size(); ++i) {
+      Entry& e = entries_[i];
+      if (e.batch == batch && e.sample == sample) e.batch = e.sample = -1;
+    }
+  }
+  /// The asynchronous fetch of batch `batch` has ended.
+  void end_async(std::int64_t batch) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(pending_, [&](const Entry& p) { return p.batch == batch; });
+  }
+  /// The thread fetching batch `batch`, if one is; else an asynchronous fetch of it that no
+  /// worker holds (its worker -1: awaiting reads on the driver).
   std::optional<Entry> find(std::int64_t batch) const {
     std::lock_guard lock(mutex_);
     for (const auto& e : entries_) {
       if (e.batch == batch) return e;
     }
+    for (const auto& p : pending_) {
+      if (p.batch == batch) return p;
+    }
     return std::nullopt;
+  }
+  /// The hook an asynchronous fetch's `co_await ctx.cpu()` calls on arriving at a worker.
+  static void note_hook(void* board, int worker, std::int64_t batch, Index sample) {
+    static_cast<FetchBoard*>(board)->note(worker, batch, sample);
   }
   /// Every thread with a batch in hand.
   std::vector<Entry> busy() const {
@@ -142,12 +183,20 @@ class FetchBoard {
   }
 
  private:
+  static void fill(Entry& e, std::int64_t batch, std::span<const Index> indices) {
+    e.batch = batch;
+    e.sample = -1;
+    e.first.assign(indices.begin(),
+                   indices.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(indices.size(), 8)));
+    e.count = static_cast<std::int64_t>(indices.size());
+  }
   Entry& at(int worker) {
     const auto i = static_cast<std::size_t>(worker + 1);
     return entries_[i < entries_.size() ? i : 0];
   }
   mutable std::mutex mutex_;
   std::vector<Entry> entries_;
+  std::vector<Entry> pending_;  // asynchronous fetches in flight
 };
 
 /// The dataset, the options it is fetched with, and where a fetch's memory, reads and CPU
@@ -263,7 +312,7 @@ class Fetcher {
   Task<Batch> fetch_batch_async(Scope& run, std::span<const Index> indices, std::int64_t batch_no)
     requires(Plan::is_async)
   {
-    const CpuPlace place = cpu_place(run);
+    const CpuPlace place = cpu_place(run, batch_no);
     if constexpr (Plan::path == FetchPath::whole_batch_async) {
       BatchContext ctx{indices, batch_no, run.epoch(), run.sample_seed(), reader, place,
                        options.on_error, &skips};
@@ -271,6 +320,7 @@ class Fetcher {
       std::unique_ptr<BatchLease> lease = pinned ? pinned->begin_batch() : nullptr;
       ctx.allocator = lease ? lease.get() : current_batch_allocator();
       try {
+        BoardDone done{board, batch_no};
         Batch batch = co_await dataset.get_batch_async(indices, ctx);
         co_return pinned ? pin_batch(std::move(batch), *pinned) : std::move(batch);
       } catch (const EmptyBatch&) {
@@ -285,9 +335,11 @@ class Fetcher {
       std::vector<Task<std::optional<Sample>>> tasks;
       tasks.reserve(indices.size());
       for (Index i : indices) {
+        CpuPlace sample_place = place;
+        sample_place.sample = i;
         tasks.push_back(sample_async(
             SampleContext{i, run.epoch(), Rng::for_sample(run.sample_seed(), run.epoch(), i),
-                          nullptr, reader, place},
+                          nullptr, reader, sample_place},
             batch_no));
       }
       auto fetched = co_await when_all(std::move(tasks));
@@ -300,9 +352,11 @@ class Fetcher {
       if (samples.empty()) throw EmptyBatch{};
       // Collating is CPU work: a fetch whose samples did none of theirs on a worker moves now.
       if (executor && !current_worker_info()) co_await CpuAwaiter{place};
-      co_return place_batch([&] {
-        return collate_samples(std::move(samples), current_worker_id_or_driver(), batch_no);
-      });
+      const int worker = current_worker_id_or_driver();
+      if (worker >= 0) board.note(worker, batch_no, -1);
+      BoardDone done{board, batch_no};
+      co_return place_batch(
+          [&] { return collate_samples(std::move(samples), worker, batch_no); });
     }
   }
 
@@ -342,9 +396,12 @@ class Fetcher {
  private:
   /// The loader's place for CPU work, as a fetch's context carries it.
   template <class Scope>
-  CpuPlace cpu_place(Scope& run) noexcept {
+  CpuPlace cpu_place(Scope& run, std::int64_t batch_no) noexcept {
     if constexpr (requires { run.on_worker(); }) {
-      if (executor) return CpuPlace{executor, run.worker_infos(), run.on_worker()};
+      if (executor) {
+        return CpuPlace{executor,   run.worker_infos(), run.on_worker(), &FetchBoard::note_hook,
+                        &board, batch_no};
+      }
     }
     return CpuPlace{};
   }
@@ -354,8 +411,11 @@ class Fetcher {
   Task<std::optional<Sample>> sample_async(SampleContext ctx, std::int64_t batch_no) {
     std::optional<WorkerError> error;
     try {
-      co_return co_await dataset.get_async(ctx.index, ctx);
+      std::optional<Sample> sample(co_await dataset.get_async(ctx.index, ctx));
+      board.done(batch_no, ctx.index);
+      co_return sample;
     } catch (...) {
+      board.done(batch_no, ctx.index);
       error.emplace(wrap_current_exception(current_worker_id_or_driver(), batch_no, ctx.index,
                                            "fetching"));
     }
@@ -363,6 +423,14 @@ class Fetcher {
     skips.skip(ctx.index, error->what());
     co_return std::nullopt;
   }
+
+  /// Clears the note of an asynchronous batch's whole-batch work (its collation, or its
+  /// get_batch_async) when that work ends.
+  struct BoardDone {
+    FetchBoard& board;
+    std::int64_t batch;
+    ~BoardDone() { board.done(batch, -1); }
+  };
 
   std::vector<std::int64_t> worker_init_epoch_;  // element i: worker i's thread only
   std::vector<std::shared_ptr<D>> replicas_;     // element i: worker i's thread only

@@ -181,6 +181,7 @@ class StreamRun final : public RunBase<D, C> {
       bool ended = false;
       std::vector<Sample> samples;
       if (hop) set_worker_info(&info);
+      fetcher.board.begin(hop ? w : -1, *task, {});
       // NOTE: a resumed epoch drops the batches this worker had delivered before, without
       // giving up this batch number: the rotation stays that of the interrupted run.
       for (;;) {
@@ -254,6 +255,7 @@ class StreamRun final : public RunBase<D, C> {
         if (!self->drop_delivered(w, outcome, dropped) || ended) break;
         samples.clear();
       }
+      fetcher.board.end(hop ? w : -1);
       if (hop) set_worker_info(nullptr);
       if (hop) co_await core.to_driver();
       if (ended) {
