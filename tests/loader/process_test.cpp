@@ -112,9 +112,12 @@ struct Probe {
     }
     at::Tensor t = at::full({2, 3}, static_cast<double>(i), at::kFloat);
     if (use_aten) {
-      // A multi-threaded operation in the parent before the fork must not hang this one.
-      auto m = at::ones({128, 128});
-      t = t + (at::mm(m, m).sum() * 0).to(at::kFloat);
+      // A multi-threaded operation in the parent before the fork must not hang this one: a
+      // reduction big enough for ATen's parallel_for (GNU OpenMP's pool).
+      // NOTE: not BLAS: under libtorch 2.11's MKL a forked child's sgemm spun forever in MKL's
+      // allocator (mm_account_ptr_by_tid) in 1 run of 44 (README: process_start).
+      auto m = at::ones({1 << 17});
+      t = t + (m.sum() * 0).to(at::kFloat);
     }
     const auto info = get_worker_info();
     return {t, i, ::getpid(), info ? info->id : -1,
