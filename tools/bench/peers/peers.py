@@ -156,13 +156,18 @@ class PssSampler(threading.Thread):
         self.root, self.interval = root, interval
         self.peak_kib, self.peak_processes, self.samples = 0, 0, 0
         self._halt = threading.Event()
+        self._lock = threading.Lock()
 
-    def run(self):
-        while not self._halt.is_set():
-            kib, n = tree_pss_kib(self.root)
+    def sample(self):
+        kib, n = tree_pss_kib(self.root)
+        with self._lock:
             self.samples += 1
             if kib > self.peak_kib:
                 self.peak_kib, self.peak_processes = kib, n
+
+    def run(self):
+        while not self._halt.is_set():
+            self.sample()
             self._halt.wait(self.interval)
 
     def stop(self):
@@ -180,8 +185,10 @@ def run_peer(name, command, cpus=None, interval=0.1, timeout=900, env=None):
             os.sched_setaffinity(0, cpus)
 
     try:
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, preexec_fn=pin, env=env)
+        # stdin is closed only once stdout ends: a peer may wait for that to exit (the test's
+        # fake peer does, so that its last "@mark" is measured while it still runs).
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, preexec_fn=pin, env=env)
     except OSError as e:
         return {"error": f"cannot start {shlex.join(command)}: {e}"}
     sampler = PssSampler(proc.pid, interval)
@@ -195,8 +202,10 @@ def run_peer(name, command, cpus=None, interval=0.1, timeout=900, env=None):
     for line in proc.stdout:
         if line.startswith("@mark"):
             marks.append(tree_cpu_seconds(proc.pid))
+            sampler.sample()  # the PSS at each epoch's end too, whatever the interval
         elif line.strip():
             last = line.strip()
+    proc.stdin.close()
     status = proc.wait()
     killer.cancel()
     sampler.stop()
