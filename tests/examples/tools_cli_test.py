@@ -30,7 +30,7 @@ PROGRAMS = [
      ["--workers", "--batch-size", "--json", "--no-pytorch"],
      "--worker", ["--workers", "two"]),
     ("tools/bench/overhead", [],
-     ["--epochs", "--samples", "--json", "--no-pytorch", "--only"],
+     ["--epochs", "--samples", "--json", "--no-pytorch", "--only", "--background-load"],
      "--sample", ["--epochs", "0"]),
 ]
 
