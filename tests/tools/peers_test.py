@@ -157,7 +157,7 @@ def main():
         check(row["first_batch_s"] == 0.125, f"first batch {row['first_batch_s']}")
         check(row["version"] == "fake 1.0", f"version {row['version']}")
         check(48 <= row["peak_pss_mib"] < 48 + 30, f"peak PSS {row['peak_pss_mib']:.1f} MiB")
-        check(row["processes"] == 1, f"processes {row['processes']}")
+        check(row["processes"] in (1, 2), f"processes {row['processes']}")  # the worker may be seen
     marks_cpu = []
     orig = peers.tree_cpu_seconds
     peers.tree_cpu_seconds = lambda pid: marks_cpu.append(orig(pid)) or marks_cpu[-1]

@@ -1,8 +1,9 @@
 """What the Python peers of tools/bench/peers share: the protocol with peers.py.
 
 A peer runs a warm-up epoch that starts from a cold loader (its first batch is timed from the
-loader's construction), prints "@mark" before its first timed epoch and after each one (peers.py
-samples the CPU time of the peer's whole process tree there), and ends with one JSON line:
+loader's construction), prints "@start" before constructing it and "@first" with the first batch
+in hand, "@mark" before its first timed epoch and after each one (peers.py samples the CPU time
+of the peer's whole process tree at each), and ends with one JSON line:
 {"images": N, "epoch_seconds": [...], "first_batch_s": s, "version": "..."} or, when it cannot
 run, {"error": "..."} and exit status 1.
 """
@@ -17,8 +18,8 @@ MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
 
 
-def mark():
-    sys.stdout.write("@mark\n")
+def mark(what="mark"):
+    sys.stdout.write(f"@{what}\n")
     sys.stdout.flush()
 
 
@@ -35,8 +36,12 @@ def run(make_loader, epoch_images, epochs, version):
     first = {}
 
     def on_first():
-        first.setdefault("s", time.perf_counter() - t0)
+        if "s" not in first:
+            first["s"] = time.perf_counter() - t0
+            mark("first")
 
+    mark("start")
+    t0 = time.perf_counter()
     try:
         loader = make_loader()
         images = epoch_images(loader, on_first)

@@ -22,7 +22,8 @@ Each peer is its own process and runs one warm-up epoch from a cold loader, then
 ones. Measured: images/s (median of the timed epochs), CPU milliseconds per image (all the
 peer's processes: sampled from /proc at each epoch boundary, so worker processes count),
 time to first batch (constructing the loader, its folder indexed, to the first batch in hand;
-the interpreter's start and imports excluded), and the peak over the run of the proportional
+the interpreter's start and imports excluded; also as CPU seconds of its processes, which a
+loaded machine inflates less), and the peak over the run of the proportional
 set size summed over the peer's process and all its descendants (/proc/PID/smaps_rollup,
 sampled every --sample-interval seconds). With --rounds N the peers run N times interleaved
 (round 1 all peers, round 2 all peers, ...) and each figure is the median of the rounds.
@@ -166,9 +167,8 @@ class PssSampler(threading.Thread):
                 self.peak_kib, self.peak_processes = kib, n
 
     def run(self):
-        while not self._halt.is_set():
+        while not self._halt.wait(self.interval):
             self.sample()
-            self._halt.wait(self.interval)
 
     def stop(self):
         self._halt.set()
@@ -198,9 +198,11 @@ def run_peer(name, command, cpus=None, interval=0.1, timeout=900, env=None):
     drain.start()
     killer = threading.Timer(timeout, proc.kill)
     killer.start()
-    marks, last = [], ""
+    marks, first, last = [], {}, ""
     for line in proc.stdout:
-        if line.startswith("@mark"):
+        if line.startswith("@start") or line.startswith("@first"):
+            first[line.strip()] = tree_cpu_seconds(proc.pid)
+        elif line.startswith("@mark"):
             marks.append(tree_cpu_seconds(proc.pid))
             sampler.sample()  # the PSS at each epoch's end too, whatever the interval
         elif line.strip():
@@ -234,6 +236,8 @@ def run_peer(name, command, cpus=None, interval=0.1, timeout=900, env=None):
         "epochs_images_per_s": rates,
         "cpu_ms_per_image": 1e3 * statistics.median(cpu) / images,
         "first_batch_s": result.get("first_batch_s"),
+        "first_batch_cpu_s": (first["@first"] - first["@start"]
+                              if "@first" in first and "@start" in first else None),
         "peak_pss_mib": sampler.peak_kib / 1024,
         "processes": sampler.peak_processes,
         "pss_samples": sampler.samples,
@@ -249,7 +253,8 @@ def merge_rounds(runs):
     if not ok:
         return dict(runs[-1], rounds=len(runs))
     row = {"rounds": len(runs), "rounds_ok": len(ok)}
-    for key in ("images_per_s", "cpu_ms_per_image", "first_batch_s", "peak_pss_mib"):
+    for key in ("images_per_s", "cpu_ms_per_image", "first_batch_s", "first_batch_cpu_s",
+                "peak_pss_mib"):
         values = [r[key] for r in ok if r.get(key) is not None]
         row[key] = statistics.median(values) if values else None
     row["rounds_images_per_s"] = [r["images_per_s"] for r in ok]
@@ -318,21 +323,24 @@ def report_table(rows, meta):
         f"{meta['date']}, {meta['machine']}",
         "",
         f"{'peer':<17} {'images/s':>9} {'CPU ms/img':>10} {'coload x':>9} {'CPU x':>6} "
-        f"{'1st batch s':>11} {'peak PSS MiB':>12}  note",
+        f"{'1st batch s':>11} {'(CPU s)':>7} {'peak PSS MiB':>12}  note",
     ]
     ratio = ratios_to(rows)
     for name, row in rows.items():
         if "error" in row:
-            lines.append(f"{name:<17} {'-':>9} {'-':>10} {'-':>9} {'-':>6} {'-':>11} {'-':>12}  "
+            lines.append(f"{name:<17} {'-':>9} {'-':>10} {'-':>9} {'-':>6} {'-':>11} {'-':>7} "
+                         f"{'-':>12}  "
                          f"FAILED: {row['error']}")
             continue
         lines.append(
             f"{name:<17} {fmt(row['images_per_s'], '9.1f')} "
             f"{fmt(row['cpu_ms_per_image'], '10.2f')} {fmt(ratio[name]['speed'], '9.2f')} "
             f"{fmt(ratio[name]['cpu'], '6.2f')} {fmt(row['first_batch_s'], '11.3f')} "
+            f"{fmt(row.get('first_batch_cpu_s'), '7.2f')} "
             f"{fmt(row['peak_pss_mib'], '12.0f')}  {row.get('version', '')}")
     lines += ["", "coload x: coload_threads' images/s over the row's; CPU x: the row's CPU per "
-              "image over coload_threads'", "", f"{'target':<58} {'value':>7} {'target':>7}  status"]
+              "image over coload_threads'; (CPU s): CPU seconds of the peer's processes from "
+              "constructing the loader to the first batch", "", f"{'target':<58} {'value':>7} {'target':>7}  status"]
     for t in compute_targets(rows):
         status = "unknown" if t["met"] is None else "met" if t["met"] else "MISSED"
         if t["met"] and t["aim"] and t["value"] < t["aim"]:
