@@ -131,7 +131,7 @@ std::int64_t decode_pass(const std::vector<std::string>& files, int threads) {
 
 int main(int argc, char** argv) {
   std::string root, mode = "threads";
-  int epochs = 3, workers = 2;
+  int epochs = 3, workers = 2, prefetch = 2;
   std::int64_t batch_size = 64;
   CLI::App app{"coload_peer: coload's ImagePipeline (threads or processes) or a bare TurboJPEG "
                "decode, timed for tools/bench/peers"};
@@ -144,6 +144,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--workers", workers, "worker threads or processes")
       ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--prefetch-factor", prefetch, "batches in flight per worker")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--batch-size", batch_size, "batch size")
       ->check(CLI::Range(1, 1 << 20))
@@ -183,7 +186,7 @@ int main(int argc, char** argv) {
       const double indexed_s = since(t0);
       auto loader = coload::make_data_loader(
           pipeline, {.batch_size = batch_size, .shuffle = true, .num_workers = workers,
-                     .persistent_workers = true, .seed = 0,
+                     .prefetch_factor = prefetch, .persistent_workers = true, .seed = 0,
                      .executor = mode == "processes" ? coload::Executor::processes
                                                      : coload::Executor::threads});
       images = pipeline.size();
