@@ -310,7 +310,11 @@ def report_json(rows, meta):
 
 
 def fmt(v, spec):
-    return "-" if v is None else format(v, spec)
+    """`v` formatted by `spec`, or "-" right-aligned to the same width."""
+    if v is None:
+        width = spec.split(".")[0]
+        return "-".rjust(int(width) if width.isdigit() else 0)
+    return format(v, spec)
 
 
 def report_table(rows, meta):
