@@ -29,8 +29,11 @@ PROGRAMS = [
     ("tools/bench/shards/shards", ["/nonexistent", "/nonexistent"],
      ["--workers", "--batch-size", "--json", "--no-pytorch"],
      "--worker", ["--workers", "two"]),
+    ("tools/bench/peers/coload_peer", ["/nonexistent"],
+     ["--mode", "--epochs", "--workers", "--batch-size", "--prefetch-factor"],
+     "--modes", ["--mode", "fork"]),
     ("tools/bench/overhead", [],
-     ["--epochs", "--samples", "--json", "--no-pytorch", "--only"],
+     ["--epochs", "--samples", "--json", "--no-pytorch", "--only", "--background-load"],
      "--sample", ["--epochs", "0"]),
 ]
 

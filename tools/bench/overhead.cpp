@@ -2,7 +2,7 @@
 // loader, PyTorch's DataLoader and a bare index_select loop, on one in-memory workload:
 // 200,000 samples of 64 float32 plus an int64 label, batch 256, shuffled, one thread.
 //
-//   overhead [--epochs N] [--samples N] [--json] [--no-pytorch] [--only LIST]
+//   overhead [--epochs N] [--samples N] [--json] [--no-pytorch] [--only LIST] [--background-load]
 //
 // Each measurement runs one warm-up epoch, then times N epochs (default 3); samples/s is the
 // number of samples delivered divided by the seconds the timed epochs took. Without --json it
@@ -14,6 +14,10 @@
 // Measurements: coload_batch (TensorDataset::get_batch), coload_sample (get per sample +
 // default_collate), libtorch (torch::data + Stack<>), pytorch (torch.utils.data.DataLoader),
 // index_select (a bare randperm + index_select loop: the floor for a shuffled batch).
+//
+// --background-load runs every measurement (PyTorch's too) beside one thread of this process
+// that keeps a core busy (a spin loop), as a training step or a neighbour's job would: a
+// hand-off that spins while its peer thread needs the same core shows there.
 
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
@@ -23,6 +27,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -34,6 +39,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -63,6 +69,7 @@ struct Args {
   bool json = false;
   bool pytorch = true;
   std::string only;  // comma-separated measurement names; empty runs all
+  bool background_load = false;
 
   bool wants(std::string_view name) const {
     if (only.empty()) return true;
@@ -93,6 +100,8 @@ Args parse_args(int argc, char** argv) {
   app.add_option("--only", a.only,
                  "run only these comma-separated measurements (coload_batch, coload_sample, "
                  "libtorch, pytorch, index_select); others are null");
+  app.add_flag("--background-load", a.background_load,
+               "measure beside one thread that keeps a core busy");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -100,6 +109,27 @@ Args parse_args(int argc, char** argv) {
   }
   return a;
 }
+
+/// One thread keeping a core busy until destroyed: a loop of relaxed loads and adds.
+class BackgroundLoad {
+ public:
+  BackgroundLoad() : thread_([this] {
+    std::uint64_t x = 0;
+    while (!stop_.load(std::memory_order_relaxed)) x = x * 6364136223846793005ULL + 1;
+    sink_.store(x, std::memory_order_relaxed);
+  }) {}
+  ~BackgroundLoad() {
+    stop_.store(true);
+    thread_.join();
+  }
+  BackgroundLoad(const BackgroundLoad&) = delete;
+  BackgroundLoad& operator=(const BackgroundLoad&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> sink_{0};
+  std::thread thread_;
+};
 
 using Clock = std::chrono::steady_clock;
 
@@ -220,6 +250,8 @@ std::string with_commas(double v) {
 int main(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
   at::set_num_threads(1);
+  std::optional<BackgroundLoad> load;
+  if (args.background_load) load.emplace();
 
   // Fixed-seed data: 64 standard-normal floats and a label in [0, 10) per sample.
   auto data_gen = coload::make_generator(kSeed);
@@ -304,6 +336,7 @@ int main(int argc, char** argv) {
     j += ", \"libtorch\": " + json_number(libtorch);
     j += ", \"pytorch\": " + json_number(pytorch.rate);
     j += ", \"index_select\": " + json_number(index_select);
+    j += std::string(", \"background_load\": ") + (args.background_load ? "true" : "false");
     j += ", \"ratios\": {";
     for (std::size_t i = 0; i < ratios.size(); ++i) {
       if (i) j += ", ";
@@ -316,9 +349,10 @@ int main(int argc, char** argv) {
 
   std::printf(
       "coload overhead: %lld samples x (%lld float32 + int64 label), batch %lld, shuffled, "
-      "1 thread\n(at::set_num_threads(1), num_workers = 0); 1 warm-up + %d timed epochs each\n\n",
+      "1 thread\n(at::set_num_threads(1), num_workers = 0); 1 warm-up + %d timed epochs each%s\n\n",
       static_cast<long long>(args.samples), static_cast<long long>(kFeatures),
-      static_cast<long long>(kBatch), args.epochs);
+      static_cast<long long>(kBatch), args.epochs,
+      args.background_load ? ";\nbeside one background thread keeping a core busy" : "");
   std::printf("%-14s %14s %10s\n", "loader", "samples/s", "ms/epoch");
   auto row = [&](const char* name, std::optional<double> rate, const std::string& note) {
     if (!rate) {

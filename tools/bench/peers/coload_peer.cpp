@@ -1,0 +1,233 @@
+// tools/bench/peers/coload_peer: coload's side of tools/bench/peers (and the bare-decode floor),
+// speaking the peers protocol (see peers.py):
+//
+//   coload_peer ROOT --mode threads|processes|decode [--epochs 3] [--workers 2] [--batch-size 64]
+//
+// threads / processes: coload::vision::ImagePipeline(ROOT, TrainTransform{}) (RandomResizedCrop
+//   224, flip, ToTensor, Normalize) through make_data_loader({.batch_size, .shuffle = true,
+//   .num_workers, .persistent_workers = true, .executor}). Time to first batch is from before
+//   the pipeline is constructed (folder indexed) to the first batch in hand; the rest of that
+//   epoch is the warm-up.
+// decode: every file read and decoded full-size to RGB by TurboJPEG (tjDecompress2, flags 0:
+//   accurate IDCT and fancy upsampling, as Pillow and coload) on `workers` threads; no resize,
+//   no tensor. The CPU floor of a loader that decodes whole images.
+//
+// On stdout: "@start" before the loader is constructed, "@first" with its first batch in hand,
+// "@mark" before the first timed epoch and after each one (the bench samples the process tree's
+// CPU at each), then one JSON line {"images", "epoch_seconds", "first_batch_s",
+// "version"}; on failure {"error": ...} and exit 1.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <turbojpeg.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coload/loader/data_loader.hpp"
+#include "coload/vision/folder.hpp"
+#include "coload/vision/pipeline.hpp"
+#include "coload/vision/transforms.hpp"
+
+#ifndef COLOAD_PEER_VERSION
+#error "COLOAD_PEER_VERSION (coload's version) must be defined by the build"
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void mark(const char* what = "mark") {
+  std::printf("@%s\n", what);
+  std::fflush(stdout);
+}
+
+// Reads the whole file at `path` into `buf`; throws naming the path.
+void read_file(const std::string& path, std::vector<unsigned char>& buf) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(path + ": open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw std::runtime_error(path + ": fstat: " + std::strerror(err));
+  }
+  buf.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t done = 0;
+  while (done < buf.size()) {
+    const ssize_t n = ::pread(fd, buf.data() + done, buf.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      throw std::runtime_error(path + ": read: " + std::strerror(err));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+}
+
+// One pass of the bare decode on `threads` threads taking files from a shared counter; the
+// first error stops every thread and is rethrown with its path.
+std::int64_t decode_pass(const std::vector<std::string>& files, int threads) {
+  std::atomic<std::size_t> next{0};
+  std::atomic<std::int64_t> done{0};
+  std::vector<std::string> errors(static_cast<std::size_t>(threads));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      tjhandle h = tjInitDecompress();
+      try {
+        if (!h) throw std::runtime_error(std::string("tjInitDecompress: ") + tjGetErrorStr2(nullptr));
+        std::vector<unsigned char> jpeg, rgb;
+        for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < files.size();) {
+          read_file(files[i], jpeg);
+          int w = 0, hgt = 0, subsamp = 0, cs = 0;
+          const auto size = static_cast<unsigned long>(jpeg.size());
+          if (tjDecompressHeader3(h, jpeg.data(), size, &w, &hgt, &subsamp, &cs) != 0) {
+            throw std::runtime_error(files[i] + ": " + tjGetErrorStr2(h));
+          }
+          rgb.resize(static_cast<std::size_t>(w) * static_cast<std::size_t>(hgt) * 3);
+          if (tjDecompress2(h, jpeg.data(), size, rgb.data(), w, 0, hgt, TJPF_RGB, 0) != 0 &&
+              tjGetErrorCode(h) == TJERR_FATAL) {
+            throw std::runtime_error(files[i] + ": " + tjGetErrorStr2(h));
+          }
+          done.fetch_add(1, std::memory_order_relaxed);
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(t)] = e.what();
+        next.store(files.size());
+      }
+      if (h) tjDestroy(h);
+    });
+  }
+  for (auto& th : pool) th.join();
+  for (const auto& e : errors) {
+    if (!e.empty()) throw std::runtime_error(e);
+  }
+  return done.load();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string root, mode = "threads";
+  int epochs = 3, workers = 2, prefetch = 2;
+  std::int64_t batch_size = 64;
+  CLI::App app{"coload_peer: coload's ImagePipeline (threads or processes) or a bare TurboJPEG "
+               "decode, timed for tools/bench/peers"};
+  app.add_option("ROOT", root, "an ImageFolder tree")->required();
+  app.add_option("--mode", mode, "what to run")
+      ->check(CLI::IsMember({"threads", "processes", "decode"}))
+      ->capture_default_str();
+  app.add_option("--epochs", epochs, "timed epochs after the warm-up")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--workers", workers, "worker threads or processes")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--prefetch-factor", prefetch, "batches in flight per worker")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--batch-size", batch_size, "batch size")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  nlohmann::ordered_json out;
+  out["version"] = std::string("coload ") + COLOAD_PEER_VERSION;
+  try {
+    // The consumer only counts batches: ATen's intra-op pool would only compete with workers.
+    at::set_num_threads(1);
+    std::vector<double> seconds;
+    std::int64_t images = 0;
+    if (mode == "decode") {
+      // Indexed as ImageFolder indexes (the pipeline's own index; nothing decoded here).
+      const coload::vision::ImagePipeline index(root, coload::vision::TrainTransform{});
+      std::vector<std::string> files;
+      for (const auto& s : index.index().samples) files.push_back(s.path);
+      images = static_cast<std::int64_t>(files.size());
+      decode_pass(files, workers);  // warm-up
+      out["first_batch_s"] = nullptr;  // no loader, no batch
+      mark();
+      for (int e = 0; e < epochs; ++e) {
+        const auto t1 = Clock::now();
+        if (decode_pass(files, workers) != images) throw std::runtime_error("decode: files lost");
+        seconds.push_back(since(t1));
+        mark();
+      }
+    } else {
+      mark("start");
+      const auto t0 = Clock::now();
+      coload::vision::ImagePipeline pipeline(root, coload::vision::TrainTransform{});
+      const double indexed_s = since(t0);
+      auto loader = coload::make_data_loader(
+          pipeline, {.batch_size = batch_size, .shuffle = true, .num_workers = workers,
+                     .prefetch_factor = prefetch, .persistent_workers = true, .seed = 0,
+                     .executor = mode == "processes" ? coload::Executor::processes
+                                                     : coload::Executor::threads});
+      images = pipeline.size();
+      const double constructed_s = since(t0);
+      // On stderr (the bench shows it only on failure): where the first batch's time goes.
+      std::fprintf(stderr, "coload_peer: folder indexed %.3f s, loader constructed %.3f s\n",
+                   indexed_s, constructed_s);
+      auto epoch = [&](bool first) {
+        std::int64_t n = 0;
+        for (auto&& [x, y] : loader) {
+          if (x.dim() != 4 || x.size(2) != 224 || y.size(0) != x.size(0)) {
+            throw std::runtime_error("unexpected batch shape");
+          }
+          if (first && n == 0) {
+            out["first_batch_s"] = since(t0);
+            mark("first");
+          }
+          n += x.size(0);
+        }
+        if (n != images) {
+          throw std::runtime_error("an epoch delivered " + std::to_string(n) + " of " +
+                                   std::to_string(images) + " images");
+        }
+      };
+      epoch(true);
+      mark();
+      for (int e = 0; e < epochs; ++e) {
+        const auto t1 = Clock::now();
+        epoch(false);
+        seconds.push_back(since(t1));
+        mark();
+      }
+    }
+    out["images"] = images;
+    out["epoch_seconds"] = seconds;
+  } catch (const std::exception& e) {
+    nlohmann::ordered_json err;
+    err["error"] = std::string("coload_peer --mode ") + mode + ": " + e.what();
+    std::printf("%s\n", err.dump().c_str());
+    return 1;
+  }
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}

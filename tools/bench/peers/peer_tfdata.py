@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""tf.data (tensorflow-cpu), for tools/bench/peers.
+
+    peer_tfdata.py ROOT [--epochs 3] [--threads 2] [--batch-size 64]
+
+The ImageFolder tree's files (shuffled each epoch) read with tf.io.read_file; RandomResizedCrop
+as TensorFlow's reference input pipelines write it (tf.image.sample_distorted_bounding_box on the
+JPEG's shape, area 0.08-1, aspect ratio 3/4-4/3, then tf.image.decode_and_crop_jpeg, which
+decodes only the crop's rows), tf.image.resize to 224x224 (bilinear),
+tf.image.random_flip_left_right, normalised with ImageNet's mean and std; map with
+num_parallel_calls=AUTOTUNE, batch 64, prefetch AUTOTUNE; tf.data's private thread pool 2 threads,
+intra-op parallelism 1, TensorFlow's own pools 2 inter-op and 1 intra-op thread.
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peerlib  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("root")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=64)
+    a = p.parse_args()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import tensorflow as tf
+    except Exception as e:  # noqa: BLE001
+        peerlib.fail(f"cannot import tensorflow: {e}")
+    tf.config.threading.set_inter_op_parallelism_threads(a.threads)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.random.set_seed(0)
+    mean = tf.constant(peerlib.MEAN, shape=[1, 1, 3]) * 255.0
+    std = tf.constant(peerlib.STD, shape=[1, 1, 3]) * 255.0
+
+    def load(path, label):
+        data = tf.io.read_file(path)
+        shape = tf.image.extract_jpeg_shape(data)
+        begin, size, _ = tf.image.sample_distorted_bounding_box(
+            shape, bounding_boxes=tf.zeros([1, 0, 4]), min_object_covered=0.0,
+            aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.08, 1.0), max_attempts=10,
+            use_image_if_no_bounding_boxes=True)
+        y, x, _ = tf.unstack(begin)
+        h, w, _ = tf.unstack(size)
+        image = tf.image.decode_and_crop_jpeg(data, tf.stack([y, x, h, w]), channels=3)
+        image = tf.image.resize(image, [224, 224])
+        image = tf.image.random_flip_left_right(image)
+        return (image - mean) / std, label
+
+    def make_loader():
+        paths, labels = peerlib.list_image_folder(a.root)
+        options = tf.data.Options()
+        options.threading.private_threadpool_size = a.threads
+        options.threading.max_intra_op_parallelism = 1
+        ds = tf.data.Dataset.from_tensor_slices((paths, labels))
+        ds = ds.shuffle(len(paths), seed=0, reshuffle_each_iteration=True)
+        ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.batch(a.batch_size).prefetch(tf.data.AUTOTUNE).with_options(options)
+        return ds
+
+    def epoch(ds, on_first):
+        n = 0
+        for images, labels in ds:
+            if n == 0:
+                on_first()
+            n += int(images.shape[0])
+        return n
+
+    peerlib.run(make_loader, epoch, a.epochs, f"tensorflow-cpu {tf.__version__}")
+
+
+if __name__ == "__main__":
+    main()
