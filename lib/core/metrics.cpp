@@ -314,3 +314,29 @@ void record_bytes_read(std::uint64_t bytes) noexcept {
 }
 
 }  // namespace coload
+
+namespace coload {
+
+std::uint64_t read_begin() noexcept {
+  return detail::thread_recording().shard ? detail::now_ns() : 0;
+}
+
+void record_read(std::uint64_t begin_ns, std::uint64_t bytes, std::int64_t index) noexcept {
+  auto& r = detail::thread_recording();
+  if (!r.shard || !begin_ns) return;
+  const std::uint64_t end = detail::now_ns();
+  if (r.recorder->enabled()) {
+    r.shard->add(Stage::read, end - begin_ns);
+    r.shard->bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  if (auto* t = r.recorder->tracer()) {
+    static std::atomic<std::uint64_t> next_id{1};
+    try {
+      t->async_span("read", next_id.fetch_add(1, std::memory_order_relaxed), begin_ns, end,
+                    "index", index);
+    } catch (...) {
+    }
+  }
+}
+
+}  // namespace coload

@@ -29,16 +29,16 @@ std::string Metrics::report() const {
            " of the epoch";
   }
   std::string out = "input-bound: the trainer waited " + percent(wait_fraction) + " of the epoch";
-  // Where the input side's work went: every stage but the consumer's wait.
+  // Where the workers' time went (the driver's, without workers).
   double work = 0;
   for (std::size_t i = 0; i < stage_count; ++i) {
-    if (static_cast<Stage>(i) != Stage::wait) work += stages[i].seconds;
+    if (static_cast<Stage>(i) != Stage::wait) work += worker_seconds[i];
   }
   std::vector<std::pair<double, Stage>> shares;
   for (std::size_t i = 0; i < stage_count; ++i) {
     const auto s = static_cast<Stage>(i);
-    if (s != Stage::wait && work > 0 && stages[i].seconds > 0) {
-      shares.emplace_back(stages[i].seconds / work, s);
+    if (s != Stage::wait && work > 0 && worker_seconds[i] > 0) {
+      shares.emplace_back(worker_seconds[i] / work, s);
     }
   }
   std::sort(shares.begin(), shares.end(), [](auto& a, auto& b) { return a.first > b.first; });
@@ -119,6 +119,8 @@ Metrics make_metrics(const Recorder& recorder, const MetricsBase& base, double s
   if (!m.enabled) return m;
   const MetricsBase now = metrics_base(recorder, skipped);
   ShardTotals all;
+  std::array<double, stage_count> driver_seconds{};
+  bool worker_work = false;
   for (std::size_t i = 0; i < now.shards.size(); ++i) {
     ShardTotals t = now.shards[i];
     if (!base.shards.empty()) t.subtract(base.shards[i]);
@@ -130,6 +132,15 @@ Metrics make_metrics(const Recorder& recorder, const MetricsBase& base, double s
       w.pid = t.pid;
       w.busy_fraction = seconds > 0 ? std::min(1.0, static_cast<double>(t.busy_ns()) / 1e9 / seconds) : 0;
       m.workers.push_back(w);
+    }
+    for (std::size_t s = 0; s < stage_count; ++s) {
+      const double sec = static_cast<double>(t.stages[s].ns) / 1e9;
+      if (role >= 0) {
+        m.worker_seconds[s] += sec;
+        if (sec > 0) worker_work = true;
+      } else if (role == Recorder::driver) {
+        driver_seconds[s] = sec;
+      }
     }
     for (std::size_t s = 0; s < stage_count; ++s) {
       all.stages[s].count += t.stages[s].count;
@@ -146,6 +157,7 @@ Metrics make_metrics(const Recorder& recorder, const MetricsBase& base, double s
     m.stages[s] = StageMetrics{static_cast<std::int64_t>(t.count), static_cast<double>(t.ns) / 1e9,
                                t.quantile_ms(0.50), t.quantile_ms(0.95), t.quantile_ms(0.99)};
   }
+  if (!worker_work) m.worker_seconds = driver_seconds;
   const StageMetrics& wait = m.stage(Stage::wait);
   m.batches = wait.count;
   m.wait_seconds = wait.seconds;

@@ -217,4 +217,11 @@ class StageTimer {
 /// Records `bytes` read by the calling thread (a dataset's own reads).
 void record_bytes_read(std::uint64_t bytes) noexcept;
 
+/// Records an asynchronous read of `bytes` (for sample `index`) that began at `begin_ns`
+/// (detail::now_ns()) and completed now, on the thread that saw it complete. Reads overlap, so
+/// the trace shows them as asynchronous spans, each on its own row.
+void record_read(std::uint64_t begin_ns, std::uint64_t bytes, std::int64_t index) noexcept;
+/// detail::now_ns() when the calling thread records for a loader, else 0 (no clock read).
+std::uint64_t read_begin() noexcept;
+
 }  // namespace coload

@@ -38,6 +38,9 @@ struct Metrics {
   double wait_seconds = 0;   ///< the consumer's time in next(), waiting for a batch
   double wait_fraction = 0;  ///< wait_seconds / seconds
   std::array<StageMetrics, stage_count> stages{};  ///< indexed by Stage
+  /// Seconds of each stage spent on the workers (on the driver without workers): what the
+  /// verdict shares out. Asynchronous reads, which hold no worker, are not among them.
+  std::array<double, stage_count> worker_seconds{};
   std::uint64_t bytes_read = 0;
   std::vector<WorkerMetrics> workers;
   double occupancy = 0;    ///< mean batches in flight / the in-flight bound, at each dispatch

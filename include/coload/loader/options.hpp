@@ -97,7 +97,9 @@ struct LoaderOptions {
   bool metrics = true;
   /// Writes a Chrome trace-event JSON file here (Perfetto, chrome://tracing): a track per worker
   /// thread and process, a span per sample's stages, the hand-offs and the consumer's waits.
-  /// Empty: the path in `COLOAD_TRACE`, if set; else no trace.
+  /// Empty: the path in `COLOAD_TRACE`, if set (the process's first loader writes there, each
+  /// later one to that path plus ".1", ".2", ...); else no trace. Memory stays bounded: events
+  /// are streamed to the file in chunks of 256 KiB.
   std::string trace{};
 };
 

@@ -6,6 +6,7 @@
 #include <ATen/core/Generator.h>
 #include <asio/post.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -432,7 +433,12 @@ class LoaderCore {
     }
     std::string trace = o.trace;
     if (trace.empty()) {
-      if (const char* env = std::getenv("COLOAD_TRACE"); env && *env) trace = env;
+      // Every loader of the process traces: the first to PATH, each later one to PATH.1, .2...
+      static std::atomic<int> traced{0};
+      if (const char* env = std::getenv("COLOAD_TRACE"); env && *env) {
+        trace = env;
+        if (const int n = traced.fetch_add(1)) trace += "." + std::to_string(n);
+      }
     }
     const int shards = std::max({o.num_workers, 1, static_cast<int>(std::thread::hardware_concurrency())});
     recorder_ = std::make_unique<Recorder>(shards, on, trace);

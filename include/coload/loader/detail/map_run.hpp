@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "coload/coro/task.hpp"
+#include "coload/loader/detail/fetch.hpp"
 #include "coload/loader/detail/run.hpp"
 
 namespace coload::detail {

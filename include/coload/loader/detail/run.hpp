@@ -224,6 +224,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   const std::vector<std::uint8_t> start_generator_;
   const std::shared_ptr<StoppedEpoch> stopped_;
   const std::function<void(const WorkerInfo&)> on_worker_ = [this](const WorkerInfo& info) {
+    core_.recorder().bind_thread(info.id);
     core_.init_worker(info, epoch_);
   };
   // driver
