@@ -402,3 +402,31 @@ TEST_CASE("COLOAD_TRACE names the trace file when the option does not") {
   CHECK(collates.size() == 2);
   std::filesystem::remove(path);
 }
+
+namespace {
+// Worker w streams w, w + num_workers, ...; each pull takes a millisecond.
+struct SlowStream {
+  std::int64_t n = 24;
+  Generator<std::int64_t> stream(const WorkerInfo& info) {
+    for (std::int64_t i = info.id; i < n; i += std::max(info.num_workers, 1)) {
+      pause_ms(1);
+      co_yield i;
+    }
+  }
+};
+}  // namespace
+
+TEST_CASE("an iterable dataset's pulls are its read, per worker") {
+  auto loader = make_data_loader(SlowStream{}, {.batch_size = 4, .num_workers = 2});
+  std::int64_t n = 0;
+  for (auto& batch : loader) n += batch.size(0);
+  CHECK(n == 24);
+  const Metrics m = loader.metrics();
+  CHECK(m.batches == 6);
+  CHECK(m.samples == 24);
+  CHECK(m.stage(Stage::read).count == 24);
+  CHECK(m.stage(Stage::read).seconds >= 0.024);
+  CHECK(m.stage(Stage::collate).count == 6);
+  CHECK(m.workers.size() == 2);
+  CHECK(first_stage(m.report()) == "read");
+}
