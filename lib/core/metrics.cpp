@@ -282,9 +282,11 @@ void Tracer::flush() {
 }
 
 void Tracer::after_fork() noexcept {
-  // NOTE: the lock may have been held by a parent thread that does not exist here.
+  // NOTE: the lock may have been held by a parent thread that does not exist here, in the
+  // middle of growing the buffer: the copy is left alone (leaked, at most one chunk) and the
+  // child starts a buffer of its own.
   lock_.store(false);
-  buffer_.clear();
+  new (&buffer_) std::string();
   named_.fill(false);
 }
 
