@@ -4,7 +4,7 @@
 //
 //   image_folder ROOT [--batch-size 64] [--workers 2] [--executor threads|processes]
 //                [--epochs 1] [--seed 0] [--val-fraction 0.2] [--limit N] [--json]
-//                [--hashes] [--state FILE] [--resume FILE]
+//                [--hashes] [--state FILE] [--resume FILE] [--trace FILE]
 //   image_folder --shards DIR [the same options]
 //
 // ROOT holds one sub-folder per class, as torchvision's ImageFolder reads it. A fraction of
@@ -14,22 +14,29 @@
 // order, then evaluates the model on the validation split with the eval transform (Resize(256),
 // CenterCrop(224), ToTensor, Normalize) in order. Per epoch it prints the images, seconds,
 // images/s, the seconds the consumer spent blocked waiting for a batch, the mean loss, the
-// training accuracy and the validation accuracy; while an epoch runs a progress bar goes to
+// training accuracy and the validation accuracy, then the loader's verdict on where the time
+// went (DataLoader::metrics().report()); while an epoch runs a progress bar goes to
 // With --shards DIR the images come from tar shards (as coload-shard packs a folder: WebDataset
 // layout, the label in each sample's cls field, the class names in DIR/classes.txt) instead
 // of ROOT, read with one ranged read per sample; that path trains on every image (no
 // validation split: --val-fraction and --limit apply to ROOT).
-// stderr (a line every few seconds when stderr is not a terminal). With --json, stdout is
+// stderr with the percent done, the elapsed time and the ETA, as tqdm shows them (a line every
+// few seconds when stderr is not a terminal). With --json, stdout is
 // exactly one JSON object per epoch, one per line:
 //   {"epoch": 0, "images": 480, "seconds": 0.41, "images_per_s": 1170.7,
 //    "wait_seconds": 0.01, "loss": 2.1, "accuracy": 0.31, "val_images": 120,
-//    "val_accuracy": 0.42, "digest": "9f0c..."}
+//    "val_accuracy": 0.42, "digest": "9f0c...", "verdict": "input-bound: ...",
+//    "metrics": {"seconds": ..., "stages": {"read": {...}, "decode": {...}, ...}, ...}}
+// where "metrics" is the training loader's Metrics::to_json() for the epoch (per stage: count,
+// seconds, p50/p95/p99 in ms; per worker its busy fraction; the consumer's wait fraction).
 // "digest" hashes every training batch of the epoch in delivery order (coload::Digest), so two
 // runs can be compared from the command line; --hashes also prints, after each batch, a line
 // `batch <epoch> <n> <hex>` with that batch's hash (n counts the epoch's batches from 0).
 // --state FILE saves the training loader's state after every batch (before its hash line);
 // --resume FILE starts the training loader from such a state (the model starts afresh: only
-// the data resumes).
+// the data resumes). --trace FILE writes a Chrome trace of the training loader (open it in
+// Perfetto or chrome://tracing): a track per worker, a span per sample's read, decode and
+// transform, each batch's collate, hand-off and the trainer's waits.
 // Exit status: 0, 1 on an error (a missing or empty ROOT, an unreadable image), 2 on bad flags
 // (an unknown flag is named).
 
@@ -79,7 +86,20 @@ struct Args {
   std::string state_file;
   std::string resume_file;
   std::string shards;  // --shards DIR: train from tar shards instead of ROOT
+  std::string trace;   // --trace FILE: the training loader's Chrome trace
 };
+
+/// Seconds as m:ss (or h:mm:ss), as tqdm shows elapsed time and the ETA.
+std::string clock_text(double seconds) {
+  const auto s = static_cast<long long>(seconds + 0.5);
+  char text[32];
+  if (s >= 3600) {
+    std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  } else {
+    std::snprintf(text, sizeof text, "%lld:%02lld", s / 60, s % 60);
+  }
+  return text;
+}
 
 /// A 64-bit hash as 16 hex digits.
 std::string hex64(std::uint64_t value) {
@@ -128,6 +148,8 @@ Args parse_args(int argc, char** argv) {
                  "start from a state saved with --state (--epochs counts from 0)");
   app.add_option("--shards", args.shards,
                  "train from the tar shards in DIR (coload-shard's output) instead of ROOT");
+  app.add_option("--trace", args.trace,
+                 "write a Chrome trace of the training loader to FILE (Perfetto opens it)");
   try {
     app.parse(argc, argv);
     if (args.root.empty() == args.shards.empty()) {
@@ -184,6 +206,7 @@ struct EpochStats {
   coload::Digest digest;
   std::int64_t val_images = 0;
   std::int64_t val_correct = 0;
+  coload::Metrics metrics;  // the training loader's, for the epoch
 
   double images_per_s() const { return seconds > 0 ? static_cast<double>(images) / seconds : 0; }
   double mean_loss() const { return images ? loss_sum / static_cast<double>(images) : 0; }
@@ -208,6 +231,10 @@ class Progress {
     const auto now = Clock::now();
     const double elapsed = std::chrono::duration<double>(now - start_).count();
     const double rate = elapsed > 0 ? static_cast<double>(s.images) / elapsed : 0;
+    const double done = static_cast<double>(s.images) / static_cast<double>(std::max<std::int64_t>(total_, 1));
+    const std::string eta =
+        rate > 0 ? clock_text(static_cast<double>(std::max<std::int64_t>(total_ - s.images, 0)) / rate)
+                 : std::string("?");
     if (tty_) {
       // Redrawing costs a write per batch; ten times a second is plenty for the eye.
       if (s.images < total_ && now - last_ < std::chrono::milliseconds(100)) return;
@@ -216,14 +243,19 @@ class Progress {
       std::string bar(static_cast<std::size_t>(filled), '=');
       if (filled < kWidth) bar += '>';
       bar.resize(kWidth, ' ');
-      std::fprintf(stderr, "\repoch %lld [%s] %lld/%lld  %.0f images/s  loss %.4f\x1b[K",
-                   static_cast<long long>(epoch_), bar.c_str(), static_cast<long long>(s.images),
-                   static_cast<long long>(total_), rate, s.mean_loss());
+      std::fprintf(stderr,
+                   "\repoch %lld %3.0f%% [%s] %lld/%lld [%s<%s, %.0f images/s]  loss %.4f\x1b[K",
+                   static_cast<long long>(epoch_), 100 * done, bar.c_str(),
+                   static_cast<long long>(s.images), static_cast<long long>(total_),
+                   clock_text(elapsed).c_str(), eta.c_str(), rate, s.mean_loss());
     } else {
       if (now - last_ < std::chrono::seconds(5)) return;
-      std::fprintf(stderr, "epoch %lld: %lld/%lld images  %.0f images/s  loss %.4f\n",
-                   static_cast<long long>(epoch_), static_cast<long long>(s.images),
-                   static_cast<long long>(total_), rate, s.mean_loss());
+      std::fprintf(stderr,
+                   "epoch %lld: %.0f%% %lld/%lld images  elapsed %s  ETA %s  %.0f images/s  "
+                   "loss %.4f\n",
+                   static_cast<long long>(epoch_), 100 * done, static_cast<long long>(s.images),
+                   static_cast<long long>(total_), clock_text(elapsed).c_str(), eta.c_str(), rate,
+                   s.mean_loss());
     }
     last_ = now;
   }
@@ -279,6 +311,7 @@ EpochStats run_epoch(Loader& loader, Classifier& classifier, std::int64_t epoch_
     progress.update(stats);
   }
   stats.seconds = seconds_since(start);
+  stats.metrics = loader.metrics();
   progress.finish();
   return stats;
 }
@@ -299,6 +332,8 @@ void print_epoch(const Args& args, std::int64_t e, const EpochStats& s, bool wit
       line["val_accuracy"] = s.val_accuracy();
     }
     line["digest"] = hex64(s.digest.value());
+    line["verdict"] = s.metrics.report();
+    line["metrics"] = nlohmann::ordered_json::parse(s.metrics.to_json());
     std::printf("%s\n", line.dump().c_str());
   } else {
     std::printf("epoch %lld  %lld images  %.2f s  %.1f images/s  waited %.2f s (%.0f%%)  "
@@ -308,7 +343,7 @@ void print_epoch(const Args& args, std::int64_t e, const EpochStats& s, bool wit
                 s.seconds > 0 ? 100 * s.wait_seconds / s.seconds : 0, s.mean_loss(),
                 100 * s.accuracy());
     if (with_val) std::printf("  val accuracy %.1f%%", 100 * s.val_accuracy());
-    std::printf("\n");
+    std::printf("\n  %s\n", s.metrics.report().c_str());
   }
 }
 
@@ -336,7 +371,8 @@ int train_from_shards(const Args& args) {
        .num_workers = static_cast<int>(args.workers),
        .seed = static_cast<std::uint64_t>(args.seed),
        .executor = args.executor == "processes" ? coload::Executor::processes
-                                                : coload::Executor::threads});
+                                                : coload::Executor::threads,
+       .trace = args.trace});
   if (!args.json) {
     std::printf("%s: %lld images in %lld classes from shards; train transform, batch %lld, %lld "
                 "workers\n",
@@ -404,7 +440,8 @@ int main(int argc, char** argv) try {
                                           .shuffle = true,
                                           .num_workers = static_cast<int>(args.workers),
                                           .seed = static_cast<std::uint64_t>(args.seed),
-                                          .executor = executor});
+                                          .executor = executor,
+                                          .trace = args.trace});
   auto val_loader = coload::make_data_loader(std::move(val_split),
                                              {.batch_size = args.batch_size,
                                               .num_workers = static_cast<int>(args.workers),

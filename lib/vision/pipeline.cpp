@@ -2,6 +2,7 @@
 
 #include "coload/vision/pipeline.hpp"
 #include "coload/core/error.hpp"
+#include "coload/core/metrics.hpp"
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
@@ -110,7 +111,10 @@ ImagePipeline::sample_type ImagePipeline::get(Index index, SampleContext& ctx) c
   const auto& sample = index_->samples[static_cast<std::size_t>(i)];
   const int s = output_size();
   at::Tensor image = at::empty({3, s, s}, at::kFloat);
+  StageTimer read(Stage::read);
   const std::vector<std::byte> data = read_whole_file(sample.path);
+  read.stop();
+  record_bytes_read(data.size());
   transform_into(data, sample.path, ctx.rng, image.data_ptr<float>());
   return {std::move(image), sample.class_index};
 }
@@ -121,14 +125,20 @@ Task<bool> ImagePipeline::fetch_one(BatchContext& ctx, std::size_t position, flo
   std::string what;
   try {
     if (ctx.io) {
+      const std::uint64_t begin = read_begin();
       io::Buffer data = co_await ctx.io->read_file(path);
+      record_read(begin, data.bytes().size(), ctx.indices[position]);
       co_await ctx.cpu();
       SampleContext sample = ctx.sample(position);
       transform_into(data.bytes(), path, sample.rng, dst);
     } else {
       co_await ctx.cpu();
       SampleContext sample = ctx.sample(position);
-      transform_into(read_whole_file(path), path, sample.rng, dst);
+      StageTimer read(Stage::read);
+      const std::vector<std::byte> data = read_whole_file(path);
+      read.stop();
+      record_bytes_read(data.size());
+      transform_into(data, path, sample.rng, dst);
     }
     co_return true;
   } catch (const std::exception& e) {

@@ -11,6 +11,7 @@
 
 #include "coload/collate/batch_allocator.hpp"
 #include "coload/coro/when_all.hpp"
+#include "coload/core/metrics.hpp"
 #include "coload/io/reader.hpp"
 #include "slab_pool.hpp"
 
@@ -71,7 +72,10 @@ void ShardImagePipeline::transform_into(const shards::ShardSample& sample, Rng& 
 ShardImagePipeline::sample_type ShardImagePipeline::get(Index index, SampleContext& ctx) const {
   const int s = output_size();
   at::Tensor image = at::empty({3, s, s}, at::kFloat);
+  StageTimer read(Stage::read);
   const shards::ShardSample sample = shards_.read(index);
+  read.stop();
+  record_bytes_read(sample.data.bytes().size());
   transform_into(sample, ctx.rng, image.data_ptr<float>());
   return {std::move(image), label_of(sample)};
 }
@@ -82,11 +86,16 @@ Task<bool> ShardImagePipeline::fetch_one(BatchContext& ctx, std::size_t position
   try {
     shards::ShardSample sample;
     if (ctx.io) {
+      const std::uint64_t begin = read_begin();
       sample = co_await shards_.read_async(*ctx.io, ctx.indices[position]);
+      record_read(begin, sample.data.bytes().size(), ctx.indices[position]);
       co_await ctx.cpu();
     } else {
       co_await ctx.cpu();
+      StageTimer read(Stage::read);
       sample = shards_.read(ctx.indices[position]);
+      read.stop();
+      record_bytes_read(sample.data.bytes().size());
     }
     SampleContext sc = ctx.sample(position);
     *label = label_of(sample);

@@ -3,6 +3,7 @@
 
 #include "coload/vision/transforms.hpp"
 #include "coload/core/error.hpp"
+#include "coload/core/metrics.hpp"
 
 #include "jpeg_region.hpp"
 #include "resample.hpp"
@@ -329,8 +330,11 @@ TrainParams TrainTransform::sample(const ImageInfo& info, at::Generator& gen) co
 void TrainTransform::apply(std::span<const std::byte> encoded, const TrainParams& params,
                            float* dst) const {
   thread_local std::vector<std::uint8_t> pixels;
+  StageTimer decode(Stage::decode);
   const CropSource source =
       decode_crop_source(encoded, params.box, size, size, params.scale_denominator, pixels);
+  decode.stop();
+  StageTimer transform(Stage::transform);
   const NormalizeTable table(mean, std_dev);
   resample<3>(source.image, source.ax, source.ay, [&](int y, const std::uint8_t* row) {
     write_normalized_row(table, row, size, size, y, params.flip, dst);
@@ -382,7 +386,11 @@ void EvalTransform::operator()(std::span<const std::byte> encoded, float* dst) c
                           crop_size};
     const auto [x0, x1] = source_span(full_x);
     const auto [y0, y1] = source_span(full_y);
-    if (auto region = detail::decode_jpeg_region(encoded, y0, x0, y1 - y0, x1 - x0, pixels)) {
+    StageTimer decode(Stage::decode);
+    auto region = detail::decode_jpeg_region(encoded, y0, x0, y1 - y0, x1 - x0, pixels);
+    decode.stop();
+    if (region) {
+      StageTimer transform(Stage::transform);
       const ImageView image{region->pixels, region->width, region->height, 3, region->stride};
       // The same axes, with positions counted from the region's origin: every filter tap
       // lies inside the region, so the outputs are those of the whole-image resize.
@@ -396,7 +404,10 @@ void EvalTransform::operator()(std::span<const std::byte> encoded, float* dst) c
       return;
     }
   }
+  StageTimer decode(Stage::decode);
   const ImageView image = decode_into(encoded, pixels, d);
+  decode.stop();
+  StageTimer transform(Stage::transform);
   // Resize the whole (possibly scaled) image to rh × rw, computing only the crop's outputs.
   const AxisSpec ax{0.0, static_cast<double>(info.width) / d, 0, image.width, rw, box.left,
                     crop_size};

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """examples/image_folder as a user meets it: an unknown flag is named (exit 2); over a generated
 folder (made under parents that do not exist yet), three epochs print a falling training loss
-and a rising validation accuracy, one JSON object per epoch.
+and a rising validation accuracy, one JSON object per epoch, each with the loader's verdict and
+per-stage metrics; --trace writes a Chrome trace-event file that parses, with a span for every
+training image's decode and transform on the workers' tracks.
 
 usage: image_folder_test.py IMAGE_FOLDER MAKE_IMAGE_FOLDER
 """
@@ -52,6 +54,45 @@ def main() -> int:
                 failures.append(f"the validation accuracy does not rise: {val}")
             if any(e["images"] != 480 or e["val_images"] != 120 for e in epochs):
                 failures.append("expected 480 training and 120 validation images per epoch")
+            for e in epochs:
+                m = e.get("metrics", {})
+                stages = m.get("stages", {})
+                if m.get("samples") != 480 or m.get("batches") != 8:
+                    failures.append(f"epoch {e['epoch']}: metrics count {m.get('samples')} "
+                                    f"samples in {m.get('batches')} batches, expected 480 in 8")
+                for stage in ("read", "decode", "transform", "wait"):
+                    if stage not in stages or not {"count", "seconds", "p50_ms", "p95_ms",
+                                                    "p99_ms"} <= stages[stage].keys():
+                        failures.append(f"epoch {e['epoch']}: metrics lack stage {stage}")
+                if stages.get("decode", {}).get("count") != 480:
+                    failures.append(f"epoch {e['epoch']}: {stages.get('decode')} decodes, "
+                                    "expected 480")
+                if len(m.get("workers", [])) != 2 or not 0 <= m.get("wait_fraction", -1) <= 1:
+                    failures.append(f"epoch {e['epoch']}: workers or wait_fraction wrong: {m}")
+                verdict = e.get("verdict", "")
+                if not (verdict.startswith("input-bound: the trainer waited ")
+                        or verdict.startswith("the model is the bottleneck: the trainer waited ")):
+                    failures.append(f"epoch {e['epoch']}: verdict {verdict!r}")
+
+        trace_path = os.path.join(tmp, "trace.json")
+        run = subprocess.run([image_folder, root, "--epochs", "1", "--trace", trace_path],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            print(run.stderr, file=sys.stderr)
+            return 1
+        if "the trainer waited" not in run.stdout:
+            failures.append(f"no verdict after the epoch: {run.stdout!r}")
+        with open(trace_path, encoding="utf-8") as f:
+            trace = json.load(f)
+        workers = {e["tid"] for e in trace
+                   if e.get("name") == "thread_name" and e["args"]["name"].startswith("worker")}
+        for name in ("decode", "transform"):
+            spans = [e for e in trace if e.get("name") == name and e.get("ph") == "X"]
+            if len(spans) != 480 or not {e["tid"] for e in spans} <= workers:
+                failures.append(f"trace: {len(spans)} {name} spans, expected 480 on the workers' "
+                                f"tracks {sorted(workers)}")
+        if sum(1 for e in trace if e.get("name") == "wait" and e.get("ph") == "X") != 8:
+            failures.append("trace: expected the trainer's 8 waits")
     for f in failures:
         print(f, file=sys.stderr)
     return 1 if failures else 0

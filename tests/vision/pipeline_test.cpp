@@ -32,6 +32,7 @@
 #include "coload/dataset/sample_context.hpp"
 #include "coload/loader/data_loader.hpp"
 #include "coload/loader/errors.hpp"
+#include "coload/loader/metrics.hpp"
 #include "coload/vision/folder.hpp"
 #include "coload/vision/pipeline.hpp"
 #include "image_test_support.hpp"
@@ -1045,6 +1046,34 @@ TEST_SUITE("vision") {
     const std::string what = result.get();
     CHECK_MESSAGE(!blocked, "get() blocked opening a FIFO without a writer");
     CHECK(what.find(quoted(bad) + " (a FIFO, not a regular file)") != std::string::npos);
+  }
+
+  TEST_CASE("pipeline: the loader's metrics see each image's read (with its bytes), decode and "
+            "transform") {
+    const SmallFolder folder;
+    std::uint64_t file_bytes = 0;
+    for (const auto& e : fs::recursive_directory_iterator(folder.root())) {
+      if (e.is_regular_file()) file_bytes += static_cast<std::uint64_t>(e.file_size());
+    }
+    for (const bool train : {true, false}) {
+      CAPTURE(train);
+      // get_batch_async: reads through the loader's reader, decode and transform on the workers.
+      auto pipeline = train ? ImagePipeline(folder.root(), small_train())
+                            : ImagePipeline(folder.root(), small_eval());
+      auto loader = coload::make_data_loader(std::move(pipeline),
+                                             {.batch_size = 4, .num_workers = 2, .seed = 0});
+      CHECK(batches_of(loader).size() == 3);
+      const coload::Metrics m = loader.metrics();
+      CHECK(m.stage(coload::Stage::read).count == 10);
+      CHECK(m.stage(coload::Stage::decode).count == 10);
+      CHECK(m.stage(coload::Stage::transform).count == 10);
+      CHECK(m.bytes_read == file_bytes);
+      CHECK(m.samples == 10);
+      CHECK(m.batches == 3);
+      // The workers' time is decode and transform (the reads held no worker).
+      CHECK(m.worker_seconds[static_cast<std::size_t>(coload::Stage::read)] == 0);
+      CHECK(m.worker_seconds[static_cast<std::size_t>(coload::Stage::decode)] > 0);
+    }
   }
 
 }  // TEST_SUITE("vision")

@@ -2,14 +2,16 @@
 // loader, PyTorch's DataLoader and a bare index_select loop, on one in-memory workload:
 // 200,000 samples of 64 float32 plus an int64 label, batch 256, shuffled, one thread.
 //
-//   overhead [--epochs N] [--samples N] [--json] [--no-pytorch] [--only LIST] [--background-load]
+//   overhead [--epochs N] [--samples N] [--json] [--no-pytorch] [--only LIST]
+//            [--background-load] [--metrics on|off]
 //
 // Each measurement runs one warm-up epoch, then times N epochs (default 3); samples/s is the
 // number of samples delivered divided by the seconds the timed epochs took. Without --json it
 // prints a table with the rates and the target ratios; with --json exactly one JSON object on
 // stdout (progress goes to stderr). The PyTorch figure comes from overhead_pytorch.py, run with
 // /usr/bin/python3; it is null when that or torch is missing. --only runs a subset (handy under
-// perf); the others are null.
+// perf); the others are null. --metrics off turns coload's metrics off (LoaderOptions::metrics),
+// to measure what recording costs: run it on and off, interleaved, and compare.
 //
 // Measurements: coload_batch (TensorDataset::get_batch), coload_sample (get per sample +
 // default_collate), libtorch (torch::data + Stack<>), pytorch (torch.utils.data.DataLoader),
@@ -70,6 +72,7 @@ struct Args {
   bool pytorch = true;
   std::string only;  // comma-separated measurement names; empty runs all
   bool background_load = false;
+  bool metrics = true;  // --metrics on|off
 
   bool wants(std::string_view name) const {
     if (only.empty()) return true;
@@ -102,11 +105,16 @@ Args parse_args(int argc, char** argv) {
                  "libtorch, pytorch, index_select); others are null");
   app.add_flag("--background-load", a.background_load,
                "measure beside one thread that keeps a core busy");
+  std::string metrics = "on";
+  app.add_option("--metrics", metrics, "coload's metrics (LoaderOptions::metrics)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e) == 0 ? 0 : 2);
   }
+  a.metrics = metrics == "on";
   return a;
 }
 
@@ -278,7 +286,8 @@ int main(int argc, char** argv) {
   const auto coload_batch = measure("coload_batch", args, [&] {
     auto loader = std::make_shared<coload::DataLoader<coload::TensorDataset>>(
         coload::make_data_loader(coload::TensorDataset{data, labels},
-                                 {.batch_size = kBatch, .shuffle = true, .seed = kSeed}));
+                                 {.batch_size = kBatch, .shuffle = true, .seed = kSeed,
+                                  .metrics = args.metrics}));
     return [loader] {
       std::int64_t delivered = 0;
       for (auto& batch : *loader) delivered += batch[0].size(0);
@@ -290,7 +299,8 @@ int main(int argc, char** argv) {
   const auto coload_sample = measure("coload_sample", args, [&] {
     auto loader = std::make_shared<coload::DataLoader<PerSampleDataset>>(
         coload::make_data_loader(PerSampleDataset{coload::TensorDataset{data, labels}},
-                                 {.batch_size = kBatch, .shuffle = true, .seed = kSeed}));
+                                 {.batch_size = kBatch, .shuffle = true, .seed = kSeed,
+                                  .metrics = args.metrics}));
     return [loader] {
       std::int64_t delivered = 0;
       for (auto& batch : *loader) delivered += batch[0].size(0);

@@ -34,6 +34,7 @@
 #include "coload/loader/detail/diagnose.hpp"
 #include "coload/loader/detail/fetch_plan.hpp"
 #include "coload/loader/epoch.hpp"
+#include "coload/loader/metrics.hpp"
 #include "coload/loader/options.hpp"
 #include "coload/loader/state.hpp"
 
@@ -94,6 +95,11 @@ class DataLoader {
   std::int64_t size() const { return core_->size(); }
   /// How many samples `on_error = skip` has left out so far, over all epochs.
   std::int64_t skipped() const noexcept { return core_->skipped(); }
+  /// Where the current (or last) epoch's time went: per stage, per worker, the consumer's
+  /// wait, and `report()`'s verdict. Any thread; a snapshot, cheap enough for each epoch's end.
+  Metrics metrics() const { return core_->metrics(); }
+  /// The same over every epoch so far.
+  Metrics total_metrics() const { return core_->total_metrics(); }
   /// The dataset.
   D& dataset() noexcept { return core_->fetcher().dataset; }
   /// The options, as given (except `sampler` and `batch_sampler`, moved into the pipeline).
@@ -184,6 +190,9 @@ class DataLoader {
     };
     auto ex = asio::get_associated_executor(handler, get_executor());
     auto op = std::make_shared<Op>(Op{std::move(handler), asio::make_work_guard(ex), {}, channel});
+    if (channel->recorder && channel->recorder->shard_count() > 0) {
+      op->slot.asked_ns = detail::now_ns();
+    }
     auto complete = [op] {
       auto ex2 = op->work.get_executor();
       asio::post(ex2, [op] {

@@ -1,6 +1,7 @@
 #pragma once
 // Epoch<Batch>: one pass over the data, consumed with `while (auto b = co_await epoch.next())`.
 
+#include <atomic>
 #include <coroutine>
 #include <cstdint>
 #include <exception>
@@ -8,6 +9,7 @@
 #include <optional>
 #include <utility>
 
+#include "coload/core/metrics.hpp"
 #include "coload/coro/sync_wait.hpp"
 #include "coload/loader/detail/handoff.hpp"
 
@@ -20,6 +22,17 @@ class EpochChannel {
  public:
   virtual ~EpochChannel() = default;
   Handoff<Batch> handoff;
+  /// The loader's metrics, where the consumer's waits go (set before the epoch is handed out).
+  Recorder* recorder = nullptr;
+  /// When the consumer saw the epoch's end or stopped it (steady-clock ns; 0 before); shared
+  /// with the loader, which keeps the figure after the epoch is gone.
+  std::shared_ptr<std::atomic<std::uint64_t>> ended_ns =
+      std::make_shared<std::atomic<std::uint64_t>>(0);
+  /// Marks the epoch's end now, once.
+  void mark_end() noexcept {
+    std::uint64_t zero = 0;
+    ended_ns->compare_exchange_strong(zero, now_ns());
+  }
   /// Posts to the driver: the consumer took an item, a slot is free.
   virtual void consumed() = 0;
   /// Posts to the driver: arm the timeout for wait `generation` (called under the lock).
@@ -33,6 +46,22 @@ class EpochChannel {
 /// Turns a slot the consumer received into the value `next()` returns.
 template <class Batch>
 std::optional<Batch> take_outcome(EpochChannel<Batch>& channel, ConsumerSlot<Batch>& slot) {
+  // The consumer's wait: from its call to now, one clock read at each end.
+  if (slot.asked_ns && channel.recorder && slot.result != Poll::wait) {
+    Recorder& r = *channel.recorder;
+    const std::uint64_t now = now_ns();
+    if (slot.result == Poll::item) {
+      if (r.enabled()) r.shard(Recorder::consumer).add(Stage::wait, now - slot.asked_ns);
+      if (Tracer* t = r.tracer()) {
+        try {
+          t->span("wait", 0, slot.asked_ns, now, "batch", slot.outcome.number);
+        } catch (...) {
+        }
+      }
+    } else if (slot.result == Poll::end) {
+      channel.mark_end();
+    }
+  }
   switch (slot.result) {
     case Poll::item: {
       channel.consumed();
@@ -80,6 +109,7 @@ class Epoch {
       bool await_suspend(std::coroutine_handle<> h) {
         detail::ResumeQueue* queue = detail::current_resume_queue;
         detail::EpochChannel<Batch>* ch = channel;
+        if (ch->recorder && ch->recorder->shard_count() > 0) slot.asked_ns = detail::now_ns();
         // NOTE: once registered, the driver may resume `h` at any moment (even before this
         // function returns), so nothing of the awaiter is touched after poll_or_wait.
         return ch->handoff.poll_or_wait(

@@ -92,6 +92,15 @@ struct LoaderOptions {
   /// The device runtime under pin_memory and the device stage; unset, CUDA's (for `device =
   /// at::kCPU`, a coload::HostDeviceBackend, which runs the stage on the host).
   std::shared_ptr<DeviceBackend> device_backend{};
+  /// Records where the time goes (DataLoader::metrics()); off only to measure what recording
+  /// costs. `COLOAD_METRICS=0` in the environment turns it off too.
+  bool metrics = true;
+  /// Writes a Chrome trace-event JSON file here (Perfetto, chrome://tracing): a track per worker
+  /// thread and process, a span per sample's stages, the hand-offs and the consumer's waits.
+  /// Empty: the path in `COLOAD_TRACE`, if set (the process's first loader writes there, each
+  /// later one to that path plus ".1", ".2", ...); else no trace. Memory stays bounded: events
+  /// are streamed to the file in chunks of 256 KiB.
+  std::string trace{};
 };
 
 namespace detail {
@@ -124,6 +133,8 @@ LoaderOptions<C> with_collate(LoaderOptions<>&& o, C collate) {
       .world_size = o.world_size,
       .device = o.device,
       .device_backend = std::move(o.device_backend),
+      .metrics = o.metrics,
+      .trace = std::move(o.trace),
   };
 }
 struct WithCollateFieldCheck {
@@ -131,7 +142,7 @@ struct WithCollateFieldCheck {
   DefaultCollate f; bool g, h; double i; std::function<void(const WorkerInfo&)> j;
   std::optional<int> k; bool l, m; std::optional<std::uint64_t> n; OnError o; Executor p;
   ProcessStart q; OnWorkerDeath r; int s; std::optional<int> t, u;
-  std::optional<at::Device> v; std::shared_ptr<DeviceBackend> w;
+  std::optional<at::Device> v; std::shared_ptr<DeviceBackend> w; bool x; std::string y;
 };
 static_assert(sizeof(WithCollateFieldCheck) == sizeof(LoaderOptions<>),
               "LoaderOptions gained a field: copy it in detail::with_collate");

@@ -1,7 +1,7 @@
 // tools/bench/vision/image_pipeline: the image-folder input pipeline, coload against PyTorch
 // and against a bare JPEG decode, on one ImageFolder tree.
 //
-//   image_pipeline ROOT [--epochs N] [--json] [--skip-pytorch] [--breakdown]
+//   image_pipeline ROOT [--epochs N] [--json] [--skip-pytorch] [--breakdown] [--metrics on|off]
 //
 // Three measurements over the same files, all with the standard ImageNet train transform where
 // one applies, batch 64 and 2 workers:
@@ -90,6 +90,7 @@ struct Args {
   bool pytorch = true;
   bool breakdown = false;
   bool processes = false;  // --executor processes: also measure process workers
+  bool metrics = true;     // --metrics off: coload's metrics off, to measure what they cost
 };
 
 /// Parses the flags with CLI11: --help lists them; a bad or unknown flag, or a missing ROOT,
@@ -114,12 +115,18 @@ Args parse_args(int argc, char** argv) {
                  "worker processes)")
       ->check(CLI::IsMember({"threads", "processes"}))
       ->capture_default_str();
+  std::string metrics = "on";
+  app.add_option("--metrics", metrics,
+                 "coload's metrics (LoaderOptions::metrics); off measures what they cost")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e) == 0 ? 0 : 2);
   }
   a.processes = executor == "processes";
+  a.metrics = metrics == "on";
   return a;
 }
 
@@ -492,7 +499,7 @@ int main(int argc, char** argv) {
       auto kept = coload::make_data_loader(
           *pipeline, {.batch_size = kBatch, .shuffle = true, .num_workers = kWorkers,
                       .persistent_workers = true, .seed = kSeed,
-                      .executor = coload::Executor::processes});
+                      .executor = coload::Executor::processes, .metrics = args.metrics});
       processes_rate = measure("coload_processes", args.epochs, images,
                                [&] { return epoch_of(kept); });
       // Against PyTorch's side: worker processes forked anew each epoch, as its default.
@@ -504,7 +511,7 @@ int main(int argc, char** argv) {
     }
     auto loader = coload::make_data_loader(
         *pipeline, {.batch_size = kBatch, .shuffle = true, .num_workers = kWorkers,
-                    .seed = kSeed});
+                    .seed = kSeed, .metrics = args.metrics});
     // For --breakdown: CPU of the whole process, of the driver thread and of this (consumer)
     // thread across all coload epochs, warm-up included; the workers get what is left.
     const double proc0 = cpu_seconds(), main0 = thread_cpu_seconds();

@@ -6,10 +6,14 @@
 #include <ATen/core/Generator.h>
 #include <asio/post.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -30,6 +34,7 @@
 #include "coload/loader/detail/stream_run.hpp"
 #include "coload/loader/driver.hpp"
 #include "coload/loader/errors.hpp"
+#include "coload/loader/metrics.hpp"
 #include "coload/loader/options.hpp"
 #include "coload/loader/state.hpp"
 #include "coload/sampler/batch.hpp"
@@ -72,6 +77,7 @@ class LoaderCore {
                                   std::to_string(world_size - 1) + "]");
     }
     if constexpr (!iterable) batch_sampler_ = make_batch_sampler();
+    make_recorder();
     setup_device();
     if (o.executor == Executor::processes) {
       processes_ = std::make_unique<ProcessBridge<D, C>>(fetcher_, driver_.context(),
@@ -146,6 +152,21 @@ class LoaderCore {
   Driver& driver() noexcept { return driver_; }
   std::int64_t skipped() const noexcept { return fetcher_.skips.count(); }
 
+  /// The current or last epoch's measurements (all zero before the first epoch).
+  Metrics metrics() const {
+    std::lock_guard lock(window_mutex_);
+    const double seconds = static_cast<double>(epoch_ns_locked()) / 1e9;
+    return make_metrics(*recorder_, epoch_base_, seconds, skipped(), in_flight_bound());
+  }
+  /// Every epoch's measurements so far, as one window.
+  Metrics total_metrics() const {
+    std::lock_guard lock(window_mutex_);
+    const double seconds = static_cast<double>(finished_ns_ + epoch_ns_locked()) / 1e9;
+    return make_metrics(*recorder_, MetricsBase{}, seconds, skipped(), in_flight_bound());
+  }
+  /// The recorder (any thread).
+  Recorder& recorder() noexcept { return *recorder_; }
+
   /// Starts the next epoch; refuses while the current one is in progress.
   std::shared_ptr<Run> start_epoch() {
     if (auto run = current_.lock(); run && !run->cancelled() && !run->handoff.ended()) {
@@ -159,6 +180,15 @@ class LoaderCore {
     const std::uint64_t base_seed = draw_seed(generator_);
     auto run = std::make_shared<Run>(*this, epochs_started_++, base_seed,
                                      resume_.take_delivered(), std::move(start_state));
+    {
+      // The metrics' window: this epoch from now; the last one's time joins the total.
+      std::lock_guard lock(window_mutex_);
+      finished_ns_ += epoch_ns_locked();
+      epoch_base_ = metrics_base(*recorder_, skipped());
+      epoch_start_ns_ = now_ns();
+      epoch_end_ = run->ended_ns;
+    }
+    run->recorder = recorder_.get();
     if constexpr (iterable) {
       if (auto marks = resume_.take_marks()) run->resume_streams(std::move(*marks));
     }
@@ -312,6 +342,7 @@ class LoaderCore {
       if (!out.dropped) {
         const int worker = hop ? ThreadExecutor::current_worker_id() : -1;
         const WorkerInfo* info = hop ? &run.worker_infos()[worker] : nullptr;
+        if (hop) recorder_->bind_thread(worker);
         set_worker_info(info);
         fetcher_.board.begin(worker, batch_no, indices);
         try {
@@ -331,6 +362,13 @@ class LoaderCore {
       if (hop) co_await driver_.schedule();
     }
     co_return out;
+  }
+
+  /// Driver: batch `fetched` of `samples` samples came back (for the metrics).
+  void note_fetched(const Fetched<Batch>& fetched, std::size_t samples) noexcept {
+    if (fetched.outcome.batch && recorder_->enabled()) {
+      recorder_->shard(Recorder::driver).samples.fetch_add(samples, std::memory_order_relaxed);
+    }
   }
 
   /// Who has batch `batch` of the current epoch in hand: a worker process, a worker thread or
@@ -378,6 +416,36 @@ class LoaderCore {
     core.fetcher_.reader = nullptr;
     core.reader_.reset();
     core.driver_.release();
+  }
+
+  /// The current or last epoch's wall time so far (window_mutex_ held).
+  std::uint64_t epoch_ns_locked() const noexcept {
+    if (!epoch_start_ns_ || !epoch_end_) return 0;
+    const std::uint64_t end = epoch_end_->load() ? epoch_end_->load() : now_ns();
+    return end > epoch_start_ns_ ? end - epoch_start_ns_ : 0;
+  }
+
+  /// The metrics' recorder, before any worker is forked (its shards are shared with them), and
+  /// the driver's thread bound to it.
+  void make_recorder() {
+    auto& o = fetcher_.options;
+    bool on = o.metrics;
+    if (const char* env = std::getenv("COLOAD_METRICS"); env && std::string(env) == "0") {
+      on = false;
+    }
+    std::string trace = o.trace;
+    if (trace.empty()) {
+      // Every loader of the process traces: the first to PATH, each later one to PATH.1, .2...
+      static std::atomic<int> traced{0};
+      if (const char* env = std::getenv("COLOAD_TRACE"); env && *env) {
+        trace = env;
+        if (const int n = traced.fetch_add(1)) trace += "." + std::to_string(n);
+      }
+    }
+    const int shards = std::max({o.num_workers, 1, static_cast<int>(std::thread::hardware_concurrency())});
+    recorder_ = std::make_unique<Recorder>(shards, on, trace);
+    fetcher_.recorder = recorder_.get();
+    asio::post(driver_.context(), [this] { recorder_->bind_thread(Recorder::driver); });
   }
 
   /// pin_memory and device: the device runtime, the pinned pool and the device stage.
@@ -446,6 +514,12 @@ class LoaderCore {
   bool stop_requested_ = false;  // consumer's thread
   ResumeBook resume_;
   std::weak_ptr<Run> current_;
+  std::unique_ptr<Recorder> recorder_;  // outlives the driver and the workers that record
+  mutable std::mutex window_mutex_;    // the metrics' epoch window, below
+  MetricsBase epoch_base_;
+  std::uint64_t epoch_start_ns_ = 0;
+  std::uint64_t finished_ns_ = 0;  // the finished epochs' time
+  std::shared_ptr<const std::atomic<std::uint64_t>> epoch_end_;
   AsyncScope scope_;  // driver
   Driver driver_;
   std::unique_ptr<ThreadExecutor> executor_;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "coload/collate/batch_allocator.hpp"
+#include "coload/core/metrics.hpp"
 #include "coload/coro/async_generator.hpp"
 #include "coload/coro/task.hpp"
 #include "coload/coro/when_all.hpp"
@@ -199,6 +200,53 @@ class FetchBoard {
   std::vector<Entry> pending_;  // asynchronous fetches in flight
 };
 
+/// Times a fetch's stages on the calling thread, for its loader's metrics and trace: each lap
+/// reads the clock once, at a boundary between two stages. Without a recorder bound to the
+/// thread (metrics off and no trace) it reads no clock at all.
+struct StageClock {
+  ThreadRecording& rec = thread_recording();
+  Shard* shard = rec.shard;
+  Tracer* tracer = shard ? rec.recorder->tracer() : nullptr;
+  bool metrics = shard && rec.recorder->enabled();
+  std::uint64_t mark = shard ? now_ns() : 0;
+
+  /// The time since the last mark was `stage`, over `items` items (one span per item when
+  /// tracing, or one for the lap); returns the lap's nanoseconds.
+  std::uint64_t lap(Stage stage, std::uint64_t items, const char* arg_name = nullptr,
+                    std::int64_t arg = -1) {
+    if (!shard) return 0;
+    const std::uint64_t end = now_ns();
+    const std::uint64_t ns = end - mark;
+    if (metrics) shard->add(stage, ns, items);
+    if (tracer) tracer->span(stage_name(stage), rec.track, mark, end, arg_name, arg);
+    mark = end;
+    return ns;
+  }
+  /// A lap of `get`s: what finer stages (StageTimer) did not take is `read`; with finer stages
+  /// it adds only their remainder's time, so that their spans are not counted twice.
+  void read_lap(std::uint64_t items, const char* arg_name = nullptr, std::int64_t arg = -1) {
+    if (!shard) return;
+    const std::uint64_t end = now_ns();
+    const std::uint64_t ns = end - mark;
+    const std::uint64_t nested = std::exchange(rec.nested_ns, 0);
+    if (metrics) {
+      if (nested == 0) {
+        shard->add(Stage::read, ns, items);
+      } else if (ns > nested) {
+        shard->add_ns(Stage::read, ns - nested);
+      }
+    }
+    if (tracer) tracer->span("read", rec.track, mark, end, arg_name, arg);
+    mark = end;
+  }
+  void restart() {
+    if (shard) {
+      mark = now_ns();
+      rec.nested_ns = 0;
+    }
+  }
+};
+
 /// The dataset, the options it is fetched with, and where a fetch's memory, reads and CPU
 /// work go. The pointers are the loader's (or, in a worker process, that process's own);
 /// every member may be called from several worker threads at once.
@@ -227,6 +275,7 @@ class Fetcher {
   ThreadExecutor* executor = nullptr;  ///< worker threads, when the loader has them
   io::Reader* reader = nullptr;        ///< asynchronous datasets only
   PinnedPool* pinned = nullptr;        ///< pin_memory with a device runtime
+  Recorder* recorder = nullptr;        ///< the loader's metrics (a forked worker binds to it)
 
   /// worker_init_fn, once per worker per epoch (once ever with persistent_workers). Called on
   /// worker `info.id`'s thread only.
@@ -263,9 +312,13 @@ class Fetcher {
     requires(!iterable && !Plan::is_async)
   {
     const int worker = info ? info->id : -1;
+    StageClock clock;
     if constexpr (Plan::whole_batch) {
       try {
-        return dataset.get_batch(indices);
+        clock.restart();
+        Batch batch = dataset.get_batch(indices);
+        clock.read_lap(indices.size(), "batch", batch_no);
+        return batch;
       } catch (const EmptyBatch&) {
         throw;
       } catch (const SampleError& e) {
@@ -277,7 +330,9 @@ class Fetcher {
       std::vector<Sample> samples;
       if constexpr (Plan::batch_of_samples) {
         try {
+          clock.restart();
           samples = dataset.get_batch(indices);
+          clock.read_lap(indices.size(), "batch", batch_no);
         } catch (const EmptyBatch&) {
           throw;
         } catch (const SampleError& e) {
@@ -287,6 +342,7 @@ class Fetcher {
         }
       } else {
         samples.reserve(indices.size());
+        clock.restart();
         for (Index i : indices) {
           if (run.cancelled()) throw Cancelled{};
           SampleContext ctx{i, run.epoch(), Rng::for_sample(run.sample_seed(), run.epoch(), i),
@@ -299,10 +355,15 @@ class Fetcher {
             if (options.on_error != OnError::skip) throw error;
             skips.skip(i, error.what());
           }
+          // NOTE: a span per sample only when tracing; metrics time the batch's gets at once.
+          if (clock.tracer) clock.read_lap(1, "index", i);
         }
+        if (!clock.tracer) clock.read_lap(indices.size());
         if (samples.empty()) throw EmptyBatch{};
       }
-      return collate_samples(std::move(samples), worker, batch_no);
+      Batch batch = collate_samples(std::move(samples), worker, batch_no);
+      clock.lap(Stage::collate, 1, "batch", batch_no);
+      return batch;
     }
   }
 
@@ -322,7 +383,11 @@ class Fetcher {
       try {
         BoardDone done{board, batch_no};
         Batch batch = co_await dataset.get_batch_async(indices, ctx);
-        co_return pinned ? pin_batch(std::move(batch), *pinned) : std::move(batch);
+        if (!pinned) co_return batch;
+        StageClock clock;
+        Batch out = pin_batch(std::move(batch), *pinned);
+        clock.lap(Stage::pin, 1, "batch", batch_no);
+        co_return out;
       } catch (const EmptyBatch&) {
         throw;
       } catch (const SampleError& e) {
@@ -355,8 +420,12 @@ class Fetcher {
       const int worker = current_worker_id_or_driver();
       if (worker >= 0) board.note(worker, batch_no, -1);
       BoardDone done{board, batch_no};
-      co_return place_batch(
-          [&] { return collate_samples(std::move(samples), worker, batch_no); });
+      co_return place_batch([&] {
+        StageClock clock;
+        Batch batch = collate_samples(std::move(samples), worker, batch_no);
+        clock.lap(Stage::collate, 1, "batch", batch_no);
+        return batch;
+      });
     }
   }
 
@@ -371,7 +440,10 @@ class Fetcher {
       BatchAllocatorScope scope(lease.get());
       batch.emplace(make());
     }
-    return pin_batch(std::move(*batch), *pinned);
+    StageClock clock;
+    Batch out = pin_batch(std::move(*batch), *pinned);
+    clock.lap(Stage::pin, 1);
+    return out;
   }
 
   /// Collate's batch from `samples` (a per-sample collate gets the one sample alone).

@@ -76,6 +76,7 @@ template <class Batch>
 struct ConsumerSlot {
   Poll result = Poll::wait;
   Outcome<Batch> outcome;
+  std::uint64_t asked_ns = 0;  ///< when the consumer asked (metrics; 0: not timed)
 };
 
 /// A thread-safe, single-consumer queue of delivered outcomes. At most one consumer waits at a

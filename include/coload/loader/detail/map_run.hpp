@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "coload/coro/task.hpp"
+#include "coload/loader/detail/fetch.hpp"
 #include "coload/loader/detail/run.hpp"
 
 namespace coload::detail {
@@ -39,14 +40,17 @@ class MapRun final : public RunBase<D, C> {
         if (self->cancelled()) break;
         // A worker process died and was not restarted: the epoch ends after its error.
         if (core.workers_broken()) break;
+        StageClock clock;
         std::vector<Index>* indices = co_await batches.next();
         if (!indices) break;
+        clock.lap(Stage::sample, 1, "batch", self->dispatched_);
         if (self->resumed_.contains(self->dispatched_)) {
           // Delivered before the state this epoch resumed from: not fetched again.
           self->complete(self->dispatched_++, Outcome<Batch>(), false);
           continue;
         }
         core.spawn(fetch(self, self->dispatched_++, std::move(*indices)));
+        self->note_dispatch();
       }
     } catch (...) {
       error = std::current_exception();
@@ -59,7 +63,9 @@ class MapRun final : public RunBase<D, C> {
   /// handed to the reorder ring.
   static Task<void> fetch(std::shared_ptr<MapRun> self, std::int64_t batch_no,
                           std::vector<Index> indices) {
+    const std::size_t samples = indices.size();
     auto fetched = co_await self->core_.fetch(*self, batch_no, std::move(indices));
+    self->core_.note_fetched(fetched, samples);
     self->complete(batch_no, std::move(fetched.outcome), fetched.dropped);
   }
 };

@@ -49,10 +49,11 @@ ChildOptions child_options(const LoaderOptions<C>& o, std::uint64_t init, int ra
                                 pin_memory, drop_last, timeout, worker_init_fn, prefetch_factor,
                                 persistent_workers, in_order, seed, on_error, executor,
                                 process_start, on_worker_death, max_worker_restarts, rank_option,
-                                world_size_option, device, device_backend] = o;
+                                world_size_option, device, device_backend, metrics, trace] = o;
   // The parent's alone: where indices and seeds come from (each task carries them), the
   // scheduling of tasks and deaths, and where batches go (a worker writes into its slot, which
-  // the parent pins). The worker makes its own collate (an empty type), and worker_init_fn
+  // the parent pins; metrics and trace, which a fork-server worker does not record). The
+  // worker makes its own collate (an empty type), and worker_init_fn
   // travels as a plain function's address; rank and world size as the loader resolved them.
   return ChildOptions{batch_size.value_or(-1), drop_last, static_cast<std::int32_t>(on_error),
                       num_workers, persistent_workers, init, rank, world};
@@ -66,7 +67,7 @@ LoaderOptions<C> options_in_child(const ChildOptions& sent) {
                           pin_memory, drop_last, timeout, worker_init_fn, prefetch_factor,
                           persistent_workers, in_order, seed, on_error, executor, process_start,
                           on_worker_death, max_worker_restarts, rank, world_size, device,
-                          device_backend] = o;
+                          device_backend, metrics, trace] = o;
   const auto& [batch, drop, error, workers, persistent, init, rank_sent, world_sent] = sent;
   batch_size = batch < 0 ? std::nullopt : std::optional<std::int64_t>(batch);
   drop_last = drop;
@@ -395,6 +396,12 @@ class ProcessBridge {
       }
       fetcher.reader = state->reader.get();
       fetcher.executor = nullptr;
+      // The recorder's shards are shared with the parent: this process records into worker
+      // `id`'s. Its trace events go to the same file, from this process's own buffer.
+      if (fetcher.recorder) {
+        fetcher.recorder->after_fork();
+        fetcher.recorder->bind_thread(id);
+      }
       // The parent's pinned pool is the parent's: the child writes into its slot, which the
       // parent has registered as pinned.
       fetcher.pinned = nullptr;
@@ -441,6 +448,7 @@ class ProcessBridge {
       if constexpr (wire::Wireable<Batch>) {
         if (batch) encode_batch(link, *batch, reply);
       }
+      if (Tracer* t = fetcher.recorder ? fetcher.recorder->tracer() : nullptr) t->flush();
     };
     work.skipped = [&fetcher] { return fetcher.skips.count(); };
     work.finish = [state] {

@@ -7,6 +7,7 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <coroutine>
@@ -21,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "coload/core/metrics.hpp"
 #include "coload/coro/task.hpp"
 #include "coload/device/device.hpp"
 #include "coload/exec/worker_info.hpp"
@@ -142,6 +144,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
       }
     } catch (...) {
     }
+    this->mark_end();
     if (cancelled_.exchange(true) || closed_.load()) return;
     asio::post(core_.context(), [self = this->shared_from_this()] { self->on_cancel(); });
   }
@@ -188,6 +191,18 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     maybe_finish();
   }
 
+  /// Driver: a batch was dispatched; the metrics' occupancy and worker count sample it.
+  void note_dispatch() noexcept {
+    Recorder& r = core_.recorder();
+    if (!r.enabled()) return;
+    const std::int64_t in_flight = dispatched_ - consumed_.load() - skipped_;
+    r.occupancy_sum.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(in_flight, 0)),
+                              std::memory_order_relaxed);
+    r.occupancy_n.fetch_add(1, std::memory_order_relaxed);
+    r.workers_sum.fetch_add(static_cast<std::uint64_t>(workers_.size()),
+                            std::memory_order_relaxed);
+  }
+
   /// Driver: true when `bound_` batches are between dispatch and the consumer.
   bool full() const noexcept { return dispatched_ - consumed_.load() - skipped_ >= bound_; }
 
@@ -209,6 +224,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   const std::vector<std::uint8_t> start_generator_;
   const std::shared_ptr<StoppedEpoch> stopped_;
   const std::function<void(const WorkerInfo&)> on_worker_ = [this](const WorkerInfo& info) {
+    core_.recorder().bind_thread(info.id);
     core_.init_worker(info, epoch_);
   };
   // driver
@@ -221,6 +237,10 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
       ++skipped_;
       this->handoff.note_done(outcome.number);
       return;
+    }
+    if (outcome.error) core_.recorder().errors.fetch_add(1, std::memory_order_relaxed);
+    if (Tracer* t = core_.recorder().tracer()) {
+      t->instant("handoff", thread_recording().track, now_ns(), "batch", outcome.number);
     }
     if (core_.stage()) {
       ++staging_;
@@ -251,8 +271,16 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     if (outcome.batch) {
       warn_if_opaque(*outcome.batch);
       try {
+        const std::uint64_t begin = now_ns();
         auto copied = co_await stage.copy(std::move(*outcome.batch));
         outcome.batch.emplace(std::move(copied.batch));
+        const std::uint64_t end = now_ns();
+        Recorder& r = self->core_.recorder();
+        if (r.enabled()) r.shard(Recorder::driver).add(Stage::copy, end - begin);
+        if (Tracer* t = r.tracer()) {
+          t->async_span("copy", static_cast<std::uint64_t>(outcome.number), begin, end, "batch",
+                        outcome.number);
+        }
       } catch (...) {
         outcome.batch.reset();
         outcome.error = std::current_exception();

@@ -180,7 +180,10 @@ class StreamRun final : public RunBase<D, C> {
       bool dropped = false;
       bool ended = false;
       std::vector<Sample> samples;
-      if (hop) set_worker_info(&info);
+      if (hop) {
+        set_worker_info(&info);
+        core.recorder().bind_thread(w);
+      }
       fetcher.board.begin(hop ? w : -1, *task, {});
       // NOTE: a resumed epoch drops the batches this worker had delivered before, without
       // giving up this batch number: the rotation stays that of the interrupted run.
@@ -205,6 +208,8 @@ class StreamRun final : public RunBase<D, C> {
             }
           }
           samples.reserve(want);
+          // The stream's pulls are its `read` (one span per batch), then collate.
+          StageClock clock;
           while (samples.size() < want) {
             if (self->cancelled()) throw Cancelled{};
             typename stream_t<D>::pointer sample = nullptr;
@@ -234,6 +239,10 @@ class StreamRun final : public RunBase<D, C> {
             }
             samples.push_back(std::move(*sample));
           }
+          clock.read_lap(samples.size(), "batch", *task);
+          if (clock.metrics) {
+            clock.shard->samples.fetch_add(samples.size(), std::memory_order_relaxed);
+          }
           const bool partial = samples.size() < want;
           if constexpr (ResumableStream<D>) {
             if (core.stream_states_usable()) {
@@ -245,6 +254,7 @@ class StreamRun final : public RunBase<D, C> {
             outcome.batch.emplace(fetcher.place_batch([&] {
               return fetcher.collate_samples(std::move(samples), hop ? w : -1, *task);
             }));
+            clock.lap(Stage::collate, 1, "batch", *task);
           }
         } catch (const Cancelled&) {
           dropped = true;

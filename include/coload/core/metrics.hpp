@@ -1,0 +1,227 @@
+#pragma once
+// The metrics and trace hooks every stage records into: stages, fixed log-bucket histograms,
+// per-thread shards (shared with forked worker processes), StageTimer, and the trace writer.
+
+#include <array>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace coload {
+
+/// The stages of the pipeline, in the order a sample meets them. `read` is what a dataset's
+/// `get` spends outside any finer stage it marks itself (a plain dataset's whole `get`).
+enum class Stage : std::uint8_t { sample, read, decode, transform, collate, pin, copy, wait };
+inline constexpr std::size_t stage_count = 8;
+
+/// The stage's name as the metrics and the trace spell it ("sample", "read", ...).
+std::string_view stage_name(Stage stage) noexcept;
+
+namespace detail {
+
+/// Nanoseconds on the steady clock (system-wide: the same in forked worker processes).
+inline std::uint64_t now_ns() noexcept {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+/// Histogram buckets: four per power of two of nanoseconds (quarter octaves, about 19% wide).
+inline constexpr std::size_t histogram_buckets = 256;
+constexpr std::size_t bucket_of(std::uint64_t ns) noexcept {
+  if (ns < 4) return static_cast<std::size_t>(ns);
+  const int b = std::bit_width(ns) - 1;  // >= 2
+  const auto sub = static_cast<std::size_t>((ns >> (b - 2)) & 3u);
+  return static_cast<std::size_t>(b) * 4 + sub;
+}
+/// The middle of bucket `i`, in nanoseconds.
+double bucket_mid_ns(std::size_t i) noexcept;
+
+/// One stage's figures in one shard: spans, their total, and their histogram (of the mean per
+/// item, weighted by the items, when a span covers several).
+struct StageCell {
+  std::atomic<std::uint64_t> count{0};
+  std::atomic<std::uint64_t> ns{0};
+  std::array<std::atomic<std::uint64_t>, histogram_buckets> buckets{};
+};
+
+/// What one thread (a worker, the driver, the consumer) records. Relaxed atomics: each shard
+/// has one writer in practice, so the adds never contend; readers merge at snapshot time.
+struct alignas(64) Shard {
+  std::array<StageCell, stage_count> stages{};
+  std::atomic<std::uint64_t> bytes_read{0};
+  std::atomic<std::uint64_t> samples{0};  ///< samples fetched into batches
+  std::atomic<std::int32_t> pid{0};       ///< the process that last wrote here
+
+  /// Seconds that belong to `s` but make no span of their own (what a `get` spent outside the
+  /// finer stages it marked).
+  void add_ns(Stage s, std::uint64_t ns) noexcept {
+    stages[static_cast<std::size_t>(s)].ns.fetch_add(ns, std::memory_order_relaxed);
+  }
+  void add(Stage s, std::uint64_t ns, std::uint64_t items = 1) noexcept {
+    StageCell& c = stages[static_cast<std::size_t>(s)];
+    c.count.fetch_add(items, std::memory_order_relaxed);
+    c.ns.fetch_add(ns, std::memory_order_relaxed);
+    c.buckets[bucket_of(items > 1 ? ns / items : ns)].fetch_add(items, std::memory_order_relaxed);
+  }
+};
+
+/// A merged copy of shards (plain numbers), as a snapshot takes it.
+struct StageTotals {
+  std::uint64_t count = 0;
+  std::uint64_t ns = 0;
+  std::array<std::uint64_t, histogram_buckets> buckets{};
+  void add(const StageCell& c) noexcept;
+  void subtract(const StageTotals& base) noexcept;
+  /// The `q` quantile (0..1) in milliseconds, from the buckets; 0 without spans.
+  double quantile_ms(double q) const noexcept;
+};
+struct ShardTotals {
+  std::array<StageTotals, stage_count> stages{};
+  std::uint64_t bytes_read = 0;
+  std::uint64_t samples = 0;
+  std::int32_t pid = 0;
+  void add(const Shard& s) noexcept;
+  void subtract(const ShardTotals& base) noexcept;
+  /// Nanoseconds of work recorded on this shard (every stage but wait).
+  std::uint64_t busy_ns() const noexcept;
+};
+
+class Tracer;
+
+/// A loader's recorder: one shard per role (consumer, driver, worker 0..n-1, and one shared by
+/// any other thread), in a shared anonymous mapping made before any worker process is forked,
+/// so that a forked worker's figures reach the parent without a message. Optional trace.
+class Recorder {
+ public:
+  static constexpr int consumer = -2;
+  static constexpr int driver = -1;
+
+  /// `workers`: how many worker shards (ids beyond share the last shard). `trace_path`: empty
+  /// for no trace.
+  Recorder(int workers, bool enabled, const std::string& trace_path);
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  bool enabled() const noexcept { return enabled_; }
+  Tracer* tracer() const noexcept { return tracer_.get(); }
+  int shard_count() const noexcept { return count_; }
+  /// The shard of role `who` (consumer, driver, or a worker id).
+  Shard& shard(int who) noexcept;
+  /// Shard `i` as stored (0 consumer, 1 driver, 2 + worker id, the last: any other thread).
+  const Shard& at(int i) const noexcept { return shards_[i]; }
+  /// Worker id of stored shard `i` (-2 consumer, -1 driver, -3 other).
+  int role_of(int i) const noexcept;
+
+  /// Makes the calling thread record into role `who`'s shard (and its trace track).
+  void bind_thread(int who) noexcept;
+  /// In a forked worker process: forget the parent's unwritten trace events.
+  void after_fork() noexcept;
+
+  // Driver-side counters.
+  std::atomic<std::uint64_t> errors{0};
+  std::atomic<std::uint64_t> occupancy_sum{0};  ///< in-flight batches, summed at each dispatch
+  std::atomic<std::uint64_t> occupancy_n{0};
+  std::atomic<std::uint64_t> workers_sum{0};    ///< worker count, summed at each dispatch
+
+ private:
+  bool enabled_;
+  int workers_;
+  int count_;
+  Shard* shards_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::unique_ptr<Tracer> tracer_;
+};
+
+/// Where the calling thread records: its recorder and shard (null: nowhere), its trace track.
+struct ThreadRecording {
+  Recorder* recorder = nullptr;
+  Shard* shard = nullptr;
+  int track = 0;
+  /// Nanoseconds that finer stages (StageTimer) recorded on this thread: the loader subtracts
+  /// them from the `get` that contained them.
+  std::uint64_t nested_ns = 0;
+};
+ThreadRecording& thread_recording() noexcept;
+
+/// The trace writer: Chrome trace-event JSON ("[" then one event per line), streamed to the
+/// file in chunks of at most `chunk` bytes, so memory stays bounded whatever the run's length.
+/// Worker processes append to the same file (O_APPEND, whole lines per write()).
+class Tracer {
+ public:
+  static constexpr std::size_t chunk = 256 * 1024;
+  explicit Tracer(const std::string& path);
+  ~Tracer();  ///< writes what is left and closes the array
+  /// A complete span ("X") on `track` of this process; `arg_name` = `arg` when arg >= 0.
+  void span(std::string_view name, int track, std::uint64_t begin_ns, std::uint64_t end_ns,
+            const char* arg_name = nullptr, std::int64_t arg = -1);
+  /// An asynchronous span ("b"/"e", its own row): reads and copies, which overlap.
+  void async_span(std::string_view name, std::uint64_t id, std::uint64_t begin_ns,
+                  std::uint64_t end_ns, const char* arg_name, std::int64_t arg);
+  /// An instant event ("i") on `track`.
+  void instant(std::string_view name, int track, std::uint64_t at_ns, const char* arg_name,
+               std::int64_t arg);
+  /// Names `track` of this process (once per process and track).
+  void name_track(int track, std::string_view name);
+  /// Writes the buffered events now (a worker process, after each task).
+  void flush();
+  void after_fork() noexcept;
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  void append(const std::string& line);
+  void write_locked();
+  void lock() noexcept {
+    while (lock_.exchange(true, std::memory_order_acquire)) {
+    }
+  }
+  void unlock() noexcept { lock_.store(false, std::memory_order_release); }
+  std::string path_;
+  int fd_ = -1;
+  int owner_;  ///< the process that closes the array
+  std::uint64_t base_ns_;
+  std::atomic<bool> lock_{false};
+  std::string buffer_;
+  std::array<bool, 256> named_{};
+};
+
+}  // namespace detail
+
+/// Times a stage of your own inside a dataset's `get` (decode, transform, ...): from
+/// construction to destruction, recorded into the loader's metrics and its trace when the
+/// calling thread fetches for a loader, and subtracted from that `get`'s `read`. Costs one
+/// branch outside a loader.
+class StageTimer {
+ public:
+  explicit StageTimer(Stage stage) noexcept : stage_(stage) {
+    auto& r = detail::thread_recording();
+    if (r.shard) begin_ = detail::now_ns();
+  }
+  ~StageTimer() { stop(); }
+  StageTimer(const StageTimer&) = delete;
+  StageTimer& operator=(const StageTimer&) = delete;
+  /// Ends the span now (once).
+  void stop() noexcept;
+
+ private:
+  Stage stage_;
+  std::uint64_t begin_ = 0;
+};
+
+/// Records `bytes` read by the calling thread (a dataset's own reads).
+void record_bytes_read(std::uint64_t bytes) noexcept;
+
+/// Records an asynchronous read of `bytes` (for sample `index`) that began at `begin_ns`
+/// (detail::now_ns()) and completed now, on the thread that saw it complete. Reads overlap, so
+/// the trace shows them as asynchronous spans, each on its own row.
+void record_read(std::uint64_t begin_ns, std::uint64_t bytes, std::int64_t index) noexcept;
+/// detail::now_ns() when the calling thread records for a loader, else 0 (no clock read).
+std::uint64_t read_begin() noexcept;
+
+}  // namespace coload
