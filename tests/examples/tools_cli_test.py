@@ -24,7 +24,7 @@ PROGRAMS = [
      ["--dir", "--classes", "--per-class", "--repeat", "--threads", "--json", "--no-torchvision"],
      "--per-classes", ["--classes", "-1"]),
     ("tools/bench/vision/image_pipeline", ["/nonexistent"],
-     ["--epochs", "--json", "--skip-pytorch", "--breakdown", "--executor"],
+     ["--epochs", "--json", "--skip-pytorch", "--breakdown", "--executor", "--metrics"],
      "--epoch", ["--executor", "fork"]),
     ("tools/bench/shards/shards", ["/nonexistent", "/nonexistent"],
      ["--workers", "--batch-size", "--json", "--no-pytorch"],
@@ -33,7 +33,8 @@ PROGRAMS = [
      ["--mode", "--epochs", "--workers", "--batch-size", "--prefetch-factor"],
      "--modes", ["--mode", "fork"]),
     ("tools/bench/overhead", [],
-     ["--epochs", "--samples", "--json", "--no-pytorch", "--only", "--background-load"],
+     ["--epochs", "--samples", "--json", "--no-pytorch", "--only", "--background-load",
+      "--metrics"],
      "--sample", ["--epochs", "0"]),
 ]
 
