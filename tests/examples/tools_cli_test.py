@@ -24,13 +24,14 @@ PROGRAMS = [
      ["--dir", "--classes", "--per-class", "--repeat", "--threads", "--json", "--no-torchvision"],
      "--per-classes", ["--classes", "-1"]),
     ("tools/bench/vision/image_pipeline", ["/nonexistent"],
-     ["--epochs", "--json", "--skip-pytorch", "--breakdown", "--executor"],
+     ["--epochs", "--json", "--skip-pytorch", "--breakdown", "--executor", "--workers",
+      "--skip-decode-only"],
      "--epoch", ["--executor", "fork"]),
     ("tools/bench/shards/shards", ["/nonexistent", "/nonexistent"],
      ["--workers", "--batch-size", "--json", "--no-pytorch"],
      "--worker", ["--workers", "two"]),
     ("tools/bench/overhead", [],
-     ["--epochs", "--samples", "--json", "--no-pytorch", "--only"],
+     ["--epochs", "--samples", "--json", "--no-pytorch", "--only", "--workers"],
      "--sample", ["--epochs", "0"]),
 ]
 

@@ -2,7 +2,7 @@
 // loader, PyTorch's DataLoader and a bare index_select loop, on one in-memory workload:
 // 200,000 samples of 64 float32 plus an int64 label, batch 256, shuffled, one thread.
 //
-//   overhead [--epochs N] [--samples N] [--json] [--no-pytorch] [--only LIST]
+//   overhead [--epochs N] [--samples N] [--json] [--no-pytorch] [--only LIST] [--workers N|auto]
 //
 // Each measurement runs one warm-up epoch, then times N epochs (default 3); samples/s is the
 // number of samples delivered divided by the seconds the timed epochs took. Without --json it
@@ -63,6 +63,7 @@ struct Args {
   bool json = false;
   bool pytorch = true;
   std::string only;  // comma-separated measurement names; empty runs all
+  int workers = 0;   // coload's num_workers (-1: coload::auto_workers)
 
   bool wants(std::string_view name) const {
     if (only.empty()) return true;
@@ -93,11 +94,20 @@ Args parse_args(int argc, char** argv) {
   app.add_option("--only", a.only,
                  "run only these comma-separated measurements (coload_batch, coload_sample, "
                  "libtorch, pytorch, index_select); others are null");
+  std::string workers = "0";
+  app.add_option("--workers", workers,
+                 "coload's num_workers: a count, or auto (coload::auto_workers); the other "
+                 "loaders keep theirs")
+      ->check([](const std::string& v) {
+        return parse_workers(v) ? std::string() : "expected a count >= 0 or auto, got " + v;
+      })
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e) == 0 ? 0 : 2);
   }
+  a.workers = *parse_workers(workers);
   return a;
 }
 
@@ -246,7 +256,8 @@ int main(int argc, char** argv) {
   const auto coload_batch = measure("coload_batch", args, [&] {
     auto loader = std::make_shared<coload::DataLoader<coload::TensorDataset>>(
         coload::make_data_loader(coload::TensorDataset{data, labels},
-                                 {.batch_size = kBatch, .shuffle = true, .seed = kSeed}));
+                                 {.batch_size = kBatch, .shuffle = true,
+                                  .num_workers = args.workers, .seed = kSeed}));
     return [loader] {
       std::int64_t delivered = 0;
       for (auto& batch : *loader) delivered += batch[0].size(0);
@@ -258,7 +269,8 @@ int main(int argc, char** argv) {
   const auto coload_sample = measure("coload_sample", args, [&] {
     auto loader = std::make_shared<coload::DataLoader<PerSampleDataset>>(
         coload::make_data_loader(PerSampleDataset{coload::TensorDataset{data, labels}},
-                                 {.batch_size = kBatch, .shuffle = true, .seed = kSeed}));
+                                 {.batch_size = kBatch, .shuffle = true,
+                                  .num_workers = args.workers, .seed = kSeed}));
     return [loader] {
       std::int64_t delivered = 0;
       for (auto& batch : *loader) delivered += batch[0].size(0);
@@ -304,6 +316,7 @@ int main(int argc, char** argv) {
     j += ", \"libtorch\": " + json_number(libtorch);
     j += ", \"pytorch\": " + json_number(pytorch.rate);
     j += ", \"index_select\": " + json_number(index_select);
+    j += ", \"num_workers\": \"" + workers_name(args.workers) + "\"";
     j += ", \"ratios\": {";
     for (std::size_t i = 0; i < ratios.size(); ++i) {
       if (i) j += ", ";
@@ -316,9 +329,10 @@ int main(int argc, char** argv) {
 
   std::printf(
       "coload overhead: %lld samples x (%lld float32 + int64 label), batch %lld, shuffled, "
-      "1 thread\n(at::set_num_threads(1), num_workers = 0); 1 warm-up + %d timed epochs each\n\n",
+      "1 thread\n(at::set_num_threads(1), coload's num_workers = %s); 1 warm-up + %d timed "
+      "epochs each\n\n",
       static_cast<long long>(args.samples), static_cast<long long>(kFeatures),
-      static_cast<long long>(kBatch), args.epochs);
+      static_cast<long long>(kBatch), workers_name(args.workers).c_str(), args.epochs);
   std::printf("%-14s %14s %10s\n", "loader", "samples/s", "ms/epoch");
   auto row = [&](const char* name, std::optional<double> rate, const std::string& note) {
     if (!rate) {
