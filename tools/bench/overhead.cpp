@@ -113,6 +113,14 @@ Args parse_args(int argc, char** argv) {
 
 using Clock = std::chrono::steady_clock;
 
+// Under --workers auto: where the count stands after each epoch (stderr).
+void report_tuning(const coload::WorkerTuning& t) {
+  if (!t.automatic) return;
+  std::fprintf(stderr, " [workers %d of %d, +%lld -%lld in %lld windows]", t.workers,
+               t.max_workers, static_cast<long long>(t.grown), static_cast<long long>(t.shrunk),
+               static_cast<long long>(t.windows));
+}
+
 // One warm-up epoch, then `epochs` timed ones; returns samples/s, or nothing when `name` is
 // not selected (--only). `setup()` builds the loader (untimed) and returns the epoch function,
 // which returns the samples it delivered; each epoch must deliver the whole dataset.
@@ -261,6 +269,7 @@ int main(int argc, char** argv) {
     return [loader] {
       std::int64_t delivered = 0;
       for (auto& batch : *loader) delivered += batch[0].size(0);
+      report_tuning(loader->worker_tuning());
       return delivered;
     };
   });
@@ -274,6 +283,7 @@ int main(int argc, char** argv) {
     return [loader] {
       std::int64_t delivered = 0;
       for (auto& batch : *loader) delivered += batch[0].size(0);
+      report_tuning(loader->worker_tuning());
       return delivered;
     };
   });
