@@ -595,7 +595,8 @@ int main(int argc, char** argv) {
     j["images"] = images;
     j["epochs"] = args.epochs;
     j["batch_size"] = kBatch;
-    j["num_workers"] = workers_name(args.workers);
+    // A number as before; "auto" under --workers auto.
+    j["num_workers"] = args.workers < 0 ? ordered_json("auto") : ordered_json(args.workers);
     if (tuning.automatic) {
       j["auto_workers"] = {{"workers", tuning.workers}, {"max_workers", tuning.max_workers},
                            {"grown", tuning.grown}, {"shrunk", tuning.shrunk},
