@@ -21,9 +21,11 @@ using coload::detail::WorkerTuner;
 
 namespace {
 
-// A window of one second in which the consumer waited `wait` seconds and the workers in use
-// were idle `idle` seconds together.
-TuningWindow window(double wait, double idle) { return TuningWindow{1.0, wait, idle}; }
+// A window of one second in which the consumer waited `wait` seconds, the workers in use were
+// idle `idle` seconds together, and `batches` batches were completed.
+TuningWindow window(double wait, double idle, double batches = 100) {
+  return TuningWindow{1.0, wait, idle, batches};
+}
 
 // Samples drawn from each sample's Rng (a random "transform"): equal only if every sample's
 // randomness depends on (seed, epoch, index) alone.
@@ -67,47 +69,74 @@ struct StreamOf {
 }  // namespace
 
 TEST_SUITE("auto_workers") {
-  TEST_CASE("the tuner starts with one worker and adds one while the consumer waits on "
-            "saturated workers, up to its maximum") {
-    WorkerTuner t(3);
+  TEST_CASE("the tuner starts with one worker and, while the consumer waits, keeps each added "
+            "worker that raises the rate, up to its maximum") {
+    WorkerTuner t(4);
     CHECK(t.workers() == 1);
-    CHECK(t.decide(window(0.5, 0.0)) == 1);  // waited half the time, the worker never idle
+    CHECK(t.decide(window(0.5, 0.0, 100)) == 1);  // the consumer waited: try a second worker
     CHECK(t.workers() == 2);
-    CHECK(t.decide(window(0.5, 0.2)) == 1);  // 1.8 of 2 busy: saturated
-    CHECK(t.decide(window(0.5, 0.0)) == 0);  // at the maximum
-    CHECK(t.workers() == 3);
+    CHECK(t.decide(window(0.4, 0.2, 150)) == 1);  // +50%: kept, and a third tried at once
+    CHECK(t.decide(window(0.3, 1.5, 180)) == 1);  // +20% though mostly idle: kept, try a 4th
+    CHECK(t.decide(window(0.2, 2.0, 200)) == 0);  // +11%: kept; at the maximum
+    CHECK(t.decide(window(0.2, 2.0, 200)) == 0);
+    CHECK(t.workers() == 4);
     const WorkerTuning s = t.tuning();
     CHECK(s.automatic);
-    CHECK(s.grown == 2);
+    CHECK(s.grown == 3);
     CHECK(s.shrunk == 0);
-    CHECK(s.windows == 3);
-    CHECK(s.max_seen == 3);
-    CHECK(s.max_workers == 3);
+    CHECK(s.windows == 5);
+    CHECK(s.max_seen == 4);
+    CHECK(s.max_workers == 4);
   }
 
-  TEST_CASE("the tuner removes idle workers down to one, and keeps a count the load needs") {
+  TEST_CASE("a worker that does not raise the rate is taken back, and tried again after a "
+            "hold that doubles") {
+    WorkerTuner t(8);
+    CHECK(t.decide(window(0.5, 0.0, 100)) == 1);   // probe 2
+    CHECK(t.decide(window(0.5, 0.5, 101)) == -1);  // +1% is not more than min_gain: back to 1
+    CHECK(t.workers() == 1);
+    // Held for 2 windows although the consumer waits, then tried again.
+    CHECK(t.decide(window(0.5, 0.0, 100)) == 0);
+    CHECK(t.decide(window(0.5, 0.0, 100)) == 0);
+    CHECK(t.decide(window(0.5, 0.0, 100)) == 1);
+    CHECK(t.decide(window(0.5, 0.5, 90)) == -1);  // slower: back, now held for 4
+    for (int i = 0; i < 4; ++i) CHECK(t.decide(window(0.5, 0.0, 100)) == 0);
+    CHECK(t.decide(window(0.5, 0.0, 100)) == 1);
+    // This time it pays: kept, and the hold starts again from 2 after the next miss.
+    CHECK(t.decide(window(0.4, 0.2, 130)) == 1);   // 3 tried at once
+    CHECK(t.decide(window(0.4, 1.2, 129)) == -1);  // 3 does not pay: back to 2, held 2
+    CHECK(t.decide(window(0.4, 0.2, 130)) == 0);
+    CHECK(t.decide(window(0.4, 0.2, 130)) == 0);
+    CHECK(t.decide(window(0.4, 0.2, 130)) == 1);
+    CHECK(t.tuning().grown == 5);
+    CHECK(t.tuning().shrunk == 3);
+    CHECK(t.tuning().max_seen == 3);
+  }
+
+  TEST_CASE("the tuner removes idle workers down to one when the consumer does not wait, and "
+            "keeps a count the load needs") {
     WorkerTuner t(4);
-    for (int i = 0; i < 3; ++i) t.decide(window(0.9, 0.0));
+    for (int i = 0; i < 3; ++i) t.decide(window(0.9, 0.0, 100.0 * (i + 1)));
     REQUIRE(t.workers() == 4);
-    // The consumer never waits and 3 of 4 workers idle: one fewer each window, down to one.
-    CHECK(t.decide(window(0.0, 3.0)) == -1);
+    // The consumer never waits and 3 of 4 workers idle: one fewer each window, down to one
+    // (the first window also judges the probe of the 4th: it paid).
+    CHECK(t.decide(window(0.0, 3.0, 500)) == -1);
     CHECK(t.decide(window(0.0, 2.0)) == -1);
     CHECK(t.decide(window(0.0, 1.5)) == -1);
     CHECK(t.decide(window(0.0, 0.5)) == 0);
     CHECK(t.workers() == 1);
     CHECK(t.tuning().shrunk == 3);
     CHECK(t.tuning().min_seen == 1);
-    // A load of 1.5 workers: 2 keep it (1.5 > 0.75 x 1), and a waiting consumer with
-    // unsaturated workers adds none: the count stays where it is, window after window.
+    // A load of 1.5 workers on 2 with a consumer that does not wait: 2 keep it (1.5 > 0.75 x 1),
+    // window after window.
     WorkerTuner u(4);
-    u.decide(window(0.5, 0.0));
+    u.decide(window(0.5, 0.0, 100));
     REQUIRE(u.workers() == 2);
-    for (int i = 0; i < 10; ++i) CHECK(u.decide(window(0.3, 0.5)) == 0);
+    CHECK(u.decide(window(0.0, 0.5, 150)) == 0);  // the probe paid; no wait, no new probe
+    for (int i = 0; i < 10; ++i) CHECK(u.decide(window(0.01, 0.5)) == 0);
     CHECK(u.workers() == 2);
-    // A consumer waiting on something else (workers mostly idle): fewer workers, not more.
-    CHECK(u.decide(window(0.9, 1.6)) == -1);
     // A window of no length is not judged.
-    CHECK(u.decide(TuningWindow{0.0, 0.0, 0.0}) == 0);
+    CHECK(u.decide(TuningWindow{0.0, 0.0, 0.0, 0.0}) == 0);
     CHECK(u.tuning().windows == 12);
   }
 
@@ -146,7 +175,7 @@ TEST_SUITE("auto_workers") {
     WorkerTuning t = loader.worker_tuning();
     CHECK(t.automatic);
     CHECK(t.workers == 1);  // starts small
-    CHECK(t.max_workers == coload::detail::usable_cpus());
+    CHECK(t.max_workers == 2 * coload::detail::usable_cpus());
     CHECK(loader.options().num_workers == t.max_workers);  // threads started, most asleep
     // Epoch 0: every sample takes 2 ms in get and the consumer takes none.
     std::int64_t seen = 0;
@@ -160,9 +189,13 @@ TEST_SUITE("auto_workers") {
       CHECK(t.grown == 0);
       return;
     }
-    CHECK(t.grown >= 1);
-    CHECK(t.workers == t.max_workers);
-    CHECK(t.shrunk == 0);
+    // Each added worker raises the rate (the samples sleep): the climb reaches the maximum. A
+    // probe taken back counts as a removal, so only the end state and the climb are asserted.
+    CHECK(t.grown >= t.max_workers - 1);
+    CHECK(t.max_seen == t.max_workers);
+    REQUIRE(t.workers >= 2);
+    const std::int64_t shrunk_before = t.shrunk;
+    const int workers_before = t.workers;
     // Epoch 1: the samples are free and the consumer takes 3 ms a batch (the model's step):
     // the workers idle, and are removed down to one.
     slow->store(false);
@@ -173,7 +206,7 @@ TEST_SUITE("auto_workers") {
     }
     CHECK(seen == 480);
     t = loader.worker_tuning();
-    CHECK(t.shrunk >= 1);
+    CHECK(t.shrunk - shrunk_before >= workers_before - 1);
     CHECK(t.workers == 1);
     CHECK(t.min_seen == 1);
   }

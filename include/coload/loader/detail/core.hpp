@@ -58,7 +58,8 @@ class LoaderCore {
       : tuner_(auto_tuner(opts)), fetcher_(std::move(ds), resolve_workers(std::move(opts))) {
     const LoaderOptions<C>& o = fetcher_.options;
     validate_options(o, LoaderKind{iterable, Plan::per_sample});
-    check_worker_number(o.num_workers, o.executor == Executor::processes);
+    // auto_workers picked its own most (twice the CPUs, max_auto_workers): no warning for it.
+    if (!tuner_) check_worker_number(o.num_workers, o.executor == Executor::processes);
     if (o.seed) generator_ = make_generator(*o.seed);
     if (!o.rank || !o.world_size) {
       const DistributedEnv env = distributed_env();
@@ -258,7 +259,11 @@ class LoaderCore {
   int tune(std::int64_t epoch, const Handoff& handoff) {
     if (!tuner_ || !executor_) return 0;
     const auto now = std::chrono::steady_clock::now();
-    if (epoch == window_.epoch && now - window_.start < tune_window) return 0;
+    ++window_.batches;
+    if (epoch == window_.epoch &&
+        (now - window_.start < tune_window || window_.batches < tune_batches)) {
+      return 0;
+    }
     const int active = tuner_->workers();
     const std::int64_t wait = handoff.wait_nanoseconds();
     const std::int64_t idle = executor_->idle_nanoseconds(active);
@@ -268,6 +273,7 @@ class LoaderCore {
       w.seconds = std::chrono::duration<double>(now - window_.start).count();
       w.consumer_wait = 1e-9 * static_cast<double>(wait - window_.wait_ns);
       w.worker_idle = 1e-9 * static_cast<double>(idle - window_.idle_ns);
+      w.batches = static_cast<double>(window_.batches);
       {
         std::lock_guard lock(tuning_mutex_);
         change = tuner_->decide(w);
@@ -283,8 +289,10 @@ class LoaderCore {
                                           : idle};
     return change;
   }
-  /// The shortest window auto_workers judges.
-  static constexpr std::chrono::milliseconds tune_window{50};
+  /// The shortest window auto_workers judges: this long, and this many batches (its rates
+  /// are compared, and a window of one or two large batches says little).
+  static constexpr std::chrono::milliseconds tune_window{10};
+  static constexpr std::int64_t tune_batches = 4;
   /// Where runs record the position their consumer stopped at (any thread).
   const std::shared_ptr<StoppedEpoch>& stopped() const noexcept { return resume_.stopped(); }
   /// Worker `id` of `n` for an epoch whose worker seed is `seed` (any thread).
@@ -490,11 +498,11 @@ class LoaderCore {
   static std::optional<WorkerTuner> auto_tuner(const LoaderOptions<C>& o) {
     if (o.num_workers != auto_workers) return std::nullopt;
     check_auto_workers(iterable, o.executor == Executor::processes);
-    return WorkerTuner(usable_cpus());
+    return WorkerTuner(max_auto_workers());
   }
   /// `o` with auto_workers replaced by the threads it may use (all started, most asleep).
   static LoaderOptions<C> resolve_workers(LoaderOptions<C>&& o) {
-    if (o.num_workers == auto_workers) o.num_workers = usable_cpus();
+    if (o.num_workers == auto_workers) o.num_workers = max_auto_workers();
     return std::move(o);
   }
 
@@ -521,6 +529,7 @@ class LoaderCore {
     std::chrono::steady_clock::time_point start{};
     std::int64_t wait_ns = 0;
     std::int64_t idle_ns = 0;
+    std::int64_t batches = 0;  // completed since start
   };
   TuneWindowStart window_;  // driver
   Fetcher<D, C> fetcher_;
