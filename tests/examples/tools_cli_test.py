@@ -24,7 +24,8 @@ PROGRAMS = [
      ["--dir", "--classes", "--per-class", "--repeat", "--threads", "--json", "--no-torchvision"],
      "--per-classes", ["--classes", "-1"]),
     ("tools/bench/vision/image_pipeline", ["/nonexistent"],
-     ["--epochs", "--json", "--skip-pytorch", "--breakdown", "--executor", "--metrics"],
+     ["--epochs", "--json", "--skip-pytorch", "--breakdown", "--executor", "--metrics",
+      "--workers", "--skip-decode-only"],
      "--epoch", ["--executor", "fork"]),
     ("tools/bench/shards/shards", ["/nonexistent", "/nonexistent"],
      ["--workers", "--batch-size", "--json", "--no-pytorch"],
@@ -34,7 +35,7 @@ PROGRAMS = [
      "--modes", ["--mode", "fork"]),
     ("tools/bench/overhead", [],
      ["--epochs", "--samples", "--json", "--no-pytorch", "--only", "--background-load",
-      "--metrics"],
+      "--metrics", "--workers"],
      "--sample", ["--epochs", "0"]),
 ]
 

@@ -283,6 +283,52 @@ TEST_SUITE("exec") {
     CHECK(ids == std::set<int>{0, 1, 2});
   }
 
+  TEST_CASE("set_active(k) lets only workers 0..k-1 take shared work; pinned work reaches all") {
+    ThreadExecutor pool(3);
+    CHECK(pool.active() == 3);
+    pool.set_active(1);
+    CHECK(pool.active() == 1);
+    for (int i = 0; i < 50; ++i) CHECK(sync_wait(where_scheduled(pool)).worker_id == 0);
+    CHECK(sync_wait(where_pinned(pool, 2)).worker_id == 2);  // a sleeping worker serves its own
+    pool.set_active(0);
+    CHECK(pool.active() == 1);  // clamped to [1, size()]
+    pool.set_active(10);
+    CHECK(pool.active() == 3);
+    // Let back in, all three take shared work at once again.
+    pool.set_active(2);
+    pool.set_active(3);
+    Countdown meet(3), done(3);
+    std::mutex m;
+    std::set<int> ids;
+    std::atomic<int> met{0};
+    for (int i = 0; i < 3; ++i) rendezvous_job(pool, meet, m, ids, met, done);
+    REQUIRE(done.wait_for(120s));
+    CHECK(met.load() == 3);
+    CHECK(ids == std::set<int>{0, 1, 2});
+  }
+
+  TEST_CASE("a worker busy in a job adds no idle time; the pool's idle time only grows") {
+    Flag started, release, finished;
+    std::atomic<int> id{-1};
+    ThreadExecutor pool(2);
+    pool.set_active(1);  // the blocking job can only land on worker 0
+    CHECK(pool.idle_nanoseconds(0) == 0);
+    const std::int64_t before = pool.idle_nanoseconds(2);
+    CHECK(before >= 0);
+    blocking_job(pool, id, started, release, finished);
+    REQUIRE(started.wait_for(30s));
+    CHECK(id.load() == 0);
+    const std::int64_t busy_a = pool.idle_nanoseconds(1);
+    const std::int64_t all_a = pool.idle_nanoseconds(2);
+    const Where w = sync_wait(where_pinned(pool, 1));  // worker 1 wakes and sleeps again
+    CHECK(w.worker_id == 1);
+    CHECK(pool.idle_nanoseconds(1) == busy_a);  // worker 0 is still in its job
+    CHECK(pool.idle_nanoseconds(2) >= all_a);
+    CHECK(all_a >= before);
+    release.set();
+    CHECK(finished.wait_for(30s));
+  }
+
   TEST_CASE("a slow job does not hold back jobs queued behind it while another worker is free") {
     Flag started, release, finished;
     std::atomic<int> slow_id{-1};

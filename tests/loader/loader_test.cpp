@@ -145,7 +145,8 @@ TEST_SUITE("loader") {
                                 .batch_sampler = BatchSampler(SequentialSampler(10), 2, false)}) ==
           "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and "
           "drop_last");
-    CHECK(refusal(LoaderOptions{.num_workers = -1}) ==
+    // (-1 is coload::auto_workers.)
+    CHECK(refusal(LoaderOptions{.num_workers = -2}) ==
           "num_workers option should be non-negative; use num_workers=0 to disable "
           "multiprocessing.");
     CHECK(refusal(LoaderOptions{.prefetch_factor = 4}) ==

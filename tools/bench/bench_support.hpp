@@ -16,6 +16,20 @@
 
 namespace coload::bench {
 
+/// A `--workers` value: a count >= 0, or "auto" for coload::auto_workers (-1); nothing for
+/// anything else.
+inline std::optional<int> parse_workers(const std::string& s) {
+  if (s == "auto") return -1;
+  if (s.empty() || s.size() > 4 || s.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::atoi(s.c_str());
+}
+/// "auto" or the count, as parse_workers reads it.
+inline std::string workers_name(int workers) {
+  return workers < 0 ? std::string("auto") : std::to_string(workers);
+}
+
 /// The value of `"key"` in the one-line JSON object `line` as text: a string's contents, or
 /// any other value as JSON writes it (`null` included); nothing when `line` is not a JSON
 /// object or has no such key.

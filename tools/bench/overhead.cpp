@@ -3,7 +3,7 @@
 // 200,000 samples of 64 float32 plus an int64 label, batch 256, shuffled, one thread.
 //
 //   overhead [--epochs N] [--samples N] [--json] [--no-pytorch] [--only LIST]
-//            [--background-load] [--metrics on|off]
+//            [--background-load] [--metrics on|off] [--workers N|auto]
 //
 // Each measurement runs one warm-up epoch, then times N epochs (default 3); samples/s is the
 // number of samples delivered divided by the seconds the timed epochs took. Without --json it
@@ -73,6 +73,7 @@ struct Args {
   std::string only;  // comma-separated measurement names; empty runs all
   bool background_load = false;
   bool metrics = true;  // --metrics on|off
+  int workers = 0;   // coload's num_workers (-1: coload::auto_workers)
 
   bool wants(std::string_view name) const {
     if (only.empty()) return true;
@@ -109,12 +110,21 @@ Args parse_args(int argc, char** argv) {
   app.add_option("--metrics", metrics, "coload's metrics (LoaderOptions::metrics)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  std::string workers = "0";
+  app.add_option("--workers", workers,
+                 "coload's num_workers: a count, or auto (coload::auto_workers); the other "
+                 "loaders keep theirs")
+      ->check([](const std::string& v) {
+        return parse_workers(v) ? std::string() : "expected a count >= 0 or auto, got " + v;
+      })
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e) == 0 ? 0 : 2);
   }
   a.metrics = metrics == "on";
+  a.workers = *parse_workers(workers);
   return a;
 }
 
@@ -140,6 +150,14 @@ class BackgroundLoad {
 };
 
 using Clock = std::chrono::steady_clock;
+
+// Under --workers auto: where the count stands after each epoch (stderr).
+void report_tuning(const coload::WorkerTuning& t) {
+  if (!t.automatic) return;
+  std::fprintf(stderr, " [workers %d of %d, +%lld -%lld in %lld windows]", t.workers,
+               t.max_workers, static_cast<long long>(t.grown), static_cast<long long>(t.shrunk),
+               static_cast<long long>(t.windows));
+}
 
 // One warm-up epoch, then `epochs` timed ones; returns samples/s, or nothing when `name` is
 // not selected (--only). `setup()` builds the loader (untimed) and returns the epoch function,
@@ -286,11 +304,13 @@ int main(int argc, char** argv) {
   const auto coload_batch = measure("coload_batch", args, [&] {
     auto loader = std::make_shared<coload::DataLoader<coload::TensorDataset>>(
         coload::make_data_loader(coload::TensorDataset{data, labels},
-                                 {.batch_size = kBatch, .shuffle = true, .seed = kSeed,
+                                 {.batch_size = kBatch, .shuffle = true,
+                                  .num_workers = args.workers, .seed = kSeed,
                                   .metrics = args.metrics}));
     return [loader] {
       std::int64_t delivered = 0;
       for (auto& batch : *loader) delivered += batch[0].size(0);
+      report_tuning(loader->worker_tuning());
       return delivered;
     };
   });
@@ -299,11 +319,13 @@ int main(int argc, char** argv) {
   const auto coload_sample = measure("coload_sample", args, [&] {
     auto loader = std::make_shared<coload::DataLoader<PerSampleDataset>>(
         coload::make_data_loader(PerSampleDataset{coload::TensorDataset{data, labels}},
-                                 {.batch_size = kBatch, .shuffle = true, .seed = kSeed,
+                                 {.batch_size = kBatch, .shuffle = true,
+                                  .num_workers = args.workers, .seed = kSeed,
                                   .metrics = args.metrics}));
     return [loader] {
       std::int64_t delivered = 0;
       for (auto& batch : *loader) delivered += batch[0].size(0);
+      report_tuning(loader->worker_tuning());
       return delivered;
     };
   });
@@ -347,6 +369,7 @@ int main(int argc, char** argv) {
     j += ", \"pytorch\": " + json_number(pytorch.rate);
     j += ", \"index_select\": " + json_number(index_select);
     j += std::string(", \"background_load\": ") + (args.background_load ? "true" : "false");
+    j += ", \"num_workers\": \"" + workers_name(args.workers) + "\"";
     j += ", \"ratios\": {";
     for (std::size_t i = 0; i < ratios.size(); ++i) {
       if (i) j += ", ";
@@ -359,9 +382,10 @@ int main(int argc, char** argv) {
 
   std::printf(
       "coload overhead: %lld samples x (%lld float32 + int64 label), batch %lld, shuffled, "
-      "1 thread\n(at::set_num_threads(1), num_workers = 0); 1 warm-up + %d timed epochs each%s\n\n",
+      "1 thread\n(at::set_num_threads(1), coload's num_workers = %s); 1 warm-up + %d timed "
+      "epochs each%s\n\n",
       static_cast<long long>(args.samples), static_cast<long long>(kFeatures),
-      static_cast<long long>(kBatch), args.epochs,
+      static_cast<long long>(kBatch), workers_name(args.workers).c_str(), args.epochs,
       args.background_load ? ";\nbeside one background thread keeping a core busy" : "");
   std::printf("%-14s %14s %10s\n", "loader", "samples/s", "ms/epoch");
   auto row = [&](const char* name, std::optional<double> rate, const std::string& note) {

@@ -2,6 +2,7 @@
 // ThreadExecutor: the pool of worker threads that runs CPU work.
 
 #include <coroutine>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -9,9 +10,15 @@
 
 namespace coload {
 
-/// A fixed pool of worker threads that resume coroutines: `co_await pool.schedule()` moves the
+/// A pool of worker threads that resume coroutines: `co_await pool.schedule()` moves the
 /// awaiting coroutine onto one of the workers. Work is taken from one shared queue, so a slow
 /// job never holds back jobs queued behind it while another worker is free.
+///
+/// All threads start at construction; set_active(k) lets only workers 0 .. k-1 take from the
+/// shared queue (the others sleep, still serving work pinned to them), which is how the loader
+/// tunes its worker count without starting or joining threads. Each worker counts the time it
+/// spends waiting for work (read by idle_nanoseconds), at the cost of a clock read each time it
+/// goes to sleep, never per job.
 class ThreadExecutor final : public Scheduler {
  public:
   /// Starts `num_threads` threads (at least one), named `<name><id>`.
@@ -23,6 +30,15 @@ class ThreadExecutor final : public Scheduler {
 
   /// The number of threads.
   int size() const noexcept;
+
+  /// Lets workers 0 .. n-1 take from the shared queue (n clamped to [1, size()]); a worker past
+  /// n finishes the job it holds and then sleeps. Callable from any thread.
+  void set_active(int n);
+  /// How many workers take from the shared queue (size() until set_active says otherwise).
+  int active() const;
+  /// The total time workers 0 .. n-1 have spent waiting for work since they started, a wait
+  /// in progress included (n clamped to [0, size()]). Callable from any thread.
+  std::int64_t idle_nanoseconds(int n) const;
 
   /// Queues `h` to be resumed on a worker thread. Callable from any thread.
   void post(std::coroutine_handle<> h) override;

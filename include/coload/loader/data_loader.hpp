@@ -100,9 +100,13 @@ class DataLoader {
   Metrics metrics() const { return core_->metrics(); }
   /// The same over every epoch so far.
   Metrics total_metrics() const { return core_->total_metrics(); }
+  /// How many workers take work now and, under `num_workers = coload::auto_workers`, how the
+  /// count has moved (any thread).
+  WorkerTuning worker_tuning() const { return core_->worker_tuning(); }
   /// The dataset.
   D& dataset() noexcept { return core_->fetcher().dataset; }
-  /// The options, as given (except `sampler` and `batch_sampler`, moved into the pipeline).
+  /// The options, as given (except `sampler` and `batch_sampler`, moved into the pipeline, and
+  /// auto_workers, replaced by the number of threads it may use).
   const LoaderOptions<C>& options() const noexcept { return core_->options(); }
   /// The driver's executor: where completions without an associated executor run.
   executor_type get_executor() noexcept { return core_->driver().context().get_executor(); }

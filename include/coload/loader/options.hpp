@@ -15,6 +15,7 @@
 #include "coload/core/worker_info.hpp"
 #include "coload/dataset/sample_context.hpp"
 #include "coload/exec/process.hpp"
+#include "coload/loader/auto_workers.hpp"
 #include "coload/sampler/sampler.hpp"
 
 namespace coload {
@@ -36,7 +37,8 @@ struct LoaderOptions {
   AnySampler sampler{};
   /// Where whole index lists come from; exclusive with batch_size, shuffle, sampler, drop_last.
   AnyBatchSampler batch_sampler{};
-  /// Worker threads fetching and collating; 0 fetches on the loader's driver thread.
+  /// Worker threads fetching and collating; 0 fetches on the loader's driver thread;
+  /// coload::auto_workers lets the loader choose and adjust the count (auto_workers.hpp).
   int num_workers = 0;
   /// Turns a std::vector of samples into a batch; must be safe to call from several workers.
   CollateFn collate{};

@@ -2,6 +2,7 @@
 // and against a bare JPEG decode, on one ImageFolder tree.
 //
 //   image_pipeline ROOT [--epochs N] [--json] [--skip-pytorch] [--breakdown] [--metrics on|off]
+//                  [--workers N|auto] [--skip-decode-only]
 //
 // Three measurements over the same files, all with the standard ImageNet train transform where
 // one applies, batch 64 and 2 workers:
@@ -25,6 +26,8 @@
 // ("<name>_best" and "<name>_cpu_ms_per_image" sit beside each rate; the load average too).
 // --breakdown adds a single-thread cost split per image (read, full decode, decode at the
 // transform's DCT scale, crop+resize+normalize) to say where coload's time goes.
+// --workers sets coload's num_workers (a count, or auto: coload::auto_workers); PyTorch and
+// decode_only keep 2, and --skip-decode-only leaves decode_only out (null).
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -91,6 +94,8 @@ struct Args {
   bool breakdown = false;
   bool processes = false;  // --executor processes: also measure process workers
   bool metrics = true;     // --metrics off: coload's metrics off, to measure what they cost
+  int workers = kWorkers;  // coload's num_workers (-1: coload::auto_workers)
+  bool decode_only = true;
 };
 
 /// Parses the flags with CLI11: --help lists them; a bad or unknown flag, or a missing ROOT,
@@ -120,6 +125,16 @@ Args parse_args(int argc, char** argv) {
                  "coload's metrics (LoaderOptions::metrics); off measures what they cost")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  std::string workers = std::to_string(kWorkers);
+  app.add_option("--workers", workers,
+                 "coload's num_workers (threads): a count, or auto (coload::auto_workers); "
+                 "PyTorch and decode_only keep 2")
+      ->check([](const std::string& v) {
+        return parse_workers(v) ? std::string() : "expected a count >= 0 or auto, got " + v;
+      })
+      ->capture_default_str();
+  app.add_flag_callback("--skip-decode-only", [&a] { a.decode_only = false; },
+                        "do not run the decode_only floor (reported as null)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -127,6 +142,7 @@ Args parse_args(int argc, char** argv) {
   }
   a.processes = executor == "processes";
   a.metrics = metrics == "on";
+  a.workers = *parse_workers(workers);
   return a;
 }
 
@@ -474,12 +490,15 @@ int main(int argc, char** argv) {
                warm_s);
 
   std::optional<Rate> decode_only, coload_rate, processes_rate, fresh_rate;
+  coload::WorkerTuning tuning;  // coload's worker count at the end (--workers auto: how it moved)
   struct {
     double total_ms = 0, driver_ms = 0, consumer_ms = 0;
   } threads_split;
   try {
-    decode_only = measure("decode_only", args.epochs, images,
-                          [&] { return decode_pass(files, kWorkers); });
+    if (args.decode_only) {
+      decode_only = measure("decode_only", args.epochs, images,
+                            [&] { return decode_pass(files, kWorkers); });
+    }
 
     // One epoch of `loader`, checked: a malformed batch would make the rate meaningless.
     auto epoch_of = [](auto& loader) {
@@ -510,7 +529,7 @@ int main(int argc, char** argv) {
                            [&] { return epoch_of(fresh); });
     }
     auto loader = coload::make_data_loader(
-        *pipeline, {.batch_size = kBatch, .shuffle = true, .num_workers = kWorkers,
+        *pipeline, {.batch_size = kBatch, .shuffle = true, .num_workers = args.workers,
                     .seed = kSeed, .metrics = args.metrics});
     // For --breakdown: CPU of the whole process, of the driver thread and of this (consumer)
     // thread across all coload epochs, warm-up included; the workers get what is left.
@@ -521,6 +540,7 @@ int main(int argc, char** argv) {
     // The driver lives as long as the loader, so its whole life is these epochs (plus setup).
     threads_split.driver_ms = 1e3 * threads_cpu_seconds("coload-driver") / all_images;
     threads_split.total_ms = 1e3 * (cpu_seconds() - proc0) / all_images;
+    tuning = loader.worker_tuning();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "\nimage_pipeline: %s\n", e.what());
     return 1;
@@ -583,7 +603,14 @@ int main(int argc, char** argv) {
     j["images"] = images;
     j["epochs"] = args.epochs;
     j["batch_size"] = kBatch;
-    j["num_workers"] = kWorkers;
+    // A number as before; "auto" under --workers auto.
+    j["num_workers"] = args.workers < 0 ? ordered_json("auto") : ordered_json(args.workers);
+    if (tuning.automatic) {
+      j["auto_workers"] = {{"workers", tuning.workers}, {"max_workers", tuning.max_workers},
+                           {"grown", tuning.grown}, {"shrunk", tuning.shrunk},
+                           {"windows", tuning.windows}, {"min_seen", tuning.min_seen},
+                           {"max_seen", tuning.max_seen}};
+    }
     j["file_cache_warm"] = true;
     j["loadavg_before"] = load_before;
     j["loadavg_after"] = load_after;
@@ -614,7 +641,13 @@ int main(int argc, char** argv) {
     std::printf("%-12s %10.1f %10.1f %12.2f   %s\n", name, r->median, r->best,
                 r->cpu_ms_per_image, note.c_str());
   };
-  row("coload", coload_rate, "vision::ImagePipeline + DataLoader");
+  row("coload", coload_rate,
+      "vision::ImagePipeline + DataLoader, num_workers " + workers_name(args.workers) +
+          (tuning.automatic ? " (ended at " + std::to_string(tuning.workers) + " of " +
+                                  std::to_string(tuning.max_workers) + ": " +
+                                  std::to_string(tuning.grown) + " added, " +
+                                  std::to_string(tuning.shrunk) + " removed)"
+                            : std::string()));
   row("pytorch", pytorch.rate,
       pytorch.rate ? "DataLoader + ImageFolder, " + pytorch.note : pytorch.note);
   row("decode_only", decode_only, "read + tjDecompress2 full-size RGB, 2 threads");

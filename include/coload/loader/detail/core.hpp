@@ -27,6 +27,7 @@
 #include "coload/device/device.hpp"
 #include "coload/exec/thread_executor.hpp"
 #include "coload/io/reader.hpp"
+#include "coload/loader/auto_workers.hpp"
 #include "coload/loader/detail/fetch.hpp"
 #include "coload/loader/detail/map_run.hpp"
 #include "coload/loader/detail/process_bridge.hpp"
@@ -56,10 +57,12 @@ class LoaderCore {
   using Run = std::conditional_t<iterable, StreamRun<D, C>, MapRun<D, C>>;
 
   /// Validates the options and starts the driver and the workers (consumer's thread).
-  LoaderCore(D ds, LoaderOptions<C> opts) : fetcher_(std::move(ds), std::move(opts)) {
+  LoaderCore(D ds, LoaderOptions<C> opts)
+      : tuner_(auto_tuner(opts)), fetcher_(std::move(ds), resolve_workers(std::move(opts))) {
     const LoaderOptions<C>& o = fetcher_.options;
     validate_options(o, LoaderKind{iterable, Plan::per_sample});
-    check_worker_number(o.num_workers, o.executor == Executor::processes);
+    // auto_workers picked its own most (twice the CPUs, max_auto_workers): no warning for it.
+    if (!tuner_) check_worker_number(o.num_workers, o.executor == Executor::processes);
     if (o.seed) generator_ = make_generator(*o.seed);
     if (!o.rank || !o.world_size) {
       const DistributedEnv env = distributed_env();
@@ -85,6 +88,10 @@ class LoaderCore {
     } else if (o.num_workers > 0) {
       executor_ = std::make_unique<ThreadExecutor>(o.num_workers);
       fetcher_.executor = executor_.get();
+      if (tuner_) {
+        executor_->set_active(tuner_->workers());
+        active_workers_.store(tuner_->workers(), std::memory_order_relaxed);
+      }
     }
     if constexpr (Plan::is_async) {
       reader_ = std::make_unique<io::Reader>(driver_.context());
@@ -245,14 +252,79 @@ class LoaderCore {
   void spawn(Task<void> task) { scope_.spawn(std::move(task)); }
   /// The driver's io_context (any thread).
   asio::io_context& context() noexcept { return driver_.context(); }
-  /// At most this many batches between dispatch and the consumer (any thread).
+  /// At most this many batches between dispatch and the consumer now: prefetch_factor per
+  /// worker in use (any thread).
   std::int64_t in_flight_bound() const noexcept {
+    if (!tuner_) return in_flight_capacity();
+    return static_cast<std::int64_t>(fetcher_.options.prefetch_factor.value_or(2)) *
+           active_workers_.load(std::memory_order_relaxed);
+  }
+  /// The worker threads taking work now (num_workers when fixed; any thread).
+  int workers_in_use() const noexcept {
+    return tuner_ ? active_workers_.load(std::memory_order_relaxed) : fetcher_.options.num_workers;
+  }
+  /// The most in_flight_bound() can be: prefetch_factor per worker thread (any thread).
+  std::int64_t in_flight_capacity() const noexcept {
     const auto& o = fetcher_.options;
     // NOTE: with no workers the driver still fetches up to two batches ahead of the consumer.
     return o.num_workers > 0
                ? static_cast<std::int64_t>(o.prefetch_factor.value_or(2)) * o.num_workers
                : 2;
   }
+
+  /// Where the worker count stands (any thread).
+  WorkerTuning worker_tuning() const {
+    if (tuner_) {
+      std::lock_guard lock(tuning_mutex_);
+      return tuner_->tuning();
+    }
+    const int n = fetcher_.options.num_workers;
+    return WorkerTuning{.workers = n, .max_workers = n, .min_seen = n, .max_seen = n};
+  }
+
+  /// Driver, after each completed batch of epoch `epoch`: under auto_workers, once a window of
+  /// at least tune_window has passed, measures it (the consumer's wait from `handoff`, the
+  /// workers' idle time from the executor) and lets the tuner add or remove a worker. Returns
+  /// the change (+1, -1, 0). The first completion of each epoch only opens a window, so the
+  /// pipeline's filling and the pause between epochs are not judged.
+  template <class Handoff>
+  int tune(std::int64_t epoch, const Handoff& handoff) {
+    if (!tuner_ || !executor_) return 0;
+    const auto now = std::chrono::steady_clock::now();
+    ++window_.batches;
+    if (epoch == window_.epoch &&
+        (now - window_.start < tune_window || window_.batches < tune_batches)) {
+      return 0;
+    }
+    const int active = tuner_->workers();
+    const std::int64_t wait = handoff.wait_nanoseconds();
+    const std::int64_t idle = executor_->idle_nanoseconds(active);
+    int change = 0;
+    if (epoch == window_.epoch) {
+      TuningWindow w;
+      w.seconds = std::chrono::duration<double>(now - window_.start).count();
+      w.consumer_wait = 1e-9 * static_cast<double>(wait - window_.wait_ns);
+      w.worker_idle = 1e-9 * static_cast<double>(idle - window_.idle_ns);
+      w.batches = static_cast<double>(window_.batches);
+      {
+        std::lock_guard lock(tuning_mutex_);
+        change = tuner_->decide(w);
+      }
+      if (change != 0) {
+        executor_->set_active(tuner_->workers());
+        active_workers_.store(tuner_->workers(), std::memory_order_relaxed);
+      }
+    }
+    // The next window starts now, with the workers in use from now on.
+    window_ = TuneWindowStart{epoch, now, wait,
+                              change != 0 ? executor_->idle_nanoseconds(tuner_->workers())
+                                          : idle};
+    return change;
+  }
+  /// The shortest window auto_workers judges: this long, and this many batches (its rates
+  /// are compared, and a window of one or two large batches says little).
+  static constexpr std::chrono::milliseconds tune_window{10};
+  static constexpr std::int64_t tune_batches = 4;
   /// Where runs record the position their consumer stopped at (any thread).
   const std::shared_ptr<StoppedEpoch>& stopped() const noexcept { return resume_.stopped(); }
   /// Worker `id` of `n` for an epoch whose worker seed is `seed` (any thread).
@@ -488,9 +560,22 @@ class LoaderCore {
     }
     // Batches between dispatch and consumer, one the consumer holds, one being collated.
     pinned_ = std::make_unique<PinnedPool>(device_backend_,
-                                           static_cast<std::size_t>(in_flight_bound()) + 2);
+                                           static_cast<std::size_t>(in_flight_capacity()) + 2);
     fetcher_.pinned = pinned_.get();
     if (with_stage) stage_ = std::make_unique<DeviceStage>(device_backend_, driver_.context());
+  }
+
+  /// auto_workers: the tuner, allowed the CPUs this process may use (checked where it
+  /// applies); nothing for a fixed count.
+  static std::optional<WorkerTuner> auto_tuner(const LoaderOptions<C>& o) {
+    if (o.num_workers != auto_workers) return std::nullopt;
+    check_auto_workers(iterable, o.executor == Executor::processes);
+    return WorkerTuner(max_auto_workers());
+  }
+  /// `o` with auto_workers replaced by the threads it may use (all started, most asleep).
+  static LoaderOptions<C> resolve_workers(LoaderOptions<C>&& o) {
+    if (o.num_workers == auto_workers) o.num_workers = max_auto_workers();
+    return std::move(o);
   }
 
   AnyBatchSampler make_batch_sampler() {
@@ -507,6 +592,18 @@ class LoaderCore {
     return BatchSampler<SequentialSampler>(SequentialSampler(n), b, o.drop_last);
   }
 
+  // auto_workers (declared before fetcher_: the options it is made from move into fetcher_)
+  std::optional<WorkerTuner> tuner_;
+  mutable std::mutex tuning_mutex_;          // tuner_'s counts, read by worker_tuning()
+  std::atomic<int> active_workers_{0};      // tuner_->workers(), for in_flight_bound()
+  struct TuneWindowStart {
+    std::int64_t epoch = -1;
+    std::chrono::steady_clock::time_point start{};
+    std::int64_t wait_ns = 0;
+    std::int64_t idle_ns = 0;
+    std::int64_t batches = 0;  // completed since start
+  };
+  TuneWindowStart window_;  // driver
   Fetcher<D, C> fetcher_;
   AnyBatchSampler batch_sampler_;
   std::optional<at::Generator> generator_;

@@ -68,7 +68,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
         epoch_(epoch),
         base_seed_(base_seed),
         sample_seed_(core.options().seed.value_or(base_seed)),
-        bound_(core.in_flight_bound()),
+        bound_(core.in_flight_capacity()),
         timeout_(core.options().timeout),
         resumed_(std::move(resumed)),
         start_generator_(std::move(generator)),
@@ -167,6 +167,9 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   /// Driver: batch `batch_no` is done. An outcome with neither batch nor error is a skip.
   void complete(std::int64_t batch_no, Outcome<Batch> outcome, bool dropped) {
     ++completed_;
+    // auto_workers: the core judges its measurements now and then; a worker added raises the
+    // in-flight bound, so a dispatcher waiting at it may go on.
+    const bool grew = !dispatch_done_ && core_.tune(epoch_, this->handoff) > 0;
     if (cancelled() || dropped) {
       maybe_finish();
       return;
@@ -187,7 +190,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
       }
     }
     // A skip frees its place under the bound without the consumer: wake a waiting dispatcher.
-    if (skipped_ != skipped_before && !full()) on_slot_freed();
+    if ((grew || skipped_ != skipped_before) && !full()) on_slot_freed();
     maybe_finish();
   }
 
@@ -199,12 +202,16 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     r.occupancy_sum.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(in_flight, 0)),
                               std::memory_order_relaxed);
     r.occupancy_n.fetch_add(1, std::memory_order_relaxed);
-    r.workers_sum.fetch_add(static_cast<std::uint64_t>(workers_.size()),
+    r.workers_sum.fetch_add(static_cast<std::uint64_t>(core_.workers_in_use()),
                             std::memory_order_relaxed);
   }
 
-  /// Driver: true when `bound_` batches are between dispatch and the consumer.
-  bool full() const noexcept { return dispatched_ - consumed_.load() - skipped_ >= bound_; }
+  /// Driver: true when the in-flight bound's batches are between dispatch and the consumer (the
+  /// bound follows the worker count under auto_workers; `bound_`, the reorder ring's size, is
+  /// the most it can be).
+  bool full() const noexcept {
+    return dispatched_ - consumed_.load() - skipped_ >= core_.in_flight_bound();
+  }
 
   /// Driver: nothing more will be dispatched (after an error, if any, from the dispatcher).
   void dispatch_done(std::exception_ptr error) {

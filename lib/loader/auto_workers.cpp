@@ -1,0 +1,90 @@
+// auto_workers: the tuning rule, the usable CPUs and the options check.
+
+#include "coload/loader/auto_workers.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "coload/core/error.hpp"
+
+namespace coload::detail {
+
+WorkerTuner::WorkerTuner(int max_workers) noexcept : max_workers_(std::max(1, max_workers)) {}
+
+int WorkerTuner::change(int by) noexcept {
+  workers_ += by;
+  if (by > 0) ++grown_;
+  if (by < 0) ++shrunk_;
+  min_seen_ = std::min(min_seen_, workers_);
+  max_seen_ = std::max(max_seen_, workers_);
+  return by;
+}
+
+int WorkerTuner::decide(const TuningWindow& window) noexcept {
+  if (!(window.seconds > 0)) return 0;
+  ++windows_;
+  const double w = workers_;
+  const double busy = std::clamp(w - window.worker_idle / window.seconds, 0.0, w);
+  const double wait = window.consumer_wait / window.seconds;
+  const double rate = window.batches / window.seconds;
+  if (probing_) {
+    probing_ = false;
+    if (rate > base_rate_ * (1 + min_gain)) {
+      next_hold_ = 2;  // it paid: the next probe may follow at once (below)
+    } else {
+      hold_ = next_hold_;
+      next_hold_ = std::min(2 * next_hold_, max_hold);
+      return change(-1);
+    }
+  }
+  if (wait >= grow_wait) {
+    if (hold_ > 0) {
+      --hold_;
+      return 0;
+    }
+    if (workers_ >= max_workers_) return 0;
+    probing_ = true;
+    base_rate_ = rate;
+    return change(1);
+  }
+  if (workers_ > 1 && busy <= spare * (w - 1)) return change(-1);
+  return 0;
+}
+
+WorkerTuning WorkerTuner::tuning() const noexcept {
+  return WorkerTuning{.automatic = true,
+                      .workers = workers_,
+                      .max_workers = max_workers_,
+                      .windows = windows_,
+                      .grown = grown_,
+                      .shrunk = shrunk_,
+                      .min_seen = min_seen_,
+                      .max_seen = max_seen_};
+}
+
+int usable_cpus() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+int max_auto_workers() noexcept { return 2 * usable_cpus(); }
+
+void check_auto_workers(bool iterable, bool processes) {
+  if (iterable) {
+    throw InvalidArgument(
+        "num_workers = auto_workers needs a map-style dataset: an iterable dataset's workers "
+        "each stream their own share, so their number shapes the data; give num_workers a "
+        "number");
+  }
+  if (processes) {
+    throw InvalidArgument(
+        "num_workers = auto_workers tunes worker threads; with executor = processes give "
+        "num_workers a number");
+  }
+}
+
+}  // namespace coload::detail

@@ -1,0 +1,248 @@
+// Specification of num_workers = coload::auto_workers: the tuning rule, batches that do not
+// depend on the worker count, a count that moves both ways, and where auto_workers is refused.
+#include <doctest/doctest.h>
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coload/coload.hpp"
+#include "coload/collate/digest.hpp"
+
+using namespace coload;
+using coload::detail::TuningWindow;
+using coload::detail::WorkerTuner;
+
+namespace {
+
+// A window of one second in which the consumer waited `wait` seconds, the workers in use were
+// idle `idle` seconds together, and `batches` batches were completed.
+TuningWindow window(double wait, double idle, double batches = 100) {
+  return TuningWindow{1.0, wait, idle, batches};
+}
+
+// Samples drawn from each sample's Rng (a random "transform"): equal only if every sample's
+// randomness depends on (seed, epoch, index) alone.
+struct RandomDataset {
+  std::int64_t n = 96;
+  std::size_t size() const { return static_cast<std::size_t>(n); }
+  at::Tensor get(Index i, SampleContext& ctx) const {
+    auto t = at::empty({3}, at::kDouble);
+    auto* p = t.data_ptr<double>();
+    p[0] = static_cast<double>(i);
+    p[1] = ctx.rng.uniform();
+    p[2] = static_cast<double>(ctx.rng.randint(0, 1000));
+    return t;
+  }
+};
+
+// The digest of every batch of `epochs` epochs, in delivery order.
+template <class Loader>
+std::uint64_t digest_epochs(Loader& loader, int epochs) {
+  Digest d;
+  for (int e = 0; e < epochs; ++e) {
+    for (auto& batch : loader) d.add(batch);
+  }
+  return d.value();
+}
+
+// Slow while `slow` is set: each get sleeps (the work a heavy decode would be).
+struct SwitchableDataset {
+  std::shared_ptr<std::atomic<bool>> slow;
+  std::size_t size() const { return 480; }
+  std::int64_t get(Index i) const {
+    if (slow->load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return i;
+  }
+};
+
+struct StreamOf {
+  Generator<std::int64_t> stream(const WorkerInfo&) const { co_yield 1; }
+};
+
+}  // namespace
+
+TEST_SUITE("auto_workers") {
+  TEST_CASE("the tuner starts with one worker and, while the consumer waits, keeps each added "
+            "worker that raises the rate, up to its maximum") {
+    WorkerTuner t(4);
+    CHECK(t.workers() == 1);
+    CHECK(t.decide(window(0.5, 0.0, 100)) == 1);  // the consumer waited: try a second worker
+    CHECK(t.workers() == 2);
+    CHECK(t.decide(window(0.4, 0.2, 150)) == 1);  // +50%: kept, and a third tried at once
+    CHECK(t.decide(window(0.3, 1.5, 180)) == 1);  // +20% though mostly idle: kept, try a 4th
+    CHECK(t.decide(window(0.2, 2.0, 200)) == 0);  // +11%: kept; at the maximum
+    CHECK(t.decide(window(0.2, 2.0, 200)) == 0);
+    CHECK(t.workers() == 4);
+    const WorkerTuning s = t.tuning();
+    CHECK(s.automatic);
+    CHECK(s.grown == 3);
+    CHECK(s.shrunk == 0);
+    CHECK(s.windows == 5);
+    CHECK(s.max_seen == 4);
+    CHECK(s.max_workers == 4);
+  }
+
+  TEST_CASE("a worker that does not raise the rate is taken back, and tried again after a "
+            "hold that doubles") {
+    WorkerTuner t(8);
+    CHECK(t.decide(window(0.5, 0.0, 100)) == 1);   // probe 2
+    CHECK(t.decide(window(0.5, 0.5, 101)) == -1);  // +1% is not more than min_gain: back to 1
+    CHECK(t.workers() == 1);
+    // Held for 2 windows although the consumer waits, then tried again.
+    CHECK(t.decide(window(0.5, 0.0, 100)) == 0);
+    CHECK(t.decide(window(0.5, 0.0, 100)) == 0);
+    CHECK(t.decide(window(0.5, 0.0, 100)) == 1);
+    CHECK(t.decide(window(0.5, 0.5, 90)) == -1);  // slower: back, now held for 4
+    for (int i = 0; i < 4; ++i) CHECK(t.decide(window(0.5, 0.0, 100)) == 0);
+    CHECK(t.decide(window(0.5, 0.0, 100)) == 1);
+    // This time it pays: kept, and the hold starts again from 2 after the next miss.
+    CHECK(t.decide(window(0.4, 0.2, 130)) == 1);   // 3 tried at once
+    CHECK(t.decide(window(0.4, 1.2, 129)) == -1);  // 3 does not pay: back to 2, held 2
+    CHECK(t.decide(window(0.4, 0.2, 130)) == 0);
+    CHECK(t.decide(window(0.4, 0.2, 130)) == 0);
+    CHECK(t.decide(window(0.4, 0.2, 130)) == 1);
+    CHECK(t.tuning().grown == 5);
+    CHECK(t.tuning().shrunk == 3);
+    CHECK(t.tuning().max_seen == 3);
+  }
+
+  TEST_CASE("the tuner removes idle workers down to one when the consumer does not wait, and "
+            "keeps a count the load needs") {
+    WorkerTuner t(4);
+    for (int i = 0; i < 3; ++i) t.decide(window(0.9, 0.0, 100.0 * (i + 1)));
+    REQUIRE(t.workers() == 4);
+    // The consumer never waits and 3 of 4 workers idle: one fewer each window, down to one
+    // (the first window also judges the probe of the 4th: it paid).
+    CHECK(t.decide(window(0.0, 3.0, 500)) == -1);
+    CHECK(t.decide(window(0.0, 2.0)) == -1);
+    CHECK(t.decide(window(0.0, 1.5)) == -1);
+    CHECK(t.decide(window(0.0, 0.5)) == 0);
+    CHECK(t.workers() == 1);
+    CHECK(t.tuning().shrunk == 3);
+    CHECK(t.tuning().min_seen == 1);
+    // A load of 1.5 workers on 2 with a consumer that does not wait: 2 keep it (1.5 > 0.75 x 1),
+    // window after window.
+    WorkerTuner u(4);
+    u.decide(window(0.5, 0.0, 100));
+    REQUIRE(u.workers() == 2);
+    CHECK(u.decide(window(0.0, 0.5, 150)) == 0);  // the probe paid; no wait, no new probe
+    for (int i = 0; i < 10; ++i) CHECK(u.decide(window(0.01, 0.5)) == 0);
+    CHECK(u.workers() == 2);
+    // A window of no length is not judged.
+    CHECK(u.decide(TuningWindow{0.0, 0.0, 0.0, 0.0}) == 0);
+    CHECK(u.tuning().windows == 12);
+  }
+
+  TEST_CASE("batches are bitwise the same under auto_workers as under any fixed count") {
+    // Shuffled, with a random transform, over two epochs.
+    auto run = [](int workers) {
+      auto loader = make_data_loader(RandomDataset{},
+                                     {.batch_size = 5, .shuffle = true, .num_workers = workers,
+                                      .seed = 1234});
+      return digest_epochs(loader, 2);
+    };
+    const std::uint64_t fixed1 = run(1);
+    CHECK(run(0) == fixed1);
+    CHECK(run(2) == fixed1);
+    CHECK(run(3) == fixed1);
+    CHECK(run(auto_workers) == fixed1);
+    // And while the count changes mid-epoch: a slow dataset grows it, its batches do not move.
+    auto slow = std::make_shared<std::atomic<bool>>(true);
+    auto digest_of = [&](int workers) {
+      auto loader = make_data_loader(SwitchableDataset{slow},
+                                     {.batch_size = 4, .shuffle = true, .num_workers = workers,
+                                      .seed = 99});
+      const auto d = digest_epochs(loader, 1);
+      return std::pair{d, loader.worker_tuning()};
+    };
+    const auto [tuned, tuning] = digest_of(auto_workers);
+    CHECK(tuned == digest_of(2).first);
+    CHECK(tuning.automatic);
+    if (tuning.max_workers >= 2) CHECK(tuning.max_seen >= 2);
+  }
+
+  TEST_CASE("a slow dataset adds workers, a slow consumer removes them") {
+    auto slow = std::make_shared<std::atomic<bool>>(true);
+    auto loader = make_data_loader(SwitchableDataset{slow},
+                                   {.batch_size = 4, .num_workers = auto_workers});
+    WorkerTuning t = loader.worker_tuning();
+    CHECK(t.automatic);
+    CHECK(t.workers == 1);  // starts small
+    CHECK(t.max_workers == 2 * coload::detail::usable_cpus());
+    CHECK(loader.options().num_workers == t.max_workers);  // threads started, most asleep
+    // Epoch 0: every sample takes 2 ms in get and the consumer takes none.
+    std::int64_t seen = 0;
+    for (auto& batch : loader) seen += batch.size(0);
+    CHECK(seen == 480);
+    t = loader.worker_tuning();
+    CAPTURE(t.windows);
+    CHECK(t.windows > 0);
+    if (t.max_workers < 2) {
+      MESSAGE("one usable CPU: auto_workers stays at one worker");
+      CHECK(t.grown == 0);
+      return;
+    }
+    // Each added worker raises the rate (the samples sleep): the climb reaches the maximum. A
+    // probe taken back counts as a removal, so only the end state and the climb are asserted.
+    CHECK(t.grown >= t.max_workers - 1);
+    CHECK(t.max_seen == t.max_workers);
+    REQUIRE(t.workers >= 2);
+    const std::int64_t shrunk_before = t.shrunk;
+    const int workers_before = t.workers;
+    // Epoch 1: the samples are free and the consumer takes 3 ms a batch (the model's step):
+    // the workers idle, and are removed down to one.
+    slow->store(false);
+    seen = 0;
+    for (auto& batch : loader) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      seen += batch.size(0);
+    }
+    CHECK(seen == 480);
+    t = loader.worker_tuning();
+    CHECK(t.shrunk - shrunk_before >= workers_before - 1);
+    CHECK(t.workers == 1);
+    CHECK(t.min_seen == 1);
+  }
+
+  TEST_CASE("a fixed count reports itself and never moves") {
+    auto loader = make_data_loader(RandomDataset{}, {.batch_size = 8, .num_workers = 2});
+    for (auto& batch : loader) (void)batch;
+    const WorkerTuning t = loader.worker_tuning();
+    CHECK_FALSE(t.automatic);
+    CHECK(t.workers == 2);
+    CHECK(t.max_workers == 2);
+    CHECK(t.grown + t.shrunk == 0);
+  }
+
+  TEST_CASE("auto_workers is refused for iterable datasets and worker processes, naming it") {
+    auto message = [](auto make) -> std::string {
+      try {
+        make();
+      } catch (const InvalidArgument& e) {
+        return e.what();
+      }
+      return "(nothing thrown)";
+    };
+    const std::string iterable = message(
+        [] { return make_data_loader(StreamOf{}, {.num_workers = auto_workers}); });
+    CHECK(iterable.find("num_workers = auto_workers") != std::string::npos);
+    CHECK(iterable.find("iterable") != std::string::npos);
+    const std::string processes = message([] {
+      return make_data_loader(RandomDataset{}, {.batch_size = 4, .num_workers = auto_workers,
+                                                .executor = Executor::processes});
+    });
+    CHECK(processes.find("num_workers = auto_workers") != std::string::npos);
+    CHECK(processes.find("processes") != std::string::npos);
+    // Other negative counts keep PyTorch's error.
+    const std::string negative =
+        message([] { return make_data_loader(RandomDataset{}, {.num_workers = -2}); });
+    CHECK(negative.find("num_workers option should be non-negative") != std::string::npos);
+  }
+}
