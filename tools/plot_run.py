@@ -9,7 +9,8 @@ Each non-blank line is one epoch's JSON object, as image_folder --json prints it
 "images_per_s" and "metrics" (the loader's metrics for that epoch: "samples",
 "wait_fraction" and "stages", each stage with its "seconds"; stages may be left out).
 Per-image time of a stage is its seconds / samples (summed over the workers, so it is CPU
-time per image, not wall time). Lines that --hashes adds ("batch E N HASH") are skipped.
+time per image, not wall time); "read" is drawn beside the others, not stacked on them: an
+asynchronous read's seconds are I/O latency that overlaps the rest. Lines that --hashes adds ("batch E N HASH") are skipped.
 A line that is not JSON or lacks a key is an error naming the file, the line and the key;
 nothing is written then. Needs matplotlib (Debian: python3-matplotlib).
 """
@@ -21,6 +22,8 @@ import sys
 # The stages an image goes through, in pipeline order (the metrics' names). "wait" is the
 # consumer's, shown as the wait fraction rather than as a per-image cost.
 STAGES = ["sample", "read", "decode", "transform", "collate", "pin", "copy"]
+COLORS = {"sample": "tab:blue", "decode": "tab:purple", "transform": "tab:green",
+          "collate": "tab:red", "pin": "tab:brown", "copy": "tab:gray"}
 HASH_LINE = re.compile(r"^batch \d+ \d+ [0-9a-fA-F]+$")
 
 
@@ -96,13 +99,25 @@ def plot(epochs, out, width_px, height_px, title):
     ax_wait.set_ylabel("% of the epoch")
     ax_wait.set_ylim(0, 100)
 
+    # NOTE: "read" stands beside the stack, not in it: an asynchronous read (io_uring) is
+    # latency that overlaps the other stages and other reads, not time a worker spent.
+    width = 0.38
+    reads = [e["ms"].get("read", 0.0) for e in epochs]
+    if any(reads):
+        ax_stage.bar([x - width / 2 for x in xs], reads, width, color="white",
+                     edgecolor="tab:orange", hatch="//", label="read (I/O, overlaps)")
+    at = [x + width / 2 for x in xs] if any(reads) else xs
     bottom = [0.0] * len(epochs)
     for stage in STAGES:
+        if stage == "read":
+            continue
         heights = [e["ms"].get(stage, 0.0) for e in epochs]
         if not any(heights):
             continue
-        ax_stage.bar(xs, heights, bottom=bottom, label=stage)
+        ax_stage.bar(at, heights, width if any(reads) else 0.8, bottom=bottom, label=stage,
+                     color=COLORS[stage])
         bottom = [b + h for b, h in zip(bottom, heights)]
+    bottom = [max(b, r) for b, r in zip(bottom, reads)]
     ax_stage.set_title("time per image by stage")
     ax_stage.set_xlabel("epoch")
     ax_stage.set_ylabel("ms per image (all workers)")
