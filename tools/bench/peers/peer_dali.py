@@ -10,7 +10,6 @@ mean and std, float CHW), num_threads=2; batches read as PyTorch tensors through
 DALIGenericIterator (the last batch partial, so an epoch is every image once).
 """
 
-import argparse
 import os
 import sys
 
@@ -19,12 +18,7 @@ import peerlib  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("root")
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=64)
-    a = p.parse_args()
+    a = peerlib.threaded_args(__doc__)
     try:
         import nvidia.dali as dali
         import nvidia.dali.fn as fn

@@ -11,7 +11,6 @@ its size), draws RandomResizedCrop's box as torchvision does (area 0.08-1, aspec
 normalised with torch (1 intra-op thread) into float [64, 3, 224, 224].
 """
 
-import argparse
 import math
 import os
 import random
@@ -43,12 +42,7 @@ def crop_box(width, height, rng):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("root")
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=64)
-    a = p.parse_args()
+    a = peerlib.threaded_args(__doc__)
     try:
         import numpy as np
         import spdl

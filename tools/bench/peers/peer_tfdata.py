@@ -12,7 +12,6 @@ num_parallel_calls=AUTOTUNE, batch 64, prefetch AUTOTUNE; tf.data's private thre
 intra-op parallelism 1, TensorFlow's own pools 2 inter-op and 1 intra-op thread.
 """
 
-import argparse
 import os
 import sys
 
@@ -21,12 +20,7 @@ import peerlib  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("root")
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=64)
-    a = p.parse_args()
+    a = peerlib.threaded_args(__doc__)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         import tensorflow as tf

@@ -8,6 +8,7 @@ of the peer's whole process tree at each), and ends with one JSON line:
 run, {"error": "..."} and exit status 1.
 """
 
+import argparse
 import json
 import sys
 import time
@@ -16,6 +17,17 @@ import traceback
 # ImageNet's normalisation, as torchvision's reference scripts use it.
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
+
+
+def threaded_args(doc):
+    """The command line of a peer that runs its own pool of threads: ROOT, --epochs, --threads
+    and --batch-size, with `doc`'s first line as its description."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("root")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=64)
+    return p.parse_args()
 
 
 def mark(what="mark"):
