@@ -1,6 +1,6 @@
 // tools/bench/shards: the same images as an ImageFolder and as tar shards, in one run.
 //
-//   shards ROOT SHARDS [--workers 2] [--batch-size 64] [--json] [--no-pytorch]
+//   shards ROOT SHARDS [--workers 2] [--batch-size 64] [--rounds 5] [--json] [--no-pytorch]
 //
 // ROOT is an ImageFolder (tools/make_image_folder makes one); SHARDS a folder of its shards
 // (packed here, 64 MiB each, when it holds none). Prints each figure and the ratios:
@@ -14,6 +14,10 @@
 //  - PyTorch's DataLoader over the webdataset package reading the same shards with the same
 //    transform (shards_webdataset.py in the venv that setup_venv.sh makes), unless --no-pytorch;
 //  - the index build over all shards (headers only) against Python's tarfile listing them.
+// The cold figures are taken --rounds times, alternating (disk, stream, map, folder, then the two
+// pipelines) so that a virtual disk whose speed drifts from second to second (this machine's
+// moved between 560 and 1260 MB/s within a minute) weighs on each side alike; each cold figure is
+// the median of its rounds, and stream cold / disk is the median of the per-round ratios.
 // With --json, stdout is one JSON object with every figure.
 
 #include <fcntl.h>
@@ -23,6 +27,7 @@
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -158,7 +163,7 @@ int main(int argc, char** argv) try {
   // The flags, parsed with CLI11: --help lists them; a bad or unknown flag, or a missing
   // ROOT or SHARDS, is named, exit 2.
   std::string root_arg, dir_arg;
-  int workers = 2;
+  int workers = 2, rounds = 5;
   std::int64_t batch = 64;
   bool json = false, pytorch = true;
   CLI::App app{"shards: the same images as an ImageFolder and as tar shards, in one run (raw "
@@ -168,6 +173,9 @@ int main(int argc, char** argv) try {
       ->required();
   app.add_option("--workers", workers, "loader workers")->capture_default_str();
   app.add_option("--batch-size", batch, "batch size")->capture_default_str();
+  app.add_option("--rounds", rounds, "rounds of the cold figures (medians are printed)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
   app.add_flag("--json", json, "print one JSON object with every figure");
   app.add_flag_callback("--no-pytorch", [&pytorch] { pytorch = false; },
                         "skip PyTorch's DataLoader over webdataset");
@@ -214,7 +222,9 @@ int main(int argc, char** argv) try {
   }
   std::map<std::string, double> fig;
 
-  // Index build (headers only) against Python's tarfile, both warm.
+  // Index build (headers only) against Python's tarfile, both warm (the shards are read once
+  // first, so that neither pays for the disk).
+  stream_bytes(dir, false);
   {
     const auto t = Clock::now();
     std::size_t members = 0;
@@ -233,53 +243,83 @@ int main(int argc, char** argv) try {
   const auto shards_direct = coload::shards::ShardDataset(dir, {.direct = true});
   const FolderBytes folder{std::make_shared<const std::vector<std::string>>(files)};
 
-  auto disk = disk_bandwidth(shard_paths);
-  fig["disk_mb_s"] = disk.mb_per_s;
+  // Cold: `rounds` alternating rounds, medians. Warm: once, after a warming pass.
+  std::map<std::string, std::vector<double>> cold;
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
   for (const char* mode : {"cold", "warm"}) {
-    const bool cold = std::strcmp(mode, "cold") == 0;
-    auto run = [&](const std::string& name, auto&& f) {
-      if (cold) evict(everything);
-      const Rate r = f();
-      fig[name + "_" + mode + "_samples_s"] = r.samples_per_s;
-      fig[name + "_" + mode + "_mb_s"] = r.mb_per_s;
+    const bool is_cold = std::strcmp(mode, "cold") == 0;
+    const auto note = [&](const std::string& key, double v) {
+      if (is_cold) cold[key].push_back(v);
+      else fig[key] = v;
     };
-    if (!cold) stream_bytes(dir, false);  // warm the cache
-    run("stream", [&] { return stream_bytes(dir, cold); });
-    run("map", [&] { return loader_bytes(ShardBytes{cold ? shards_direct : shards_ds}, workers, batch); });
-    if (!cold) loader_bytes(folder, workers, batch);
-    run("folder", [&] { return loader_bytes(folder, workers, batch); });
-    auto pipe = [&](const std::string& name, auto&& f) {
-      if (cold) evict(everything);
-      fig[name + "_" + mode + "_images_s"] = f();
-    };
-    pipe("pipeline_shards", [&] {
-      return pipeline_rate(coload::vision::ShardImagePipeline(cold ? shards_direct : shards_ds,
-                                                              coload::vision::TrainTransform{}),
-                           workers, batch);
-    });
-    pipe("pipeline_folder", [&] {
-      return pipeline_rate(coload::vision::ImagePipeline(index, coload::vision::TrainTransform{}),
-                           workers, batch);
-    });
+    for (int round = 0; round < (is_cold ? rounds : 1); ++round) {
+      auto run = [&](const std::string& name, auto&& f) {
+        if (is_cold) evict(everything);
+        const Rate r = f();
+        note(name + "_" + mode + "_samples_s", r.samples_per_s);
+        note(name + "_" + mode + "_mb_s", r.mb_per_s);
+        return r;
+      };
+      if (is_cold) {
+        // Which of the two goes first alternates, so neither always follows the other's load.
+        double disk = 0;
+        if (round % 2 == 0) disk = disk_bandwidth(shard_paths).mb_per_s;
+        const Rate s = run("stream", [&] { return stream_bytes(dir, true); });
+        if (round % 2 == 1) disk = disk_bandwidth(shard_paths).mb_per_s;
+        cold["disk_mb_s"].push_back(disk);
+        cold["stream_cold_vs_disk"].push_back(disk > 0 ? s.mb_per_s / disk : 0);
+      } else {
+        stream_bytes(dir, false);  // warm the cache
+        run("stream", [&] { return stream_bytes(dir, false); });
+      }
+      run("map", [&] {
+        return loader_bytes(ShardBytes{is_cold ? shards_direct : shards_ds}, workers, batch);
+      });
+      if (!is_cold) loader_bytes(folder, workers, batch);
+      run("folder", [&] { return loader_bytes(folder, workers, batch); });
+      auto pipe = [&](const std::string& name, auto&& f) {
+        if (is_cold) evict(everything);
+        note(name + "_" + mode + "_images_s", f());
+      };
+      pipe("pipeline_shards", [&] {
+        return pipeline_rate(coload::vision::ShardImagePipeline(is_cold ? shards_direct : shards_ds,
+                                                                coload::vision::TrainTransform{}),
+                             workers, batch);
+      });
+      pipe("pipeline_folder", [&] {
+        return pipeline_rate(coload::vision::ImagePipeline(index, coload::vision::TrainTransform{}),
+                             workers, batch);
+      });
+    }
   }
+  for (const auto& [k, v] : cold) fig[k] = median(v);
 
   std::string peer_versions = "not run";
   if (pytorch) {
+    // The peers' virtual environment (setup_venv.sh here adds webdataset to it), or the Python
+    // named by $COLOAD_WDS_PYTHON.
     const char* env = std::getenv("COLOAD_WDS_PYTHON");
+    const char* venv = std::getenv("COLOAD_PEERS_VENV");
+    const char* home = std::getenv("HOME");
     const std::string python =
-        env ? env : std::string(std::getenv("HOME") ? std::getenv("HOME") : "/root") +
-                        "/.cache/coload/venv-shards/bin/python";
+        env ? env
+            : (venv ? std::string(venv) : std::string(home ? home : "/root") + "/.cache/coload/venv-peers") +
+                  "/bin/python";
     std::string cmd = coload::bench::shell_quote(python) + " " +
                       coload::bench::shell_quote(std::string(COLOAD_BENCH_DIR) + "/shards_webdataset.py") +
                       " " + coload::bench::shell_quote(dir.string()) + " --workers " +
                       std::to_string(workers) + " --batch-size " + std::to_string(batch) + " --json";
     const auto out = coload::bench::run_peer(cmd);
     if (auto v = coload::bench::json_double(out.last_line, "images_per_s")) fig["webdataset_images_s"] = *v;
+    if (auto v = coload::bench::json_double(out.last_line, "images")) fig["webdataset_images"] = *v;
     peer_versions = coload::bench::json_field(out.last_line, "versions").value_or(
         "unavailable: " + out.last_line.substr(0, 200));
   }
 
-  const double stream_vs_disk = fig["stream_cold_mb_s"] / fig["disk_mb_s"];
+  const double stream_vs_disk = fig["stream_cold_vs_disk"];
   if (json) {
     std::printf("{");
     bool first = true;
@@ -287,11 +327,16 @@ int main(int argc, char** argv) try {
       std::printf("%s\"%s\": %.4f", first ? "" : ", ", k.c_str(), v);
       first = false;
     }
-    std::printf(", \"stream_cold_vs_disk\": %.3f, \"peer\": \"%s\"}\n", stream_vs_disk,
-                peer_versions.c_str());
+    std::printf(", \"rounds\": %d, \"peer\": \"%s\"}\n", rounds, peer_versions.c_str());
     return 0;
   }
+  std::printf("cold figures: medians of %d rounds\n", rounds);
   std::printf("disk (O_DIRECT, 16 MiB reads)      %8.1f MB/s\n", fig["disk_mb_s"]);
+  for (const char* k : {"disk_mb_s", "stream_cold_mb_s", "stream_cold_vs_disk"}) {
+    std::printf("  rounds of %s:", k);
+    for (double v : cold[k]) std::printf(" %.2f", v);
+    std::printf("\n");
+  }
   for (const char* mode : {"cold", "warm"}) {
     const std::string m = mode;
     std::printf("raw %s: stream %8.0f samples/s %7.1f MB/s | map %8.0f samples/s %7.1f MB/s | "
@@ -307,11 +352,14 @@ int main(int argc, char** argv) try {
                 ratio(fig["pipeline_shards_" + m + "_images_s"],
                       fig["pipeline_folder_" + m + "_images_s"]).c_str());
   }
-  std::printf("stream cold / disk bandwidth: %.2f (target >= 0.9)\n", stream_vs_disk);
+  std::printf("stream cold / disk bandwidth: %.2f (median of the rounds' ratios; target >= 0.9)\n",
+              stream_vs_disk);
   if (fig.count("webdataset_images_s")) {
     std::printf("PyTorch DataLoader + webdataset (%s): %.1f images/s; coload warm shards %s\n",
                 peer_versions.c_str(), fig["webdataset_images_s"],
                 ratio(fig["pipeline_shards_warm_images_s"], fig["webdataset_images_s"]).c_str());
+    std::printf("  webdataset read %.0f of the %lld samples of coload's shards in an epoch\n",
+                fig["webdataset_images"], static_cast<long long>(shards_ds.size()));
   } else {
     std::printf("PyTorch + webdataset: %s\n", peer_versions.c_str());
   }
