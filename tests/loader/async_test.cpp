@@ -113,9 +113,49 @@ struct DrawBatch {
   }
 };
 
+// Sample i: i. Notes, when each sample starts, how many samples had finished by then.
+struct FinishedBefore {
+  std::int64_t n;
+  std::shared_ptr<std::vector<std::atomic<int>>> started_after =
+      std::make_shared<std::vector<std::atomic<int>>>(static_cast<std::size_t>(n));
+  std::shared_ptr<std::atomic<int>> finished = std::make_shared<std::atomic<int>>(0);
+  std::int64_t size() const { return n; }
+  Task<std::int64_t> get_async(Index i, SampleContext& ctx) {
+    (*started_after)[static_cast<std::size_t>(i)] = finished->load();
+    co_await ctx.cpu();
+    finished->fetch_add(1);
+    co_return i;
+  }
+};
+
 }  // namespace
 
 TEST_SUITE("loader") {
+  TEST_CASE("an epoch's first batch is made alone: the next starts once it is done") {
+    // Without the hold, batch 1 is dispatched in the same driver turn as batch 0, before any
+    // worker has finished one of batch 0's samples.
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      FinishedBefore dataset{32};
+      auto loader = make_data_loader(dataset, {.batch_size = 4, .num_workers = 2,
+                                               .persistent_workers = true});
+      std::vector<std::int64_t> seen;
+      for (int e = 0; e <= epoch; ++e) {
+        seen.clear();
+        dataset.finished->store(0);
+        for (auto& batch : loader) {
+          auto v = values(batch);
+          seen.insert(seen.end(), v.begin(), v.end());
+        }
+      }
+      CAPTURE(epoch);
+      CHECK(seen.size() == 32);
+      // Every later sample started after the first batch's four were done.
+      int after_first = 0;
+      for (std::size_t i = 4; i < 32; ++i) after_first += (*dataset.started_after)[i] >= 4;
+      CHECK(after_first == 28);
+    }
+  }
+
   TEST_CASE("when_all runs tasks at once and returns their results in order, or the first error") {
     ThreadExecutor pool(2);
     auto hop_and_square = [](ThreadExecutor& p, int v) -> Task<int> {

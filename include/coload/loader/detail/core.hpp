@@ -263,6 +263,17 @@ class LoaderCore {
   int workers_in_use() const noexcept {
     return tuner_ ? active_workers_.load(std::memory_order_relaxed) : fetcher_.options.num_workers;
   }
+  /// The in-flight bound of a map-style epoch until its first batch is done, so that the first
+  /// batch is not made alongside the ones after it (time to first batch; each batch's fresh
+  /// buffer also costs page faults). With worker threads and an asynchronous dataset every
+  /// thread works on one batch's samples, so that batch goes alone; otherwise a batch is made
+  /// on one worker, so each worker makes one (driver).
+  std::int64_t first_batch_bound() const noexcept {
+    if constexpr (Plan::is_async) {
+      if (!in_processes()) return 1;
+    }
+    return std::min<std::int64_t>(in_flight_bound(), std::max(workers_in_use(), 1));
+  }
   /// The most in_flight_bound() can be: prefetch_factor per worker thread (any thread).
   std::int64_t in_flight_capacity() const noexcept {
     const auto& o = fetcher_.options;

@@ -34,6 +34,7 @@ class MapRun final : public RunBase<D, C> {
     std::exception_ptr error;
     try {
       core.start_workers();
+      self->hold_first_ = true;
       auto batches = core.batches(self->epoch_);
       for (;;) {
         while (self->full() && !self->cancelled()) co_await self->slot();

@@ -190,7 +190,9 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
       }
     }
     // A skip frees its place under the bound without the consumer: wake a waiting dispatcher.
-    if ((grew || skipped_ != skipped_before) && !full()) on_slot_freed();
+    // So does the epoch's first batch where the bound held the others back until it was done.
+    const bool first = hold_first_ && completed_ == 1;
+    if ((grew || first || skipped_ != skipped_before) && !full()) on_slot_freed();
     maybe_finish();
   }
 
@@ -210,7 +212,9 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   /// bound follows the worker count under auto_workers; `bound_`, the reorder ring's size, is
   /// the most it can be).
   bool full() const noexcept {
-    return dispatched_ - consumed_.load() - skipped_ >= core_.in_flight_bound();
+    const std::int64_t bound = hold_first_ && completed_ == 0 ? core_.first_batch_bound()
+                                                              : core_.in_flight_bound();
+    return dispatched_ - consumed_.load() - skipped_ >= bound;
   }
 
   /// Driver: nothing more will be dispatched (after an error, if any, from the dispatcher).
@@ -236,6 +240,9 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   };
   // driver
   std::int64_t dispatched_ = 0;
+  // The map-style dispatcher holds the epoch's later batches back until its first is done (see
+  // Core::first_batch_bound).
+  bool hold_first_ = false;
 
  private:
   void deliver(Outcome<Batch> outcome) {
