@@ -29,24 +29,39 @@ int WorkerTuner::decide(const TuningWindow& window) noexcept {
   const double busy = std::clamp(w - window.worker_idle / window.seconds, 0.0, w);
   const double wait = window.consumer_wait / window.seconds;
   const double rate = window.batches / window.seconds;
-  if (probing_) {
-    probing_ = false;
+  if (probing_ == Probe::up) {
+    probing_ = Probe::none;
     if (rate > base_rate_ * (1 + min_gain)) {
       next_hold_ = 2;  // it paid: the next probe may follow at once (below)
+      // At the maximum the next probe would be one fewer, just measured worse: not at once.
+      if (workers_ >= max_workers_) hold_ = next_hold_;
     } else {
       hold_ = next_hold_;
       next_hold_ = std::min(2 * next_hold_, max_hold);
       return change(-1);
     }
+  } else if (probing_ == Probe::down) {
+    probing_ = Probe::none;
+    // One fewer did as well: it stays (the same rate with less CPU). Either way the next
+    // probe waits, as after an added worker that did not pay.
+    hold_ = next_hold_;
+    next_hold_ = std::min(2 * next_hold_, max_hold);
+    if (rate < base_rate_) return change(1);
   }
   if (wait >= grow_wait) {
     if (hold_ > 0) {
       --hold_;
       return 0;
     }
-    if (workers_ >= max_workers_) return 0;
-    probing_ = true;
     base_rate_ = rate;
+    if (workers_ >= max_workers_) {
+      // At the maximum: try one fewer. Each added worker was kept on a gain of min_gain, which
+      // a noisy window can fake; past the CPUs the last ones may cost more than they give.
+      if (workers_ == 1) return 0;
+      probing_ = Probe::down;
+      return change(-1);
+    }
+    probing_ = Probe::up;
     return change(1);
   }
   if (workers_ > 1 && busy <= spare * (w - 1)) return change(-1);

@@ -89,6 +89,28 @@ TEST_SUITE("auto_workers") {
     CHECK(s.max_workers == 4);
   }
 
+  TEST_CASE("at the maximum one fewer is tried, and kept when the rate does not fall") {
+    WorkerTuner t(3);
+    CHECK(t.decide(window(0.5, 0.0, 100)) == 1);  // probe 2
+    CHECK(t.decide(window(0.4, 0.2, 150)) == 1);  // kept; probe 3
+    CHECK(t.decide(window(0.3, 0.5, 160)) == 0);  // +7%: kept; at the maximum, held 2
+    CHECK(t.decide(window(0.3, 0.5, 160)) == 0);
+    CHECK(t.decide(window(0.3, 0.5, 160)) == -1);  // one fewer tried
+    CHECK(t.decide(window(0.3, 0.2, 150)) == 1);   // slower: back to 3, held 2
+    CHECK(t.workers() == 3);
+    CHECK(t.decide(window(0.3, 0.5, 160)) == 0);
+    CHECK(t.decide(window(0.3, 0.5, 160)) == 0);
+    CHECK(t.decide(window(0.3, 0.5, 160)) == -1);  // tried again
+    CHECK(t.decide(window(0.3, 0.1, 175)) == 0);   // 2 do better than 3 did: kept, held 4
+    CHECK(t.workers() == 2);
+    for (int i = 0; i < 3; ++i) CHECK(t.decide(window(0.3, 0.1, 175)) == 0);
+    CHECK(t.decide(window(0.3, 0.1, 175)) == 1);   // and 3 probed again, up
+    CHECK(t.decide(window(0.3, 0.5, 170)) == -1);  // which does not pay: back to 2
+    CHECK(t.workers() == 2);
+    WorkerTuner one(1);
+    for (int i = 0; i < 5; ++i) CHECK(one.decide(window(0.9, 0.0, 100)) == 0);
+  }
+
   TEST_CASE("a worker that does not raise the rate is taken back, and tried again after a "
             "hold that doubles") {
     WorkerTuner t(8);

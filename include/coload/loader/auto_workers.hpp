@@ -48,9 +48,13 @@ struct TuningWindow {
 ///   - after a window that tried one more worker (a probe): keep it if batches/s rose by more
 ///     than min_gain over the window before, else go back to w - 1 and try again only after
 ///     a hold of 2, 4, 8, ... windows (up to max_hold; a kept worker resets it);
+///   - after a window that tried one fewer at the maximum (a probe down): stay at w - 1 if
+///     batches/s did not fall, else go back to w; either way hold the next probe as above;
 ///   - else, when wait >= grow_wait and w < max_workers: probe w + 1. Waiting says only that
 ///     the input side is behind, not why (busy workers, or idle ones whose batches are in
-///     flight, or reads): the rate measured with one more is what decides;
+///     flight, or reads): the rate measured with one more is what decides. At max_workers
+///     (after a hold of 2 windows once the last worker was kept) probe w - 1 instead: a worker
+///     kept on a noisy window's gain is tested again;
 ///   - else, when wait < grow_wait and busy <= spare x (w - 1) (the consumer is the
 ///     bottleneck and one fewer would still be less than `spare` busy): remove one, down to one;
 ///   - else keep.
@@ -76,7 +80,8 @@ class WorkerTuner {
 
   int max_workers_;
   int workers_ = 1;
-  bool probing_ = false;   // the last change was a probe, judged by the next window
+  enum class Probe { none, up, down };
+  Probe probing_ = Probe::none;  // the last change was a probe, judged by the next window
   double base_rate_ = 0;   // batches/s of the window before the probe
   int hold_ = 0;           // windows to wait before the next probe
   int next_hold_ = 2;      // the hold after the next probe that does not pay
