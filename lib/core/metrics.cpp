@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -106,10 +107,20 @@ Recorder::Recorder(int workers, bool enabled, const std::string& trace_path)
     return;
   }
   bytes_ = sizeof(Shard) * static_cast<std::size_t>(count_);
-  // Shared, so that worker processes forked later write into the parent's figures.
-  void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  // Shared, so that worker processes forked later write into the parent's figures; a memfd,
+  // so that fork-server workers, which are not forked from here, can map it too.
+  fd_ = ::memfd_create("coload-metrics", MFD_CLOEXEC);
+  if (fd_ >= 0 && ::ftruncate(fd_, static_cast<off_t>(bytes_)) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  void* p = fd_ >= 0 ? ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0)
+                     : ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                              -1, 0);
   if (p == MAP_FAILED) {
-    throw SystemError(errno, std::generic_category(), "metrics: cannot map the shards");
+    const int err = errno;
+    if (fd_ >= 0) ::close(fd_);
+    throw SystemError(err, std::generic_category(), "metrics: cannot map the shards");
   }
   shards_ = static_cast<Shard*>(p);
   for (int i = 0; i < count_; ++i) new (&shards_[i]) Shard();
@@ -119,12 +130,39 @@ Recorder::Recorder(int workers, bool enabled, const std::string& trace_path)
   }
 }
 
+Recorder::Recorder(const Joined& j)
+    : enabled_(j.enabled), workers_(std::max(j.workers, 1)), count_(workers_ + 3), owner_(false) {
+  bytes_ = sizeof(Shard) * static_cast<std::size_t>(count_);
+  struct stat st {};
+  if (::fstat(j.fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < bytes_) {
+    ::close(j.fd);
+    throw InvalidArgument("metrics: the parent's shards are not a memfd of " +
+                          std::to_string(bytes_) + " bytes");
+  }
+  void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, j.fd, 0);
+  const int err = errno;
+  ::close(j.fd);
+  if (p == MAP_FAILED) {
+    throw SystemError(err, std::generic_category(), "metrics: cannot map the parent's shards");
+  }
+  shards_ = static_cast<Shard*>(p);
+  if (!j.trace_path.empty()) tracer_ = std::make_unique<Tracer>(j.trace_path, j.trace_base_ns);
+}
+
+Recorder::Joined Recorder::joined() const {
+  return Joined{fd_, workers_, enabled_, tracer_ ? tracer_->path() : std::string(),
+                tracer_ ? tracer_->base_ns() : 0};
+}
+
 Recorder::~Recorder() {
   tracer_.reset();
   if (shards_) {
-    for (int i = 0; i < count_; ++i) shards_[i].~Shard();
+    if (owner_) {
+      for (int i = 0; i < count_; ++i) shards_[i].~Shard();
+    }
     ::munmap(shards_, bytes_);
   }
+  if (fd_ >= 0) ::close(fd_);
 }
 
 Shard& Recorder::shard(int who) noexcept {
@@ -176,6 +214,15 @@ Tracer::Tracer(const std::string& path) : path_(path), owner_(::getpid()), base_
   // At once: worker processes append their events to the file from their first task.
   buffer_ = "[\n";
   write_locked();
+}
+
+Tracer::Tracer(const std::string& path, std::uint64_t base_ns)
+    : path_(path), owner_(-1), base_ns_(base_ns) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd_ < 0) {
+    throw SystemError(errno, std::generic_category(), "trace: cannot open '" + path + "'");
+  }
+  buffer_.reserve(chunk);
 }
 
 Tracer::~Tracer() {

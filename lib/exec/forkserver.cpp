@@ -84,8 +84,8 @@ ForkServer g_server;
       }
     }
     if (fds[0].revents) {
-      int socket = -1, payload = -1;
-      const ssize_t n = receive_message(control, buffer, &socket, false, &payload);
+      int socket = -1, payload = -1, metrics = -1;
+      const ssize_t n = receive_message(control, buffer, &socket, false, &payload, &metrics);
       if (n <= 0) ::_exit(0);  // main has gone
       SpawnRequest request;
       try {
@@ -100,11 +100,12 @@ ForkServer g_server;
         ::close(control);
         ::close(sfd);
         prepare_worker(self);
-        run_worker(id, [&] { entry(socket, id, payload); });
+        run_worker(id, [&] { entry(socket, id, payload, metrics); });
       }
       const int err = errno;
       if (socket >= 0) ::close(socket);
       if (payload >= 0) ::close(payload);
+      if (metrics >= 0) ::close(metrics);
       if (!send_value(control, ServerReport{report_spawned, pid < 0 ? -err : pid, 0})) ::_exit(0);
     }
   }
@@ -112,10 +113,10 @@ ForkServer g_server;
 
 }  // namespace
 
-pid_t forkserver_spawn(ForkserverEntry entry, int id, int socket, int payload) {
+pid_t forkserver_spawn(ForkserverEntry entry, int id, int socket, int payload, int metrics) {
   std::lock_guard lock(g_server.mutex);
   const SpawnRequest request{reinterpret_cast<std::uint64_t>(entry), id};
-  if (!send_value(g_server.control, request, {socket, payload})) {
+  if (!send_value(g_server.control, request, {socket, payload, metrics})) {
     throw RuntimeError("coload: the fork server has gone");
   }
   for (;;) {

@@ -123,12 +123,12 @@ bool send_message(int socket, std::span<const std::byte> bytes, std::initializer
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  int attached[2];
+  int attached[3];
   std::size_t n_fds = 0;
   for (int fd : fds) {
-    if (fd >= 0 && n_fds < 2) attached[n_fds++] = fd;
+    if (fd >= 0 && n_fds < 3) attached[n_fds++] = fd;
   }
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
   if (n_fds) {
     msg.msg_control = control;
     msg.msg_controllen = CMSG_SPACE(n_fds * sizeof(int));
@@ -148,13 +148,13 @@ bool send_message(int socket, std::span<const std::byte> bytes, std::initializer
 }
 
 ssize_t receive_message(int socket, MessageBuffer& buffer, int* fd, bool dont_wait,
-                        int* second_fd) {
+                        int* second_fd, int* third_fd) {
   const auto whole = buffer.whole();
   iovec iov{whole.data(), whole.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
   for (;;) {
@@ -163,10 +163,10 @@ ssize_t receive_message(int socket, MessageBuffer& buffer, int* fd, bool dont_wa
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return -1;
     if (n < 0 && errno == ECONNRESET) return 0;
     if (n < 0) throw_errno("coload: receiving from a worker", errno);
-    int got[2] = {-1, -1};
+    int got[3] = {-1, -1, -1};
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-        const std::size_t k = std::min<std::size_t>(2, (c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        const std::size_t k = std::min<std::size_t>(3, (c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
         std::memcpy(got, CMSG_DATA(c), k * sizeof(int));
       }
     }
@@ -179,6 +179,11 @@ ssize_t receive_message(int socket, MessageBuffer& buffer, int* fd, bool dont_wa
       *second_fd = got[1];
     } else if (got[1] >= 0) {
       ::close(got[1]);
+    }
+    if (third_fd) {
+      *third_fd = got[2];
+    } else if (got[2] >= 0) {
+      ::close(got[2]);
     }
     buffer.resize(static_cast<std::size_t>(n));
     return n;

@@ -78,15 +78,16 @@ class MessageBuffer {
   std::size_t size_ = 0;
 };
 
-/// Sends one message, with the fds in `fds` that are not -1 attached (two at most). False when
+/// Sends one message, with the fds in `fds` that are not -1 attached (three at most, in order:
+/// the receiver tells them apart by position, so only trailing ones may be -1). False when
 /// the peer is gone.
 bool send_message(int socket, std::span<const std::byte> bytes, std::initializer_list<int> fds);
 
-/// Receives one message into `buffer` (which holds max_message bytes), and up to two attached
-/// fds into `fd` and `second_fd` (-1 where none came; closed where the pointer is null). 0 at the
-/// peer's end; -1 when `dont_wait` and nothing is queued.
+/// Receives one message into `buffer` (which holds max_message bytes), and up to three attached
+/// fds into `fd`, `second_fd` and `third_fd` (-1 where none came; closed where the pointer is
+/// null). 0 at the peer's end; -1 when `dont_wait` and nothing is queued.
 ssize_t receive_message(int socket, MessageBuffer& buffer, int* fd, bool dont_wait,
-                        int* second_fd = nullptr);
+                        int* second_fd = nullptr, int* third_fd = nullptr);
 
 /// Encodes `value` as one wire message and sends it (see send_message).
 template <wire::Wireable T>

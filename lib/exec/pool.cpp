@@ -215,7 +215,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     pid_t pid = -1;
     if (options.entry) {
       try {
-        pid = forkserver_spawn(options.entry, id, sv[1], options.payload);
+        pid = forkserver_spawn(options.entry, id, sv[1], options.payload, options.metrics);
       } catch (...) {
         ::close(sv[0]);
         ::close(sv[1]);

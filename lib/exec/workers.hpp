@@ -38,7 +38,7 @@ void prepare_worker(pid_t parent);
 
 /// Asks the fork server for a worker running `entry`; returns its pid (a child of the server,
 /// not of ours).
-pid_t forkserver_spawn(ForkserverEntry entry, int id, int socket, int payload);
+pid_t forkserver_spawn(ForkserverEntry entry, int id, int socket, int payload, int metrics);
 
 /// The wait status of fork-server worker `pid`, once the server has reaped it (blocking).
 int forkserver_status(pid_t pid);

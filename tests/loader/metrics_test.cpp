@@ -49,6 +49,29 @@ struct SlowDataset {
   }
 };
 
+}  // namespace
+
+// So that a fork-server worker can receive it.
+template <>
+struct coload::wire::Wire<SlowDataset> {
+  static void write(Writer& w, const SlowDataset& d) {
+    Wire<std::int64_t>::write(w, d.n);
+    Wire<std::int64_t>::write(w, static_cast<std::int64_t>(d.slow));
+    Wire<std::int64_t>::write(w, d.ms);
+    Wire<std::int64_t>::write(w, d.fail_at);
+  }
+  static SlowDataset read(Reader& r) {
+    SlowDataset d;
+    d.n = Wire<std::int64_t>::read(r);
+    d.slow = static_cast<Stage>(Wire<std::int64_t>::read(r));
+    d.ms = static_cast<int>(Wire<std::int64_t>::read(r));
+    d.fail_at = Wire<std::int64_t>::read(r);
+    return d;
+  }
+};
+
+namespace {
+
 // The default collate, slowed down.
 struct SlowCollate {
   int ms = 0;
@@ -373,6 +396,43 @@ TEST_CASE("worker processes' spans appear in the trace with their pids") {
     o.trace = path;
     auto loader = make_data_loader(SlowDataset{24, Stage::transform, 1}, o);
     CHECK(drain(loader) == 24);
+  }
+  std::ifstream in(path);
+  const json trace = json::parse(in);
+  std::set<int> pids;
+  const auto [reads, collates] = reads_and_collates(trace, &pids);
+  for (std::int64_t i = 0; i < 24; ++i) CHECK_MESSAGE(reads.count(i) == 1, "sample ", i);
+  CHECK(collates.size() == 6);
+  CHECK(pids.size() == 2);
+  CHECK(pids.count(::getpid()) == 0);
+  for (const auto& [track, spans] : tracks_of(trace)) check_nesting(spans);
+  std::filesystem::remove(path);
+}
+#endif
+
+#if !defined(__SANITIZE_THREAD__)
+TEST_CASE("fork-server workers' figures and spans reach the parent") {
+  REQUIRE(forkserver_running());
+  const std::string path = temp_path("forkserver.json");
+  {
+    LoaderOptions<> o;
+    o.batch_size = 4;
+    o.num_workers = 2;
+    o.executor = Executor::processes;
+    o.process_start = ProcessStart::forkserver;
+    o.trace = path;
+    auto loader = make_data_loader(SlowDataset{24, Stage::decode, 1}, o);
+    CHECK(drain(loader) == 24);
+    const Metrics m = loader.metrics();
+    CHECK(m.stage(Stage::decode).count == 24);
+    CHECK(m.stage(Stage::collate).count == 6);
+    CHECK(m.samples == 24);
+    REQUIRE(m.workers.size() == 2);
+    for (const auto& w : m.workers) {
+      CHECK(w.pid != ::getpid());
+      CHECK(w.busy_fraction > 0);
+    }
+    CHECK(m.workers[0].pid != m.workers[1].pid);
   }
   std::ifstream in(path);
   const json trace = json::parse(in);

@@ -95,8 +95,9 @@ struct ShardTotals {
 class Tracer;
 
 /// A loader's recorder: one shard per role (consumer, driver, worker 0..n-1, and one shared by
-/// any other thread), in a shared anonymous mapping made before any worker process is forked,
-/// so that a forked worker's figures reach the parent without a message. Optional trace.
+/// any other thread), in a shared mapping of a memfd made before any worker process is forked,
+/// so that a forked worker's figures reach the parent without a message; a worker forked by
+/// the fork server maps the same memfd, sent to it (Joined). Optional trace.
 class Recorder {
  public:
   static constexpr int consumer = -2;
@@ -105,12 +106,28 @@ class Recorder {
   /// `workers`: how many worker shards (ids beyond share the last shard). `trace_path`: empty
   /// for no trace.
   Recorder(int workers, bool enabled, const std::string& trace_path);
+  /// What a fork-server worker needs to record into its parent's recorder.
+  struct Joined {
+    int fd = -1;                  ///< the parent's memory_fd() (mapped, then closed here)
+    int workers = 0;
+    bool enabled = false;
+    std::string trace_path;       ///< empty: no trace
+    std::uint64_t trace_base_ns = 0;
+  };
+  /// The parent's recorder as seen from a fork-server worker: its shards (mapped, not
+  /// constructed) and its trace file (appended to on the parent's clock).
+  explicit Recorder(const Joined& joined);
   ~Recorder();
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
 
   bool enabled() const noexcept { return enabled_; }
   Tracer* tracer() const noexcept { return tracer_.get(); }
+  /// The memfd holding the shards (-1 where memfd_create failed and the mapping is anonymous,
+  /// or in a worker that joined), to send to a fork-server worker.
+  int memory_fd() const noexcept { return fd_; }
+  /// What a fork-server worker needs to join this recorder (fd: memory_fd()).
+  Joined joined() const;
   int shard_count() const noexcept { return count_; }
   /// The shard of role `who` (consumer, driver, or a worker id).
   Shard& shard(int who) noexcept;
@@ -136,6 +153,8 @@ class Recorder {
   int count_;
   Shard* shards_ = nullptr;
   std::size_t bytes_ = 0;
+  int fd_ = -1;
+  bool owner_ = true;  // constructs and destroys the shards (false in a joined worker)
   std::unique_ptr<Tracer> tracer_;
 };
 
@@ -157,7 +176,11 @@ class Tracer {
  public:
   static constexpr std::size_t chunk = 256 * 1024;
   explicit Tracer(const std::string& path);
+  /// A fork-server worker's writer to its parent's file: appends, on the parent's clock
+  /// (`base_ns`, the parent's base_ns()), and never opens or closes the array.
+  Tracer(const std::string& path, std::uint64_t base_ns);
   ~Tracer();  ///< writes what is left and closes the array
+  std::uint64_t base_ns() const noexcept { return base_ns_; }
   /// A complete span ("X") on `track` of this process; `arg_name` = `arg` when arg >= 0.
   void span(std::string_view name, int track, std::uint64_t begin_ns, std::uint64_t end_ns,
             const char* arg_name = nullptr, std::int64_t arg = -1);

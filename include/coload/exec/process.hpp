@@ -92,8 +92,9 @@ struct ProcessReply {
 };
 
 /// What a worker started by the fork server runs: `socket` is its link to the parent,
-/// `payload` the memfd with what the loader sent it (the dataset, the options).
-using ForkserverEntry = void (*)(int socket, int worker_id, int payload);
+/// `payload` the memfd with what the loader sent it (the dataset, the options), `metrics` the
+/// memfd of the loader's metrics shards (-1: none).
+using ForkserverEntry = void (*)(int socket, int worker_id, int payload, int metrics);
 
 /// A memfd of `size` bytes filled by `fill` (its mapping is 64-byte aligned), for a payload.
 int payload_memfd(std::size_t size, const std::function<void(std::span<std::byte>)>& fill);
@@ -200,6 +201,9 @@ class ProcessPool {
     /// then owns), instead of forking `main` from this process.
     ForkserverEntry entry = nullptr;
     int payload = -1;
+    /// The memfd of the loader's metrics shards, sent to each fork-server worker (the pool
+    /// does not own it; -1: none).
+    int metrics = -1;
     /// Page-locks the parent's view of a slot's first `n` bytes (pin_memory), and undoes it;
     /// called as slots are mapped and grown, and before they are unmapped.
     std::function<void(void*, std::size_t)> pin_range;

@@ -52,7 +52,8 @@ ChildOptions child_options(const LoaderOptions<C>& o, std::uint64_t init, int ra
                                 world_size_option, device, device_backend, metrics, trace] = o;
   // The parent's alone: where indices and seeds come from (each task carries them), the
   // scheduling of tasks and deaths, and where batches go (a worker writes into its slot, which
-  // the parent pins; metrics and trace, which a fork-server worker does not record). The
+  // the parent pins; metrics and trace, resolved by the parent's recorder, which the worker
+  // joins through RecorderView). The
   // worker makes its own collate (an empty type), and worker_init_fn
   // travels as a plain function's address; rank and world size as the loader resolved them.
   return ChildOptions{batch_size.value_or(-1), drop_last, static_cast<std::int32_t>(on_error),
@@ -230,25 +231,38 @@ class ProcessBridge {
     }
   }
 
-  /// What a fork-server worker receives: the dataset and the options it fetches with.
-  using Payload = std::tuple<D, ChildOptions>;
+  /// The parent's recorder as a fork-server worker joins it (with the memfd sent beside the
+  /// payload): its worker shards, whether metrics are on, the trace file and its clock base.
+  using RecorderView = std::tuple<std::int32_t, bool, std::string, std::uint64_t>;
+  /// What a fork-server worker receives: the dataset, the options it fetches with, and the
+  /// parent's recorder.
+  using Payload = std::tuple<D, ChildOptions, RecorderView>;
 
   /// A fork-server worker's entry: rebuilds the loader's fetch side from the payload and
   /// serves the parent. Runs in the worker, never returns.
-  static void forkserver_entry(int socket, int id, int payload_fd) {
+  static void forkserver_entry(int socket, int id, int payload_fd, int metrics_fd) {
     if constexpr (wire::Wireable<D>) {
       auto bytes = map_payload(payload_fd);
       ::close(payload_fd);
-      auto [ds, sent] = wire::decode<Payload>(bytes, 0, nullptr);
+      auto [ds, sent, view] = wire::decode<Payload>(bytes, 0, nullptr);
       auto fetcher = std::make_unique<Fetcher<D, C>>(std::move(ds), options_in_child<C>(sent));
       fetcher->rank = std::get<6>(sent);
       fetcher->world_size = std::get<7>(sent);
+      // The parent's metrics shards and trace file: this process records into worker `id`'s
+      // (the work's start binds it), as a worker forked from the parent does. Kept until the
+      // process exits.
+      std::unique_ptr<Recorder> recorder;
+      if (metrics_fd >= 0) {
+        const auto& [workers, enabled, trace, base] = view;
+        recorder = std::make_unique<Recorder>(Recorder::Joined{metrics_fd, workers, enabled, trace, base});
+        fetcher->recorder = recorder.get();
+      }
       ChildLink link(socket);
       run_child(link, id, child_work(*fetcher));
       std::fflush(stderr);
       ::_exit(0);
     } else {
-      (void)socket, (void)id, (void)payload_fd;
+      (void)socket, (void)id, (void)payload_fd, (void)metrics_fd;
       ::_exit(70);
     }
   }
@@ -282,8 +296,14 @@ class ProcessBridge {
         }
         init = reinterpret_cast<std::uint64_t>(*fn);
       }
+      RecorderView view{0, false, std::string(), 0};
+      if (Recorder* r = fetcher_.recorder; r && r->memory_fd() >= 0) {
+        const Recorder::Joined j = r->joined();
+        view = RecorderView{j.workers, j.enabled, j.trace_path, j.trace_base_ns};
+        o.metrics = j.fd;
+      }
       Payload payload{fetcher_.dataset,
-                      child_options(options, init, fetcher_.rank, fetcher_.world_size)};
+                      child_options(options, init, fetcher_.rank, fetcher_.world_size), view};
       const std::size_t size = wire::encoded_size(payload);
       o.payload = payload_memfd(size, [&](std::span<std::byte> region) {
         wire::encode(payload, region, 0);
