@@ -56,6 +56,14 @@ std::string Metrics::report() const {
   const std::string top = shares.empty() ? std::string("fetch")
                                          : std::string(stage_name(shares.front().second));
   out += ": ";
+  // The driver walks the sampler one batch at a time: a slow sampler leaves the workers idle
+  // whatever they are given, and more of them would not help.
+  const double sampling = stages[static_cast<std::size_t>(Stage::sample)].seconds / seconds;
+  if (!workers.empty() && busy < 0.75 && sampling >= 0.25) {
+    return out + "the sampler took " + percent(sampling) +
+           " of the epoch on the driver, which draws one batch at a time: a cheaper sampler "
+           "would help";
+  }
   if (workers.empty()) {
     out += "num_workers > 0 or a cheaper " + top + " would help";
   } else if (busy >= 0.75) {

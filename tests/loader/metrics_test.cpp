@@ -193,6 +193,31 @@ TEST_CASE("the verdict names the stage made slow on purpose") {
   }
 }
 
+TEST_CASE("the verdict names a slow sampler, not the idle workers' stages") {
+  struct SlowSampler {
+    std::int64_t n;
+    AsyncGenerator<Index> indices() const {
+      for (Index i = 0; i < n; ++i) {
+        pause_ms(1);
+        co_yield i;
+      }
+    }
+    std::int64_t size() const { return n; }
+  };
+  auto loader = make_data_loader(SlowDataset{32, Stage::decode, 0},
+                                 LoaderOptions<>{.batch_size = 4, .sampler = SlowSampler{32},
+                                                 .num_workers = 2});
+  CHECK(drain(loader) == 32);
+  const Metrics m = loader.metrics();
+  CHECK(m.stage(Stage::sample).count == 8);
+  CHECK(m.stage(Stage::sample).seconds >= 0.032);
+  const std::string report = m.report();
+  CAPTURE(report);
+  CHECK(report.rfind("input-bound: the trainer waited ", 0) == 0);
+  CHECK(report.find(" of the epoch on the driver, which draws one batch at a time: a cheaper "
+                    "sampler would help") != std::string::npos);
+}
+
 TEST_CASE("the verdict blames the model when the consumer is the slow side") {
   // Cheap samples, a consumer that takes 5 ms a batch: the workers keep ahead of it.
   auto loader = make_data_loader(SlowDataset{64, Stage::sample, 0},
@@ -490,3 +515,23 @@ TEST_CASE("an iterable dataset's pulls are its read, per worker") {
   CHECK(m.workers.size() == 2);
   CHECK(first_stage(m.report()) == "read");
 }
+
+#if !defined(__SANITIZE_THREAD__)
+TEST_CASE("an iterable dataset's pulls in worker processes reach the parent") {
+  LoaderOptions<> o;
+  o.batch_size = 4;
+  o.num_workers = 2;
+  o.executor = Executor::processes;
+  auto loader = make_data_loader(SlowStream{}, o);
+  std::int64_t n = 0;
+  for (auto& batch : loader) n += batch.size(0);
+  CHECK(n == 24);
+  const Metrics m = loader.metrics();
+  CHECK(m.batches == 6);
+  CHECK(m.samples == 24);
+  CHECK(m.stage(Stage::read).count == 24);
+  CHECK(m.stage(Stage::collate).count == 6);
+  REQUIRE(m.workers.size() == 2);
+  for (const auto& w : m.workers) CHECK(w.pid != ::getpid());
+}
+#endif

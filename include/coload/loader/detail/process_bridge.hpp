@@ -363,6 +363,9 @@ class ProcessBridge {
       }
       std::vector<typename Plan::sample> samples;
       samples.reserve(static_cast<std::size_t>(want));
+      // As on a worker thread: the stream's pulls are its `read` (one span per batch), then
+      // collate, into this worker's shard of the parent's metrics.
+      StageClock clock;
       while (static_cast<std::int64_t>(samples.size()) < want) {
         typename stream_t<D>::pointer sample = nullptr;
         try {
@@ -381,9 +384,13 @@ class ProcessBridge {
         }
         samples.push_back(std::move(*sample));
       }
+      clock.read_lap(samples.size(), "batch", batch_no);
+      if (clock.metrics) clock.shard->samples.fetch_add(samples.size(), std::memory_order_relaxed);
       const bool partial = static_cast<std::int64_t>(samples.size()) < want;
       if (samples.empty() || (partial && fetcher.options.drop_last)) return std::nullopt;
-      return fetcher.collate_samples(std::move(samples), id, batch_no);
+      auto batch = fetcher.collate_samples(std::move(samples), id, batch_no);
+      clock.lap(Stage::collate, 1, "batch", batch_no);
+      return batch;
     } else {
       (void)fetcher, (void)cursor, (void)over, (void)info, (void)want, (void)id, (void)batch_no;
       return std::nullopt;
