@@ -115,6 +115,7 @@ MetricsBase metrics_base(const Recorder& recorder, std::int64_t skipped) {
   b.occupancy_sum = recorder.occupancy_sum.load(std::memory_order_relaxed);
   b.occupancy_n = recorder.occupancy_n.load(std::memory_order_relaxed);
   b.workers_sum = recorder.workers_sum.load(std::memory_order_relaxed);
+  b.bound_sum = recorder.bound_sum.load(std::memory_order_relaxed);
   b.skipped = skipped;
   return b;
 }
@@ -177,8 +178,11 @@ Metrics make_metrics(const Recorder& recorder, const MetricsBase& base, double s
   m.errors = static_cast<std::int64_t>(now.errors - base.errors);
   const std::uint64_t n = now.occupancy_n - base.occupancy_n;
   if (n > 0 && bound > 0) {
+    // Against the bound at each dispatch, which auto_workers moves with the worker count.
+    const std::uint64_t bounds = now.bound_sum - base.bound_sum;
     m.occupancy = static_cast<double>(now.occupancy_sum - base.occupancy_sum) /
-                  static_cast<double>(n) / static_cast<double>(bound);
+                  (bounds > 0 ? static_cast<double>(bounds)
+                              : static_cast<double>(n) * static_cast<double>(bound));
     m.num_workers = static_cast<double>(now.workers_sum - base.workers_sum) / static_cast<double>(n);
   }
   return m;

@@ -231,6 +231,12 @@ TEST_SUITE("auto_workers") {
     CHECK(t.shrunk - shrunk_before >= workers_before - 1);
     CHECK(t.workers == 1);
     CHECK(t.min_seen == 1);
+    // Occupancy is against the bound at each dispatch, which fell with the workers: batches
+    // piled up to the bound all epoch, so it is near 1, never above.
+    const Metrics m = loader.metrics();
+    CAPTURE(m.occupancy);
+    CHECK(m.occupancy > 0.5);
+    CHECK(m.occupancy <= 1.0);
   }
 
   TEST_CASE("a fixed count reports itself and never moves") {

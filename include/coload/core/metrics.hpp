@@ -145,6 +145,7 @@ class Recorder {
   std::atomic<std::uint64_t> errors{0};
   std::atomic<std::uint64_t> occupancy_sum{0};  ///< in-flight batches, summed at each dispatch
   std::atomic<std::uint64_t> occupancy_n{0};
+  std::atomic<std::uint64_t> bound_sum{0};      ///< the in-flight bound, summed at each dispatch
   std::atomic<std::uint64_t> workers_sum{0};    ///< worker count, summed at each dispatch
 
  private:

@@ -43,7 +43,7 @@ struct Metrics {
   std::array<double, stage_count> worker_seconds{};
   std::uint64_t bytes_read = 0;
   std::vector<WorkerMetrics> workers;
-  double occupancy = 0;    ///< mean batches in flight / the in-flight bound, at each dispatch
+  double occupancy = 0;    ///< batches in flight / the in-flight bound then, at each dispatch
   double num_workers = 0;  ///< mean worker count at each dispatch
   std::int64_t skipped = 0;
   std::int64_t errors = 0;
@@ -62,7 +62,7 @@ namespace detail {
 /// Where a window starts: the recorder's figures at that moment.
 struct MetricsBase {
   std::vector<ShardTotals> shards;  ///< empty: from zero
-  std::uint64_t errors = 0, occupancy_sum = 0, occupancy_n = 0, workers_sum = 0;
+  std::uint64_t errors = 0, occupancy_sum = 0, occupancy_n = 0, workers_sum = 0, bound_sum = 0;
   std::int64_t skipped = 0;
 };
 MetricsBase metrics_base(const Recorder& recorder, std::int64_t skipped);

@@ -204,6 +204,8 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     r.occupancy_sum.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(in_flight, 0)),
                               std::memory_order_relaxed);
     r.occupancy_n.fetch_add(1, std::memory_order_relaxed);
+    r.bound_sum.fetch_add(static_cast<std::uint64_t>(core_.in_flight_bound()),
+                          std::memory_order_relaxed);
     r.workers_sum.fetch_add(static_cast<std::uint64_t>(core_.workers_in_use()),
                             std::memory_order_relaxed);
   }
