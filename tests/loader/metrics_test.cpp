@@ -289,23 +289,35 @@ TEST_CASE("metrics can be turned off, and then record nothing") {
 }
 
 #if !defined(__SANITIZE_THREAD__)
-TEST_CASE("worker processes' figures reach the parent") {
-  LoaderOptions<> o;
-  o.batch_size = 4;
-  o.num_workers = 2;
-  o.executor = Executor::processes;
-  auto loader = make_data_loader(SlowDataset{40, Stage::decode, 1}, o);
-  CHECK(drain(loader) == 40);
-  const Metrics m = loader.metrics();
-  CHECK(m.stage(Stage::decode).count == 40);
-  CHECK(m.stage(Stage::collate).count == 10);
-  CHECK(m.samples == 40);
+namespace {
+
+// Two worker processes recorded a `samples`-sample epoch of SlowDataset(decode), batch 4.
+void check_process_metrics(const Metrics& m, std::int64_t samples) {
+  CHECK(m.stage(Stage::decode).count == samples);
+  CHECK(m.stage(Stage::collate).count == samples / 4);
+  CHECK(m.samples == samples);
   REQUIRE(m.workers.size() == 2);
   for (const auto& w : m.workers) {
     CHECK(w.pid != ::getpid());
     CHECK(w.busy_fraction > 0);
   }
   CHECK(m.workers[0].pid != m.workers[1].pid);
+}
+
+LoaderOptions<> two_processes() {
+  LoaderOptions<> o;
+  o.batch_size = 4;
+  o.num_workers = 2;
+  o.executor = Executor::processes;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("worker processes' figures reach the parent") {
+  auto loader = make_data_loader(SlowDataset{40, Stage::decode, 1}, two_processes());
+  CHECK(drain(loader) == 40);
+  check_process_metrics(loader.metrics(), 40);
 }
 #endif
 
@@ -411,27 +423,34 @@ TEST_CASE("the trace holds every delivered sample's spans on well-nested tracks"
 }
 
 #if !defined(__SANITIZE_THREAD__)
-TEST_CASE("worker processes' spans appear in the trace with their pids") {
-  const std::string path = temp_path("processes.json");
-  {
-    LoaderOptions<> o;
-    o.batch_size = 4;
-    o.num_workers = 2;
-    o.executor = Executor::processes;
-    o.trace = path;
-    auto loader = make_data_loader(SlowDataset{24, Stage::transform, 1}, o);
-    CHECK(drain(loader) == 24);
-  }
+namespace {
+
+// The trace at `path` holds a read span for each of `samples` samples and a collate per batch
+// of 4, from two worker processes, well nested; the file is removed.
+void check_process_trace(const std::string& path, std::int64_t samples) {
   std::ifstream in(path);
   const json trace = json::parse(in);
   std::set<int> pids;
   const auto [reads, collates] = reads_and_collates(trace, &pids);
-  for (std::int64_t i = 0; i < 24; ++i) CHECK_MESSAGE(reads.count(i) == 1, "sample ", i);
-  CHECK(collates.size() == 6);
+  for (std::int64_t i = 0; i < samples; ++i) CHECK_MESSAGE(reads.count(i) == 1, "sample ", i);
+  CHECK(static_cast<std::int64_t>(collates.size()) == samples / 4);
   CHECK(pids.size() == 2);
   CHECK(pids.count(::getpid()) == 0);
   for (const auto& [track, spans] : tracks_of(trace)) check_nesting(spans);
   std::filesystem::remove(path);
+}
+
+}  // namespace
+
+TEST_CASE("worker processes' spans appear in the trace with their pids") {
+  const std::string path = temp_path("processes.json");
+  {
+    LoaderOptions<> o = two_processes();
+    o.trace = path;
+    auto loader = make_data_loader(SlowDataset{24, Stage::transform, 1}, o);
+    CHECK(drain(loader) == 24);
+  }
+  check_process_trace(path, 24);
 }
 #endif
 
@@ -440,35 +459,14 @@ TEST_CASE("fork-server workers' figures and spans reach the parent") {
   REQUIRE(forkserver_running());
   const std::string path = temp_path("forkserver.json");
   {
-    LoaderOptions<> o;
-    o.batch_size = 4;
-    o.num_workers = 2;
-    o.executor = Executor::processes;
+    LoaderOptions<> o = two_processes();
     o.process_start = ProcessStart::forkserver;
     o.trace = path;
     auto loader = make_data_loader(SlowDataset{24, Stage::decode, 1}, o);
     CHECK(drain(loader) == 24);
-    const Metrics m = loader.metrics();
-    CHECK(m.stage(Stage::decode).count == 24);
-    CHECK(m.stage(Stage::collate).count == 6);
-    CHECK(m.samples == 24);
-    REQUIRE(m.workers.size() == 2);
-    for (const auto& w : m.workers) {
-      CHECK(w.pid != ::getpid());
-      CHECK(w.busy_fraction > 0);
-    }
-    CHECK(m.workers[0].pid != m.workers[1].pid);
+    check_process_metrics(loader.metrics(), 24);
   }
-  std::ifstream in(path);
-  const json trace = json::parse(in);
-  std::set<int> pids;
-  const auto [reads, collates] = reads_and_collates(trace, &pids);
-  for (std::int64_t i = 0; i < 24; ++i) CHECK_MESSAGE(reads.count(i) == 1, "sample ", i);
-  CHECK(collates.size() == 6);
-  CHECK(pids.size() == 2);
-  CHECK(pids.count(::getpid()) == 0);
-  for (const auto& [track, spans] : tracks_of(trace)) check_nesting(spans);
-  std::filesystem::remove(path);
+  check_process_trace(path, 24);
 }
 #endif
 
@@ -518,11 +516,7 @@ TEST_CASE("an iterable dataset's pulls are its read, per worker") {
 
 #if !defined(__SANITIZE_THREAD__)
 TEST_CASE("an iterable dataset's pulls in worker processes reach the parent") {
-  LoaderOptions<> o;
-  o.batch_size = 4;
-  o.num_workers = 2;
-  o.executor = Executor::processes;
-  auto loader = make_data_loader(SlowStream{}, o);
+  auto loader = make_data_loader(SlowStream{}, two_processes());
   std::int64_t n = 0;
   for (auto& batch : loader) n += batch.size(0);
   CHECK(n == 24);
