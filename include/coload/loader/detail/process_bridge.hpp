@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "coload/collate/wire.hpp"
+#include "coload/core/warning.hpp"
 #include "coload/coro/detached.hpp"
 #include "coload/coro/sync_wait.hpp"
 #include "coload/coro/task.hpp"
@@ -250,12 +251,20 @@ class ProcessBridge {
       fetcher->world_size = std::get<7>(sent);
       // The parent's metrics shards and trace file: this process records into worker `id`'s
       // (the work's start binds it), as a worker forked from the parent does. Kept until the
-      // process exits.
+      // process exits. A worker that cannot join (its trace file gone) serves unrecorded
+      // rather than die.
       std::unique_ptr<Recorder> recorder;
       if (metrics_fd >= 0) {
         const auto& [workers, enabled, trace, base] = view;
-        recorder = std::make_unique<Recorder>(Recorder::Joined{metrics_fd, workers, enabled, trace, base});
-        fetcher->recorder = recorder.get();
+        try {
+          recorder = std::make_unique<Recorder>(
+              Recorder::Joined{metrics_fd, workers, enabled, trace, base});
+          fetcher->recorder = recorder.get();
+        } catch (const std::exception& e) {
+          coload::detail::warn_once("forkserver-metrics",
+                                    std::string("a fork-server worker records no "
+                                                "metrics: ") + e.what());
+        }
       }
       ChildLink link(socket);
       run_child(link, id, child_work(*fetcher));
