@@ -11,9 +11,21 @@
 
 namespace coload::detail {
 
-WorkerTuner::WorkerTuner(int max_workers) noexcept : max_workers_(std::max(1, max_workers)) {}
+WorkerTuner::WorkerTuner(int max_workers, int span) noexcept
+    : max_workers_(std::max(1, max_workers)), span_(std::clamp(span, 1, max_span)) {}
+
+double WorkerTuner::span_rate() const noexcept {
+  double seconds = 0;
+  double batches = 0;
+  for (int i = 0; i < std::min(span_windows_, span_); ++i) {
+    seconds += span_seconds_[i];
+    batches += span_batches_[i];
+  }
+  return seconds > 0 ? batches / seconds : 0;
+}
 
 int WorkerTuner::change(int by) noexcept {
+  span_windows_ = 0;
   workers_ += by;
   if (by > 0) ++grown_;
   if (by < 0) ++shrunk_;
@@ -28,7 +40,13 @@ int WorkerTuner::decide(const TuningWindow& window) noexcept {
   const double w = workers_;
   const double busy = std::clamp(w - window.worker_idle / window.seconds, 0.0, w);
   const double wait = window.consumer_wait / window.seconds;
-  const double rate = window.batches / window.seconds;
+  span_seconds_[span_windows_ % span_] = window.seconds;
+  span_batches_[span_windows_ % span_] = window.batches;
+  ++span_windows_;
+  // A probe is judged, and a base rate taken, over a whole span at one count.
+  const bool span_full = span_windows_ >= span_;
+  if (probing_ != Probe::none && !span_full) return 0;
+  const double rate = span_rate();
   if (probing_ == Probe::up) {
     probing_ = Probe::none;
     if (rate > base_rate_ * (1 + min_gain)) {
@@ -53,6 +71,7 @@ int WorkerTuner::decide(const TuningWindow& window) noexcept {
       --hold_;
       return 0;
     }
+    if (!span_full) return 0;
     base_rate_ = rate;
     if (workers_ >= max_workers_) {
       // At the maximum: try one fewer. Each added worker was kept on a gain of min_gain, which

@@ -111,6 +111,29 @@ TEST_SUITE("auto_workers") {
     for (int i = 0; i < 5; ++i) CHECK(one.decide(window(0.9, 0.0, 100)) == 0);
   }
 
+  TEST_CASE("over a span of two windows, a probe is judged on both of its windows against "
+            "the two before it") {
+    WorkerTuner t(4, 2);
+    CHECK(t.decide(window(0.5, 0.0, 100)) == 0);  // one window at 1 worker: no base yet
+    CHECK(t.decide(window(0.5, 0.0, 120)) == 1);  // base 110/s: probe 2
+    // The probe's first window alone (+36%) does not decide it; with its second the span's
+    // rate is 111/s, not 2% more than 110: back to 1.
+    CHECK(t.decide(window(0.5, 0.5, 150)) == 0);
+    CHECK(t.workers() == 2);
+    CHECK(t.decide(window(0.5, 0.5, 72)) == -1);
+    CHECK(t.workers() == 1);
+    // Held 2 windows; the base then is the last two windows at 1 worker: (90 + 110) / 2.
+    CHECK(t.decide(window(0.5, 0.0, 90)) == 0);
+    CHECK(t.decide(window(0.5, 0.0, 110)) == 0);
+    CHECK(t.decide(window(0.5, 0.0, 100)) == 1);  // base (110 + 100) / 2 = 105/s
+    CHECK(t.decide(window(0.5, 0.2, 100)) == 0);
+    CHECK(t.decide(window(0.5, 0.2, 116)) == 1);  // 108/s > 105 x 1.02: kept, 3 tried at once
+    CHECK(t.workers() == 3);
+    CHECK(t.tuning().grown == 3);
+    CHECK(t.tuning().shrunk == 1);
+    CHECK(t.tuning().windows == 9);
+  }
+
   TEST_CASE("a worker that does not raise the rate is taken back, and tried again after a "
             "hold that doubles") {
     WorkerTuner t(8);

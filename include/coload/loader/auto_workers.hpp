@@ -44,7 +44,12 @@ struct TuningWindow {
 /// The rule behind auto_workers, apart from any clock so that it can be tested on its own: a
 /// hill climb on the batches delivered per second. With `w` workers in use, the consumer
 /// waited wait = consumer_wait / seconds of the window, and busy = w - worker_idle / seconds
-/// workers were busy on average:
+/// workers were busy on average. Rates are compared over spans of `span` windows (the last
+/// ones at the current count): a probe is judged once it has run that many, against the rate
+/// of the span before it. (The loader uses 2: on short epochs a window's rate depends on
+/// where in the epoch it falls, by about 8% between an epoch's first and second 10 ms window
+/// on the overhead workload, more than the gains judged; a span of one window let a probe
+/// made at an epoch's end be judged on the next epoch's slow start.)
 ///   - after a window that tried one more worker (a probe): keep it if batches/s rose by more
 ///     than min_gain over the window before, else go back to w - 1 and try again only after
 ///     a hold of 2, 4, 8, ... windows (up to max_hold; a kept worker resets it);
@@ -65,8 +70,12 @@ class WorkerTuner {
   static constexpr double spare = 0.75;
   static constexpr int max_hold = 64;
 
-  /// Starts with one worker, allowing up to `max_workers` (at least one).
-  explicit WorkerTuner(int max_workers) noexcept;
+  /// The longest span (windows per comparison).
+  static constexpr int max_span = 4;
+
+  /// Starts with one worker, allowing up to `max_workers` (at least one), comparing rates
+  /// over `span` windows (clamped to 1..max_span).
+  explicit WorkerTuner(int max_workers, int span = 1) noexcept;
 
   /// The workers to use now.
   int workers() const noexcept { return workers_; }
@@ -77,8 +86,15 @@ class WorkerTuner {
 
  private:
   int change(int by) noexcept;
+  /// Batches per second over the span's windows at the current count.
+  double span_rate() const noexcept;
 
   int max_workers_;
+  int span_;
+  // The last span_ windows at the current count (a ring; emptied by every change).
+  double span_seconds_[max_span] = {};
+  double span_batches_[max_span] = {};
+  int span_windows_ = 0;  // windows at the current count so far
   int workers_ = 1;
   enum class Probe { none, up, down };
   Probe probing_ = Probe::none;  // the last change was a probe, judged by the next window

@@ -336,6 +336,8 @@ class LoaderCore {
   /// are compared, and a window of one or two large batches says little).
   static constexpr std::chrono::milliseconds tune_window{10};
   static constexpr std::int64_t tune_batches = 4;
+  /// The windows over which auto_workers compares rates (WorkerTuner's span).
+  static constexpr int tune_span = 2;
   /// Where runs record the position their consumer stopped at (any thread).
   const std::shared_ptr<StoppedEpoch>& stopped() const noexcept { return resume_.stopped(); }
   /// Worker `id` of `n` for an epoch whose worker seed is `seed` (any thread).
@@ -581,7 +583,7 @@ class LoaderCore {
   static std::optional<WorkerTuner> auto_tuner(const LoaderOptions<C>& o) {
     if (o.num_workers != auto_workers) return std::nullopt;
     check_auto_workers(iterable, o.executor == Executor::processes);
-    return WorkerTuner(max_auto_workers());
+    return WorkerTuner(max_auto_workers(), tune_span);
   }
   /// `o` with auto_workers replaced by the threads it may use (all started, most asleep).
   static LoaderOptions<C> resolve_workers(LoaderOptions<C>&& o) {
