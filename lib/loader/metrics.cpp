@@ -64,6 +64,14 @@ std::string Metrics::report() const {
            " of the epoch on the driver, which draws one batch at a time: a cheaper sampler "
            "would help";
   }
+  // Copies to the device run on the driver, off the workers: when they take the epoch, the
+  // workers idle behind them and neither more workers nor more prefetching would help.
+  const double copying = stages[static_cast<std::size_t>(Stage::copy)].seconds / seconds;
+  if (!workers.empty() && busy < 0.75 && copying >= 0.25) {
+    return out + "copying batches to the device took " + percent(copying) +
+           " of the epoch: fewer bytes per batch (uint8 images normalised on the device, say) "
+           "would help";
+  }
   if (workers.empty()) {
     out += "num_workers > 0 or a cheaper " + top + " would help";
   } else if (busy >= 0.75) {

@@ -218,6 +218,41 @@ TEST_CASE("the verdict names a slow sampler, not the idle workers' stages") {
                     "sampler would help") != std::string::npos);
 }
 
+TEST_CASE("the verdict names pinning and device copies when they take the time") {
+  // No GPU here to make them slow on purpose: the snapshots a slow pin or copy would give.
+  Metrics m;
+  m.seconds = 2.0;
+  m.batches = 20;
+  m.samples = 640;
+  m.wait_fraction = 0.5;
+  m.wait_seconds = 1.0;
+  auto at = [](Stage s) { return static_cast<std::size_t>(s); };
+  SUBCASE("pinning, on the workers") {
+    m.workers = {{0, 1, 0.95}, {1, 1, 0.97}};
+    m.worker_seconds[at(Stage::decode)] = 0.8;
+    m.worker_seconds[at(Stage::pin)] = 2.6;
+    m.stages[at(Stage::pin)] = StageMetrics{20, 2.6, 130, 140, 150};
+    const std::string report = m.report();
+    CAPTURE(report);
+    CHECK(report == "input-bound: the trainer waited 50% of the epoch; workers 96% busy, pin 76% "
+                    "of their time, decode 24%: more workers or a cheaper pin would help");
+  }
+  SUBCASE("device copies, on the driver") {
+    m.workers = {{0, 1, 0.30}, {1, 1, 0.20}};
+    m.worker_seconds[at(Stage::decode)] = 1.0;
+    m.stages[at(Stage::copy)] = StageMetrics{20, 1.2, 60, 70, 80};
+    const std::string report = m.report();
+    CAPTURE(report);
+    CHECK(report == "input-bound: the trainer waited 50% of the epoch; workers 25% busy, decode "
+                    "100% of their time: copying batches to the device took 60% of the epoch: "
+                    "fewer bytes per batch (uint8 images normalised on the device, say) would "
+                    "help");
+    // Under a quarter of the epoch, the copies are not what holds the workers back.
+    m.stages[at(Stage::copy)].seconds = 0.4;
+    CHECK(m.report().find("copying") == std::string::npos);
+  }
+}
+
 TEST_CASE("the verdict blames the model when the consumer is the slow side") {
   // Cheap samples, a consumer that takes 5 ms a batch: the workers keep ahead of it.
   auto loader = make_data_loader(SlowDataset{64, Stage::sample, 0},
