@@ -25,6 +25,11 @@ inline std::optional<int> parse_workers(const std::string& s) {
   }
   return std::atoi(s.c_str());
 }
+/// The `--workers` check for CLI11's check(): empty when parse_workers reads `s`, else what is
+/// wrong with it.
+inline std::string workers_error(const std::string& s) {
+  return parse_workers(s) ? std::string() : "expected a count >= 0 or auto, got " + s;
+}
 /// "auto" or the count, as parse_workers reads it.
 inline std::string workers_name(int workers) {
   return workers < 0 ? std::string("auto") : std::to_string(workers);

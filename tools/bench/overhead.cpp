@@ -114,9 +114,7 @@ Args parse_args(int argc, char** argv) {
   app.add_option("--workers", workers,
                  "coload's num_workers: a count, or auto (coload::auto_workers); the other "
                  "loaders keep theirs")
-      ->check([](const std::string& v) {
-        return parse_workers(v) ? std::string() : "expected a count >= 0 or auto, got " + v;
-      })
+      ->check(workers_error)
       ->capture_default_str();
   try {
     app.parse(argc, argv);

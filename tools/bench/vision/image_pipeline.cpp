@@ -129,9 +129,7 @@ Args parse_args(int argc, char** argv) {
   app.add_option("--workers", workers,
                  "coload's num_workers (threads): a count, or auto (coload::auto_workers); "
                  "PyTorch and decode_only keep 2")
-      ->check([](const std::string& v) {
-        return parse_workers(v) ? std::string() : "expected a count >= 0 or auto, got " + v;
-      })
+      ->check(workers_error)
       ->capture_default_str();
   app.add_flag_callback("--skip-decode-only", [&a] { a.decode_only = false; },
                         "do not run the decode_only floor (reported as null)");
