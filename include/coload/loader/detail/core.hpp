@@ -333,8 +333,12 @@ class LoaderCore {
     return change;
   }
   /// The shortest window auto_workers judges: this long, and this many batches (its rates
-  /// are compared, and a window of one or two large batches says little).
-  static constexpr std::chrono::milliseconds tune_window{10};
+  /// are compared, and a window of one or two large batches says little). 3 ms: with 10 ms
+  /// the overhead workload's 20 ms epochs held one or two windows each, and climbing from one
+  /// worker to four (2 windows a step, see tune_span) took most of a 10-epoch run; with 3 ms
+  /// it is done within the warm-up epoch. Slow batches (images: 30 ms) are bounded by the
+  /// batch count instead.
+  static constexpr std::chrono::milliseconds tune_window{3};
   static constexpr std::int64_t tune_batches = 4;
   /// The windows over which auto_workers compares rates (WorkerTuner's span).
   static constexpr int tune_span = 2;
