@@ -50,10 +50,10 @@ struct TuningWindow {
 /// where in the epoch it falls, by about 8% between an epoch's first and second 10 ms window
 /// on the overhead workload, more than the gains judged; a span of one window let a probe
 /// made at an epoch's end be judged on the next epoch's slow start.)
-///   - after a window that tried one more worker (a probe): keep it if batches/s rose by more
-///     than min_gain over the window before, else go back to w - 1 and try again only after
+///   - after a span that tried one more worker (a probe): keep it if batches/s rose by more
+///     than min_gain over the span before, else go back to w - 1 and try again only after
 ///     a hold of 2, 4, 8, ... windows (up to max_hold; a kept worker resets it);
-///   - after a window that tried one fewer at the maximum (a probe down): stay at w - 1 if
+///   - after a span that tried one fewer at the maximum (a probe down): stay at w - 1 if
 ///     batches/s did not fall, else go back to w; either way hold the next probe as above;
 ///   - else, when wait >= grow_wait and w < max_workers: probe w + 1. Waiting says only that
 ///     the input side is behind, not why (busy workers, or idle ones whose batches are in
@@ -97,8 +97,8 @@ class WorkerTuner {
   int span_windows_ = 0;  // windows at the current count so far
   int workers_ = 1;
   enum class Probe { none, up, down };
-  Probe probing_ = Probe::none;  // the last change was a probe, judged by the next window
-  double base_rate_ = 0;   // batches/s of the window before the probe
+  Probe probing_ = Probe::none;  // the last change was a probe, judged by the next span
+  double base_rate_ = 0;   // batches/s of the span before the probe
   int hold_ = 0;           // windows to wait before the next probe
   int next_hold_ = 2;      // the hold after the next probe that does not pay
   std::int64_t windows_ = 0;
