@@ -133,6 +133,13 @@ Recorder::Recorder(int workers, bool enabled, const std::string& trace_path)
 Recorder::Recorder(const Joined& j)
     : enabled_(j.enabled), workers_(std::max(j.workers, 1)), count_(workers_ + 3), owner_(false) {
   bytes_ = sizeof(Shard) * static_cast<std::size_t>(count_);
+  // The trace first: a constructor that throws after the mapping would leave it mapped.
+  try {
+    if (!j.trace_path.empty()) tracer_ = std::make_unique<Tracer>(j.trace_path, j.trace_base_ns);
+  } catch (...) {
+    ::close(j.fd);
+    throw;
+  }
   struct stat st {};
   if (::fstat(j.fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < bytes_) {
     ::close(j.fd);
@@ -146,7 +153,6 @@ Recorder::Recorder(const Joined& j)
     throw SystemError(err, std::generic_category(), "metrics: cannot map the parent's shards");
   }
   shards_ = static_cast<Shard*>(p);
-  if (!j.trace_path.empty()) tracer_ = std::make_unique<Tracer>(j.trace_path, j.trace_base_ns);
 }
 
 Recorder::Joined Recorder::joined() const {

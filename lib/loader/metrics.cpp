@@ -129,7 +129,7 @@ MetricsBase metrics_base(const Recorder& recorder, std::int64_t skipped) {
 }
 
 Metrics make_metrics(const Recorder& recorder, const MetricsBase& base, double seconds,
-                     std::int64_t skipped, std::int64_t bound) {
+                     std::int64_t skipped) {
   Metrics m;
   m.enabled = recorder.enabled();
   m.seconds = seconds;
@@ -185,12 +185,14 @@ Metrics make_metrics(const Recorder& recorder, const MetricsBase& base, double s
   if (m.samples < 0) m.samples = 0;
   m.errors = static_cast<std::int64_t>(now.errors - base.errors);
   const std::uint64_t n = now.occupancy_n - base.occupancy_n;
-  if (n > 0 && bound > 0) {
-    // Against the bound at each dispatch, which auto_workers moves with the worker count.
+  if (n > 0) {
+    // Against the bound at each dispatch (summed with the occupancy there), which auto_workers
+    // moves with the worker count.
     const std::uint64_t bounds = now.bound_sum - base.bound_sum;
-    m.occupancy = static_cast<double>(now.occupancy_sum - base.occupancy_sum) /
-                  (bounds > 0 ? static_cast<double>(bounds)
-                              : static_cast<double>(n) * static_cast<double>(bound));
+    if (bounds > 0) {
+      m.occupancy = static_cast<double>(now.occupancy_sum - base.occupancy_sum) /
+                    static_cast<double>(bounds);
+    }
     m.num_workers = static_cast<double>(now.workers_sum - base.workers_sum) / static_cast<double>(n);
   }
   return m;

@@ -66,9 +66,9 @@ struct MetricsBase {
   std::int64_t skipped = 0;
 };
 MetricsBase metrics_base(const Recorder& recorder, std::int64_t skipped);
-/// The window from `base` to now, lasting `seconds`, for a loader with in-flight bound `bound`.
+/// The window from `base` to now, lasting `seconds`.
 Metrics make_metrics(const Recorder& recorder, const MetricsBase& base, double seconds,
-                     std::int64_t skipped, std::int64_t bound);
+                     std::int64_t skipped);
 }  // namespace detail
 
 }  // namespace coload

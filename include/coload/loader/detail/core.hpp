@@ -163,13 +163,13 @@ class LoaderCore {
   Metrics metrics() const {
     std::lock_guard lock(window_mutex_);
     const double seconds = static_cast<double>(epoch_ns_locked()) / 1e9;
-    return make_metrics(*recorder_, epoch_base_, seconds, skipped(), in_flight_bound());
+    return make_metrics(*recorder_, epoch_base_, seconds, skipped());
   }
   /// Every epoch's measurements so far, as one window.
   Metrics total_metrics() const {
     std::lock_guard lock(window_mutex_);
     const double seconds = static_cast<double>(finished_ns_ + epoch_ns_locked()) / 1e9;
-    return make_metrics(*recorder_, MetricsBase{}, seconds, skipped(), in_flight_bound());
+    return make_metrics(*recorder_, MetricsBase{}, seconds, skipped());
   }
   /// The recorder (any thread).
   Recorder& recorder() noexcept { return *recorder_; }
