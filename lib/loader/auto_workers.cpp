@@ -26,6 +26,7 @@ double WorkerTuner::span_rate() const noexcept {
 
 int WorkerTuner::change(int by) noexcept {
   span_windows_ = 0;
+  idle_windows_ = 0;
   workers_ += by;
   if (by > 0) ++grown_;
   if (by < 0) ++shrunk_;
@@ -40,6 +41,10 @@ int WorkerTuner::decide(const TuningWindow& window) noexcept {
   const double w = workers_;
   const double busy = std::clamp(w - window.worker_idle / window.seconds, 0.0, w);
   const double wait = window.consumer_wait / window.seconds;
+  // The consumer did not wait and one fewer worker would still have been less than `spare`
+  // busy: a worker to spare, if that holds over a whole span.
+  const bool idle = workers_ > 1 && wait < grow_wait && busy <= spare * (w - 1);
+  idle_windows_ = idle ? idle_windows_ + 1 : 0;
   span_seconds_[span_windows_ % span_] = window.seconds;
   span_batches_[span_windows_ % span_] = window.batches;
   ++span_windows_;
@@ -51,8 +56,11 @@ int WorkerTuner::decide(const TuningWindow& window) noexcept {
     probing_ = Probe::none;
     if (rate > base_rate_ * (1 + min_gain)) {
       next_hold_ = 2;  // it paid: the next probe may follow at once (below)
-      // At the maximum the next probe would be one fewer, just measured worse: not at once.
-      if (workers_ >= max_workers_) hold_ = next_hold_;
+      // At the maximum the next probe would be one fewer, just measured worse: not at once,
+      // and later after each probe down (a kept probe up does not reset this hold, or a
+      // probe down kept on noise and the probe up that undoes it would cycle every few
+      // windows).
+      if (workers_ >= max_workers_) hold_ = down_hold_;
     } else {
       hold_ = next_hold_;
       next_hold_ = std::min(2 * next_hold_, max_hold);
@@ -60,11 +68,18 @@ int WorkerTuner::decide(const TuningWindow& window) noexcept {
     }
   } else if (probing_ == Probe::down) {
     probing_ = Probe::none;
-    // One fewer did as well: it stays (the same rate with less CPU). Either way the next
-    // probe waits, as after an added worker that did not pay.
+    if (rate < base_rate_) {
+      // Slower with one fewer: the maximum is confirmed, and the next probe down waits the
+      // longest hold. Each probe down costs its span at one fewer plus the refill around two
+      // changes; held only 2, 4, 8, ... windows they took 1-3% of a short run's rate.
+      hold_ = down_hold_ = max_hold;
+      return change(1);
+    }
+    down_hold_ = std::min(2 * down_hold_, max_hold);
+    // One fewer did as well: it stays (the same rate with less CPU), and the next probe waits
+    // as after an added worker that did not pay.
     hold_ = next_hold_;
     next_hold_ = std::min(2 * next_hold_, max_hold);
-    if (rate < base_rate_) return change(1);
   }
   if (wait >= grow_wait) {
     if (hold_ > 0) {
@@ -83,7 +98,7 @@ int WorkerTuner::decide(const TuningWindow& window) noexcept {
     probing_ = Probe::up;
     return change(1);
   }
-  if (workers_ > 1 && busy <= spare * (w - 1)) return change(-1);
+  if (idle && idle_windows_ >= span_) return change(-1);
   return 0;
 }
 

@@ -96,19 +96,30 @@ TEST_SUITE("auto_workers") {
     CHECK(t.decide(window(0.3, 0.5, 160)) == 0);  // +7%: kept; at the maximum, held 2
     CHECK(t.decide(window(0.3, 0.5, 160)) == 0);
     CHECK(t.decide(window(0.3, 0.5, 160)) == -1);  // one fewer tried
-    CHECK(t.decide(window(0.3, 0.2, 150)) == 1);   // slower: back to 3, held 2
+    CHECK(t.decide(window(0.3, 0.2, 150)) == 1);   // slower: back to 3, held max_hold
     CHECK(t.workers() == 3);
-    CHECK(t.decide(window(0.3, 0.5, 160)) == 0);
-    CHECK(t.decide(window(0.3, 0.5, 160)) == 0);
+    for (int i = 0; i < WorkerTuner::max_hold; ++i) CHECK(t.decide(window(0.3, 0.5, 160)) == 0);
     CHECK(t.decide(window(0.3, 0.5, 160)) == -1);  // tried again
-    CHECK(t.decide(window(0.3, 0.1, 175)) == 0);   // 2 do better than 3 did: kept, held 4
+    CHECK(t.decide(window(0.3, 0.1, 175)) == 0);   // 2 do better than 3 did: kept, held 2
     CHECK(t.workers() == 2);
-    for (int i = 0; i < 3; ++i) CHECK(t.decide(window(0.3, 0.1, 175)) == 0);
+    CHECK(t.decide(window(0.3, 0.1, 175)) == 0);
     CHECK(t.decide(window(0.3, 0.1, 175)) == 1);   // and 3 probed again, up
     CHECK(t.decide(window(0.3, 0.5, 170)) == -1);  // which does not pay: back to 2
     CHECK(t.workers() == 2);
     WorkerTuner one(1);
     for (int i = 0; i < 5; ++i) CHECK(one.decide(window(0.9, 0.0, 100)) == 0);
+    // A probe down kept, then the maximum regained: the next probe down waits twice as long.
+    WorkerTuner u(2);
+    CHECK(u.decide(window(0.5, 0.0, 100)) == 1);
+    CHECK(u.decide(window(0.5, 0.0, 150)) == 0);  // kept, at the maximum: held 2
+    CHECK(u.decide(window(0.5, 0.0, 150)) == 0);
+    CHECK(u.decide(window(0.5, 0.0, 150)) == -1);  // probe down
+    CHECK(u.decide(window(0.5, 0.0, 150)) == 0);   // as fast: kept, held 2
+    CHECK(u.decide(window(0.5, 0.0, 150)) == 0);
+    CHECK(u.decide(window(0.5, 0.0, 150)) == 1);   // probe up
+    CHECK(u.decide(window(0.5, 0.0, 160)) == 0);   // kept: held 4 now
+    for (int i = 0; i < 3; ++i) CHECK(u.decide(window(0.5, 0.0, 160)) == 0);
+    CHECK(u.decide(window(0.5, 0.0, 160)) == -1);
   }
 
   TEST_CASE("over a span of two windows, a probe is judged on both of its windows against "
@@ -183,6 +194,32 @@ TEST_SUITE("auto_workers") {
     // A window of no length is not judged.
     CHECK(u.decide(TuningWindow{0.0, 0.0, 0.0, 0.0}) == 0);
     CHECK(u.tuning().windows == 12);
+  }
+
+  TEST_CASE("over a span of two windows, a worker is removed only when two windows in a row "
+            "had one to spare") {
+    WorkerTuner t(4, 2);
+    t.decide(window(0.5, 0.0, 100));
+    REQUIRE(t.decide(window(0.5, 0.0, 100)) == 1);  // probe 2
+    CHECK(t.decide(window(0.5, 0.0, 150)) == 0);
+    REQUIRE(t.decide(window(0.5, 0.0, 150)) == 1);  // 2 kept, probe 3
+    CHECK(t.decide(window(0.4, 0.5, 180)) == 0);
+    REQUIRE(t.decide(window(0.4, 0.5, 180)) == 1);  // 3 kept, probe 4
+    CHECK(t.decide(window(0.3, 0.5, 200)) == 0);
+    CHECK(t.decide(window(0.3, 0.5, 200)) == 0);  // +11%: kept; at the maximum, held
+    REQUIRE(t.workers() == 4);
+    // One window where the consumer did not wait and 2 of 4 workers idled, between windows
+    // where it waited: nothing removed.
+    CHECK(t.decide(window(0.0, 2.0)) == 0);
+    CHECK(t.decide(window(0.1, 0.5)) == 0);
+    CHECK(t.decide(window(0.0, 2.0)) == 0);
+    CHECK(t.workers() == 4);
+    // Two in a row: one removed; then two more at 3 for the next.
+    CHECK(t.decide(window(0.0, 2.0)) == -1);
+    CHECK(t.decide(window(0.0, 1.5)) == 0);
+    CHECK(t.decide(window(0.0, 1.5)) == -1);
+    CHECK(t.workers() == 2);
+    CHECK(t.tuning().shrunk == 2);
   }
 
   TEST_CASE("batches are bitwise the same under auto_workers as under any fixed count") {

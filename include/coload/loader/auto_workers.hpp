@@ -54,14 +54,19 @@ struct TuningWindow {
 ///     than min_gain over the span before, else go back to w - 1 and try again only after
 ///     a hold of 2, 4, 8, ... windows (up to max_hold; a kept worker resets it);
 ///   - after a span that tried one fewer at the maximum (a probe down): stay at w - 1 if
-///     batches/s did not fall, else go back to w; either way hold the next probe as above;
+///     batches/s did not fall, and hold the next probe as above; else go back to w and hold
+///     the next probe max_hold windows (the maximum is confirmed: a probe down costs a span
+///     at one fewer, which on a short run is rate lost). The hold before a probe down, once
+///     back at the maximum, doubles with each probe down (2, 4, 8, ... windows);
 ///   - else, when wait >= grow_wait and w < max_workers: probe w + 1. Waiting says only that
 ///     the input side is behind, not why (busy workers, or idle ones whose batches are in
 ///     flight, or reads): the rate measured with one more is what decides. At max_workers
 ///     (after a hold of 2 windows once the last worker was kept) probe w - 1 instead: a worker
 ///     kept on a noisy window's gain is tested again;
 ///   - else, when wait < grow_wait and busy <= spare x (w - 1) (the consumer is the
-///     bottleneck and one fewer would still be less than `spare` busy): remove one, down to one;
+///     bottleneck and one fewer would still be less than `spare` busy) in each of the last
+///     `span` windows at this count: remove one, down to one (a single window where the
+///     consumer happened not to wait took workers the run needed);
 ///   - else keep.
 class WorkerTuner {
  public:
@@ -95,12 +100,14 @@ class WorkerTuner {
   double span_seconds_[max_span] = {};
   double span_batches_[max_span] = {};
   int span_windows_ = 0;  // windows at the current count so far
+  int idle_windows_ = 0;  // consecutive windows, at the current count, with a worker to spare
   int workers_ = 1;
   enum class Probe { none, up, down };
   Probe probing_ = Probe::none;  // the last change was a probe, judged by the next span
   double base_rate_ = 0;   // batches/s of the span before the probe
   int hold_ = 0;           // windows to wait before the next probe
   int next_hold_ = 2;      // the hold after the next probe that does not pay
+  int down_hold_ = 2;      // the hold before a probe down, once at the maximum
   std::int64_t windows_ = 0;
   std::int64_t grown_ = 0;
   std::int64_t shrunk_ = 0;
