@@ -6,18 +6,28 @@
 
 #include <asio/executor_work_guard.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 namespace coload::detail {
+
+namespace {
+// The driver whose work the calling thread runs inline (Driver::Inline), or nullptr.
+thread_local const void* t_inline_driver = nullptr;
+}  // namespace
 
 struct Driver::State {
   asio::io_context context{1};
   asio::executor_work_guard<asio::io_context::executor_type> guard{context.get_executor()};
   std::thread thread;
-  std::thread::id id;
+  // NOTE: atomic: a lazy driver's thread starts while other threads may ask on_driver_thread.
+  std::atomic<std::thread::id> id{};
+  bool lazy = false;
+  std::atomic<bool> started{false};
   std::mutex mutex;
   std::condition_variable ended_cv;
   bool ended = false;
@@ -33,12 +43,40 @@ struct Driver::State {
 };
 
 Driver::Driver() : state_(std::make_shared<State>()) {
-  state_->thread = std::thread([s = state_.get()] { s->run(); });
-  state_->id = state_->thread.get_id();
-  pthread_setname_np(state_->thread.native_handle(), "coload-driver");
+  start_thread();
 }
 
 Driver::Driver(Idle) : state_(std::make_shared<State>()) {}
+
+Driver::Driver(Lazy) : state_(std::make_shared<State>()) {
+  state_->lazy = true;
+}
+
+void Driver::start_thread() {
+  state_->thread = std::thread([s = state_.get()] { s->run(); });
+  state_->id.store(state_->thread.get_id());
+  pthread_setname_np(state_->thread.native_handle(), "coload-driver");
+  state_->started.store(true, std::memory_order_release);
+}
+
+bool Driver::runs_inline() const noexcept {
+  return state_->lazy && !state_->started.load(std::memory_order_acquire);
+}
+
+void Driver::start() {
+  if (runs_inline()) start_thread();
+}
+
+Driver::Inline::Inline(Driver& driver) noexcept
+    : driver_(driver), previous_(std::exchange(t_inline_driver, driver.state_.get())) {}
+
+Driver::Inline::~Inline() {
+  t_inline_driver = previous_;
+}
+
+void Driver::Inline::run_one() {
+  driver_.state_->context.run_one();
+}
 
 Driver::~Driver() {
   if (state_->thread.joinable()) {
@@ -56,15 +94,25 @@ void Driver::post_resume(std::coroutine_handle<> h) {
   asio::post(keep->context, [h] { h.resume(); });
 }
 bool Driver::on_driver_thread() const noexcept {
-  return std::this_thread::get_id() == state_->id;
+  return t_inline_driver == state_.get() || std::this_thread::get_id() == state_->id.load();
 }
 void Driver::release() noexcept {
   state_->guard.reset();
 }
 void Driver::join() {
-  if (state_->thread.joinable()) state_->thread.join();
+  if (state_->thread.joinable()) {
+    state_->thread.join();
+  } else if (runs_inline()) {
+    Inline here(*this);
+    state_->context.run();
+  }
 }
 bool Driver::wait_for(std::chrono::milliseconds timeout) {
+  if (runs_inline()) {
+    Inline here(*this);
+    state_->context.run_for(timeout);
+    return state_->context.stopped();
+  }
   if (!state_->thread.joinable()) return true;
   std::unique_lock lock(state_->mutex);
   return state_->ended_cv.wait_for(lock, timeout, [this] { return state_->ended; });

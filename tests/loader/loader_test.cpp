@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <map>
 #include <numeric>
@@ -21,6 +22,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "coload/coload.hpp"
@@ -32,6 +34,17 @@ namespace {
 int thread_count() {
   int n = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// Threads of this process named `name` (/proc/self/task/*/comm).
+int threads_named(const std::string& name) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(e.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) ++n;
+  }
   return n;
 }
 
@@ -47,6 +60,29 @@ struct IndexDataset {
   std::int64_t n;
   std::int64_t size() const { return n; }
   std::int64_t get(Index i) const { return i; }
+};
+
+// Records the thread of every get.
+struct ThreadRecordingDataset {
+  struct Seen {
+    std::mutex m;
+    std::vector<std::thread::id> threads;
+  };
+  std::shared_ptr<Seen> seen = std::make_shared<Seen>();
+  std::int64_t size() const { return 6; }
+  std::int64_t get(Index i) const {
+    std::lock_guard lock(seen->m);
+    seen->threads.push_back(std::this_thread::get_id());
+    return i;
+  }
+  // How many gets ran on `id`, and how many elsewhere; forgets them.
+  std::pair<int, int> take(std::thread::id id) const {
+    std::lock_guard lock(seen->m);
+    const auto on = static_cast<int>(std::count(seen->threads.begin(), seen->threads.end(), id));
+    const int off = static_cast<int>(seen->threads.size()) - on;
+    seen->threads.clear();
+    return {on, off};
+  }
 };
 
 // A gate the test opens; workers that reach it wait. Counts arrivals without sleeping.
@@ -629,6 +665,62 @@ TEST_SUITE("loader") {
     // Fetching stops between samples: far fewer gets than the 8 batches x 64 in flight.
     CHECK(gets->load() < 64 * 4);
     CHECK(elapsed < std::chrono::seconds(5));
+  }
+
+  TEST_CASE("with no workers a range-for fetches on the consumer's thread and starts no thread; "
+            "waiting elsewhere starts the driver's") {
+    const auto me = std::this_thread::get_id();
+    const int before = thread_count();
+    const int drivers = threads_named("coload-driver");
+    ThreadRecordingDataset ds;
+    auto loader = make_data_loader(ds, {.batch_size = 2});
+    CHECK(thread_count() == before);
+    std::vector<std::vector<std::int64_t>> lists;
+    for (auto& b : loader) {
+      lists.push_back(to_vector(b));
+      CHECK(thread_count() == before);
+    }
+    CHECK(lists == std::vector<std::vector<std::int64_t>>{{0, 1}, {2, 3}, {4, 5}});
+    CHECK(ds.take(me) == std::pair{6, 0});
+    // async_next needs the driver to run without the consumer: its thread starts, for good.
+    // (A plain handler, which runs on the driver: use_future's would start Asio's system
+    // threads, named after the thread that starts them.)
+    auto next = [&loader] {
+      std::promise<std::optional<at::Tensor>> done;
+      auto got = done.get_future();
+      loader.async_next([&done](std::exception_ptr, std::optional<at::Tensor> batch) {
+        done.set_value(std::move(batch));
+      });
+      return got.get();
+    };
+    auto first = next();
+    REQUIRE(first);
+    CHECK(to_vector(*first) == std::vector<std::int64_t>{0, 1});
+    CHECK(thread_count() == before + 1);
+    CHECK(threads_named("coload-driver") == drivers + 1);
+    while (next()) {
+    }
+    CHECK(ds.take(me) == std::pair{0, 6});
+    lists.clear();
+    for (auto& b : loader) lists.push_back(to_vector(b));
+    CHECK(lists.size() == 3);
+    CHECK(ds.take(me) == std::pair{0, 6});
+    // So does a sync_wait on an epoch's next() (not the loader's range-for).
+    ThreadRecordingDataset ds2;
+    auto other = make_data_loader(ds2, {.batch_size = 3});
+    auto epoch = other.epoch();
+    int batches = 0;
+    while (sync_wait(epoch.next())) ++batches;
+    CHECK(batches == 2);
+    CHECK(ds2.take(me) == std::pair{0, 6});
+    // A timeout needs a driver that runs while a fetch is stuck: it has its thread at once.
+    ThreadRecordingDataset ds3;
+    CHECK(threads_named("coload-driver") == drivers + 2);  // the two loaders' above
+    auto timed = make_data_loader(ds3, {.batch_size = 2, .timeout = 5});
+    CHECK(threads_named("coload-driver") == drivers + 3);
+    for ([[maybe_unused]] auto& b : timed) {
+    }
+    CHECK(ds3.take(me) == std::pair{0, 6});
   }
 
   TEST_CASE("an ended epoch may outlive its loader, and a loader may be move-assigned mid-epoch") {

@@ -36,6 +36,30 @@ class ResumeQueue {
     pending_.store(true, std::memory_order_release);
     ready_.notify_one();
   }
+  /// Resumes posted coroutines on the calling thread until finish() is called; whenever none
+  /// is posted, calls `pump()`, which must do some of the work that posts them (a driver's
+  /// handler run on this thread), instead of waiting for another thread to post.
+  template <class Pump>
+  void run(Pump&& pump) {
+    for (;;) {
+      std::coroutine_handle<> h;
+      {
+        std::lock_guard lock(mutex_);
+        if (!queue_.empty()) {
+          h = queue_.front();
+          queue_.pop_front();
+        } else if (done_) {
+          return;
+        }
+        pending_.store(!queue_.empty() || done_, std::memory_order_relaxed);
+      }
+      if (h) {
+        h.resume();
+      } else {
+        pump();
+      }
+    }
+  }
   /// Resumes posted coroutines on the calling thread until finish() is called.
   void run() {
     for (;;) {
@@ -127,13 +151,10 @@ using await_result_t = decltype(get_awaiter(std::declval<A>()).await_resume());
 
 }  // namespace detail
 
-/// Runs `awaitable` to completion on the calling thread and returns its result (or rethrows).
-///
-/// Coroutines suspended inside it that another thread completes are resumed back on this
-/// thread (through a queue that this call drains), so a sync_wait caller never runs its
-/// continuation on a worker or driver thread.
-template <class Awaitable>
-decltype(auto) sync_wait(Awaitable&& awaitable) {
+namespace detail {
+/// sync_wait, with `drain(queue)` running the resume queue (ResumeQueue::run, or run(pump)).
+template <class Awaitable, class Drain>
+decltype(auto) sync_wait_draining(Awaitable&& awaitable, Drain&& drain) {
   using R = detail::await_result_t<Awaitable>;
   using Stored = std::conditional_t<std::is_reference_v<R>,
                                     std::add_pointer_t<std::remove_reference_t<R>>,
@@ -160,7 +181,7 @@ decltype(auto) sync_wait(Awaitable&& awaitable) {
   task.handle.promise().queue = &queue;
   detail::ResumeQueue* previous = std::exchange(detail::current_resume_queue, &queue);
   task.handle.resume();
-  queue.run();
+  drain(queue);
   detail::current_resume_queue = previous;
   task.handle.destroy();
   if (error) std::rethrow_exception(error);
@@ -169,6 +190,27 @@ decltype(auto) sync_wait(Awaitable&& awaitable) {
   } else if constexpr (!std::is_void_v<R>) {
     return R(std::move(*value));
   }
+}
+}  // namespace detail
+
+/// Runs `awaitable` to completion on the calling thread and returns its result (or rethrows).
+///
+/// Coroutines suspended inside it that another thread completes are resumed back on this
+/// thread (through a queue that this call drains), so a sync_wait caller never runs its
+/// continuation on a worker or driver thread.
+template <class Awaitable>
+decltype(auto) sync_wait(Awaitable&& awaitable) {
+  return detail::sync_wait_draining(std::forward<Awaitable>(awaitable),
+                                    [](detail::ResumeQueue& q) { q.run(); });
+}
+
+/// Like sync_wait, but while nothing has been posted back it calls `pump()` on the calling
+/// thread, which must make progress towards the awaitable's completion itself (run one of its
+/// producer's handlers here) rather than wait for another thread.
+template <class Awaitable, class Pump>
+decltype(auto) sync_wait_pumping(Awaitable&& awaitable, Pump&& pump) {
+  return detail::sync_wait_draining(std::forward<Awaitable>(awaitable),
+                                    [&pump](detail::ResumeQueue& q) { q.run(pump); });
 }
 
 }  // namespace coload

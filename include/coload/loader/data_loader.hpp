@@ -109,7 +109,10 @@ class DataLoader {
   /// auto_workers, replaced by the number of threads it may use).
   const LoaderOptions<C>& options() const noexcept { return core_->options(); }
   /// The driver's executor: where completions without an associated executor run.
-  executor_type get_executor() noexcept { return core_->driver().context().get_executor(); }
+  executor_type get_executor() {
+    core_->start_driver();  // what is posted there must run without the consumer
+    return core_->driver().context().get_executor();
+  }
 
   /// Where the loader stands, between two batches: the epoch in progress (until its consumer
   /// has seen its end, even if the epoch was stopped early) and which of its batches the
@@ -145,11 +148,18 @@ class DataLoader {
     using iterator_concept = std::input_iterator_tag;
 
     iterator() = default;
-    explicit iterator(Epoch<batch_type> epoch) : epoch_(std::move(epoch)) { ++*this; }
+    iterator(Epoch<batch_type> epoch, Core* core) : epoch_(std::move(epoch)), core_(core) {
+      ++*this;
+    }
     batch_type& operator*() noexcept { return *current_; }
     batch_type* operator->() noexcept { return &*current_; }
     iterator& operator++() {
-      current_ = sync_wait(epoch_.next());
+      // With no workers the consumer fetches here, while it waits (LoaderCore::drives_inline).
+      if (core_ && core_->driver().runs_inline()) {
+        current_ = core_->drive(epoch_.next());
+      } else {
+        current_ = sync_wait(epoch_.next());
+      }
       return *this;
     }
     void operator++(int) { ++*this; }
@@ -159,10 +169,11 @@ class DataLoader {
 
    private:
     Epoch<batch_type> epoch_{nullptr};
+    Core* core_ = nullptr;
     std::optional<batch_type> current_;
   };
   /// Starts an epoch and waits for its first batch.
-  iterator begin() { return iterator(epoch()); }
+  iterator begin() { return iterator(epoch(), core_.get()); }
   std::default_sentinel_t end() const noexcept { return {}; }
 
   /// Asynchronously takes the next batch of the loader's current epoch, starting an epoch

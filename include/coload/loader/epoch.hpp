@@ -41,6 +41,9 @@ class EpochChannel {
   virtual std::exception_ptr timeout_error() const = 0;
   /// Stops fetching for this epoch; safe from any thread, idempotent.
   virtual void cancel() = 0;
+  /// The consumer is about to wait outside the loader's own range-for: a driver that runs
+  /// inline (on the consumer's thread, while it waits there) starts its thread.
+  virtual void before_wait() {}
 };
 
 /// Turns a slot the consumer received into the value `next()` returns.
@@ -110,6 +113,7 @@ class Epoch {
         detail::ResumeQueue* queue = detail::current_resume_queue;
         detail::EpochChannel<Batch>* ch = channel;
         if (ch->recorder && ch->recorder->shard_count() > 0) slot.asked_ns = detail::now_ns();
+        ch->before_wait();
         // NOTE: once registered, the driver may resume `h` at any moment (even before this
         // function returns), so nothing of the awaiter is touched after poll_or_wait.
         return ch->handoff.poll_or_wait(

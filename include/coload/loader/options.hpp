@@ -37,7 +37,9 @@ struct LoaderOptions {
   AnySampler sampler{};
   /// Where whole index lists come from; exclusive with batch_size, shuffle, sampler, drop_last.
   AnyBatchSampler batch_sampler{};
-  /// Worker threads fetching and collating; 0 fetches on the loader's driver thread;
+  /// Worker threads fetching and collating; 0 fetches on the consumer's thread while it waits
+  /// in the range-for (on the loader's driver thread where the driver needs one: README,
+  /// Threads);
   /// coload::auto_workers lets the loader choose and adjust the count (auto_workers.hpp).
   int num_workers = 0;
   /// Turns a std::vector of samples into a batch; must be safe to call from several workers.

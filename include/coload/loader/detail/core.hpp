@@ -58,7 +58,9 @@ class LoaderCore {
 
   /// Validates the options and starts the driver and the workers (consumer's thread).
   LoaderCore(D ds, LoaderOptions<C> opts)
-      : tuner_(auto_tuner(opts)), fetcher_(std::move(ds), resolve_workers(std::move(opts))) {
+      : tuner_(auto_tuner(opts)),
+        fetcher_(std::move(ds), resolve_workers(std::move(opts))),
+        driver_(drives_inline(fetcher_.options) ? Driver(Driver::Lazy{}) : Driver()) {
     const LoaderOptions<C>& o = fetcher_.options;
     validate_options(o, LoaderKind{iterable, Plan::per_sample});
     // auto_workers picked its own most (twice the CPUs, max_auto_workers): no warning for it.
@@ -103,7 +105,7 @@ class LoaderCore {
   /// workers and the device (consumer's thread, never the driver's).
   ~LoaderCore() {
     request_stop();
-    driver_.join();
+    join_driver();
     processes_.reset();  // waits for the processes, SIGKILL after a grace period
     fetcher_.executor = nullptr;
     executor_.reset();
@@ -136,6 +138,11 @@ class LoaderCore {
   /// returns (its result is dropped: the epoch is cancelled).
   bool stop_within(std::chrono::milliseconds grace) {
     request_stop();
+    if (driver_.runs_inline()) {
+      // The driver's work runs here; what is left of it is this loader's own, which ends.
+      join_driver();
+      return true;
+    }
     if (driver_.wait_for(grace)) return true;
     std::string who;
     for (const auto& e : fetcher_.board.busy()) {
@@ -153,6 +160,38 @@ class LoaderCore {
          "result");
     return false;
   }
+
+  /// With no workers (threads, no timeout, no pinning or device stage, a synchronous
+  /// dataset), the consumer fetches on its own thread while it waits, as PyTorch's loader
+  /// does with num_workers = 0: the driver's work runs inside drive(), and a thread of its own
+  /// starts only when something else needs it (Epoch::next() awaited outside drive(),
+  /// async_next, the executor). A hand-off between two threads for every batch costs more
+  /// than the fetch itself on small batches, and far more when another thread holds a core.
+  static bool drives_inline(const LoaderOptions<C>& o) noexcept {
+    return o.num_workers == 0 && o.executor == Executor::threads && !(o.timeout > 0) &&
+           !o.pin_memory && !o.device && !Plan::is_async;
+  }
+
+  /// Awaits `awaitable` (the next batch) on the calling thread, running the driver's work
+  /// here while it waits: the range-for's wait when the driver runs inline. The thread's
+  /// metrics binding is the driver's meanwhile, and restored after.
+  template <class Awaitable>
+  auto drive(Awaitable&& awaitable) {
+    ThreadRecording& binding = thread_recording();
+    const ThreadRecording saved = binding;
+    recorder_->bind_thread(Recorder::driver);
+    struct Restore {
+      ThreadRecording& binding;
+      ThreadRecording saved;
+      ~Restore() { binding = saved; }
+    } restore{binding, saved};
+    Driver::Inline here(driver_);
+    // NOTE: noexcept, as the driver thread's run: a handler that throws ends the process.
+    return sync_wait_pumping(std::forward<Awaitable>(awaitable),
+                             [&here]() noexcept { here.run_one(); });
+  }
+  /// Starts the driver's thread if it runs inline (consumer's thread).
+  void start_driver() { driver_.start(); }
 
   Fetcher<D, C>& fetcher() noexcept { return fetcher_; }
   const LoaderOptions<C>& options() const noexcept { return fetcher_.options; }
@@ -484,6 +523,20 @@ class LoaderCore {
   }
 
  private:
+  /// Joins the driver; one that runs inline runs its remaining work here, with the thread's
+  /// metrics binding the driver's meanwhile.
+  void join_driver() {
+    if (!driver_.runs_inline()) {
+      driver_.join();
+      return;
+    }
+    ThreadRecording& binding = thread_recording();
+    const ThreadRecording saved = binding;
+    recorder_->bind_thread(Recorder::driver);
+    driver_.join();
+    binding = saved;
+  }
+
   /// What must match between a saved state and the loader that loads it.
   LoaderState identity() const {
     LoaderState s;

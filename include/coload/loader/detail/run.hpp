@@ -116,6 +116,10 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
                  [self = this->shared_from_this()] { self->on_slot_freed(); });
     }
   }
+  void before_wait() override {
+    if (closed_.load()) return;
+    if (!core_.driver().on_driver_thread()) core_.start_driver();
+  }
   void arm_timeout(std::uint64_t generation, std::int64_t batch) override {
     if (timeout_ <= 0 || closed_.load()) return;
     waited_batch_.store(batch, std::memory_order_relaxed);
