@@ -154,6 +154,10 @@ class DataLoader {
     batch_type& operator*() noexcept { return *current_; }
     batch_type* operator->() noexcept { return &*current_; }
     iterator& operator++() {
+      // The loop body is done with the last batch: freed before the wait, its memory (a
+      // worker process's slot, or the allocator's block) serves the batch fetched meanwhile,
+      // not one more. A copy the body kept keeps its storage alive, as ever.
+      current_.reset();
       // With no workers the consumer fetches here, while it waits (LoaderCore::drives_inline).
       if (core_ && core_->driver().runs_inline()) {
         current_ = core_->drive(epoch_.next());
