@@ -60,7 +60,7 @@ int WorkerTuner::decide(const TuningWindow& window) noexcept {
       // and later after each probe down (a kept probe up does not reset this hold, or a
       // probe down kept on noise and the probe up that undoes it would cycle every few
       // windows).
-      if (workers_ >= max_workers_) hold_ = down_hold_;
+      if (workers_ >= max_workers_) down_wait_ = down_hold_;
     } else {
       hold_ = next_hold_;
       next_hold_ = std::min(2 * next_hold_, max_hold);
@@ -71,8 +71,9 @@ int WorkerTuner::decide(const TuningWindow& window) noexcept {
     if (rate < base_rate_) {
       // Slower with one fewer: the maximum is confirmed, and the next probe down waits the
       // longest hold. Each probe down costs its span at one fewer plus the refill around two
-      // changes; held only 2, 4, 8, ... windows they took 1-3% of a short run's rate.
-      hold_ = down_hold_ = max_hold;
+      // changes; held only 2, 4, 8, ... windows they took 1-3% of a short run's rate. (Its
+      // own hold: should a worker be removed meanwhile, adding it back is not held.)
+      down_wait_ = down_hold_ = max_hold;
       return change(1);
     }
     down_hold_ = std::min(2 * down_hold_, max_hold);
@@ -84,6 +85,10 @@ int WorkerTuner::decide(const TuningWindow& window) noexcept {
   if (wait >= grow_wait) {
     if (hold_ > 0) {
       --hold_;
+      return 0;
+    }
+    if (workers_ >= max_workers_ && down_wait_ > 0) {
+      --down_wait_;
       return 0;
     }
     if (!span_full) return 0;

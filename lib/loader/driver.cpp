@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -28,6 +29,7 @@ struct Driver::State {
   std::atomic<std::thread::id> id{};
   bool lazy = false;
   std::atomic<bool> started{false};
+  std::mutex start_mutex;  // start() from two threads at once starts one thread
   std::mutex mutex;
   std::condition_variable ended_cv;
   bool ended = false;
@@ -43,7 +45,7 @@ struct Driver::State {
 };
 
 Driver::Driver() : state_(std::make_shared<State>()) {
-  start_thread();
+  start_thread({});
 }
 
 Driver::Driver(Idle) : state_(std::make_shared<State>()) {}
@@ -52,8 +54,11 @@ Driver::Driver(Lazy) : state_(std::make_shared<State>()) {
   state_->lazy = true;
 }
 
-void Driver::start_thread() {
-  state_->thread = std::thread([s = state_.get()] { s->run(); });
+void Driver::start_thread(std::function<void()> first) {
+  state_->thread = std::thread([s = state_.get(), first = std::move(first)] {
+    if (first) first();
+    s->run();
+  });
   state_->id.store(state_->thread.get_id());
   pthread_setname_np(state_->thread.native_handle(), "coload-driver");
   state_->started.store(true, std::memory_order_release);
@@ -63,8 +68,10 @@ bool Driver::runs_inline() const noexcept {
   return state_->lazy && !state_->started.load(std::memory_order_acquire);
 }
 
-void Driver::start() {
-  if (runs_inline()) start_thread();
+void Driver::start(std::function<void()> first) {
+  if (!runs_inline()) return;
+  std::lock_guard lock(state_->start_mutex);
+  if (runs_inline()) start_thread(std::move(first));
 }
 
 Driver::Inline::Inline(Driver& driver) noexcept
@@ -100,12 +107,16 @@ void Driver::release() noexcept {
   state_->guard.reset();
 }
 void Driver::join() {
-  if (state_->thread.joinable()) {
-    state_->thread.join();
-  } else if (runs_inline()) {
-    Inline here(*this);
-    state_->context.run();
+  if (state_->lazy) {
+    // NOTE: under the lock, a start() on another thread cannot assign the thread meanwhile.
+    std::unique_lock lock(state_->start_mutex);
+    if (runs_inline()) {
+      Inline here(*this);
+      state_->context.run();
+      return;
+    }
   }
+  if (state_->thread.joinable()) state_->thread.join();
 }
 bool Driver::wait_for(std::chrono::milliseconds timeout) {
   if (runs_inline()) {

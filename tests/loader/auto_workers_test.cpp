@@ -108,6 +108,17 @@ TEST_SUITE("auto_workers") {
     CHECK(t.workers() == 2);
     WorkerTuner one(1);
     for (int i = 0; i < 5; ++i) CHECK(one.decide(window(0.9, 0.0, 100)) == 0);
+    // The long hold after a lost probe down is for probes down only: a worker removed
+    // meanwhile (the consumer stopped waiting for a window) comes back as soon as it waits.
+    WorkerTuner v(3);
+    CHECK(v.decide(window(0.5, 0.0, 100)) == 1);
+    CHECK(v.decide(window(0.4, 0.2, 150)) == 1);
+    CHECK(v.decide(window(0.3, 0.5, 160)) == 0);  // at the maximum, held 2
+    CHECK(v.decide(window(0.3, 0.5, 160)) == 0);
+    CHECK(v.decide(window(0.3, 0.5, 160)) == -1);
+    CHECK(v.decide(window(0.3, 0.2, 150)) == 1);   // slower: back to 3, probes down held
+    CHECK(v.decide(window(0.0, 2.0, 160)) == -1);  // no wait, two of three idle: one removed
+    CHECK(v.decide(window(0.5, 0.0, 150)) == 1);   // waiting again: the third is probed at once
     // A probe down kept, then the maximum regained: the next probe down waits twice as long.
     WorkerTuner u(2);
     CHECK(u.decide(window(0.5, 0.0, 100)) == 1);

@@ -108,6 +108,7 @@ class WorkerTuner {
   int hold_ = 0;           // windows to wait before the next probe
   int next_hold_ = 2;      // the hold after the next probe that does not pay
   int down_hold_ = 2;      // the hold before a probe down, once at the maximum
+  int down_wait_ = 0;      // windows at the maximum to wait before the next probe down
   std::int64_t windows_ = 0;
   std::int64_t grown_ = 0;
   std::int64_t shrunk_ = 0;

@@ -108,7 +108,9 @@ class DataLoader {
   /// The options, as given (except `sampler` and `batch_sampler`, moved into the pipeline, and
   /// auto_workers, replaced by the number of threads it may use).
   const LoaderOptions<C>& options() const noexcept { return core_->options(); }
-  /// The driver's executor: where completions without an associated executor run.
+  /// The driver's executor: where completions without an associated executor run. With
+  /// num_workers = 0 this starts the driver's own thread (README, Threads): call it from the
+  /// consumer's thread, or while no range-for over the loader is waiting.
   executor_type get_executor() {
     core_->start_driver();  // what is posted there must run without the consumer
     return core_->driver().context().get_executor();

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <coroutine>
+#include <functional>
 #include <memory>
 
 namespace coload::detail {
@@ -35,9 +36,10 @@ class Driver {
 
   /// True while a lazy driver has no thread: its work runs only inside an Inline.
   bool runs_inline() const noexcept;
-  /// Starts the thread of a lazy driver that has none yet (the consumer's thread, outside any
-  /// Inline); does nothing otherwise.
-  void start();
+  /// Starts the thread of a lazy driver that has none yet, which runs `first` (if any) before
+  /// the driver's work; does nothing otherwise. Call it outside any Inline; two threads may
+  /// call it at once.
+  void start(std::function<void()> first = {});
 
   /// Marks the calling thread as running this (lazy, threadless) driver for its lifetime:
   /// run_one() may then run the driver's work here. Nests; restores the previous mark.
@@ -81,7 +83,7 @@ class Driver {
   void post_resume(std::coroutine_handle<> h);
 
  private:
-  void start_thread();
+  void start_thread(std::function<void()> first);
   struct State;
   // NOTE: shared, so that a thread posting to the driver keeps the io_context alive until its
   // post returns, even if the coroutine it posted ends the loader first.

@@ -162,14 +162,16 @@ class LoaderCore {
   }
 
   /// With no workers (threads, no timeout, no pinning or device stage, a synchronous
-  /// dataset), the consumer fetches on its own thread while it waits, as PyTorch's loader
+  /// map-style dataset), the consumer fetches on its own thread while it waits, as PyTorch's loader
   /// does with num_workers = 0: the driver's work runs inside drive(), and a thread of its own
   /// starts only when something else needs it (Epoch::next() awaited outside drive(),
   /// async_next, the executor). A hand-off between two threads for every batch costs more
   /// than the fetch itself on small batches, and far more when another thread holds a core.
   static bool drives_inline(const LoaderOptions<C>& o) noexcept {
+    // NOTE: not iterable datasets: an asynchronous stream waits on other threads, and a
+    // stuck one must leave the destructor its grace period (stop_within), not block it.
     return o.num_workers == 0 && o.executor == Executor::threads && !(o.timeout > 0) &&
-           !o.pin_memory && !o.device && !Plan::is_async;
+           !o.pin_memory && !o.device && !Plan::is_async && !iterable;
   }
 
   /// Awaits `awaitable` (the next batch) on the calling thread, running the driver's work
@@ -190,8 +192,11 @@ class LoaderCore {
     return sync_wait_pumping(std::forward<Awaitable>(awaitable),
                              [&here]() noexcept { here.run_one(); });
   }
-  /// Starts the driver's thread if it runs inline (consumer's thread).
-  void start_driver() { driver_.start(); }
+  /// Starts the driver's thread if it runs inline (any thread; see DataLoader::get_executor),
+  /// bound to the metrics as the driver (its first binding ran inline, on the consumer).
+  void start_driver() {
+    driver_.start([this] { recorder_->bind_thread(Recorder::driver); });
+  }
 
   Fetcher<D, C>& fetcher() noexcept { return fetcher_; }
   const LoaderOptions<C>& options() const noexcept { return fetcher_.options; }
