@@ -36,6 +36,7 @@
 #include "coload/vision/folder.hpp"
 #include "coload/vision/pipeline.hpp"
 #include "image_test_support.hpp"
+#include "vision/slab_pool.hpp"
 
 namespace fs = std::filesystem;
 using coload::Digest;
@@ -699,6 +700,42 @@ TEST_SUITE("vision") {
         }
       }
     }
+  }
+
+  TEST_CASE("pipeline: the slab pool recycles batch buffers across an epoch's shorter last "
+            "batch and allocates anew only for a larger one") {
+    auto pool = std::make_shared<coload::vision::detail::SlabPool>();
+    const std::vector<std::int64_t> full{4, 3, 32, 32};
+    const std::vector<std::int64_t> last{2, 3, 32, 32};
+    {
+      // An epoch: two full batches alive at once, then the last, shorter one.
+      at::Tensor a = pool->take(full);
+      at::Tensor b = pool->take(full);
+      CHECK(pool->allocated() == 2);
+      a.fill_(1.0f);
+      a = at::Tensor();
+      at::Tensor c = pool->take(last);  // a's buffer, not a fresh one
+      CHECK(pool->allocated() == 2);
+      CHECK(c.sizes() == at::IntArrayRef(last));
+      CHECK(c.numel() == 2 * 3 * 32 * 32);
+      c.fill_(2.0f);
+    }
+    {
+      // The next epoch finds both buffers again.
+      at::Tensor a = pool->take(full);
+      at::Tensor b = pool->take(full);
+      CHECK(pool->allocated() == 2);
+      a.fill_(3.0f);
+      CHECK(a.sum().item<double>() == doctest::Approx(3.0 * 4 * 3 * 32 * 32));
+    }
+    // A larger batch than any before cannot use them: fresh buffers, and the small ones go.
+    const std::vector<std::int64_t> larger{64, 3, 64, 64};
+    at::Tensor big = pool->take(larger);
+    CHECK(pool->allocated() == 3);
+    big.fill_(4.0f);
+    big = at::Tensor();
+    at::Tensor small = pool->take(full);  // the large one, recycled
+    CHECK(pool->allocated() == 3);
   }
 
   TEST_CASE("pipeline: with a seed, every batch of every epoch hashes alike whatever the "
