@@ -51,7 +51,11 @@ std::string Metrics::report() const {
     if (k > 0 && shares[k].first < 0.10) break;
     out += ", ";
     out += stage_name(shares[k].second);
-    out += " " + percent(shares[k].first) + (k == 0 ? " of their time" : "");
+    // NOTE: appended piece by piece: `" " + percent(...)` trips GCC 12's -Wstringop-overflow
+    // (a false positive in the inlined operator+).
+    out += ' ';
+    out += percent(shares[k].first);
+    if (k == 0) out += " of their time";
   }
   const std::string top = shares.empty() ? std::string("fetch")
                                          : std::string(stage_name(shares.front().second));
