@@ -130,6 +130,39 @@ TEST_CASE("the scalar, SSSE3 and AVX2 resampling kernels give the same bytes") {
     CHECK(outputs[0] == outputs[1]);
     CHECK(outputs[0] == outputs[2]);
   }
+  // Random boxes and output sizes: every filter length from upscales to 6x downscales (the
+  // kernels specialised for windows of 3 and 5 taps and the general ones), output rows of
+  // every length modulo the vertical pass's 32- and 16-byte steps, and 1- and 4-channel images
+  // (the vertical pass serves every channel count).
+  std::uint32_t state = 12345u;
+  auto next = [&state](int n) {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<int>((state >> 8) % static_cast<std::uint32_t>(n));
+  };
+  for (int channels : {3, 1, 4}) {
+    Image src = Image::zeros(301, 203, channels);
+    for (std::size_t i = 0; i < src.data.size(); ++i) {
+      src.data[i] = img.data[i % img.data.size()] ^ static_cast<std::uint8_t>(i * 7);
+    }
+    for (int k = 0; k < 60; ++k) {
+      const int height = 1 + next(203);
+      const int width = 1 + next(301);
+      const CropBox box{next(203 - height + 1), next(301 - width + 1), height, width};
+      const int out_h = 1 + next(std::min(2 * height, 240));
+      const int out_w = 1 + next(std::min(2 * width, 240));
+      CAPTURE(channels);
+      CAPTURE(box);
+      CAPTURE(out_h);
+      CAPTURE(out_w);
+      std::vector<std::vector<std::uint8_t>> outputs;
+      for (SimdLevel level : {SimdLevel::scalar, SimdLevel::avx2}) {
+        const SimdLevel previous = vision::detail::set_simd_level(level);
+        outputs.push_back(vision::resized_crop(src.view(), box, out_h, out_w).data);
+        vision::detail::set_simd_level(previous);
+      }
+      CHECK(outputs[0] == outputs[1]);
+    }
+  }
 }
 
 TEST_CASE("resized_crop resizes only the box, as crop then resize does") {
@@ -314,7 +347,7 @@ TEST_CASE("decoding only a crop's region gives the pixels of a full decode, at e
     int checked = 0;
     for (int top : {0, 1, 7, 8, 15, 16, 17, 100, 200}) {
       for (int left : {0, 1, 15, 16, 17, 31, 150, 300}) {
-        for (const auto [h, w] : {std::pair{1, 1}, std::pair{13, 9}, std::pair{57, 33},
+        for (const auto& [h, w] : {std::pair{1, 1}, std::pair{13, 9}, std::pair{57, 33},
                                   std::pair{257 - top, 333 - left}}) {
           if (top + h > 257 || left + w > 333) continue;
           const CropBox box{top, left, h, w};
