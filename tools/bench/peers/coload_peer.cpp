@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
   std::string root, mode = "threads";
   int epochs = 3, workers = 2, prefetch = 2;
   std::int64_t batch_size = 64;
+  std::string trace;
   CLI::App app{"coload_peer: coload's ImagePipeline (threads or processes) or a bare TurboJPEG "
                "decode, timed for tools/bench/peers"};
   app.add_option("ROOT", root, "an ImageFolder tree")->required();
@@ -151,6 +152,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", batch_size, "batch size")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  app.add_option("--trace", trace, "write the loader's Chrome trace here (threads, processes)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -188,7 +190,8 @@ int main(int argc, char** argv) {
           pipeline, {.batch_size = batch_size, .shuffle = true, .num_workers = workers,
                      .prefetch_factor = prefetch, .persistent_workers = true, .seed = 0,
                      .executor = mode == "processes" ? coload::Executor::processes
-                                                     : coload::Executor::threads});
+                                                     : coload::Executor::threads,
+                     .trace = trace});
       images = pipeline.size();
       const double constructed_s = since(t0);
       // On stderr (the bench shows it only on failure): where the first batch's time goes.
