@@ -158,6 +158,10 @@ def main():
         check(row["version"] == "fake 1.0", f"version {row['version']}")
         check(48 <= row["peak_pss_mib"] < 48 + 30, f"peak PSS {row['peak_pss_mib']:.1f} MiB")
         check(row["processes"] in (1, 2), f"processes {row['processes']}")  # the worker may be seen
+    row = peers.run_peer("fake", [py, scripts["fake"]], cpus=None, interval=0.01, pss=False)
+    check("error" not in row and row.get("images_per_s") == 50.0, f"unsampled run: {row}")
+    check(row.get("peak_pss_mib") is None and row.get("processes") is None
+          and row.get("pss_samples") == 0, f"pss=False samples nothing: {row}")
     marks_cpu = []
     orig = peers.tree_cpu_seconds
     peers.tree_cpu_seconds = lambda pid: marks_cpu.append(orig(pid)) or marks_cpu[-1]
@@ -183,9 +187,16 @@ def main():
     argv = [os.path.join(tmp, "folder"), "--no-setup", "--rounds", "2", "--cpus", "",
             "--peers", "fake,refusing", "--peer-command", f"fake={py} {scripts['fake']}",
             "--peer-command", f"refusing={py} {scripts['refusing']}"]
+    # The timed rounds run unsampled; one more run per peer gives the PSS.
+    calls = []
+    orig_run_peer = peers.run_peer
+    peers.run_peer = lambda *a, **k: calls.append(k.get("pss")) or orig_run_peer(*a, **k)
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         peers.main(argv + ["--json"])
+    peers.run_peer = orig_run_peer
+    check(calls == [False, False, False, False, True, True],
+          f"2 timed rounds of 2 peers unsampled, then 1 sampled run each: {calls}")
     text = out.getvalue()
     check(text.count("\n") == 1, "--json prints one line")
     try:
@@ -199,10 +210,15 @@ def main():
         check(j["rows"]["fake"]["rounds"] == 2 and j["rows"]["fake"]["rounds_ok"] == 2,
               f"rounds {j['rows']['fake']}")
         check(j["rows"]["fake"]["images_per_s"] == 50.0, "merged median")
+        fake = j["rows"]["fake"]
+        check(fake["pss_runs"] == 1 and fake["peak_pss_mib"] is not None
+              and 48 <= fake["peak_pss_mib"] < 48 + 30,
+              f"the peak PSS comes from the sampled run: {fake}")
         check(j["rows"]["refusing"]["error"] == "no GPU here", "the failed row in JSON")
         check(len(j["targets"]) == 7 and all(t["met"] is None for t in j["targets"]),
               "7 targets, unknown without coload's rows")
-        check(j["meta"]["images"] == 1 and j["meta"]["rounds"] == 2, f"meta {j['meta']}")
+        check(j["meta"]["images"] == 1 and j["meta"]["rounds"] == 2 and j["meta"]["pss_runs"] == 1,
+              f"meta {j['meta']}")
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         peers.main(argv)

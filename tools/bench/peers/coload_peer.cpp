@@ -2,12 +2,15 @@
 // speaking the peers protocol (see peers.py):
 //
 //   coload_peer ROOT --mode threads|processes|decode [--epochs 3] [--workers 2] [--batch-size 64]
+//               [--prefetch-factor 2] [--trace PATH]
 //
 // threads / processes: coload::vision::ImagePipeline(ROOT, TrainTransform{}) (RandomResizedCrop
 //   224, flip, ToTensor, Normalize) through make_data_loader({.batch_size, .shuffle = true,
 //   .num_workers, .persistent_workers = true, .executor}). Time to first batch is from before
 //   the pipeline is constructed (folder indexed) to the first batch in hand; the rest of that
-//   epoch is the warm-up.
+//   epoch is the warm-up. --trace writes the loader's Chrome trace (LoaderOptions::trace): a
+//   track per worker with each image's read, decode and transform, to see where a first batch
+//   or an epoch's tail spends its time.
 // decode: every file read and decoded full-size to RGB by TurboJPEG (tjDecompress2, flags 0:
 //   accurate IDCT and fancy upsampling, as Pillow and coload) on `workers` threads; no resize,
 //   no tensor. The CPU floor of a loader that decodes whole images.

@@ -23,11 +23,16 @@ ones. Measured: images/s (median of the timed epochs), CPU milliseconds per imag
 peer's processes: sampled from /proc at each epoch boundary, so worker processes count),
 time to first batch (constructing the loader, its folder indexed, to the first batch in hand;
 the interpreter's start and imports excluded; also as CPU seconds of its processes, which a
-loaded machine inflates less), and the peak over the run of the proportional
-set size summed over the peer's process and all its descendants (/proc/PID/smaps_rollup,
-sampled every --sample-interval seconds). With --rounds N the peers run N times interleaved
-(round 1 all peers, round 2 all peers, ...) and each figure is the median of the rounds.
-Before anything is timed every file is read once, so all peers find the page cache warm.
+loaded machine inflates less), and the peak over a run of the proportional set size summed
+over the peer's process and all its descendants (/proc/PID/smaps_rollup, sampled every
+--sample-interval seconds and at each epoch's end). With --rounds N the peers run N times
+interleaved (round 1 all peers, round 2 all peers, ...) and each figure is the median of the
+rounds. The PSS is measured apart, in one more run of each peer after the timed rounds
+(--pss-runs): reading smaps_rollup walks a process's mappings under its memory-map lock, and
+at every 0.1 s, on the same 2 CPUs, it cost PyTorch 2.15's DataLoader (three processes mapping
+the CUDA wheel's libraries) 13-17% of its images/s and coload 5%, so timing and sampling in
+one run favoured coload's ratios. Before anything is timed every file is read once, so all
+peers find the page cache warm.
 
 Prints a table and the issue's target ratios, or with --json exactly one JSON object. A peer
 that cannot run gets a row saying what failed. The bench's own logic (the PSS sum, the tree
@@ -176,10 +181,12 @@ class PssSampler(threading.Thread):
 
 
 # --- running one peer ---------------------------------------------------------------------------
-def run_peer(name, command, cpus=None, interval=0.1, timeout=900, env=None):
+def run_peer(name, command, cpus=None, interval=0.1, timeout=900, env=None, pss=True):
     """Runs `command` (a list) speaking the peers protocol (see peerlib.py) and measures it.
     Returns a row: {"images_per_s", "epochs_images_per_s", "cpu_ms_per_image",
-    "first_batch_s", "peak_pss_mib", "processes", "version"} or {"error": why}."""
+    "first_batch_s", "peak_pss_mib", "processes", "version"} or {"error": why}. With `pss`
+    false nothing samples the PSS (peak_pss_mib and processes are None), so the timing is the
+    peer's alone."""
     def pin():
         if cpus:
             os.sched_setaffinity(0, cpus)
@@ -192,7 +199,8 @@ def run_peer(name, command, cpus=None, interval=0.1, timeout=900, env=None):
     except OSError as e:
         return {"error": f"cannot start {shlex.join(command)}: {e}"}
     sampler = PssSampler(proc.pid, interval)
-    sampler.start()
+    if pss:
+        sampler.start()
     stderr_lines = []
     drain = threading.Thread(target=lambda: stderr_lines.extend(proc.stderr), daemon=True)
     drain.start()
@@ -204,13 +212,15 @@ def run_peer(name, command, cpus=None, interval=0.1, timeout=900, env=None):
             first[line.strip()] = tree_cpu_seconds(proc.pid)
         elif line.startswith("@mark"):
             marks.append(tree_cpu_seconds(proc.pid))
-            sampler.sample()  # the PSS at each epoch's end too, whatever the interval
+            if pss:
+                sampler.sample()  # the PSS at each epoch's end too, whatever the interval
         elif line.strip():
             last = line.strip()
     proc.stdin.close()
     status = proc.wait()
     killer.cancel()
-    sampler.stop()
+    if pss:
+        sampler.stop()
     drain.join()
     try:
         result = json.loads(last) if last else {}
@@ -238,27 +248,32 @@ def run_peer(name, command, cpus=None, interval=0.1, timeout=900, env=None):
         "first_batch_s": result.get("first_batch_s"),
         "first_batch_cpu_s": (first["@first"] - first["@start"]
                               if "@first" in first and "@start" in first else None),
-        "peak_pss_mib": sampler.peak_kib / 1024,
-        "processes": sampler.peak_processes,
+        "peak_pss_mib": sampler.peak_kib / 1024 if pss else None,
+        "processes": sampler.peak_processes if pss else None,
         "pss_samples": sampler.samples,
         "images": images,
         "version": result.get("version", ""),
     }
 
 
-def merge_rounds(runs):
-    """The rows of several rounds of one peer as one: each figure the median of the rounds
-    that ran; an error only when no round ran (then the last round's)."""
+def merge_rounds(runs, pss_runs=()):
+    """The rows of several timed rounds of one peer, and of its PSS runs, as one: each timing
+    the median of the timed rounds that ran, the peak PSS the median of the PSS runs' (of the
+    timed rounds' where those sampled it); an error only when no timed round ran (then the
+    last round's)."""
     ok = [r for r in runs if "error" not in r]
     if not ok:
         return dict(runs[-1], rounds=len(runs))
     row = {"rounds": len(runs), "rounds_ok": len(ok)}
-    for key in ("images_per_s", "cpu_ms_per_image", "first_batch_s", "first_batch_cpu_s",
-                "peak_pss_mib"):
+    for key in ("images_per_s", "cpu_ms_per_image", "first_batch_s", "first_batch_cpu_s"):
         values = [r[key] for r in ok if r.get(key) is not None]
         row[key] = statistics.median(values) if values else None
+    sampled = [r for r in pss_runs if "error" not in r and r.get("peak_pss_mib") is not None]
+    sampled = sampled or [r for r in ok if r.get("peak_pss_mib") is not None]
+    row["peak_pss_mib"] = statistics.median(r["peak_pss_mib"] for r in sampled) if sampled else None
+    row["pss_runs"] = len(sampled)
     row["rounds_images_per_s"] = [r["images_per_s"] for r in ok]
-    row["processes"] = max(r["processes"] for r in ok)
+    row["processes"] = max((r["processes"] for r in sampled), default=None)
     row["images"] = ok[0]["images"]
     row["version"] = ok[0]["version"]
     return row
@@ -323,7 +338,9 @@ def report_table(rows, meta):
         f"page cache warm), RandomResizedCrop 224 + flip + normalise, batch 64, 2 workers/"
         f"threads, CPUs {meta['cpus']}",
         f"{meta['rounds']} round(s) x (1 warm-up + {meta['epochs']} timed epochs), medians; "
-        f"load average {meta['loadavg_before']} before, {meta['loadavg_after']} after; "
+        + (f"peak PSS from {meta['pss_runs']} more run(s) per peer; "
+           if meta.get("pss_runs") else "PSS sampled in the timed rounds; ")
+        + f"load average {meta['loadavg_before']} before, {meta['loadavg_after']} after; "
         f"{meta['date']}, {meta['machine']}",
         "",
         f"{'peer':<17} {'images/s':>9} {'CPU ms/img':>10} {'coload x':>9} {'CPU x':>6} "
@@ -439,6 +456,9 @@ def main(argv=None):
                    help="torch2_tuned's prefetch_factor (default 4, the best of 2/4/8 here)")
     p.add_argument("--sample-interval", type=float, default=0.1,
                    help="seconds between PSS samples (default 0.1)")
+    p.add_argument("--pss-runs", type=int, default=1,
+                   help="runs of each peer that sample its PSS, after the timed rounds, which "
+                   "do not (default 1; 0 samples during the timed rounds instead)")
     p.add_argument("--build", default=os.path.join(REPO, "build"), help="coload's build folder")
     p.add_argument("--no-setup", action="store_true",
                    help="do not set up the venv (its peers fail if it is missing)")
@@ -480,22 +500,28 @@ def main(argv=None):
     folder_bytes, images = warm_cache(args.root)
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     runs = {n: [] for n in selected}
-    for r in range(args.rounds):
+    pss_runs = {n: [] for n in selected}
+    timed_sampling = args.pss_runs <= 0
+    for r in range(args.rounds + max(args.pss_runs, 0)):
+        timed = r < args.rounds
         for name in selected:
             cmd = cmds[name]
             if isinstance(cmd, str):
-                runs[name].append({"error": cmd})
+                (runs if timed else pss_runs)[name].append({"error": cmd})
                 continue
-            log(f"peers: round {r + 1}/{args.rounds}: {name}: {shlex.join(cmd)}")
-            row = run_peer(name, cmd, cpus, args.sample_interval)
+            what = (f"round {r + 1}/{args.rounds}" if timed
+                    else f"PSS run {r - args.rounds + 1}/{args.pss_runs}")
+            log(f"peers: {what}: {name}: {shlex.join(cmd)}")
+            row = run_peer(name, cmd, cpus, args.sample_interval, pss=not timed or timed_sampling)
             log(f"peers:   -> {json.dumps(row)}")
-            runs[name].append(row)
-    rows = {n: merge_rounds(runs[n]) for n in selected}
+            (runs if timed else pss_runs)[name].append(row)
+    rows = {n: merge_rounds(runs[n], pss_runs[n]) for n in selected}
     for n, row in rows.items():
         row["what"] = PEERS[n][0] if n in PEERS else "extra peer (--peer-command)"
     meta = {
         "root": args.root, "images": images, "folder_mib": folder_bytes / 2**20,
-        "rounds": args.rounds, "epochs": args.epochs, "batch_size": 64, "workers": 2,
+        "rounds": args.rounds, "pss_runs": max(args.pss_runs, 0), "epochs": args.epochs,
+        "batch_size": 64, "workers": 2,
         "cpus": ",".join(map(str, sorted(cpus))) if cpus else "all",
         "loadavg_before": load_before,
         "loadavg_after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
