@@ -14,6 +14,8 @@
 
 usage: peers_test.py PEERS_PY
 """
+import argparse
+import contextlib
 import importlib.util
 import io
 import json
@@ -22,7 +24,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import contextlib
 
 FAILURES = []
 
@@ -227,7 +228,15 @@ def main():
     check(any(l.startswith("fake ") and " 50.0 " in l for l in table.splitlines()),
           "the table has the fake peer's rate")
 
-    # 5. The targets' arithmetic, on made-up rows.
+    # 5. --workers reaches every peer: workers for coload and PyTorch, threads for the others.
+    ns = argparse.Namespace(root="R", epochs=1, workers=4, prefetch_factor=4)
+    cmds = peers.commands(ns, "coload_peer", "venv-python")
+    for name in peers.PEERS:
+        flag = "--threads" if name in ("dali_cpu", "spdl", "tfdata") else "--workers"
+        check(flag in cmds[name] and cmds[name][cmds[name].index(flag) + 1] == "4",
+              f"{name} runs with 4 workers: {cmds[name]}")
+
+    # 6. The targets' arithmetic, on made-up rows.
     rows = {"coload_threads": {"images_per_s": 800.0, "cpu_ms_per_image": 0.8,
                                "first_batch_s": 0.05, "peak_pss_mib": 300.0},
             "torch2_tuned": {"images_per_s": 200.0, "cpu_ms_per_image": 4.0,

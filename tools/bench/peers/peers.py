@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """tools/bench/peers: coload's image pipeline against the other loaders a user could pick.
 
-    tools/bench/peers/peers.py [ROOT] [--rounds 3] [--epochs 3] [--peers a,b] [--quick] [--json]
+    tools/bench/peers/peers.py [ROOT] [--rounds 3] [--epochs 3] [--peers a,b] [--workers 2]
+                               [--pss-runs 1] [--quick] [--json]
 
 Sets up the peers in a virtual environment (~/.cache/coload/venv-peers, by setup_venv.sh beside
 this file, once), then runs each of them on the same ImageFolder tree with the same transform
-(RandomResizedCrop 224, horizontal flip, normalise; batch 64) and the same 2 workers or threads,
-each pinned to the same CPUs (--cpus, default 0,1), one after another:
+(RandomResizedCrop 224, horizontal flip, normalise; batch 64) and the same 2 workers or threads
+(--workers), each pinned to the same CPUs (--cpus, default 0,1), one after another:
 
   coload_threads    coload's vision::ImagePipeline through its DataLoader, 2 worker threads
   coload_processes  the same with 2 worker processes (persistent)
@@ -335,8 +336,8 @@ def fmt(v, spec):
 def report_table(rows, meta):
     lines = [
         f"peers: {meta['images']} images under {meta['root']} ({meta['folder_mib']:.1f} MiB, "
-        f"page cache warm), RandomResizedCrop 224 + flip + normalise, batch 64, 2 workers/"
-        f"threads, CPUs {meta['cpus']}",
+        f"page cache warm), RandomResizedCrop 224 + flip + normalise, batch 64, "
+        f"{meta['workers']} workers/threads, CPUs {meta['cpus']}",
         f"{meta['rounds']} round(s) x (1 warm-up + {meta['epochs']} timed epochs), medians; "
         + (f"peak PSS from {meta['pss_runs']} more run(s) per peer; "
            if meta.get("pss_runs") else "PSS sampled in the timed rounds; ")
@@ -414,6 +415,8 @@ def warm_cache(root):
 def commands(args, coload_exe, venv_python):
     """name -> the command list, or a string saying why it cannot run."""
     common = [args.root, "--epochs", str(args.epochs)]
+    workers = ["--workers", str(args.workers)]
+    threads = ["--threads", str(args.workers)]
     script = lambda s: os.path.join(HERE, s)  # noqa: E731
     cmds = {}
     for name, (_, kind) in PEERS.items():
@@ -424,19 +427,21 @@ def commands(args, coload_exe, venv_python):
             cmds[name] = f"the peers' venv ({VENV}) could not be set up: see setup_venv.sh's output"
             continue
         if name.startswith("coload_"):
-            cmds[name] = [coload_exe] + common + ["--mode", name.split("_")[1]]
+            cmds[name] = [coload_exe] + common + workers + ["--mode", name.split("_")[1]]
         elif name == "decode_full":
-            cmds[name] = [coload_exe] + common + ["--mode", "decode"]
+            cmds[name] = [coload_exe] + common + workers + ["--mode", "decode"]
         elif name == "torch2_default":
-            cmds[name] = [venv_python, script("peer_torch.py")] + common + ["--config", "default"]
+            cmds[name] = [venv_python, script("peer_torch.py")] + common + workers + [
+                "--config", "default"]
         elif name == "torch2_tuned":
-            cmds[name] = [venv_python, script("peer_torch.py")] + common + [
+            cmds[name] = [venv_python, script("peer_torch.py")] + common + workers + [
                 "--config", "tuned", "--prefetch-factor", str(args.prefetch_factor)]
         elif name == "torch113_default":
-            cmds[name] = ["/usr/bin/python3", script("peer_torch.py")] + common + [
+            cmds[name] = ["/usr/bin/python3", script("peer_torch.py")] + common + workers + [
                 "--config", "default"]
         else:
-            cmds[name] = [venv_python, script(f"peer_{name.replace('_cpu', '')}.py")] + common
+            cmds[name] = ([venv_python, script(f"peer_{name.replace('_cpu', '')}.py")] + common +
+                          threads)
     return cmds
 
 
@@ -452,6 +457,9 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="1 round of 1 timed epoch")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--cpus", default="0,1", help="CPUs every peer is pinned to (default 0,1)")
+    p.add_argument("--workers", type=int, default=2,
+                   help="worker threads or processes of every peer (default 2); the issue's "
+                   "figures are at 2, more shows how each start grows with its workers")
     p.add_argument("--prefetch-factor", type=int, default=4,
                    help="torch2_tuned's prefetch_factor (default 4, the best of 2/4/8 here)")
     p.add_argument("--sample-interval", type=float, default=0.1,
@@ -521,7 +529,7 @@ def main(argv=None):
     meta = {
         "root": args.root, "images": images, "folder_mib": folder_bytes / 2**20,
         "rounds": args.rounds, "pss_runs": max(args.pss_runs, 0), "epochs": args.epochs,
-        "batch_size": 64, "workers": 2,
+        "batch_size": 64, "workers": args.workers,
         "cpus": ",".join(map(str, sorted(cpus))) if cpus else "all",
         "loadavg_before": load_before,
         "loadavg_after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
