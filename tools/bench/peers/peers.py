@@ -460,8 +460,9 @@ def main(argv=None):
     p.add_argument("--workers", type=int, default=2,
                    help="worker threads or processes of every peer (default 2); the issue's "
                    "figures are at 2, more shows how each start grows with its workers")
-    p.add_argument("--prefetch-factor", type=int, default=4,
-                   help="torch2_tuned's prefetch_factor (default 4, the best of 2/4/8 here)")
+    p.add_argument("--prefetch-factor", type=int, default=2,
+                   help="torch2_tuned's prefetch_factor (default 2, the best of 2/4/8 here "
+                   "with torch 2.15: see docs/performance.md)")
     p.add_argument("--sample-interval", type=float, default=0.1,
                    help="seconds between PSS samples (default 0.1)")
     p.add_argument("--pss-runs", type=int, default=1,
