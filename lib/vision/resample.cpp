@@ -165,7 +165,6 @@ COLOAD_AVX2_INLINE __m256i vertical_words16(const std::uint8_t* base, std::size_
   }
   if (i < row_bytes) vertical_body(base + i, row_bytes, n, w, acc, out + i, row_bytes - i);
 }
-#undef COLOAD_AVX2_INLINE
 
 // Horizontal pass for RGB with SSSE3: each step loads two neighbouring source pixels, spreads
 // them into 16-bit (tap, tap + 1) pairs per channel and multiply-adds them with the two weights.
@@ -205,6 +204,20 @@ template <int Pairs>
   }
 }
 
+// Rounds, shifts and clamps a pixel pair's sums (one pixel per 128-bit lane, the weights' hi and
+// lo halves apart) and stores the two RGB pixels at `out`. Four bytes are stored per pixel, three
+// kept: the fourth is overwritten by the next pixel (the output row has slack after its end).
+COLOAD_AVX2_INLINE void store_pixel_pair(__m256i sum_hi, __m256i sum_lo, std::uint8_t* out) {
+  const __m256i half = _mm256_set1_epi32(1 << (precision_bits - 1));
+  __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(sum_hi, 11), sum_lo), half);
+  s = _mm256_srai_epi32(s, precision_bits);
+  s = _mm256_packus_epi16(_mm256_packs_epi32(s, s), s);  // per lane, saturating to 0..255
+  const std::int32_t v0 = _mm256_extract_epi32(s, 0);
+  const std::int32_t v1 = _mm256_extract_epi32(s, 4);
+  std::memcpy(out, &v0, 4);
+  std::memcpy(out + 3, &v1, 4);
+}
+
 // The same pass with AVX2, two output pixels per 256-bit register (one per 128-bit lane).
 // `packed_hi`/`packed_lo` hold, for each pair of output pixels and each step, eight words: the
 // first pixel's packed weights four times, then the second's.
@@ -216,7 +229,6 @@ template <int Pairs>
     const std::int32_t* __restrict packed_lo, int from) {
   const __m256i spread = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
                                           0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
-  const __m256i half = _mm256_set1_epi32(1 << (precision_bits - 1));
   const int steps = Pairs > 0 ? Pairs : max_pairs;
   int x = from;
   for (; x + 1 < n_out; x += 2) {
@@ -233,13 +245,7 @@ template <int Pairs>
       sum_hi = _mm256_add_epi32(sum_hi, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + 8 * j))));
       sum_lo = _mm256_add_epi32(sum_lo, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + 8 * j))));
     }
-    __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(sum_hi, 11), sum_lo), half);
-    s = _mm256_srai_epi32(s, precision_bits);
-    s = _mm256_packus_epi16(_mm256_packs_epi32(s, s), s);  // per lane, saturating to 0..255
-    const std::int32_t v0 = _mm256_extract_epi32(s, 0);
-    const std::int32_t v1 = _mm256_extract_epi32(s, 4);
-    std::memcpy(out + 3 * x, &v0, 4);
-    std::memcpy(out + 3 * x + 3, &v1, 4);
+    store_pixel_pair(sum_hi, sum_lo, out + 3 * x);
   }
   if (x < n_out) {
     // The odd last pixel: its weights sit in the first half of the last pair's words.
@@ -284,7 +290,6 @@ template <int Pairs>
     }
     masks[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(m));
   }
-  const __m256i half = _mm256_set1_epi32(1 << (precision_bits - 1));
   int x = 0;
   for (; x + 1 < n_out; x += 2) {
     const std::uint8_t* p0 = in + static_cast<std::ptrdiff_t>(start[x]) * 3;
@@ -303,13 +308,7 @@ template <int Pairs>
       sum_hi = _mm256_add_epi32(sum_hi, _mm256_madd_epi16(px, wh));
       sum_lo = _mm256_add_epi32(sum_lo, _mm256_madd_epi16(px, wl));
     }
-    __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(sum_hi, 11), sum_lo), half);
-    s = _mm256_srai_epi32(s, precision_bits);
-    s = _mm256_packus_epi16(_mm256_packs_epi32(s, s), s);  // per lane, saturating to 0..255
-    const std::int32_t v0 = _mm256_extract_epi32(s, 0);
-    const std::int32_t v1 = _mm256_extract_epi32(s, 4);
-    std::memcpy(out + 3 * x, &v0, 4);
-    std::memcpy(out + 3 * x + 3, &v1, 4);
+    store_pixel_pair(sum_hi, sum_lo, out + 3 * x);
   }
   // The odd last pixel, as the general kernel does it.
   if (x < n_out) {
@@ -324,6 +323,7 @@ template <int Pairs>
     const std::int32_t* packed_hi, const std::int32_t* packed_lo) {
   horizontal_row_rgb_avx2<Pairs>(in, out, n_out, start, max_pairs, packed_hi, packed_lo, 0);
 }
+#undef COLOAD_AVX2_INLINE
 
 #endif
 }  // namespace
