@@ -269,7 +269,7 @@ template <int Pairs>
 // 16-byte load; ksize is odd, so a sixth tap's weight is always zero). Each output pixel's window
 // is loaded once and every step takes its pair of pixels from it with one shuffle, where the
 // general kernel above loads and inserts again for each step. Reads 16 bytes from a window's
-// start: within the general kernel's 2 × Pairs + 3 pixels.
+// start (the caller pads rows with less after them: resample in resample.hpp).
 template <int Pairs>
 [[gnu::target("avx2")]] void horizontal_row_rgb_avx2_window(
     const std::uint8_t* __restrict in, std::uint8_t* __restrict out, int n_out,

@@ -146,11 +146,19 @@ void resample(const ImageView& src, const AxisSpec& ax, const AxisSpec& ay, Sink
     pack_weights(cx, packed, avx2);
     const HorizontalKernel kernel =
         avx2 ? horizontal_kernel_avx2(packed.max_pairs) : horizontal_kernel(packed.max_pairs);
+    // The SIMD loads read up to `reach` bytes from a tap window's start (2 × max_pairs + 3
+    // pixels, or one 16-byte load), maybe past the image's end: a row with fewer bytes than that
+    // after its last window's start is read from a padded copy. That is the last row, and more
+    // rows of an image a few pixels wide.
+    const std::size_t reach =
+        std::max<std::size_t>(16, 6 * static_cast<std::size_t>(packed.max_pairs) + 9);
     for (int y = y_first; y < y_last; ++y) {
       const std::uint8_t* in = src.row(y);
-      if (y == src.height - 1) {
-        // The SIMD loads reach up to 2 × max_pairs + 3 pixels past a tap window's start, maybe
-        // past the image's end: read the last row from a padded copy.
+      const std::size_t after =
+          src.stride > 0 ? static_cast<std::size_t>(src.height - 1 - y) *
+                                   static_cast<std::size_t>(src.stride) + 3
+                         : 0;
+      if (after < reach) {
         const std::size_t bytes = static_cast<std::size_t>(src.width) * 3;
         tl_last_row.assign(bytes + 6 * static_cast<std::size_t>(packed.max_pairs) + 16, 0);
         std::memcpy(tl_last_row.data(), in, bytes);

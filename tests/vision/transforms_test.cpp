@@ -163,6 +163,32 @@ TEST_CASE("the scalar, SSSE3 and AVX2 resampling kernels give the same bytes") {
       CHECK(outputs[0] == outputs[1]);
     }
   }
+  // Images a few pixels wide: a SIMD load from a window near a row's end reaches past the rows
+  // below it, so those rows are read from a padded copy (under ASan a missed one is an
+  // overflow; a 4 x 3 image resized to 6 x 9 was one).
+  for (int width = 1; width <= 6; ++width) {
+    for (int height : {3, 11, 40}) {
+      Image src = Image::zeros(width, height, 3);
+      for (std::size_t i = 0; i < src.data.size(); ++i) {
+        src.data[i] = static_cast<std::uint8_t>(i * 37 + 11);
+      }
+      for (const auto& [out_h, out_w] : {std::pair{9, 6}, std::pair{height, 2 * width + 1},
+                                          std::pair{2, 1}, std::pair{height / 2 + 1, width}}) {
+        CAPTURE(width);
+        CAPTURE(height);
+        CAPTURE(out_h);
+        CAPTURE(out_w);
+        std::vector<std::vector<std::uint8_t>> outputs;
+        for (SimdLevel level : {SimdLevel::scalar, SimdLevel::ssse3, SimdLevel::avx2}) {
+          const SimdLevel previous = vision::detail::set_simd_level(level);
+          outputs.push_back(vision::resize(src.view(), out_h, out_w).data);
+          vision::detail::set_simd_level(previous);
+        }
+        CHECK(outputs[0] == outputs[1]);
+        CHECK(outputs[0] == outputs[2]);
+      }
+    }
+  }
 }
 
 TEST_CASE("resized_crop resizes only the box, as crop then resize does") {
