@@ -196,8 +196,14 @@ def main():
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         peers.main(argv + ["--json"])
     peers.run_peer = orig_run_peer
-    check(calls == [False, False, False, False, True, True],
-          f"2 timed rounds of 2 peers unsampled, then 1 sampled run each: {calls}")
+    check(calls == [False, False, False, False, True],
+          f"2 timed rounds of 2 peers unsampled, then 1 sampled run of the one that ran: {calls}")
+    merged = peers.merge_rounds([{"images_per_s": 1.0, "cpu_ms_per_image": 1.0,
+                                  "first_batch_s": 0.1, "first_batch_cpu_s": 0.1,
+                                  "peak_pss_mib": None, "processes": None, "images": 1,
+                                  "version": "v"}], [{"error": "killed"}])
+    check(merged["peak_pss_mib"] is None and merged.get("pss_error") == "killed",
+          f"a failed PSS run says why the peak is missing: {merged}")
     text = out.getvalue()
     check(text.count("\n") == 1, "--json prints one line")
     try:

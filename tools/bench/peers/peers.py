@@ -59,15 +59,15 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 # name -> (what it is, how it is started: "coload", "venv" or "system")
 PEERS = {
-    "coload_threads": ("coload vision::ImagePipeline + DataLoader, 2 worker threads", "coload"),
-    "coload_processes": ("the same, 2 worker processes (persistent)", "coload"),
+    "coload_threads": ("coload vision::ImagePipeline + DataLoader, worker threads", "coload"),
+    "coload_processes": ("the same, worker processes (persistent)", "coload"),
     "torch2_default": ("PyTorch 2.x DataLoader + ImageFolder, defaults", "venv"),
     "torch2_tuned": ("PyTorch 2.x, persistent_workers, prefetch_factor, 1 thread", "venv"),
     "torch113_default": ("Debian's PyTorch 1.13 DataLoader + ImageFolder, defaults", "system"),
-    "dali_cpu": ("NVIDIA DALI CPU pipeline (device_id=None), 2 threads", "venv"),
-    "spdl": ("SPDL pipeline, FFmpeg decode + filter, 2 threads", "venv"),
-    "tfdata": ("tf.data, decode_and_crop_jpeg, AUTOTUNE, 2 threads", "venv"),
-    "decode_full": ("bare full-size TurboJPEG decode of every file, 2 threads", "coload"),
+    "dali_cpu": ("NVIDIA DALI CPU pipeline (device_id=None), --workers threads", "venv"),
+    "spdl": ("SPDL pipeline, FFmpeg decode + filter, --workers threads", "venv"),
+    "tfdata": ("tf.data, decode_and_crop_jpeg, AUTOTUNE, --workers threads", "venv"),
+    "decode_full": ("bare full-size TurboJPEG decode of every file, --workers threads", "coload"),
 }
 # The targets. (name, numerator row, denominator row(s), field, comparison, target)
 # "ratio" fields: images/s of the first over the second (>= target), or the first's value over
@@ -273,6 +273,9 @@ def merge_rounds(runs, pss_runs=()):
     sampled = sampled or [r for r in ok if r.get("peak_pss_mib") is not None]
     row["peak_pss_mib"] = statistics.median(r["peak_pss_mib"] for r in sampled) if sampled else None
     row["pss_runs"] = len(sampled)
+    failed = [r["error"] for r in pss_runs if "error" in r]
+    if not sampled and failed:
+        row["pss_error"] = failed[-1]  # why the peak is missing
     row["rounds_images_per_s"] = [r["images_per_s"] for r in ok]
     row["processes"] = max((r["processes"] for r in sampled), default=None)
     row["images"] = ok[0]["images"]
@@ -474,6 +477,8 @@ def main(argv=None):
     p.add_argument("--peer-command", action="append", default=[], metavar="NAME=CMD",
                    help="add (or replace) a peer run by this shell command (used by the test)")
     args = p.parse_args(argv)
+    if args.workers < 1 or args.rounds < 1:
+        p.error("--workers and --rounds must be at least 1")
     if args.quick:
         args.rounds, args.epochs = 1, 1
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -518,6 +523,8 @@ def main(argv=None):
             if isinstance(cmd, str):
                 (runs if timed else pss_runs)[name].append({"error": cmd})
                 continue
+            if not timed and all("error" in x for x in runs[name]):
+                continue  # it never ran: no PSS run (it could cost the whole timeout again)
             what = (f"round {r + 1}/{args.rounds}" if timed
                     else f"PSS run {r - args.rounds + 1}/{args.pss_runs}")
             log(f"peers: {what}: {name}: {shlex.join(cmd)}")
