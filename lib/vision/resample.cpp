@@ -265,6 +265,24 @@ template <int Pairs>
   }
 }
 
+// The shuffles of the window kernel below: step j spreads pixels 2j and 2j + 1 (bytes 6j.. and
+// 6j + 3..) of a 16-byte window into 16-bit (tap, tap + 1) pairs per channel, in both lanes;
+// bytes past the load (the zero-weight sixth tap) read as zero. Built once, at compile time.
+struct alignas(32) WindowMask {
+  std::int8_t bytes[32];
+};
+constexpr WindowMask window_mask(int j) {
+  constexpr int order[6] = {0, 3, 1, 4, 2, 5};  // (tap, tap + 1) for R, then G, then B
+  WindowMask m{};
+  for (int k = 0; k < 32; ++k) {
+    const int i = k % 16;
+    const int byte = i < 12 && i % 2 == 0 ? 6 * j + order[i / 2] : -1;
+    m.bytes[k] = static_cast<std::int8_t>(byte < 16 ? byte : -1);
+  }
+  return m;
+}
+constexpr WindowMask window_masks[3] = {window_mask(0), window_mask(1), window_mask(2)};
+
 // The AVX2 pass for windows of at most 5 taps (Pairs 2 or 3: the window's 15 bytes fit one
 // 16-byte load; ksize is odd, so a sixth tap's weight is always zero). Each output pixel's window
 // is loaded once and every step takes its pair of pixels from it with one shuffle, where the
@@ -276,19 +294,9 @@ template <int Pairs>
     const int* __restrict start, int max_pairs, const std::int32_t* __restrict packed_hi,
     const std::int32_t* __restrict packed_lo) {
   static_assert(Pairs == 2 || Pairs == 3);
-  // Step j spreads pixels 2j and 2j + 1 (bytes 6j.. and 6j + 3..) into 16-bit (tap, tap + 1)
-  // pairs per channel; bytes past the load (the zero-weight sixth tap) read as zero.
-  constexpr int order[6] = {0, 3, 1, 4, 2, 5};  // (tap, tap + 1) for R, then G, then B
   __m256i masks[Pairs];
   for (int j = 0; j < Pairs; ++j) {
-    alignas(32) std::int8_t m[32];
-    for (int lane = 0; lane < 2; ++lane) {
-      for (int k = 0; k < 16; ++k) {
-        const int byte = k < 12 && k % 2 == 0 ? 6 * j + order[k / 2] : -1;
-        m[16 * lane + k] = static_cast<std::int8_t>(byte < 16 ? byte : -1);
-      }
-    }
-    masks[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(m));
+    masks[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(window_masks[j].bytes));
   }
   int x = 0;
   for (; x + 1 < n_out; x += 2) {

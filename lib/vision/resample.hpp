@@ -141,7 +141,7 @@ void resample(const ImageView& src, const AxisSpec& ax, const AxisSpec& ay, Sink
   if (C == 3 && use_ssse3()) {
     const bool avx2 = use_avx2();
     thread_local PackedWeights tl_packed;
-    thread_local std::vector<std::uint8_t> tl_last_row;
+    thread_local std::vector<std::uint8_t> tl_padded_row;
     PackedWeights& packed = tl_packed;
     pack_weights(cx, packed, avx2);
     const HorizontalKernel kernel =
@@ -160,9 +160,9 @@ void resample(const ImageView& src, const AxisSpec& ax, const AxisSpec& ay, Sink
                          : 0;
       if (after < reach) {
         const std::size_t bytes = static_cast<std::size_t>(src.width) * 3;
-        tl_last_row.assign(bytes + 6 * static_cast<std::size_t>(packed.max_pairs) + 16, 0);
-        std::memcpy(tl_last_row.data(), in, bytes);
-        in = tl_last_row.data();
+        tl_padded_row.assign(bytes + 6 * static_cast<std::size_t>(packed.max_pairs) + 16, 0);
+        std::memcpy(tl_padded_row.data(), in, bytes);
+        in = tl_padded_row.data();
       }
       kernel(in, rows + static_cast<std::size_t>(y - y_first) * row_bytes, out_w, cx.start.data(),
              packed.max_pairs, packed.hi.data(), packed.lo.data());

@@ -113,6 +113,16 @@ TEST_CASE("Resize filters like PIL's antialiased bilinear on known inputs") {
 
 TEST_CASE("the scalar, SSSE3 and AVX2 resampling kernels give the same bytes") {
   using vision::detail::SimdLevel;
+  // What `resample` gives with the kernels capped at each of `levels`, in order.
+  auto at_levels = [](std::initializer_list<SimdLevel> levels, const auto& resample) {
+    std::vector<std::vector<std::uint8_t>> outputs;
+    for (SimdLevel level : levels) {
+      const SimdLevel previous = vision::detail::set_simd_level(level);
+      outputs.push_back(resample().data);
+      vision::detail::set_simd_level(previous);
+    }
+    return outputs;
+  };
   const Image img = vision::test::synthetic_image(301, 203, 5);
   const std::vector<std::tuple<CropBox, int, int>> cases = {
       {{0, 0, 203, 301}, 224, 224}, {{3, 5, 200, 290}, 57, 31}, {{10, 20, 100, 90}, 223, 301},
@@ -121,12 +131,8 @@ TEST_CASE("the scalar, SSSE3 and AVX2 resampling kernels give the same bytes") {
     CAPTURE(box);
     CAPTURE(h);
     CAPTURE(w);
-    std::vector<std::vector<std::uint8_t>> outputs;
-    for (SimdLevel level : {SimdLevel::scalar, SimdLevel::ssse3, SimdLevel::avx2}) {
-      const SimdLevel previous = vision::detail::set_simd_level(level);
-      outputs.push_back(vision::resized_crop(img.view(), box, h, w).data);
-      vision::detail::set_simd_level(previous);
-    }
+    const auto outputs = at_levels({SimdLevel::scalar, SimdLevel::ssse3, SimdLevel::avx2},
+                                   [&] { return vision::resized_crop(img.view(), box, h, w); });
     CHECK(outputs[0] == outputs[1]);
     CHECK(outputs[0] == outputs[2]);
   }
@@ -154,12 +160,9 @@ TEST_CASE("the scalar, SSSE3 and AVX2 resampling kernels give the same bytes") {
       CAPTURE(box);
       CAPTURE(out_h);
       CAPTURE(out_w);
-      std::vector<std::vector<std::uint8_t>> outputs;
-      for (SimdLevel level : {SimdLevel::scalar, SimdLevel::avx2}) {
-        const SimdLevel previous = vision::detail::set_simd_level(level);
-        outputs.push_back(vision::resized_crop(src.view(), box, out_h, out_w).data);
-        vision::detail::set_simd_level(previous);
-      }
+      const auto outputs = at_levels({SimdLevel::scalar, SimdLevel::avx2}, [&] {
+        return vision::resized_crop(src.view(), box, out_h, out_w);
+      });
       CHECK(outputs[0] == outputs[1]);
     }
   }
@@ -178,12 +181,8 @@ TEST_CASE("the scalar, SSSE3 and AVX2 resampling kernels give the same bytes") {
         CAPTURE(height);
         CAPTURE(out_h);
         CAPTURE(out_w);
-        std::vector<std::vector<std::uint8_t>> outputs;
-        for (SimdLevel level : {SimdLevel::scalar, SimdLevel::ssse3, SimdLevel::avx2}) {
-          const SimdLevel previous = vision::detail::set_simd_level(level);
-          outputs.push_back(vision::resize(src.view(), out_h, out_w).data);
-          vision::detail::set_simd_level(previous);
-        }
+        const auto outputs = at_levels({SimdLevel::scalar, SimdLevel::ssse3, SimdLevel::avx2},
+                                       [&] { return vision::resize(src.view(), out_h, out_w); });
         CHECK(outputs[0] == outputs[1]);
         CHECK(outputs[0] == outputs[2]);
       }
