@@ -7,7 +7,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
+#include <queue>
 #include <thread>
 #include <vector>
 
@@ -24,6 +26,20 @@ struct ThreadExecutor::State {
   std::condition_variable ready;
   std::condition_variable parked;
   std::deque<std::coroutine_handle<>> queue;
+  // NOTE: work posted with an order (a loader's samples, keyed by their batch's start) waits
+  // in a heap behind `queue`: with prefetch_factor × workers batches in flight whose reads
+  // complete in any order, first come first served would progress them all at once, and each
+  // would hold its batch buffer meanwhile; lowest first finishes the oldest batch first.
+  struct Ordered {
+    std::uint64_t order;
+    std::uint64_t seq;  // FIFO among equal orders
+    std::coroutine_handle<> h;
+    bool operator>(const Ordered& o) const noexcept {
+      return order != o.order ? order > o.order : seq > o.seq;
+    }
+  };
+  std::priority_queue<Ordered, std::vector<Ordered>, std::greater<>> ordered;
+  std::uint64_t posted = 0;
   // NOTE: one queue per thread for work pinned to it; a pinned post wakes every thread (there
   // are few), and each thread serves its own queue before the shared one.
   std::vector<std::deque<std::coroutine_handle<>>> pinned;
@@ -45,7 +61,9 @@ struct ThreadExecutor::State {
     detail::set_current_worker_id(id);
     const auto i = static_cast<std::size_t>(id);
     auto& own = pinned[i];
-    auto has_work = [&] { return stopping || !own.empty() || (id < active && !queue.empty()); };
+    auto has_work = [&] {
+      return stopping || !own.empty() || (id < active && (!queue.empty() || !ordered.empty()));
+    };
     for (;;) {
       std::coroutine_handle<> h;
       {
@@ -59,10 +77,15 @@ struct ThreadExecutor::State {
           idle_ns[i] += now_ns() - idle_since[i];
           idle_since[i] = -1;
         }
-        auto& from = !own.empty() ? own : id < active ? queue : own;
-        if (from.empty()) return;
-        h = from.front();
-        from.pop_front();
+        if (id < active && own.empty() && queue.empty() && !ordered.empty()) {
+          h = ordered.top().h;
+          ordered.pop();
+        } else {
+          auto& from = !own.empty() ? own : id < active ? queue : own;
+          if (from.empty()) return;
+          h = from.front();
+          from.pop_front();
+        }
       }
       h.resume();
     }
@@ -129,6 +152,12 @@ std::int64_t ThreadExecutor::idle_nanoseconds(int n) const {
 void ThreadExecutor::post(std::coroutine_handle<> h) {
   std::lock_guard lock(state_->mutex);
   state_->queue.push_back(h);
+  state_->ready.notify_one();
+}
+
+void ThreadExecutor::post_ordered(std::coroutine_handle<> h, std::uint64_t order) {
+  std::lock_guard lock(state_->mutex);
+  state_->ordered.push({order, state_->posted++, h});
   state_->ready.notify_one();
 }
 

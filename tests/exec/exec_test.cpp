@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <coroutine>
+#include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -131,6 +132,30 @@ Detached gated_job(ThreadExecutor& pool, Flag& gate, std::atomic<int>& ran) {
   co_await pool.schedule();
   gate.wait_for(60s);
   ran.fetch_add(1);
+}
+
+// Queued with `order` (0: post, without one), then records `label` where it runs.
+Detached ordered_job(ThreadExecutor& pool, std::uint64_t order, int label, std::mutex& m,
+                     std::vector<int>& ran, Countdown& done) {
+  struct Post {
+    ThreadExecutor* pool;
+    std::uint64_t order;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) const {
+      if (order == 0) {
+        pool->post(h);
+      } else {
+        static_cast<Scheduler*>(pool)->post_ordered(h, order);
+      }
+    }
+    void await_resume() const noexcept {}
+  };
+  co_await Post{&pool, order};
+  {
+    std::lock_guard lock(m);
+    ran.push_back(label);
+  }
+  done.count_down();
 }
 
 Detached simple_job(ThreadExecutor& pool, std::atomic<int>& ran) {
@@ -349,17 +374,49 @@ TEST_SUITE("exec") {
     CHECK(quick_ids == std::vector<int>(10, other));
   }
 
+  TEST_CASE("work posted with an order runs lowest first, equal orders as posted, after all "
+            "work posted without one") {
+    // One worker, held by a job while everything is queued: the order it then runs them in is
+    // the queue's alone (a loader's oldest batch in flight is finished first this way).
+    Flag started, release, finished;
+    std::atomic<int> id{-1};
+    std::mutex m;
+    std::vector<int> ran;
+    const std::vector<std::pair<std::uint64_t, int>> posts{
+        {7, 70}, {3, 30}, {0, 1}, {3, 31}, {1, 10}, {0, 2}, {9, 90}, {3, 32}, {1, 11}, {0, 3}};
+    Countdown done(static_cast<int>(posts.size()));
+    {
+      ThreadExecutor pool(1);
+      blocking_job(pool, id, started, release, finished);
+      REQUIRE(started.wait_for(30s));
+      for (const auto& [order, label] : posts) ordered_job(pool, order, label, m, ran, done);
+      release.set();
+      REQUIRE(done.wait_for(30s));
+      CHECK(finished.wait_for(30s));
+    }
+    CHECK(ran == std::vector<int>{1, 2, 3, 10, 11, 30, 31, 32, 70, 90});
+  }
+
   TEST_CASE("the destructor runs every queued job, then joins") {
     Flag gate;
     std::atomic<int> ran{0};
+    std::mutex m;
+    std::vector<int> ordered_ran;
+    Countdown ordered_done(20);
     {
       ThreadExecutor pool(1);
       gated_job(pool, gate, ran);
       for (int i = 0; i < 50; ++i) simple_job(pool, ran);
+      for (int i = 0; i < 20; ++i) {
+        ordered_job(pool, static_cast<std::uint64_t>(20 - i), i, m, ordered_ran, ordered_done);
+      }
       gate.set();
     }
-    // No waiting: the destructor has returned, so all 51 have run.
+    // No waiting: the destructor has returned, so all 51 and the 20 ordered ones have run.
     CHECK(ran.load() == 51);
+    CHECK(ordered_ran.size() == 20);
+    CHECK(ordered_ran.front() == 19);  // the lowest order, posted last
+    CHECK(ordered_ran.back() == 0);
   }
 
   TEST_CASE("worker threads are named <name><id>, cut to 15 characters, and gone after destruction") {

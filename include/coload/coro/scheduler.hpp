@@ -2,6 +2,7 @@
 // Scheduler: somewhere a coroutine can be sent to resume, as the stages below exec see a pool.
 
 #include <coroutine>
+#include <cstdint>
 
 namespace coload {
 
@@ -11,6 +12,13 @@ class Scheduler {
  public:
   /// Queues `h` to be resumed on one of the scheduler's threads. Callable from any thread.
   virtual void post(std::coroutine_handle<> h) = 0;
+  /// Queues `h` with a place in line: of the work queued with an order, a scheduler that
+  /// keeps one resumes the lowest first (a loader passes its batches' starting order, so the
+  /// oldest batch in flight is finished first). This default ignores it.
+  virtual void post_ordered(std::coroutine_handle<> h, std::uint64_t order) {
+    static_cast<void>(order);
+    post(h);
+  }
 
  protected:
   ~Scheduler() = default;

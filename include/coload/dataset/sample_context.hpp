@@ -81,6 +81,8 @@ struct CpuPlace {
   void* board = nullptr;
   std::int64_t batch = -1;
   Index sample = -1;
+  /// The place in line of the batch's CPU work on `pool` (Scheduler::post_ordered); 0: none.
+  std::uint64_t order = 0;
 };
 
 /// `co_await ctx.cpu()`: continues on one of the loader's workers (at once without workers),
@@ -88,7 +90,13 @@ struct CpuPlace {
 struct CpuAwaiter {
   CpuPlace place;
   bool await_ready() const noexcept { return place.pool == nullptr; }
-  void await_suspend(std::coroutine_handle<> h) const { place.pool->post(h); }
+  void await_suspend(std::coroutine_handle<> h) const {
+    if (place.order != 0) {
+      place.pool->post_ordered(h, place.order);
+    } else {
+      place.pool->post(h);
+    }
+  }
   void await_resume() const {
     if (!place.workers) return;
     const WorkerInfo& info = place.workers[current_worker_id()];

@@ -12,7 +12,9 @@ namespace coload {
 
 /// A pool of worker threads that resume coroutines: `co_await pool.schedule()` moves the
 /// awaiting coroutine onto one of the workers. Work is taken from one shared queue, so a slow
-/// job never holds back jobs queued behind it while another worker is free.
+/// job never holds back jobs queued behind it while another worker is free. Work posted
+/// without an order goes first, in the order posted; then work posted with one, lowest order
+/// first (equal orders in the order posted).
 ///
 /// All threads start at construction; set_active(k) lets only workers 0 .. k-1 take from the
 /// shared queue (the others sleep, still serving work pinned to them), which is how the loader
@@ -42,6 +44,9 @@ class ThreadExecutor final : public Scheduler {
 
   /// Queues `h` to be resumed on a worker thread. Callable from any thread.
   void post(std::coroutine_handle<> h) override;
+  /// Queues `h` behind all work posted without an order and before work of a higher order.
+  /// Callable from any thread.
+  void post_ordered(std::coroutine_handle<> h, std::uint64_t order) override;
 
   /// Queues `h` to be resumed on worker thread `worker` (in [0, size())), ahead of the shared
   /// queue. Callable from any thread.

@@ -471,8 +471,12 @@ class Fetcher {
   CpuPlace cpu_place(Scope& run, std::int64_t batch_no) noexcept {
     if constexpr (requires { run.on_worker(); }) {
       if (executor) {
-        return CpuPlace{executor,   run.worker_infos(), run.on_worker(), &FetchBoard::note_hook,
-                        &board, batch_no};
+        // The batches' CPU work in the order they started (epoch, then batch), so that the
+        // oldest in flight finishes first rather than all of them progressing at once.
+        const auto order = (static_cast<std::uint64_t>(run.epoch()) << 32) +
+                           static_cast<std::uint32_t>(batch_no) + 1;
+        return CpuPlace{executor, run.worker_infos(), run.on_worker(), &FetchBoard::note_hook,
+                        &board,   batch_no,           -1,              order};
       }
     }
     return CpuPlace{};
