@@ -119,7 +119,8 @@ ImagePipeline::sample_type ImagePipeline::get(Index index, SampleContext& ctx) c
   return {std::move(image), sample.class_index};
 }
 
-Task<bool> ImagePipeline::fetch_one(BatchContext& ctx, std::size_t position, float* dst) const {
+Task<bool> ImagePipeline::fetch_one(BatchContext& ctx, std::size_t position,
+                                     detail::BatchRows& rows) const {
   const Index i = detail::checked_folder_index(ctx.indices[position], size());
   const std::string& path = index_->samples[static_cast<std::size_t>(i)].path;
   std::string what;
@@ -130,7 +131,7 @@ Task<bool> ImagePipeline::fetch_one(BatchContext& ctx, std::size_t position, flo
       record_read(begin, data.bytes().size(), ctx.indices[position]);
       co_await ctx.cpu();
       SampleContext sample = ctx.sample(position);
-      transform_into(data.bytes(), path, sample.rng, dst);
+      transform_into(data.bytes(), path, sample.rng, rows.row(position));
     } else {
       co_await ctx.cpu();
       SampleContext sample = ctx.sample(position);
@@ -138,7 +139,7 @@ Task<bool> ImagePipeline::fetch_one(BatchContext& ctx, std::size_t position, flo
       const std::vector<std::byte> data = read_whole_file(path);
       read.stop();
       record_bytes_read(data.size());
-      transform_into(data, path, sample.rng, dst);
+      transform_into(data, path, sample.rng, rows.row(position));
     }
     co_return true;
   } catch (const std::exception& e) {
@@ -153,25 +154,23 @@ Task<ImagePipeline::batch_type> ImagePipeline::get_batch_async(std::span<const I
   const auto n = static_cast<std::int64_t>(indices.size());
   const std::int64_t s = output_size();
   // The batch goes straight where the loader wants it (a pinned slab, a worker process's
-  // shared-memory slot); otherwise into a recycled slab of the pipeline's own.
+  // shared-memory slot); otherwise into a recycled slab of the pipeline's own, taken when its
+  // first image is ready.
   BatchAllocator* allocator =
       ctx.allocator ? ctx.allocator : coload::detail::current_batch_allocator();
-  at::Tensor images;
+  detail::BatchRows rows(allocator, std::static_pointer_cast<SlabPool>(slabs_), n, s);
   at::Tensor labels;
   {
     BatchAllocatorScope scope(allocator);
-    images = allocator ? coload::empty_batch_tensor({n, 3, s, s}, at::kFloat)
-                       : std::static_pointer_cast<SlabPool>(slabs_)->take({n, 3, s, s});
     labels = coload::empty_batch_tensor({n}, at::kLong);
   }
-  float* rows = images.data_ptr<float>();
   auto* label = labels.data_ptr<std::int64_t>();
   std::vector<Task<bool>> loads;
   loads.reserve(indices.size());
   for (std::size_t k = 0; k < indices.size(); ++k) {
     const Index i = detail::checked_folder_index(indices[k], size());
     label[k] = index_->samples[static_cast<std::size_t>(i)].class_index;
-    loads.push_back(fetch_one(ctx, k, rows + static_cast<std::int64_t>(k) * 3 * s * s));
+    loads.push_back(fetch_one(ctx, k, rows));
   }
   const std::vector<bool> loaded = co_await when_all(std::move(loads));
   std::vector<std::int64_t> keep;
@@ -180,6 +179,7 @@ Task<ImagePipeline::batch_type> ImagePipeline::get_batch_async(std::span<const I
     if (loaded[k]) keep.push_back(static_cast<std::int64_t>(k));
   }
   if (keep.empty()) throw EmptyBatch{};
+  at::Tensor images = rows.images();
   if (static_cast<std::int64_t>(keep.size()) == n) co_return batch_type{images, labels};
   // NOTE: with skipped samples the batch shrinks; one copy of the rows that loaded.
   const at::Tensor rows_kept = at::tensor(keep, at::kLong);

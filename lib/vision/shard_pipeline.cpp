@@ -80,8 +80,8 @@ ShardImagePipeline::sample_type ShardImagePipeline::get(Index index, SampleConte
   return {std::move(image), label_of(sample)};
 }
 
-Task<bool> ShardImagePipeline::fetch_one(BatchContext& ctx, std::size_t position, float* dst,
-                                         std::int64_t* label) const {
+Task<bool> ShardImagePipeline::fetch_one(BatchContext& ctx, std::size_t position,
+                                         detail::BatchRows& rows, std::int64_t* label) const {
   std::string what;
   try {
     shards::ShardSample sample;
@@ -99,7 +99,7 @@ Task<bool> ShardImagePipeline::fetch_one(BatchContext& ctx, std::size_t position
     }
     SampleContext sc = ctx.sample(position);
     *label = label_of(sample);
-    transform_into(sample, sc.rng, dst);
+    transform_into(sample, sc.rng, rows.row(position));
     co_return true;
   } catch (const std::exception& e) {
     what = e.what();
@@ -114,22 +114,20 @@ Task<ShardImagePipeline::batch_type> ShardImagePipeline::get_batch_async(
   const std::int64_t s = output_size();
   BatchAllocator* allocator =
       ctx.allocator ? ctx.allocator : coload::detail::current_batch_allocator();
-  at::Tensor images;
+  // As ImagePipeline: where the loader wants it, else a recycled slab taken when the first
+  // image is ready (a fresh batch tensor costs thousands of page faults, a third of the
+  // pipeline's time here).
+  detail::BatchRows rows(allocator, std::static_pointer_cast<detail::SlabPool>(slabs_), n, s);
   at::Tensor labels;
   {
     BatchAllocatorScope scope(allocator);
-    // As ImagePipeline: where the loader wants it, else a recycled slab (a fresh batch tensor
-    // costs thousands of page faults, a third of the pipeline's time here).
-    images = allocator ? coload::empty_batch_tensor({n, 3, s, s}, at::kFloat)
-                       : std::static_pointer_cast<detail::SlabPool>(slabs_)->take({n, 3, s, s});
     labels = coload::empty_batch_tensor({n}, at::kLong);
   }
-  float* rows = images.data_ptr<float>();
   auto* label = labels.data_ptr<std::int64_t>();
   std::vector<Task<bool>> loads;
   loads.reserve(indices.size());
   for (std::size_t k = 0; k < indices.size(); ++k) {
-    loads.push_back(fetch_one(ctx, k, rows + static_cast<std::int64_t>(k) * 3 * s * s, label + k));
+    loads.push_back(fetch_one(ctx, k, rows, label + k));
   }
   const std::vector<bool> loaded = co_await when_all(std::move(loads));
   std::vector<std::int64_t> keep;
@@ -137,6 +135,7 @@ Task<ShardImagePipeline::batch_type> ShardImagePipeline::get_batch_async(
     if (loaded[k]) keep.push_back(static_cast<std::int64_t>(k));
   }
   if (keep.empty()) throw EmptyBatch{};
+  at::Tensor images = rows.images();
   if (static_cast<std::int64_t>(keep.size()) == n) co_return batch_type{images, labels};
   const at::Tensor rows_kept = at::tensor(keep, at::kLong);
   co_return batch_type{images.index_select(0, rows_kept), labels.index_select(0, rows_kept)};

@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -736,6 +737,37 @@ TEST_SUITE("vision") {
     big = at::Tensor();
     at::Tensor small = pool->take(full);  // the large one, recycled
     CHECK(pool->allocated() == 3);
+  }
+
+  TEST_CASE("pipeline: a batch takes its slab when its first row is asked for, once, from any "
+            "thread") {
+    using coload::vision::detail::BatchRows;
+    auto pool = std::make_shared<coload::vision::detail::SlabPool>();
+    BatchRows waiting(nullptr, pool, 4, 8);  // a batch whose images are all still queued
+    BatchRows started(nullptr, pool, 4, 8);
+    CHECK(pool->allocated() == 0);
+    CHECK_FALSE(waiting.images().defined());
+    std::vector<float*> rows(4);
+    {
+      std::vector<std::thread> threads;
+      for (std::size_t k = 0; k < 4; ++k) {
+        threads.emplace_back([&, k] { rows[k] = started.row(k); });
+      }
+      for (auto& t : threads) t.join();
+    }
+    CHECK(pool->allocated() == 1);  // one slab for four rows asked at once
+    CHECK_FALSE(waiting.images().defined());
+    const at::Tensor images = started.images();
+    REQUIRE(images.defined());
+    CHECK(images.sizes() == at::IntArrayRef({4, 3, 8, 8}));
+    for (std::size_t k = 0; k < 4; ++k) {
+      CAPTURE(k);
+      CHECK(rows[k] == images.data_ptr<float>() + static_cast<std::ptrdiff_t>(k) * 3 * 8 * 8);
+      CHECK(started.row(k) == rows[k]);
+    }
+    CHECK(pool->allocated() == 1);
+    waiting.row(2);
+    CHECK(pool->allocated() == 2);
   }
 
   TEST_CASE("pipeline: with a seed, every batch of every epoch hashes alike whatever the "

@@ -20,6 +20,10 @@
 
 namespace coload::vision {
 
+namespace detail {
+class BatchRows;  // a batch's image rows, taken when the first is written (lib/vision)
+}  // namespace detail
+
 /// ImageFolder's default loader: the image at `path` as a [3, H, W] uint8 RGB tensor (as
 /// PIL's `convert('RGB')` then `PILToTensor()`).
 struct DefaultImageLoader {
@@ -70,7 +74,7 @@ class ImagePipeline {
                       float* dst) const;
 
  private:
-  Task<bool> fetch_one(BatchContext& ctx, std::size_t position, float* dst) const;
+  Task<bool> fetch_one(BatchContext& ctx, std::size_t position, detail::BatchRows& rows) const;
 
   std::shared_ptr<const FolderIndex> index_;
   Transform transform_;

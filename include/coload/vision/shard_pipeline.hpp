@@ -52,7 +52,7 @@ class ShardImagePipeline {
   static std::span<const std::byte> image_field(const shards::ShardSample& sample);
 
  private:
-  Task<bool> fetch_one(BatchContext& ctx, std::size_t position, float* dst,
+  Task<bool> fetch_one(BatchContext& ctx, std::size_t position, detail::BatchRows& rows,
                        std::int64_t* label) const;
   void transform_into(const shards::ShardSample& sample, Rng& rng, float* dst) const;
   std::int64_t label_of(const shards::ShardSample& sample) const;
