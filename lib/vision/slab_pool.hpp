@@ -24,7 +24,14 @@ namespace coload::vision::detail {
 class SlabPool : public std::enable_shared_from_this<SlabPool> {
  public:
   static constexpr std::size_t keep = 8;
-  static constexpr std::size_t alignment = 2 << 20;  // lets the kernel back them with huge pages
+  // NOTE: 4 KiB pages, not huge ones (MADV_NOHUGEPAGE, for kernels whose THP setting is
+  // `always`): a buffer is faulted in once and then recycled, so its pages only cost the first
+  // batches. There, on a VM that reports free memory to its host (virtio-balloon free page
+  // reporting, this project's development VM), a fresh 2 MB huge page cost about 5 ms to fault
+  // in and an epoch's first batch took 70-80 ms instead of 32-40 (traced after another process
+  // freed 1 GiB, 4 runs each: the transform's time was 90-107 ms of page faults with huge
+  // pages, 22-25 ms with 4 KiB ones); steady state is the same either way.
+  static constexpr std::size_t alignment = 4096;
 
   ~SlabPool() {
     for (void* p : idle_) std::free(p);
@@ -54,7 +61,7 @@ class SlabPool : public std::enable_shared_from_this<SlabPool> {
     if (!p) {
       p = std::aligned_alloc(alignment, capacity);
       if (!p) throw std::bad_alloc();
-      ::madvise(p, capacity, MADV_HUGEPAGE);
+      ::madvise(p, capacity, MADV_NOHUGEPAGE);
     }
     return at::from_blob(
         p, shape,
