@@ -241,6 +241,12 @@ def main():
         flag = "--threads" if name in ("dali_cpu", "spdl", "tfdata") else "--workers"
         check(flag in cmds[name] and cmds[name][cmds[name].index(flag) + 1] == "4",
               f"{name} runs with 4 workers: {cmds[name]}")
+    # coload_peer's rows: each its own mode (a row that ran another's would time the wrong thing).
+    modes = {"coload_threads": "threads", "coload_processes": "processes", "decode_full": "decode",
+             "decode_entropy": "entropy"}
+    for name, mode in modes.items():
+        check(cmds[name][0] == "coload_peer" and
+              cmds[name][cmds[name].index("--mode") + 1] == mode, f"{name} runs --mode {mode}")
 
     # 6. The targets' arithmetic, on made-up rows.
     rows = {"coload_threads": {"images_per_s": 800.0, "cpu_ms_per_image": 0.8,

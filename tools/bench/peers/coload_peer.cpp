@@ -1,7 +1,7 @@
 // tools/bench/peers/coload_peer: coload's side of tools/bench/peers (and the bare-decode floor),
 // speaking the peers protocol (see peers.py):
 //
-//   coload_peer ROOT --mode threads|processes|decode [--epochs 3] [--workers 2] [--batch-size 64]
+//   coload_peer ROOT --mode threads|processes|decode|entropy [--epochs 3] [--workers 2] [--batch-size 64]
 //               [--prefetch-factor 2] [--trace PATH]
 //
 // threads / processes: coload::vision::ImagePipeline(ROOT, TrainTransform{}) (RandomResizedCrop
@@ -14,6 +14,11 @@
 // decode: every file read and decoded full-size to RGB by TurboJPEG (tjDecompress2, flags 0:
 //   accurate IDCT and fancy upsampling, as Pillow and coload) on `workers` threads; no resize,
 //   no tensor. The CPU floor of a loader that decodes whole images.
+// entropy: every file read and only its Huffman data decoded, through libjpeg's
+//   jpeg_skip_scanlines over all rows but the last (libjpeg-turbo entropy-decodes the skipped
+//   rows and discards their coefficients: no IDCT, upsampling or colour conversion). What no
+//   crop can skip of the rows above its bottom in a JPEG without restart markers; the part of
+//   coload's CPU per image that a faster libjpeg would have to shrink.
 //
 // On stdout: "@start" before the loader is constructed, "@first" with its first batch in hand,
 // "@mark" before the first timed epoch and after each one (the bench samples the process tree's
@@ -25,6 +30,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <turbojpeg.h>
+// jpeglib.h needs FILE and size_t declared first.
+#include <cstddef>
+#include <cstdio>
+#include <jpeglib.h>
+
+#include <csetjmp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -89,9 +100,44 @@ void read_file(const std::string& path, std::vector<unsigned char>& buf) {
   ::close(fd);
 }
 
-// One pass of the bare decode on `threads` threads taking files from a shared counter; the
-// first error stops every thread and is rethrown with its path.
-std::int64_t decode_pass(const std::vector<std::string>& files, int threads) {
+struct JpegErrors {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+[[noreturn]] void jpeg_error_exit(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<JpegErrors*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+// Entropy-decodes all of `jpeg` but its last row (see the file's comment); returns libjpeg's
+// message on an error, nullptr otherwise. NOTE: nothing with a destructor lives in this frame,
+// which longjmp leaves.
+const char* entropy_decode(const unsigned char* jpeg, unsigned long size, JpegErrors& err) {
+  jpeg_decompress_struct cinfo{};
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = jpeg_error_exit;
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    return err.message;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, jpeg, size);
+  jpeg_read_header(&cinfo, TRUE);
+  cinfo.out_color_space = JCS_RGB;
+  jpeg_start_decompress(&cinfo);
+  if (cinfo.output_height > 1) jpeg_skip_scanlines(&cinfo, cinfo.output_height - 1);
+  jpeg_abort_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  return nullptr;
+}
+
+// One pass of the bare decode (or, with `entropy_only`, of the entropy decoding) on `threads`
+// threads taking files from a shared counter; the first error stops every thread and is
+// rethrown with its path.
+std::int64_t decode_pass(const std::vector<std::string>& files, int threads, bool entropy_only) {
   std::atomic<std::size_t> next{0};
   std::atomic<std::int64_t> done{0};
   std::vector<std::string> errors(static_cast<std::size_t>(threads));
@@ -104,6 +150,14 @@ std::int64_t decode_pass(const std::vector<std::string>& files, int threads) {
         std::vector<unsigned char> jpeg, rgb;
         for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < files.size();) {
           read_file(files[i], jpeg);
+          if (entropy_only) {
+            JpegErrors err{};
+            if (const char* what = entropy_decode(jpeg.data(), jpeg.size(), err)) {
+              throw std::runtime_error(files[i] + ": " + what);
+            }
+            done.fetch_add(1, std::memory_order_relaxed);
+            continue;
+          }
           int w = 0, hgt = 0, subsamp = 0, cs = 0;
           const auto size = static_cast<unsigned long>(jpeg.size());
           if (tjDecompressHeader3(h, jpeg.data(), size, &w, &hgt, &subsamp, &cs) != 0) {
@@ -137,11 +191,11 @@ int main(int argc, char** argv) {
   int epochs = 3, workers = 2, prefetch = 2;
   std::int64_t batch_size = 64;
   std::string trace;
-  CLI::App app{"coload_peer: coload's ImagePipeline (threads or processes) or a bare TurboJPEG "
-               "decode, timed for tools/bench/peers"};
+  CLI::App app{"coload_peer: coload's ImagePipeline (threads or processes), a bare TurboJPEG "
+               "decode or a bare entropy decode, timed for tools/bench/peers"};
   app.add_option("ROOT", root, "an ImageFolder tree")->required();
   app.add_option("--mode", mode, "what to run")
-      ->check(CLI::IsMember({"threads", "processes", "decode"}))
+      ->check(CLI::IsMember({"threads", "processes", "decode", "entropy"}))
       ->capture_default_str();
   app.add_option("--epochs", epochs, "timed epochs after the warm-up")
       ->check(CLI::Range(1, 1000))
@@ -169,18 +223,21 @@ int main(int argc, char** argv) {
     at::set_num_threads(1);
     std::vector<double> seconds;
     std::int64_t images = 0;
-    if (mode == "decode") {
+    if (mode == "decode" || mode == "entropy") {
+      const bool entropy_only = mode == "entropy";
       // Indexed as ImageFolder indexes (the pipeline's own index; nothing decoded here).
       const coload::vision::ImagePipeline index(root, coload::vision::TrainTransform{});
       std::vector<std::string> files;
       for (const auto& s : index.index().samples) files.push_back(s.path);
       images = static_cast<std::int64_t>(files.size());
-      decode_pass(files, workers);  // warm-up
+      decode_pass(files, workers, entropy_only);  // warm-up
       out["first_batch_s"] = nullptr;  // no loader, no batch
       mark();
       for (int e = 0; e < epochs; ++e) {
         const auto t1 = Clock::now();
-        if (decode_pass(files, workers) != images) throw std::runtime_error("decode: files lost");
+        if (decode_pass(files, workers, entropy_only) != images) {
+          throw std::runtime_error(mode + ": files lost");
+        }
         seconds.push_back(since(t1));
         mark();
       }

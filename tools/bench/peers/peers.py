@@ -18,6 +18,8 @@ this file, once), then runs each of them on the same ImageFolder tree with the s
   spdl              SPDL, FFmpeg decoding on 2 threads
   tfdata            tf.data (tensorflow-cpu), AUTOTUNE on a 2-thread pool
   decode_full       a bare full-size TurboJPEG decode of every file on 2 threads (CPU floor)
+  decode_entropy    only the Huffman data of every file decoded (libjpeg, 2 threads): the part
+                    of a decode that a crop cannot skip above its bottom row
 
 Each peer is its own process and runs one warm-up epoch from a cold loader, then --epochs timed
 ones. Measured: images/s (median of the timed epochs), CPU milliseconds per image (all the
@@ -68,6 +70,8 @@ PEERS = {
     "spdl": ("SPDL pipeline, FFmpeg decode + filter, --workers threads", "venv"),
     "tfdata": ("tf.data, decode_and_crop_jpeg, AUTOTUNE, --workers threads", "venv"),
     "decode_full": ("bare full-size TurboJPEG decode of every file, --workers threads", "coload"),
+    "decode_entropy": ("bare entropy decoding of every file (libjpeg), --workers threads",
+                       "coload"),
 }
 # The targets. (name, numerator row, denominator row(s), field, comparison, target)
 # "ratio" fields: images/s of the first over the second (>= target), or the first's value over
@@ -433,6 +437,8 @@ def commands(args, coload_exe, venv_python):
             cmds[name] = [coload_exe] + common + workers + ["--mode", name.split("_")[1]]
         elif name == "decode_full":
             cmds[name] = [coload_exe] + common + workers + ["--mode", "decode"]
+        elif name == "decode_entropy":
+            cmds[name] = [coload_exe] + common + workers + ["--mode", "entropy"]
         elif name == "torch2_default":
             cmds[name] = [venv_python, script("peer_torch.py")] + common + workers + [
                 "--config", "default"]
