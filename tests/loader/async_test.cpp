@@ -7,6 +7,9 @@
 
 #include <atomic>
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <coroutine>
 #include <mutex>
 #include <filesystem>
 #include <fstream>
@@ -128,9 +131,93 @@ struct FinishedBefore {
   }
 };
 
+// Batches 1-3 of 16 samples (batch size 4): sample 4 blocks the single worker until a releaser
+// thread has resumed samples 5-15, parked before their CPU work, in reverse order (batch 3's
+// first), as reads completing out of order would; `ran` records the batch of each sample's CPU
+// work in the order the worker ran it.
+struct OutOfOrderReads {
+  struct Shared {
+    std::mutex m;
+    std::condition_variable cv;
+    std::vector<std::pair<Index, std::coroutine_handle<>>> parked;
+    bool blocker_running = false;
+    bool released = false;
+    std::vector<std::int64_t> ran;
+  };
+  std::shared_ptr<Shared> shared = std::make_shared<Shared>();
+  std::int64_t size() const { return 16; }
+
+  struct Park {
+    Shared* s;
+    Index i;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) const {
+      std::lock_guard lock(s->m);
+      s->parked.emplace_back(i, h);
+      s->cv.notify_all();
+    }
+    void await_resume() const noexcept {}
+  };
+
+  Task<std::int64_t> get_async(Index i, SampleContext& ctx) {
+    Shared* s = shared.get();
+    if (i >= 5) co_await Park{s, i};
+    co_await ctx.cpu();
+    std::unique_lock lock(s->m);
+    if (i == 4) {
+      s->blocker_running = true;
+      s->cv.notify_all();
+      s->cv.wait_for(lock, std::chrono::seconds(60), [&] { return s->released; });
+    }
+    if (i >= 4) s->ran.push_back(i / 4);
+    co_return i;
+  }
+
+  // The releaser: once sample 4 holds the worker and 5-15 are parked, resumes them from the
+  // highest index down (each goes as far as queuing its CPU work), then lets sample 4 finish.
+  static void release(Shared& s) {
+    std::vector<std::pair<Index, std::coroutine_handle<>>> parked;
+    {
+      std::unique_lock lock(s.m);
+      s.cv.wait_for(lock, std::chrono::seconds(60),
+                    [&] { return s.blocker_running && s.parked.size() == 11; });
+      parked = s.parked;
+    }
+    std::sort(parked.begin(), parked.end(), [](const auto& a, const auto& b) {
+      return a.first > b.first;
+    });
+    for (auto& [i, h] : parked) h.resume();
+    std::lock_guard lock(s.m);
+    s.released = true;
+    s.cv.notify_all();
+  }
+};
+
 }  // namespace
 
 TEST_SUITE("loader") {
+  TEST_CASE("the workers run the CPU work of the oldest batch in flight first, whatever order "
+            "its samples' reads complete in") {
+    OutOfOrderReads dataset;
+    auto shared = dataset.shared;
+    auto loader = make_data_loader(dataset, {.batch_size = 4, .num_workers = 1,
+                                             .prefetch_factor = 4});
+    std::thread releaser([&] { OutOfOrderReads::release(*shared); });
+    std::vector<std::int64_t> seen;
+    for (auto& batch : loader) {
+      auto v = values(batch);
+      seen.insert(seen.end(), v.begin(), v.end());
+    }
+    releaser.join();
+    std::vector<std::int64_t> expected(16);
+    for (int i = 0; i < 16; ++i) expected[static_cast<std::size_t>(i)] = i;
+    CHECK(seen == expected);
+    std::lock_guard lock(shared->m);
+    CHECK(shared->parked.size() == 11);
+    // First come first served would run 1, 3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1.
+    CHECK(shared->ran == std::vector<std::int64_t>{1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
+  }
+
   TEST_CASE("an epoch's first batch is made alone: the next starts once it is done") {
     // Without the hold, batch 1 is dispatched in the same driver turn as batch 0, before any
     // worker has finished one of batch 0's samples.

@@ -473,8 +473,11 @@ class Fetcher {
       if (executor) {
         // The batches' CPU work in the order they started (epoch, then batch), so that the
         // oldest in flight finishes first rather than all of them progressing at once.
-        const auto order = (static_cast<std::uint64_t>(run.epoch()) << 32) +
-                           static_cast<std::uint32_t>(batch_no) + 1;
+        // NOTE: batches past 2^32 - 2 in an epoch share the last key (FIFO among them); the key
+        // is never 0, which means none.
+        const auto order =
+            (static_cast<std::uint64_t>(run.epoch()) << 32) +
+            static_cast<std::uint64_t>(std::clamp<std::int64_t>(batch_no, 0, 0xFFFFFFFE)) + 1;
         return CpuPlace{executor, run.worker_infos(), run.on_worker(), &FetchBoard::note_hook,
                         &board,   batch_no,           -1,              order};
       }
