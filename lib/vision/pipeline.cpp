@@ -142,6 +142,8 @@ Task<bool> ImagePipeline::fetch_one(BatchContext& ctx, std::size_t position,
       transform_into(data, path, sample.rng, rows.row(position));
     }
     co_return true;
+  } catch (const detail::BatchBufferError&) {
+    throw;  // the batch's, not the sample's
   } catch (const std::exception& e) {
     what = e.what();
   }

@@ -101,6 +101,8 @@ Task<bool> ShardImagePipeline::fetch_one(BatchContext& ctx, std::size_t position
     *label = label_of(sample);
     transform_into(sample, sc.rng, rows.row(position));
     co_return true;
+  } catch (const detail::BatchBufferError&) {
+    throw;  // the batch's, not the sample's
   } catch (const std::exception& e) {
     what = e.what();
   }

@@ -4,8 +4,13 @@
 #include <ATen/ATen.h>
 #include <sys/mman.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -31,42 +36,54 @@ class SlabPool : public std::enable_shared_from_this<SlabPool> {
   // in and an epoch's first batch took 70-80 ms instead of 32-40 (traced after another process
   // freed 1 GiB, 4 runs each: the transform's time was 90-107 ms of page faults with huge
   // pages, 22-25 ms with 4 KiB ones); steady state is the same either way.
-  static constexpr std::size_t alignment = 4096;
+  /// Buffers start on a page (madvise needs it): 4 KiB, or the system's larger page.
+  static std::size_t alignment() noexcept {
+    static const std::size_t page = std::max<std::size_t>(
+        4096, static_cast<std::size_t>(std::max(::sysconf(_SC_PAGESIZE), 0L)));
+    return page;
+  }
 
   ~SlabPool() {
     for (void* p : idle_) std::free(p);
   }
 
-  /// A float tensor of `shape` whose storage returns to this pool.
+  /// A float tensor of `shape` whose storage returns to this pool. A failed allocation
+  /// (std::bad_alloc) leaves the pool as it was.
   at::Tensor take(at::IntArrayRef shape) {
     std::size_t bytes = sizeof(float);
     for (auto d : shape) bytes *= static_cast<std::size_t>(d);
+    const std::size_t needed = (bytes + alignment() - 1) / alignment() * alignment();
     void* p = nullptr;
     std::size_t capacity = 0;
     {
       std::lock_guard lock(mutex_);
-      if (bytes > capacity_) {  // a larger batch than any before: the idle buffers are too small
-        for (void* q : idle_) std::free(q);
-        idle_.clear();
-        capacity_ = (bytes + alignment - 1) / alignment * alignment;
-      }
-      capacity = capacity_;
-      if (!idle_.empty()) {
+      capacity = std::max(capacity_, needed);
+      if (capacity == capacity_ && !idle_.empty()) {
         p = idle_.back();
         idle_.pop_back();
-      } else {
-        ++allocated_;
       }
     }
     if (!p) {
-      p = std::aligned_alloc(alignment, capacity);
+      p = std::aligned_alloc(alignment(), capacity);
       if (!p) throw std::bad_alloc();
-      ::madvise(p, capacity, MADV_NOHUGEPAGE);
+      ::madvise(p, capacity, MADV_NOHUGEPAGE);  // advice: without it, only the first batches pay
+      std::lock_guard lock(mutex_);
+      ++allocated_;
+      if (capacity > capacity_) {  // a larger batch than any before: the idle buffers are too small
+        for (void* q : idle_) std::free(q);
+        idle_.clear();
+        capacity_ = capacity;
+      }
     }
-    return at::from_blob(
-        p, shape,
-        [pool = shared_from_this(), capacity](void* q) { pool->give(q, capacity); },
-        at::TensorOptions().dtype(at::kFloat));
+    try {
+      return at::from_blob(
+          p, shape,
+          [pool = shared_from_this(), capacity](void* q) { pool->give(q, capacity); },
+          at::TensorOptions().dtype(at::kFloat));
+    } catch (...) {
+      give(p, capacity);
+      throw;
+    }
   }
 
   /// How many buffers were allocated fresh, not recycled (for tests).
@@ -93,6 +110,13 @@ class SlabPool : public std::enable_shared_from_this<SlabPool> {
   std::vector<void*> idle_;
 };
 
+/// A batch's buffer could not be allocated. The fetches rethrow it rather than skip or blame
+/// the sample that asked first.
+class BatchBufferError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// The images of a batch being made, [n, 3, side, side] floats, row by row. Where the loader
 /// gives an allocator (a pinned slab, a worker process's shared-memory slot) the tensor is
 /// taken at once. Otherwise a slab of `pool` is taken when the first image is ready to be
@@ -111,10 +135,19 @@ class BatchRows {
     }
   }
 
-  /// Where image `k` goes; the first call takes the slab. Safe from any thread.
+  /// Where image `k` goes; the first call takes the slab. Safe from any thread. Throws
+  /// BatchBufferError when the slab cannot be had: the batch's error, not the sample's.
   float* row(std::size_t k) {
     std::lock_guard lock(mutex_);
-    if (!base_) take(pool_->take({n_, 3, side_, side_}));
+    if (!base_) {
+      try {
+        take(pool_->take({n_, 3, side_, side_}));
+      } catch (const std::exception& e) {
+        throw BatchBufferError("cannot allocate the batch's buffer of " + std::to_string(n_) +
+                               " x 3 x " + std::to_string(side_) + " x " + std::to_string(side_) +
+                               " floats: " + e.what());
+      }
+    }
     return base_ + static_cast<std::int64_t>(k) * 3 * side_ * side_;
   }
 

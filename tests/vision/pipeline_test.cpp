@@ -768,6 +768,22 @@ TEST_SUITE("vision") {
     CHECK(pool->allocated() == 1);
     waiting.row(2);
     CHECK(pool->allocated() == 2);
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    // A buffer that cannot be had is the batch's error (the fetches rethrow it instead of
+    // skipping the sample that asked), and the pool is as it was. (The sanitizers' allocators
+    // abort on such a request instead of failing it.)
+    BatchRows huge(nullptr, pool, std::int64_t{1} << 40, 8);
+    CHECK_THROWS_WITH_AS(huge.row(0),
+                         doctest::Contains("cannot allocate the batch's buffer of 1099511627776 x "
+                                           "3 x 8 x 8 floats"),
+                         coload::vision::detail::BatchBufferError);
+    CHECK_FALSE(huge.images().defined());
+    CHECK(pool->allocated() == 2);
+    BatchRows after(nullptr, pool, 4, 8);  // the failed size did not stick to the pool
+    CHECK(after.row(3) != nullptr);
+    CHECK(pool->allocated() == 3);
+#endif
   }
 
   TEST_CASE("pipeline: with a seed, every batch of every epoch hashes alike whatever the "
