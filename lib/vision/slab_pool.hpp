@@ -9,11 +9,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <stdexcept>
-#include <string>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "coload/collate/batch_allocator.hpp"
@@ -29,13 +29,6 @@ namespace coload::vision::detail {
 class SlabPool : public std::enable_shared_from_this<SlabPool> {
  public:
   static constexpr std::size_t keep = 8;
-  // NOTE: 4 KiB pages, not huge ones (MADV_NOHUGEPAGE, for kernels whose THP setting is
-  // `always`): a buffer is faulted in once and then recycled, so its pages only cost the first
-  // batches. There, on a VM that reports free memory to its host (virtio-balloon free page
-  // reporting, this project's development VM), a fresh 2 MB huge page cost about 5 ms to fault
-  // in and an epoch's first batch took 70-80 ms instead of 32-40 (traced after another process
-  // freed 1 GiB, 4 runs each: the transform's time was 90-107 ms of page faults with huge
-  // pages, 22-25 ms with 4 KiB ones); steady state is the same either way.
   /// Buffers start on a page (madvise needs it): 4 KiB, or the system's larger page.
   static std::size_t alignment() noexcept {
     static const std::size_t page = std::max<std::size_t>(
@@ -66,7 +59,15 @@ class SlabPool : public std::enable_shared_from_this<SlabPool> {
     if (!p) {
       p = std::aligned_alloc(alignment(), capacity);
       if (!p) throw std::bad_alloc();
-      ::madvise(p, capacity, MADV_NOHUGEPAGE);  // advice: without it, only the first batches pay
+      // NOTE: 4 KiB pages, not huge ones (MADV_NOHUGEPAGE, for kernels whose THP setting is
+      // `always`): a buffer is faulted in once and then recycled, so its pages only cost the
+      // first batches. There, on a VM that reports free memory to its host (virtio-balloon free
+      // page reporting, this project's development VM), a fresh 2 MB huge page cost about 5 ms
+      // to fault in and an epoch's first batch took 70-80 ms instead of 32-40 (traced after
+      // another process freed 1 GiB, 4 runs each: the transform's time was 90-107 ms of page
+      // faults with huge pages, 22-25 ms with 4 KiB ones); steady state is the same either way.
+      // Advice only: where it fails, only the first batches pay.
+      ::madvise(p, capacity, MADV_NOHUGEPAGE);
       std::lock_guard lock(mutex_);
       ++allocated_;
       if (capacity > capacity_) {  // a larger batch than any before: the idle buffers are too small
@@ -121,9 +122,10 @@ class BatchBufferError : public std::runtime_error {
 /// gives an allocator (a pinned slab, a worker process's shared-memory slot) the tensor is
 /// taken at once. Otherwise a slab of `pool` is taken when the first image is ready to be
 /// written, not when the batch starts: with worker threads the loader starts
-/// prefetch_factor × workers batches at once, and their images run in the order they were
-/// queued, so the batches still waiting hold no buffer (each held its 38 MB from the start,
-/// and peak memory grew by that much per batch in flight: 853 MiB at 8 workers).
+/// prefetch_factor × workers batches at once and the workers finish the oldest first
+/// (ThreadExecutor's ordered queue), so the batches still waiting hold no buffer (each held its
+/// 38 MB from the start, and peak memory grew by that much per batch in flight: 853 MiB at 8
+/// workers).
 class BatchRows {
  public:
   BatchRows(BatchAllocator* allocator, std::shared_ptr<SlabPool> pool, std::int64_t n,
