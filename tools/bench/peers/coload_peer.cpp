@@ -15,10 +15,12 @@
 //   accurate IDCT and fancy upsampling, as Pillow and coload) on `workers` threads; no resize,
 //   no tensor. The CPU floor of a loader that decodes whole images.
 // entropy: every file read and only its Huffman data decoded, through libjpeg's
-//   jpeg_skip_scanlines over all rows but the last (libjpeg-turbo entropy-decodes the skipped
-//   rows and discards their coefficients: no IDCT, upsampling or colour conversion). What no
-//   crop can skip of the rows above its bottom in a JPEG without restart markers; the part of
-//   coload's CPU per image that a faster libjpeg would have to shrink.
+//   jpeg_skip_scanlines over every whole iMCU row (8 or 16 pixel rows) but the last:
+//   libjpeg-turbo entropy-decodes skipped iMCU rows and discards their coefficients, with no
+//   IDCT, upsampling or colour conversion. The last 1-16 rows are not decoded at all, so this
+//   is slightly less than a whole file's entropy decoding. What no crop can skip of the rows
+//   above its bottom in a JPEG without restart markers; the part of coload's CPU per image that
+//   a faster libjpeg would have to shrink.
 //
 // On stdout: "@start" before the loader is constructed, "@first" with its first batch in hand,
 // "@mark" before the first timed epoch and after each one (the bench samples the process tree's
@@ -112,8 +114,8 @@ struct JpegErrors {
   std::longjmp(err->jump, 1);
 }
 
-// Entropy-decodes all of `jpeg` but its last row (see the file's comment); returns libjpeg's
-// message on an error, nullptr otherwise. NOTE: nothing with a destructor lives in this frame,
+// Entropy-decodes all of `jpeg` but its last iMCU row (see the file's comment); returns
+// libjpeg's message on an error, nullptr otherwise. NOTE: nothing with a destructor lives in this frame,
 // which longjmp leaves.
 const char* entropy_decode(const unsigned char* jpeg, unsigned long size, JpegErrors& err) {
   jpeg_decompress_struct cinfo{};
@@ -126,9 +128,14 @@ const char* entropy_decode(const unsigned char* jpeg, unsigned long size, JpegEr
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, jpeg, size);
   jpeg_read_header(&cinfo, TRUE);
-  cinfo.out_color_space = JCS_RGB;
+  // NOTE: without fancy upsampling there are no context rows, and jpeg_skip_scanlines then
+  // skips whole iMCU rows by entropy decoding alone; with them it decodes the last iMCU row it
+  // skips in full, to discard it. A skip that reaches the image's end decodes nothing.
+  cinfo.do_fancy_upsampling = FALSE;
   jpeg_start_decompress(&cinfo);
-  if (cinfo.output_height > 1) jpeg_skip_scanlines(&cinfo, cinfo.output_height - 1);
+  const JDIMENSION imcu_rows = static_cast<JDIMENSION>(cinfo.max_v_samp_factor) * DCTSIZE;
+  const JDIMENSION whole = (cinfo.output_height - 1) / imcu_rows * imcu_rows;
+  if (whole > 0) jpeg_skip_scanlines(&cinfo, whole);
   jpeg_abort_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
   return nullptr;

@@ -18,8 +18,9 @@ this file, once), then runs each of them on the same ImageFolder tree with the s
   spdl              SPDL, FFmpeg decoding on 2 threads
   tfdata            tf.data (tensorflow-cpu), AUTOTUNE on a 2-thread pool
   decode_full       a bare full-size TurboJPEG decode of every file on 2 threads (CPU floor)
-  decode_entropy    only the Huffman data of every file decoded (libjpeg, 2 threads): the part
-                    of a decode that a crop cannot skip above its bottom row
+  decode_entropy    only the Huffman data of every file decoded (libjpeg, 2 threads; all but
+                    the last iMCU row): the part of a decode that a crop cannot skip above its
+                    bottom row
 
 Each peer is its own process and runs one warm-up epoch from a cold loader, then --epochs timed
 ones. Measured: images/s (median of the timed epochs), CPU milliseconds per image (all the
