@@ -31,6 +31,7 @@
 #include "coload/collate/digest.hpp"
 #include "coload/coro/sync_wait.hpp"
 #include "coload/dataset/sample_context.hpp"
+#include "coload/device/backend.hpp"
 #include "coload/loader/data_loader.hpp"
 #include "coload/loader/errors.hpp"
 #include "coload/loader/metrics.hpp"
@@ -826,6 +827,69 @@ TEST_SUITE("vision") {
         std::multiset<std::uint64_t> b(reference[e].begin(), reference[e].end());
         CHECK(a == b);
       }
+    }
+  }
+
+  TEST_CASE("pipeline: with pin_memory, batches arrive pinned and equal the pageable ones, "
+            "with threads and processes; on a GPU, on the device") {
+    // The loader's pinned lease (threads) or the worker's pinned slot (processes) is the
+    // allocator BatchRows takes its tensor from at once, instead of a slab of the pipeline's pool.
+    const SmallFolder folder;
+    auto epochs = [&](coload::LoaderOptions<> options, auto&& check) {
+      options.batch_size = 3;
+      options.shuffle = true;
+      options.seed = 7;
+      auto loader = coload::make_data_loader(ImagePipeline(folder.root(), small_train()), options);
+      std::vector<std::vector<std::uint64_t>> out;
+      for (int e = 0; e < 2; ++e) {
+        auto& hashes = out.emplace_back();
+        for (auto& [images, labels] : loader) {
+          check(images, labels);
+          hashes.push_back(Digest().add(images.cpu()).add(labels.cpu()).value());
+        }
+      }
+      return out;
+    };
+    const auto reference = epochs({.num_workers = 2}, [](const at::Tensor&, const at::Tensor&) {});
+    REQUIRE(reference.size() == 2);
+    REQUIRE(reference[0].size() == 4);
+    auto backend = std::make_shared<coload::HostDeviceBackend>();
+    for (const Executor executor : {Executor::threads, Executor::processes}) {
+      CAPTURE(executor == Executor::processes);
+      int checked = 0;
+      const auto got = epochs(
+          {.num_workers = 2, .pin_memory = true, .executor = executor, .device_backend = backend},
+          [&](const at::Tensor& images, const at::Tensor& labels) {
+            CHECK(images.sizes() == at::IntArrayRef({labels.size(0), 3, 32, 32}));
+            CHECK(backend->is_pinned(images.data_ptr()));
+            CHECK(backend->is_pinned(labels.data_ptr()));
+            ++checked;
+          });
+      CHECK(checked == 8);
+      CHECK(got == reference);
+    }
+    // Slabs were recycled, not taken per batch, and all were given back.
+    CHECK(backend->pinned_allocations() <= 12);
+    CHECK(backend->live_pinned_bytes() == 0);
+    CHECK(backend->registered_ranges() == 0);
+
+    if (!coload::cuda_available()) {
+      const std::string why = "GPU case skipped: " + coload::cuda_unavailable_reason();
+      MESSAGE(why);
+      return;
+    }
+    for (const Executor executor : {Executor::threads, Executor::processes}) {
+      CAPTURE(executor == Executor::processes);
+      int on_device = 0;
+      const auto got = epochs({.num_workers = 2,
+                               .pin_memory = true,
+                               .executor = executor,
+                               .device = at::Device(at::kCUDA, 0)},
+                              [&](const at::Tensor& images, const at::Tensor& labels) {
+                                on_device += images.is_cuda() && labels.is_cuda();
+                              });
+      CHECK(on_device == 8);
+      CHECK(got == reference);
     }
   }
 
