@@ -377,6 +377,8 @@ void EvalTransform::operator()(std::span<const std::byte> encoded, float* dst) c
   auto write = [&](int y, const std::uint8_t* row) {
     write_normalized_row(table, row, crop_size, crop_size, y, false, dst);
   };
+  // One decode span per image, whether the region decoder or the whole-image one made it.
+  StageTimer decode(Stage::decode);
   if (d == 1 && info.format == ImageFormat::jpeg) {
     // Only the source rows and columns that the crop's outputs read (their filter support) are
     // decoded; anything the region decoder does not handle falls through to the whole image.
@@ -386,10 +388,9 @@ void EvalTransform::operator()(std::span<const std::byte> encoded, float* dst) c
                           crop_size};
     const auto [x0, x1] = source_span(full_x);
     const auto [y0, y1] = source_span(full_y);
-    StageTimer decode(Stage::decode);
     auto region = detail::decode_jpeg_region(encoded, y0, x0, y1 - y0, x1 - x0, pixels);
-    decode.stop();
     if (region) {
+      decode.stop();
       StageTimer transform(Stage::transform);
       const ImageView image{region->pixels, region->width, region->height, 3, region->stride};
       // The same axes, with positions counted from the region's origin: every filter tap
@@ -404,7 +405,6 @@ void EvalTransform::operator()(std::span<const std::byte> encoded, float* dst) c
       return;
     }
   }
-  StageTimer decode(Stage::decode);
   const ImageView image = decode_into(encoded, pixels, d);
   decode.stop();
   StageTimer transform(Stage::transform);
