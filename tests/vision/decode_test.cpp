@@ -12,6 +12,7 @@
 #include "coload/vision/pipeline.hpp"
 #include "coload/vision/transforms.hpp"
 #include "image_test_support.hpp"
+#include "vision/jpeg_region.hpp"
 
 namespace vision = coload::vision;
 using coload::InvalidArgument;
@@ -121,6 +122,54 @@ TEST_CASE("a grayscale JPEG becomes RGB with three equal channels") {
     }
   }
   CHECK(max_error <= 3);
+}
+
+TEST_CASE("the region decoder gives a crop's pixels as the full decode does, and declines what "
+          "it does not handle") {
+  // The pipelines fall back to a whole-image decode wherever the region decoder declines, with
+  // the same pixels, so only this test sees it decline what it should handle: built against
+  // another libjpeg ABI's jconfig.h than the libjpeg.so.62 it runs with (a GPU machine's
+  // system headers), every region decode failed and nothing else noticed.
+  const Image src = vision::test::synthetic_image(301, 203, 9);
+  struct Crop {
+    int top, left, height, width;
+  };
+  for (const auto sub : {vision::ChromaSubsampling::s420, vision::ChromaSubsampling::s422,
+                         vision::ChromaSubsampling::s444, vision::ChromaSubsampling::gray}) {
+    CAPTURE(static_cast<int>(sub));
+    const auto jpeg = vision::encode_jpeg(src.view(), 90, sub);
+    const Image full = vision::decode(jpeg);
+    REQUIRE(full.channels == 3);
+    std::vector<std::uint8_t> buffer;
+    for (const Crop c : {Crop{0, 0, 203, 301}, Crop{37, 51, 100, 120}, Crop{150, 250, 53, 51},
+                         Crop{101, 7, 1, 1}}) {
+      CAPTURE(c.top);
+      CAPTURE(c.left);
+      const auto region = coload::vision::detail::decode_jpeg_region(
+          jpeg, c.top, c.left, c.height, c.width, buffer);
+      REQUIRE(region.has_value());
+      REQUIRE(region->x0 <= c.left);
+      REQUIRE(region->y0 <= c.top);
+      REQUIRE(region->x0 + region->width >= c.left + c.width);
+      REQUIRE(region->y0 + region->height >= c.top + c.height);
+      int differing_rows = 0;
+      for (int y = c.top; y < c.top + c.height; ++y) {
+        const std::uint8_t* got = region->pixels + (y - region->y0) * region->stride +
+                                  (c.left - region->x0) * 3;
+        differing_rows += std::memcmp(got, full.pixel(c.left, y), std::size_t(c.width) * 3) != 0;
+      }
+      CHECK(differing_rows == 0);
+    }
+    // A crop reaching outside the image is declined (the caller's full decode says why).
+    std::vector<std::uint8_t> unused;
+    CHECK_FALSE(coload::vision::detail::decode_jpeg_region(jpeg, 200, 0, 4, 10, unused));
+    CHECK_FALSE(coload::vision::detail::decode_jpeg_region(jpeg, 0, 300, 10, 2, unused));
+  }
+  // CMYK is declined.
+  Image cmyk = Image::zeros(16, 16, 4);
+  const auto cmyk_jpeg = vision::encode_jpeg(cmyk.view(), 90, vision::ChromaSubsampling::s444);
+  std::vector<std::uint8_t> buffer;
+  CHECK_FALSE(coload::vision::detail::decode_jpeg_region(cmyk_jpeg, 0, 0, 8, 8, buffer));
 }
 
 TEST_CASE("a CMYK JPEG is read as Adobe-inverted and converted as Pillow converts CMYK") {

@@ -3,7 +3,7 @@
 # CUDA build (PyTorch 2.x), Meson, Ninja and a C++20 compiler, but no Debian -dev packages and no
 # network: unpacks tools/gpu/debs (made here by tools/gpu/fetch-debs.sh) into a private prefix,
 # configures coload against that Python's libtorch, builds, and runs the device suite, the
-# loader's device tests and the H2D benchmark, printing their results.
+# loader's device tests, the vision suite and the H2D benchmark, printing their results.
 #
 # usage: tools/gpu/run.sh [BUILD_DIR]        (default build-gpu)
 #   PYTHON=...        the Python that holds torch (default python3)
@@ -52,7 +52,10 @@ if [ -L "$zlib_so" ] && [ ! -e "$zlib_so" ]; then
   fi
 fi
 export PKG_CONFIG_LIBDIR=$prefix/usr/lib/$multiarch/pkgconfig:$prefix/usr/share/pkgconfig
-export CPLUS_INCLUDE_PATH=$prefix/usr/include${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}
+# NOTE: the multiarch folder too, and first: it holds libjpeg62-turbo's jconfig.h, and the
+# machine's own (libjpeg-turbo8's, JPEG_LIB_VERSION 80) would otherwise be found there beside
+# our jpeglib.h, so every libjpeg call (the region decoder's) would fail its ABI check at run time.
+export CPLUS_INCLUDE_PATH=$prefix/usr/include/$multiarch:$prefix/usr/include${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}
 export LIBRARY_PATH=$prefix/usr/lib/$multiarch${LIBRARY_PATH:+:$LIBRARY_PATH}
 mkdir -p "$build/bin"
 if ! command -v pkg-config >/dev/null; then  # the unpacked pkgconf, with its library
@@ -96,6 +99,8 @@ meson test -C "$build" --no-rebuild --suite device --print-errorlogs --verbose |
 say "loader: the device tests (tests/loader/device_loader_test.cpp)"
 "$build/tests/loader_test" --source-file='*device_loader_test.cpp' ||
   status=1
+say "vision: the image pipeline with pin_memory and device = cuda, and the region decoder as built here (tests/vision/vision_test)"
+"$build/tests/vision/vision_test" || status=1
 say "tools/bench/device/h2d (coload's device stage)"
 "$build/tools/bench/device/h2d" --no-pytorch || status=1
 say "tools/bench/device/h2d_pytorch.py (PyTorch's DataLoader(pin_memory=True), $python)"
