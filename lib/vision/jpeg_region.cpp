@@ -5,6 +5,7 @@
 // upsampling and most of the IDCT outside the region, and decoding stops after its last row.
 
 #include "jpeg_region.hpp"
+#include "coload/core/warning.hpp"
 #include "coload/vision/decode.hpp"
 
 #include <csetjmp>
@@ -15,6 +16,7 @@
 #include <jerror.h>
 
 #include <algorithm>
+#include <string>
 
 namespace coload::vision::detail {
 namespace {
@@ -23,6 +25,7 @@ struct ErrorManager {
   jpeg_error_mgr pub;
   std::jmp_buf jump;
   bool truncated;
+  bool created;  // jpeg_create_decompress returned: libjpeg accepted our headers
 };
 
 [[noreturn]] void on_error(j_common_ptr cinfo) {
@@ -46,6 +49,7 @@ bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigne
     return false;
   }
   jpeg_create_decompress(cinfo);
+  err->created = true;
   jpeg_mem_src(cinfo, data, size);
   jpeg_read_header(cinfo, TRUE);
   // A bomb is refused by the whole-image decode the caller falls back to, before it allocates.
@@ -121,6 +125,19 @@ std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, in
   if (!decode_rows(&cinfo, &err, reinterpret_cast<const unsigned char*>(data.data()),
                    static_cast<unsigned long>(data.size()), top, left, height, width,
                    grow_vector, &buffer, &region)) {
+    // NOTE: jpeg_create_decompress fails only when the jpeglib.h/jconfig.h coload was compiled
+    // with are not those of the libjpeg it runs with (its version or struct size check; the
+    // error codes themselves differ between such headers). Every region decode then declines,
+    // and the whole-image decode gives the same pixels more slowly: say so once.
+    if (!err.created) {
+      char what[JMSG_LENGTH_MAX];
+      err.pub.format_message(reinterpret_cast<j_common_ptr>(&cinfo), what);
+      coload::detail::warn_once(
+          "jpeg_region_abi",
+          std::string("libjpeg refuses the headers coload was built with (") + what +
+              "): crops are decoded from whole images, with the same pixels but slower; "
+              "rebuild coload against the jpeglib.h and jconfig.h of the libjpeg it loads");
+    }
     return std::nullopt;
   }
   return region;
