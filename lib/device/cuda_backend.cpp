@@ -133,6 +133,7 @@ class CudaBackend final : public DeviceBackend {
     check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
           "cudaMemPoolSetAttribute(ReleaseThreshold)");
     check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check(cudaStreamCreateWithFlags(&callbacks_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     dispatcher_ = std::make_shared<Dispatcher>();
     dispatcher_->start();
   }
@@ -141,6 +142,7 @@ class CudaBackend final : public DeviceBackend {
     DeviceGuard guard(index_);
     // Every queued callback has handed its function on once the streams have run.
     cudaStreamSynchronize(copy_);
+    cudaStreamSynchronize(callbacks_);
     std::vector<cudaStream_t> streams;
     {
       std::lock_guard lock(mutex_);
@@ -151,6 +153,7 @@ class CudaBackend final : public DeviceBackend {
       cudaStreamDestroy(s);
     }
     dispatcher_->finish();
+    cudaStreamDestroy(callbacks_);
     cudaStreamDestroy(copy_);
   }
 
@@ -238,8 +241,24 @@ class CudaBackend final : public DeviceBackend {
     return false;
   }
   void on_done(DeviceStream stream, std::function<void()> fn) override {
+    auto target = static_cast<cudaStream_t>(stream.handle);
+    if (target == copy_) {
+      // NOTE: a host function holds its stream until it has returned, which is the CUDA
+      // driver's callback thread's latency after the work before it: on the copy stream every
+      // batch's copy waited that long behind the previous batch's completion. The callback
+      // runs on a stream of its own instead, after an event of the copy stream (in order:
+      // the events are recorded in the copy stream's order).
+      DeviceGuard guard(index_);
+      cudaEvent_t done = nullptr;
+      check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+      cudaError_t r = cudaEventRecord(done, copy_);
+      if (r == cudaSuccess) r = cudaStreamWaitEvent(callbacks_, done, 0);
+      cudaEventDestroy(done);  // released once the device has completed it
+      check(r, "cudaEventRecord/cudaStreamWaitEvent for a completion callback");
+      target = callbacks_;
+    }
     auto* item = new Dispatcher::Item{dispatcher_, std::move(fn)};
-    const cudaError_t r = cudaLaunchHostFunc(static_cast<cudaStream_t>(stream.handle), &Dispatcher::trampoline, item);
+    const cudaError_t r = cudaLaunchHostFunc(target, &Dispatcher::trampoline, item);
     if (r != cudaSuccess) {
       delete item;
       check(r, "cudaLaunchHostFunc");
@@ -255,6 +274,7 @@ class CudaBackend final : public DeviceBackend {
 
   const int index_;
   cudaStream_t copy_ = nullptr;
+  cudaStream_t callbacks_ = nullptr;  // where the copy stream's on_done() callbacks wait
   std::shared_ptr<Dispatcher> dispatcher_;
   std::mutex mutex_;
   std::vector<cudaStream_t> streams_;  // from create_stream()
