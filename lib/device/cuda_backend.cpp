@@ -133,7 +133,15 @@ class CudaBackend final : public DeviceBackend {
     check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
           "cudaMemPoolSetAttribute(ReleaseThreshold)");
     check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    check(cudaStreamCreateWithFlags(&callbacks_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    // The copy stream's completion callbacks wait on a stream of their own (see on_done);
+    // without it (or its event) they run on the copy stream as before.
+    if (cudaStreamCreateWithFlags(&callbacks_, cudaStreamNonBlocking) != cudaSuccess) {
+      cudaGetLastError();
+      callbacks_ = nullptr;
+    } else if (cudaEventCreateWithFlags(&callback_event_, cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      callback_event_ = nullptr;
+    }
     dispatcher_ = std::make_shared<Dispatcher>();
     dispatcher_->start();
   }
@@ -142,7 +150,7 @@ class CudaBackend final : public DeviceBackend {
     DeviceGuard guard(index_);
     // Every queued callback has handed its function on once the streams have run.
     cudaStreamSynchronize(copy_);
-    cudaStreamSynchronize(callbacks_);
+    if (callbacks_) cudaStreamSynchronize(callbacks_);
     std::vector<cudaStream_t> streams;
     {
       std::lock_guard lock(mutex_);
@@ -153,7 +161,8 @@ class CudaBackend final : public DeviceBackend {
       cudaStreamDestroy(s);
     }
     dispatcher_->finish();
-    cudaStreamDestroy(callbacks_);
+    if (callback_event_) cudaEventDestroy(callback_event_);
+    if (callbacks_) cudaStreamDestroy(callbacks_);
     cudaStreamDestroy(copy_);
   }
 
@@ -241,31 +250,36 @@ class CudaBackend final : public DeviceBackend {
     return false;
   }
   void on_done(DeviceStream stream, std::function<void()> fn) override {
-    auto target = static_cast<cudaStream_t>(stream.handle);
-    if (target == copy_) {
+    const auto target = static_cast<cudaStream_t>(stream.handle);
+    if (target == copy_ && callback_event_) {
       // NOTE: a host function holds its stream until it has returned, which is the CUDA
       // driver's callback thread's latency after the work before it: on the copy stream every
       // batch's copy waited that long behind the previous batch's completion. The callback
-      // runs on a stream of its own instead, after an event of the copy stream (in order:
-      // the events are recorded in the copy stream's order).
+      // waits on a stream of its own instead, for an event of the copy stream. One event
+      // serves every callback (a wait takes the record made before it); the lock keeps record,
+      // wait and launch together, so callbacks keep the copy stream's order.
       DeviceGuard guard(index_);
-      cudaEvent_t done = nullptr;
-      check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-      cudaError_t r = cudaEventRecord(done, copy_);
-      if (r == cudaSuccess) r = cudaStreamWaitEvent(callbacks_, done, 0);
-      cudaEventDestroy(done);  // released once the device has completed it
-      check(r, "cudaEventRecord/cudaStreamWaitEvent for a completion callback");
-      target = callbacks_;
+      std::lock_guard lock(callback_mutex_);
+      if (cudaEventRecord(callback_event_, copy_) == cudaSuccess &&
+          cudaStreamWaitEvent(callbacks_, callback_event_, 0) == cudaSuccess) {
+        launch(callbacks_, std::move(fn));
+        return;
+      }
+      cudaGetLastError();  // then on the copy stream itself, as before: slower, never lost
     }
+    launch(target, std::move(fn));
+  }
+
+ private:
+  void launch(cudaStream_t stream, std::function<void()> fn) {
     auto* item = new Dispatcher::Item{dispatcher_, std::move(fn)};
-    const cudaError_t r = cudaLaunchHostFunc(target, &Dispatcher::trampoline, item);
+    const cudaError_t r = cudaLaunchHostFunc(stream, &Dispatcher::trampoline, item);
     if (r != cudaSuccess) {
       delete item;
       check(r, "cudaLaunchHostFunc");
     }
   }
 
- private:
   void check(cudaError_t e, const std::string& what) const {
     if (e == cudaSuccess) return;
     throw RuntimeError("coload CUDA backend (cuda:" + std::to_string(index_) + "): " + what +
@@ -274,7 +288,9 @@ class CudaBackend final : public DeviceBackend {
 
   const int index_;
   cudaStream_t copy_ = nullptr;
-  cudaStream_t callbacks_ = nullptr;  // where the copy stream's on_done() callbacks wait
+  cudaStream_t callbacks_ = nullptr;        // where the copy stream's on_done() callbacks wait
+  cudaEvent_t callback_event_ = nullptr;    // recorded on copy_ for each of them
+  std::mutex callback_mutex_;               // record, wait and launch as one
   std::shared_ptr<Dispatcher> dispatcher_;
   std::mutex mutex_;
   std::vector<cudaStream_t> streams_;  // from create_stream()
