@@ -125,18 +125,20 @@ std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, in
   if (!decode_rows(&cinfo, &err, reinterpret_cast<const unsigned char*>(data.data()),
                    static_cast<unsigned long>(data.size()), top, left, height, width,
                    grow_vector, &buffer, &region)) {
-    // NOTE: jpeg_create_decompress fails only when the jpeglib.h/jconfig.h coload was compiled
+    // NOTE: jpeg_create_decompress fails when the jpeglib.h/jconfig.h coload was compiled
     // with are not those of the libjpeg it runs with (its version or struct size check; the
-    // error codes themselves differ between such headers). Every region decode then declines,
-    // and the whole-image decode gives the same pixels more slowly: say so once.
+    // error codes themselves differ between such headers, so libjpeg's message says which),
+    // or when memory runs out. With mismatched headers every region decode declines, and the
+    // whole-image decode gives the same pixels more slowly: say so, once.
     if (!err.created) {
       char what[JMSG_LENGTH_MAX];
       err.pub.format_message(reinterpret_cast<j_common_ptr>(&cinfo), what);
       coload::detail::warn_once(
-          "jpeg_region_abi",
-          std::string("libjpeg refuses the headers coload was built with (") + what +
-              "): crops are decoded from whole images, with the same pixels but slower; "
-              "rebuild coload against the jpeglib.h and jconfig.h of the libjpeg it loads");
+          "jpeg_region_create",
+          std::string("libjpeg could not start a region decode (") + what +
+              "), so crops are decoded from whole images: the same pixels, more slowly. A "
+              "library version or struct size mismatch means coload was built against another "
+              "libjpeg's jpeglib.h and jconfig.h than the libjpeg it loads");
     }
     return std::nullopt;
   }
