@@ -8,6 +8,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "coload/core/warning.hpp"
 #include "coload/vision/decode.hpp"
 #include "coload/vision/pipeline.hpp"
 #include "coload/vision/transforms.hpp"
@@ -130,6 +131,12 @@ TEST_CASE("the region decoder gives a crop's pixels as the full decode does, and
   // the same pixels, so only this test sees it decline what it should handle: built against
   // another libjpeg ABI's jconfig.h than the libjpeg.so.62 it runs with (a GPU machine's
   // system headers), every region decode failed and nothing else noticed.
+  std::vector<std::string> warnings;
+  struct RestoreHandler {
+    ~RestoreHandler() { coload::set_warning_handler({}); }
+  } restore;  // also when a REQUIRE below ends the test
+  coload::set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
+  coload::detail::forget_warnings();
   const Image src = vision::test::synthetic_image(301, 203, 9);
   struct Crop {
     int top, left, height, width;
@@ -165,11 +172,19 @@ TEST_CASE("the region decoder gives a crop's pixels as the full decode does, and
     CHECK_FALSE(coload::vision::detail::decode_jpeg_region(jpeg, 200, 0, 4, 10, unused));
     CHECK_FALSE(coload::vision::detail::decode_jpeg_region(jpeg, 0, 300, 10, 2, unused));
   }
-  // CMYK is declined.
+  // CMYK and progressive JPEGs are declined (the latter decodes whole, as the check below
+  // shows, so only the decline itself is asked of the region decoder).
   Image cmyk = Image::zeros(16, 16, 4);
   const auto cmyk_jpeg = vision::encode_jpeg(cmyk.view(), 90, vision::ChromaSubsampling::s444);
   std::vector<std::uint8_t> buffer;
   CHECK_FALSE(coload::vision::detail::decode_jpeg_region(cmyk_jpeg, 0, 0, 8, 8, buffer));
+  const auto progressive = vision::test::progressive_jpeg(64, 48, 3);
+  CHECK(vision::decode(progressive).width == 64);
+  CHECK_FALSE(coload::vision::detail::decode_jpeg_region(progressive, 0, 0, 8, 8, buffer));
+  // Declining what it does not handle is silent: the warning is for a libjpeg that refuses to
+  // start at all (headers of another libjpeg).
+  coload::set_warning_handler({});
+  CHECK(warnings.empty());
 }
 
 TEST_CASE("a CMYK JPEG is read as Adobe-inverted and converted as Pillow converts CMYK") {

@@ -1,8 +1,10 @@
 #pragma once
-// Helpers shared by the decode and transform tests: synthetic images, a minimal PNG writer, a
-// scratch directory, and the torchvision reference script run through /usr/bin/python3.
+// Helpers shared by the decode and transform tests: synthetic images, a progressive JPEG writer,
+// a minimal PNG writer, a scratch directory, and the torchvision reference script run through
+// /usr/bin/python3.
 
 #include <sys/wait.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -14,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -100,6 +103,27 @@ inline Image synthetic_image(int width, int height, std::uint32_t seed, int nois
 /// A JPEG of a synthetic image, quality 90, 4:2:0.
 inline std::vector<std::byte> synthetic_jpeg(int width, int height, std::uint32_t seed) {
   return encode_jpeg(synthetic_image(width, height, seed).view(), 90, ChromaSubsampling::s420);
+}
+
+/// A progressive JPEG of a synthetic image (quality 90, 4:2:0), which the region decoder
+/// declines: the pipelines then decode the whole image.
+inline std::vector<std::byte> progressive_jpeg(int width, int height, std::uint32_t seed) {
+  const Image image = synthetic_image(width, height, seed);
+  tjhandle handle = tjInitCompress();
+  if (!handle) throw std::runtime_error("tjInitCompress failed");
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  const int rc = tjCompress2(handle, image.data.data(), width, width * 3, height, TJPF_RGB, &out,
+                             &size, TJSAMP_420, 90, TJFLAG_PROGRESSIVE);
+  std::vector<std::byte> jpeg;
+  if (rc == 0) {
+    const auto* first = reinterpret_cast<const std::byte*>(out);
+    jpeg.assign(first, first + size);
+  }
+  tjFree(out);
+  tjDestroy(handle);
+  if (rc != 0) throw std::runtime_error("tjCompress2 (progressive) failed");
+  return jpeg;
 }
 
 /// A PNG with the given header fields and raw (unfiltered) rows; `palette` is PLTE's payload.
