@@ -91,6 +91,15 @@ if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" -Dlibtorch="$torch_dir" -Dcuda=enabled -Dtests=true -Dexamples=true \
     -Dbench=true
 fi
+# NOTE: ninja does not see the include path (an environment variable) in its commands: a build
+# made under another one (run.sh before the multiarch folder came first compiled libjpeg's ABI
+# wrong) is cleaned once, so that every object is compiled under this one.
+stamp=$build/.coload-gpu-include-path
+if [ -f "$build/build.ninja" ] && [ "$(cat "$stamp" 2>/dev/null)" != "$CPLUS_INCLUDE_PATH" ]; then
+  say "the include path changed since the last build: cleaning $build"
+  ninja -C "$build" -t clean >/dev/null
+fi
+printf '%s' "$CPLUS_INCLUDE_PATH" > "$stamp"
 say "building"
 ninja -C "$build" ${COLOAD_GPU_TARGETS:-}
 status=0

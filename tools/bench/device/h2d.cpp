@@ -125,8 +125,30 @@ Throughput measure_throughput(const std::shared_ptr<DeviceBackend>& backend, con
     backend->free_pinned(host, bytes);
   }
   constexpr int kInFlight = 3;
+  {  // the stage: 3 producers, each copying its share serially: 3 copies in flight
+    PinnedPool pool(backend, kInFlight + 1);
+    Driver driver;
+    DeviceStage stage(backend, driver.ctx);
+    for (int i = 0; i < kInFlight + 1; ++i) {  // warm-up: slabs allocated and touched once
+      at::Tensor src = at::ones(shape, at::kFloat);
+      sync_wait(copy_on_driver(driver.ctx, stage, pinned_batch(pool, shape, &src)));
+    }
+    const auto t0 = Clock::now();
+    std::vector<std::thread> producers;
+    for (int p = 0; p < kInFlight; ++p) {
+      producers.emplace_back([&, p] {
+        for (int i = p; i < a.batches; i += kInFlight) {
+          DeviceBatch<at::Tensor> d = sync_wait(copy_on_driver(driver.ctx, stage, pinned_batch(pool, shape, nullptr)));
+        }
+      });
+    }
+    for (auto& t : producers) t.join();
+    r.stage_gbps = static_cast<double>(bytes) * a.batches / seconds_since(t0) / 1e9;
+    backend->synchronize(stream);
+  }
   {  // informational: the bare loop, but over kInFlight + 1 pinned and device buffers in turn, as
-     // the stage's batches come from that many pinned slabs into as many device blocks
+     // the stage's batches come from that many pinned slabs into as many device blocks (after
+     // the stage, whose start this leaves as it was)
     std::vector<void*> hosts, devs;
     for (int k = 0; k < kInFlight + 1; ++k) {
       hosts.push_back(backend->alloc_pinned(bytes));
@@ -148,27 +170,6 @@ Throughput measure_throughput(const std::shared_ptr<DeviceBackend>& backend, con
       backend->synchronize(stream);
       backend->free_pinned(hosts[k], bytes);
     }
-  }
-  {  // the stage: 3 producers, each copying its share serially: 3 copies in flight
-    PinnedPool pool(backend, kInFlight + 1);
-    Driver driver;
-    DeviceStage stage(backend, driver.ctx);
-    for (int i = 0; i < kInFlight + 1; ++i) {  // warm-up: slabs allocated and touched once
-      at::Tensor src = at::ones(shape, at::kFloat);
-      sync_wait(copy_on_driver(driver.ctx, stage, pinned_batch(pool, shape, &src)));
-    }
-    const auto t0 = Clock::now();
-    std::vector<std::thread> producers;
-    for (int p = 0; p < kInFlight; ++p) {
-      producers.emplace_back([&, p] {
-        for (int i = p; i < a.batches; i += kInFlight) {
-          DeviceBatch<at::Tensor> d = sync_wait(copy_on_driver(driver.ctx, stage, pinned_batch(pool, shape, nullptr)));
-        }
-      });
-    }
-    for (auto& t : producers) t.join();
-    r.stage_gbps = static_cast<double>(bytes) * a.batches / seconds_since(t0) / 1e9;
-    backend->synchronize(stream);
   }
   return r;
 }
@@ -301,10 +302,11 @@ int main(int argc, char** argv) {
   if (a.json) {
     std::printf(
         "{\"device\": %s, \"batches\": %d, \"batch_bytes\": %zu, \"stage_gbps\": %s, \"bare_gbps\": %s, "
-        "\"ratio\": %s, \"bare_rotating_gbps\": %s, \"compute_ms\": %s, \"wait_ms\": %s, \"pytorch_wait_ms\": %s, \"pytorch_note\": %s}\n",
+        "\"ratio\": %s, \"bare_rotating_gbps\": %s, \"rotating_buffers\": %d, \"compute_ms\": %s, \"wait_ms\": %s, \"pytorch_wait_ms\": %s, \"pytorch_note\": %s}\n",
         json_string(backend->name()).c_str(), a.batches, bytes, bench::json_number(t.stage_gbps).c_str(),
         bench::json_number(t.bare_gbps).c_str(), bench::json_number(ratio).c_str(),
-        bench::json_number(t.bare_rotating_gbps).c_str(), bench::json_number(a.compute_ms).c_str(), bench::json_number(wait_ms).c_str(),
+        bench::json_number(t.bare_rotating_gbps).c_str(), t.rotating_buffers,
+        bench::json_number(a.compute_ms).c_str(), bench::json_number(wait_ms).c_str(),
         bench::json_number(py.wait_ms).c_str(), json_string(py.note).c_str());
   } else {
     std::printf("h2d on %s, %d batches of %zu bytes\n", backend->name().c_str(), a.batches, bytes);
