@@ -90,6 +90,7 @@ if [ ! -f "$build/build.ninja" ]; then
   say "configuring $build"
   meson setup "$build" -Dlibtorch="$torch_dir" -Dcuda=enabled -Dtests=true -Dexamples=true \
     -Dbench=true
+  printf '%s' "$CPLUS_INCLUDE_PATH" > "$build/.coload-gpu-include-path"  # nothing built yet
 fi
 # NOTE: ninja does not see the include path (an environment variable) in its commands: a build
 # made under another one (run.sh before the multiarch folder came first compiled libjpeg's ABI
