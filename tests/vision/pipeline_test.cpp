@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <future>
 #include <optional>
@@ -1208,15 +1207,20 @@ TEST_SUITE("vision") {
     for (const auto& e : fs::recursive_directory_iterator(folder.root())) {
       if (e.is_regular_file()) file_bytes += static_cast<std::uint64_t>(e.file_size());
     }
+    // One epoch through get_batch_async (reads through the loader's reader, decode and transform
+    // on the workers) of the folder at `root`, in batches of `batch_size`; its metrics.
+    auto epoch_metrics = [](const fs::path& root, bool train, std::int64_t batch_size, int workers,
+                            std::size_t batches) {
+      auto pipeline =
+          train ? ImagePipeline(root, small_train()) : ImagePipeline(root, small_eval());
+      auto loader = coload::make_data_loader(
+          std::move(pipeline), {.batch_size = batch_size, .num_workers = workers, .seed = 0});
+      CHECK(batches_of(loader).size() == batches);
+      return loader.metrics();
+    };
     for (const bool train : {true, false}) {
       CAPTURE(train);
-      // get_batch_async: reads through the loader's reader, decode and transform on the workers.
-      auto pipeline = train ? ImagePipeline(folder.root(), small_train())
-                            : ImagePipeline(folder.root(), small_eval());
-      auto loader = coload::make_data_loader(std::move(pipeline),
-                                             {.batch_size = 4, .num_workers = 2, .seed = 0});
-      CHECK(batches_of(loader).size() == 3);
-      const coload::Metrics m = loader.metrics();
+      const coload::Metrics m = epoch_metrics(folder.root(), train, 4, 2, 3);
       CHECK(m.stage(coload::Stage::read).count == 10);
       CHECK(m.stage(coload::Stage::decode).count == 10);
       CHECK(m.stage(coload::Stage::transform).count == 10);
@@ -1232,19 +1236,12 @@ TEST_SUITE("vision") {
     const test::TempDir progressive;
     fs::create_directories(progressive / "c");
     for (int i = 0; i < 3; ++i) {
-      const auto jpeg = test::progressive_jpeg(64, 48, static_cast<std::uint32_t>(20 + i));
-      std::ofstream out(progressive / ("c/p" + std::to_string(i) + ".jpg"), std::ios::binary);
-      out.write(reinterpret_cast<const char*>(jpeg.data()),
-                static_cast<std::streamsize>(jpeg.size()));
+      test::write_bytes(progressive / ("c/p" + std::to_string(i) + ".jpg"),
+                        test::progressive_jpeg(64, 48, static_cast<std::uint32_t>(20 + i)));
     }
     for (const bool train : {true, false}) {
       CAPTURE(train);
-      auto pipeline = train ? ImagePipeline(progressive.path(), small_train())
-                            : ImagePipeline(progressive.path(), small_eval());
-      auto loader = coload::make_data_loader(std::move(pipeline),
-                                             {.batch_size = 2, .num_workers = 1, .seed = 0});
-      CHECK(batches_of(loader).size() == 2);
-      const coload::Metrics m = loader.metrics();
+      const coload::Metrics m = epoch_metrics(progressive.path(), train, 2, 1, 2);
       CHECK(m.stage(coload::Stage::decode).count == 3);
       CHECK(m.stage(coload::Stage::transform).count == 3);
     }
