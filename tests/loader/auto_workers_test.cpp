@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -343,5 +344,15 @@ TEST_SUITE("auto_workers") {
     const std::string negative =
         message([] { return make_data_loader(RandomDataset{}, {.num_workers = -2}); });
     CHECK(negative.find("num_workers option should be non-negative") != std::string::npos);
+    // -1 is a count like any other, refused: auto_workers has a spelling of its own.
+    for (const int n : {-1, std::numeric_limits<int>::min()}) {
+      CAPTURE(n);
+      const std::string refused =
+          message([n] { return make_data_loader(RandomDataset{}, {.num_workers = n}); });
+      CHECK(refused ==
+            "num_workers option should be non-negative; use num_workers=0 to disable "
+            "multiprocessing.");
+    }
+    CHECK(auto_workers > 0);
   }
 }

@@ -14,12 +14,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "coload/loader/auto_workers.hpp"
+
 namespace coload::bench {
 
-/// A `--workers` value: a count >= 0, or "auto" for coload::auto_workers (-1); nothing for
-/// anything else.
+/// A `--workers` value: a count >= 0, or "auto" for coload::auto_workers; nothing for anything
+/// else.
 inline std::optional<int> parse_workers(const std::string& s) {
-  if (s == "auto") return -1;
+  if (s == "auto") return coload::auto_workers;
   if (s.empty() || s.size() > 4 || s.find_first_not_of("0123456789") != std::string::npos) {
     return std::nullopt;
   }
@@ -32,7 +34,7 @@ inline std::string workers_error(const std::string& s) {
 }
 /// "auto" or the count, as parse_workers reads it.
 inline std::string workers_name(int workers) {
-  return workers < 0 ? std::string("auto") : std::to_string(workers);
+  return workers == coload::auto_workers ? std::string("auto") : std::to_string(workers);
 }
 
 /// The value of `"key"` in the one-line JSON object `line` as text: a string's contents, or

@@ -73,7 +73,7 @@ struct Args {
   std::string only;  // comma-separated measurement names; empty runs all
   bool background_load = false;
   bool metrics = true;  // --metrics on|off
-  int workers = 0;   // coload's num_workers (-1: coload::auto_workers)
+  int workers = 0;   // coload's num_workers (or coload::auto_workers)
 
   bool wants(std::string_view name) const {
     if (only.empty()) return true;

@@ -2,6 +2,7 @@
 // auto_workers: a worker count the loader tunes itself while it runs, and the rule it tunes by.
 
 #include <cstdint>
+#include <limits>
 
 namespace coload {
 
@@ -17,7 +18,9 @@ namespace coload {
 /// from one epoch to the next. Batches are the same whatever the count: each sample's
 /// randomness depends only on (seed, epoch, index). WorkerInfo::num_workers, and the
 /// options' num_workers, say how many threads there are (the most it may use).
-inline constexpr int auto_workers = -1;
+/// A spelling of its own, not a count: every negative num_workers is refused, as PyTorch
+/// refuses it, and no count a machine could start means this.
+inline constexpr int auto_workers = std::numeric_limits<int>::max();
 
 /// Where a loader's worker count stands (DataLoader::worker_tuning()).
 struct WorkerTuning {

@@ -94,7 +94,7 @@ struct Args {
   bool breakdown = false;
   bool processes = false;  // --executor processes: also measure process workers
   bool metrics = true;     // --metrics off: coload's metrics off, to measure what they cost
-  int workers = kWorkers;  // coload's num_workers (-1: coload::auto_workers)
+  int workers = kWorkers;  // coload's num_workers (or coload::auto_workers)
   bool decode_only = true;
 };
 
@@ -602,7 +602,7 @@ int main(int argc, char** argv) {
     j["epochs"] = args.epochs;
     j["batch_size"] = kBatch;
     // A number as before; "auto" under --workers auto.
-    j["num_workers"] = args.workers < 0 ? ordered_json("auto") : ordered_json(args.workers);
+    j["num_workers"] = args.workers == coload::auto_workers ? ordered_json("auto") : ordered_json(args.workers);
     if (tuning.automatic) {
       j["auto_workers"] = {{"workers", tuning.workers}, {"max_workers", tuning.max_workers},
                            {"grown", tuning.grown}, {"shrunk", tuning.shrunk},
