@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "coload/core/metrics.hpp"
 #include "coload/core/worker_info.hpp"
 #include "coload/exec/thread_executor.hpp"
 
@@ -51,11 +52,7 @@ struct ThreadExecutor::State {
   std::vector<std::int64_t> idle_since;
   std::vector<std::thread> threads;
 
-  static std::int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
+  static std::int64_t now_ns() noexcept { return static_cast<std::int64_t>(detail::now_ns()); }
 
   void run(int id) {
     detail::set_current_worker_id(id);

@@ -10,6 +10,7 @@
 
 #include "coload/core/error.hpp"
 #include "coload/core/warning.hpp"
+#include "coload/sampler/distributed.hpp"
 
 namespace coload::detail {
 
@@ -111,6 +112,24 @@ void validate_options(std::optional<std::int64_t> batch_size, bool shuffle, bool
         "batch_size=std::nullopt turns automatic batching off, so collate receives one sample "
         "at a time: pass a per-sample collate such as .collate = coload::DefaultConvert{}");
   }
+}
+
+RankSpec resolve_rank(std::optional<int> rank, std::optional<int> world_size) {
+  RankSpec r;
+  if (!rank || !world_size) {
+    const DistributedEnv env = distributed_env();
+    r.rank = rank.value_or(env.rank);
+    r.world_size = world_size.value_or(env.world_size);
+  } else {
+    r.rank = *rank;
+    r.world_size = *world_size;
+  }
+  if (r.world_size < 1 || r.rank < 0 || r.rank >= r.world_size) {
+    throw InvalidArgument("Invalid rank " + std::to_string(r.rank) +
+                          ", rank should be in the interval [0, " +
+                          std::to_string(r.world_size - 1) + "]");
+  }
+  return r;
 }
 
 }  // namespace coload::detail

@@ -637,6 +637,43 @@ TEST_SUITE("loader") {
     CHECK(lists == std::vector<std::vector<std::int64_t>>{{3, 1}, {0}});
   }
 
+  TEST_CASE("a sampler's index outside the dataset is refused naming it, after the batches before it") {
+    struct PastTheEnd {
+      AsyncGenerator<Index> indices() const {
+        // NOTE: an array, not a braced list: GCC 12 miscompiles those inside coroutines.
+        static constexpr Index order[] = {0, 1, 2, 5, 3};
+        for (Index i : order) co_yield i;
+      }
+    };
+    for (const int workers : {0, 2}) {
+      CAPTURE(workers);
+      auto loader = make_data_loader(
+          IndexDataset{5}, {.batch_size = 2, .sampler = PastTheEnd{}, .num_workers = workers});
+      std::vector<std::vector<std::int64_t>> got;
+      std::string error = "(nothing thrown)";
+      try {
+        for (auto& b : loader) got.push_back(to_vector(b));
+      } catch (const OutOfRange& e) {
+        error = e.what();
+      }
+      CHECK(got == std::vector<std::vector<std::int64_t>>{{0, 1}});
+      CHECK(error ==
+            "DataLoader: the sampler gave index 5 in batch 1, outside the dataset's 5 samples "
+            "(indices 0 to 4)");
+    }
+    struct Negative {
+      Generator<std::vector<Index>> batches() const { co_yield std::vector<Index>(1, -1); }
+    };
+    auto loader = make_data_loader(IndexDataset{5}, {.batch_sampler = Negative{}});
+    CHECK_THROWS_WITH_AS(
+        [&] {
+          for (auto& b : loader) (void)b;
+        }(),
+        "DataLoader: the batch_sampler gave index -1 in batch 0, outside the dataset's 5 "
+        "samples (indices 0 to 4)",
+        OutOfRange);
+  }
+
   TEST_CASE("one epoch at a time: a second epoch() while one runs is refused") {
     auto loader = make_data_loader(IndexDataset{10}, {.batch_size = 2});
     auto epoch = loader.epoch();

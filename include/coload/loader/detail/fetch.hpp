@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 #include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "coload/coro/task.hpp"
 #include "coload/coro/when_all.hpp"
 #include "coload/dataset/dataset.hpp"
+#include "coload/dataset/iterable.hpp"
 #include "coload/dataset/sample_context.hpp"
 #include "coload/device/device.hpp"
 #include "coload/exec/thread_executor.hpp"
@@ -27,13 +30,11 @@
 #include "coload/io/reader.hpp"
 #include "coload/loader/detail/fetch_plan.hpp"
 #include "coload/loader/detail/handoff.hpp"
+#include "coload/loader/detail/outcome.hpp"
 #include "coload/loader/errors.hpp"
 #include "coload/loader/options.hpp"
 
 namespace coload::detail {
-
-/// Thrown inside a fetch when its epoch was cancelled; never reaches a consumer.
-struct Cancelled {};
 
 /// Pulls samples from a Generator or an AsyncGenerator, one at a time.
 template <class G>
@@ -64,16 +65,6 @@ class StreamCursor<AsyncGenerator<T>> {
 
  private:
   AsyncGenerator<T> generator_;
-};
-
-/// A fetch's result as its run takes it: the batch or its error (neither: every sample was
-/// skipped), `dropped` when its epoch was cancelled, and for a stream `over` when nothing
-/// follows it.
-template <class Batch>
-struct Fetched {
-  Outcome<Batch> outcome;
-  bool dropped = false;
-  bool over = false;
 };
 
 /// What a fetch asks of the epoch it runs in (a run, or a worker process's task):
@@ -172,6 +163,19 @@ class FetchBoard {
   /// The hook an asynchronous fetch's `co_await ctx.cpu()` calls on arriving at a worker.
   static void note_hook(void* board, int worker, std::int64_t batch, Index sample) {
     static_cast<FetchBoard*>(board)->note(worker, batch, sample);
+  }
+  /// Who holds what, for a message: "worker 1 is in sample 7 of batch 3; the driver is in
+  /// batch 4", or empty when no thread holds a batch.
+  std::string describe_busy() const {
+    std::string who;
+    for (const auto& e : busy()) {
+      if (!who.empty()) who += "; ";
+      who += e.worker >= 0 ? "worker " + std::to_string(e.worker) : std::string("the driver");
+      who += " is in ";
+      who += e.sample >= 0 ? "sample " + std::to_string(e.sample) + " of " : std::string();
+      who += "batch " + std::to_string(e.batch);
+    }
+    return who;
   }
   /// Every thread with a batch in hand.
   std::vector<Entry> busy() const {
@@ -277,6 +281,22 @@ class Fetcher {
   PinnedPool* pinned = nullptr;        ///< pin_memory with a device runtime
   Recorder* recorder = nullptr;        ///< the loader's metrics (a forked worker binds to it)
 
+  /// Worker `id` of `n` for an epoch whose worker seed is `seed` (any thread).
+  WorkerInfo worker_info(int id, int n, std::uint64_t seed) const noexcept {
+    return WorkerInfo{id, n, seed, static_cast<const void*>(&dataset), rank, world_size};
+  }
+
+  /// True when each stream's state() describes that worker's stream alone: the dataset has
+  /// state()/load_state(), each worker streams its own copy, and in this process (any thread).
+  bool stream_states_usable() const noexcept {
+    if constexpr (ResumableStream<D>) {
+      return options.executor != Executor::processes &&
+             (std::is_copy_constructible_v<D> || options.num_workers <= 1);
+    } else {
+      return false;
+    }
+  }
+
   /// worker_init_fn, once per worker per epoch (once ever with persistent_workers). Called on
   /// worker `info.id`'s thread only.
   void init_worker(const WorkerInfo& info, std::int64_t epoch) {
@@ -319,12 +339,8 @@ class Fetcher {
         Batch batch = dataset.get_batch(indices);
         clock.read_lap(indices.size(), "batch", batch_no);
         return batch;
-      } catch (const EmptyBatch&) {
-        throw;
-      } catch (const SampleError& e) {
-        throw wrap_current_exception(worker, batch_no, e.index(), "fetching");
       } catch (...) {
-        throw wrap_current_exception(worker, batch_no, -1, "fetching");
+        rethrow_named(worker, batch_no);
       }
     } else {
       std::vector<Sample> samples;
@@ -333,12 +349,8 @@ class Fetcher {
           clock.restart();
           samples = dataset.get_batch(indices);
           clock.read_lap(indices.size(), "batch", batch_no);
-        } catch (const EmptyBatch&) {
-          throw;
-        } catch (const SampleError& e) {
-          throw wrap_current_exception(worker, batch_no, e.index(), "fetching");
         } catch (...) {
-          throw wrap_current_exception(worker, batch_no, -1, "fetching");
+          rethrow_named(worker, batch_no);
         }
       } else {
         samples.reserve(indices.size());
@@ -388,13 +400,8 @@ class Fetcher {
         Batch out = pin_batch(std::move(batch), *pinned);
         clock.lap(Stage::pin, 1, "batch", batch_no);
         co_return out;
-      } catch (const EmptyBatch&) {
-        throw;
-      } catch (const SampleError& e) {
-        throw wrap_current_exception(current_worker_id_or_driver(), batch_no, e.index(),
-                                     "fetching");
       } catch (...) {
-        throw wrap_current_exception(current_worker_id_or_driver(), batch_no, -1, "fetching");
+        rethrow_named(current_worker_id_or_driver(), batch_no);
       }
     } else {
       std::vector<Task<std::optional<Sample>>> tasks;

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "coload/core/metrics.hpp"
+
 namespace coload::detail {
 
 /// The batch numbers of an epoch that are done with, as a prefix `0 .. prefix() - 1` and the
@@ -213,11 +215,7 @@ class Handoff {
     }
     return false;
   }
-  static std::int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
+  static std::int64_t now_ns() noexcept { return static_cast<std::int64_t>(detail::now_ns()); }
   Waker release_locked() {
     if (wait_since_ >= 0) wait_ns_ += now_ns() - std::exchange(wait_since_, -1);
     slot_ = nullptr;

@@ -15,7 +15,7 @@ namespace coload::detail {
 
 /// One epoch over a map-style dataset. The dispatcher walks the batch sampler on the driver,
 /// keeping at most the in-flight bound of batches between dispatch and consumer; each batch
-/// is a fetch of its own, spawned into the loader's scope, which the core runs on a worker
+/// is a fetch of its own, spawned into the loader's scope, which the placement runs on a worker
 /// thread, on the driver, or in a worker process.
 template <class D, class C>
 class MapRun final : public RunBase<D, C> {
@@ -23,34 +23,38 @@ class MapRun final : public RunBase<D, C> {
 
  public:
   using typename Base::Batch;
-  using typename Base::Core;
+  using typename Base::Services;
   using Base::Base;
 
   /// Driver: the dispatcher. Ends once the sampler is exhausted, the epoch is cancelled, or a
   /// worker process died unrecovered; an error from the sampler ends the epoch after the
   /// batches before it.
   static Task<void> run(std::shared_ptr<MapRun> self) {
-    Core& core = self->core_;
+    Services& svc = self->svc_;
     std::exception_ptr error;
     try {
-      core.start_workers();
+      svc.placement.start();
       self->hold_first_ = true;
-      auto batches = core.batches(self->epoch_);
+      // NOTE: on the driver: a stopped epoch's dispatcher may still be reading the sampler here.
+      BatchSource& source = *svc.batches;
+      source.sampler.set_epoch(self->epoch_);
+      auto batches = source.sampler.batches();
       for (;;) {
         while (self->full() && !self->cancelled()) co_await self->slot();
         if (self->cancelled()) break;
         // A worker process died and was not restarted: the epoch ends after its error.
-        if (core.workers_broken()) break;
+        if (svc.placement.broken()) break;
         StageClock clock;
         std::vector<Index>* indices = co_await batches.next();
         if (!indices) break;
         clock.lap(Stage::sample, 1, "batch", self->dispatched_);
+        source.check(*indices, self->dispatched_);
         if (self->resumed_.contains(self->dispatched_)) {
           // Delivered before the state this epoch resumed from: not fetched again.
           self->complete(self->dispatched_++, Outcome<Batch>(), false);
           continue;
         }
-        core.spawn(fetch(self, self->dispatched_++, std::move(*indices)));
+        svc.spawn(fetch(self, self->dispatched_++, std::move(*indices)));
         self->note_dispatch();
       }
     } catch (...) {
@@ -60,13 +64,16 @@ class MapRun final : public RunBase<D, C> {
   }
 
  private:
-  /// Driver (at its start and its end): batch `batch_no`, fetched where the core fetches, and
-  /// handed to the reorder ring.
+  /// Driver (at its start and its end): batch `batch_no`, fetched where the placement runs it,
+  /// and handed to the reorder ring.
   static Task<void> fetch(std::shared_ptr<MapRun> self, std::int64_t batch_no,
                           std::vector<Index> indices) {
     const std::size_t samples = indices.size();
-    auto fetched = co_await self->core_.fetch(*self, batch_no, std::move(indices));
-    self->core_.note_fetched(fetched, samples);
+    auto fetched = co_await self->svc_.placement.fetch(*self, batch_no, std::move(indices));
+    Recorder& r = self->svc_.recorder;
+    if (fetched.outcome.batch && r.enabled()) {
+      r.shard(Recorder::driver).samples.fetch_add(samples, std::memory_order_relaxed);
+    }
     self->complete(batch_no, std::move(fetched.outcome), fetched.dropped);
   }
 };

@@ -31,6 +31,7 @@
 #include "coload/exec/worker_info.hpp"
 #include "coload/io/reader.hpp"
 #include "coload/loader/detail/fetch.hpp"
+#include "coload/loader/detail/outcome.hpp"
 #include "coload/loader/errors.hpp"
 #include "coload/loader/options.hpp"
 
@@ -161,14 +162,8 @@ class ProcessBridge {
         out.outcome.batch.emplace(pinned ? pin_batch(std::move(*batch), *pinned)
                                          : std::move(*batch));
       }
-    } catch (const Cancelled&) {
-      out.dropped = true;
-    } catch (const EmptyBatch&) {
-      // Every sample was skipped.
-    } catch (const BatchLost&) {
-      // The batch was queued on a worker that died (its WorkerDied reports the death).
     } catch (...) {
-      out.outcome.error = std::current_exception();
+      out = fetch_outcome<Batch>(std::current_exception());
     }
     co_return out;
   }
@@ -189,15 +184,8 @@ class ProcessBridge {
       auto result = co_await pool_->submit(w, std::move(t));
       out.over = result.reply.stream_over;
       if (auto batch = take_result(std::move(result))) out.outcome.batch.emplace(std::move(*batch));
-    } catch (const Cancelled&) {
-      out.dropped = true;
-    } catch (const EmptyBatch&) {
-      out.over = true;
-    } catch (const BatchLost&) {
-      out.over = true;
     } catch (...) {
-      out.outcome.error = std::current_exception();
-      out.over = true;
+      out = fetch_outcome<Batch>(std::current_exception());
     }
     co_return out;
   }

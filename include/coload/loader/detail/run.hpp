@@ -27,23 +27,13 @@
 #include "coload/device/device.hpp"
 #include "coload/exec/worker_info.hpp"
 #include "coload/loader/detail/fetch_plan.hpp"
+#include "coload/loader/detail/reorder_ring.hpp"
 #include "coload/loader/detail/resume.hpp"
+#include "coload/loader/detail/run_services.hpp"
 #include "coload/loader/epoch.hpp"
 #include "coload/loader/errors.hpp"
 
 namespace coload::detail {
-
-template <class D, class C>
-class LoaderCore;
-
-/// Who has a batch in hand: the worker (-1: none known), its pid (worker processes) and the
-/// batch's first indices with their count.
-struct FetchHolder {
-  int worker = -1;
-  int pid = -1;
-  std::vector<std::int64_t> first;
-  std::int64_t count = 0;
-};
 
 /// What every epoch shares, whatever feeds it: the consumer-side entry points, the in-flight
 /// bound, the reorder ring, the timeout and the end. Fields marked "driver" are touched only on
@@ -57,31 +47,30 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
                 public std::enable_shared_from_this<RunBase<D, C>> {
  public:
   using Batch = typename FetchPlan<D, C>::batch;
-  using Core = LoaderCore<D, C>;
+  using Services = RunServices<D, C>;
 
   /// `resumed`: the batches of this epoch that a saved state says were delivered already;
   /// they are not delivered again. `generator`: the loader's generator state that the epoch's
   /// draws started from (what LoaderState records).
-  RunBase(Core& core, std::int64_t epoch, std::uint64_t base_seed, DeliveredSet resumed,
+  RunBase(Services& svc, std::int64_t epoch, std::uint64_t base_seed, DeliveredSet resumed,
           std::vector<std::uint8_t> generator)
-      : core_(core),
+      : svc_(svc),
         epoch_(epoch),
         base_seed_(base_seed),
-        sample_seed_(core.options().seed.value_or(base_seed)),
-        bound_(core.in_flight_capacity()),
-        timeout_(core.options().timeout),
+        sample_seed_(svc.options().seed.value_or(base_seed)),
+        timeout_(svc.options().timeout),
         resumed_(std::move(resumed)),
         start_generator_(std::move(generator)),
-        stopped_(core.stopped()),
-        reorder_(static_cast<std::size_t>(bound_)) {
+        stopped_(svc.stopped),
+        reorder_(svc.workers.capacity()) {
     this->handoff.set_done(resumed_);
     // NOTE: only a loader with a timeout makes a timer: once a timer exists, Asio's driver
     // sleeps in epoll rather than on a condition variable, and every post costs a syscall.
-    if (timeout_ > 0) timer_.emplace(core.context());
-    const int n = core.options().num_workers;
+    if (timeout_ > 0) timer_.emplace(svc.context());
+    const int n = svc.options().num_workers;
     workers_.reserve(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) {
-      workers_.push_back(core.worker_info(i, n, base_seed + static_cast<std::uint64_t>(i)));
+      workers_.push_back(svc.fetcher.worker_info(i, n, base_seed + static_cast<std::uint64_t>(i)));
     }
   }
 
@@ -112,18 +101,18 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     consumed_.fetch_add(1);
     // Only a driver that stopped at the in-flight bound needs telling.
     if (slot_wanted_.exchange(false)) {
-      asio::post(core_.context(),
+      asio::post(svc_.context(),
                  [self = this->shared_from_this()] { self->on_slot_freed(); });
     }
   }
   void before_wait() override {
     if (closed_.load()) return;
-    if (!core_.driver().on_driver_thread()) core_.start_driver();
+    if (!svc_.driver.on_driver_thread()) svc_.start_driver();
   }
   void arm_timeout(std::uint64_t generation, std::int64_t batch) override {
     if (timeout_ <= 0 || closed_.load()) return;
     waited_batch_.store(batch, std::memory_order_relaxed);
-    asio::post(core_.context(), [self = this->shared_from_this(), generation] {
+    asio::post(svc_.context(), [self = this->shared_from_this(), generation] {
       self->on_arm(generation);
     });
   }
@@ -150,7 +139,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     }
     this->mark_end();
     if (cancelled_.exchange(true) || closed_.load()) return;
-    asio::post(core_.context(), [self = this->shared_from_this()] { self->on_cancel(); });
+    asio::post(svc_.context(), [self = this->shared_from_this()] { self->on_cancel(); });
   }
 
  protected:
@@ -171,9 +160,10 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   /// Driver: batch `batch_no` is done. An outcome with neither batch nor error is a skip.
   void complete(std::int64_t batch_no, Outcome<Batch> outcome, bool dropped) {
     ++completed_;
-    // auto_workers: the core judges its measurements now and then; a worker added raises the
+    // auto_workers: the tuner judges its measurements now and then; a worker added raises the
     // in-flight bound, so a dispatcher waiting at it may go on.
-    const bool grew = !dispatch_done_ && core_.tune(epoch_, this->handoff) > 0;
+    const bool grew =
+        !dispatch_done_ && svc_.workers.tune(epoch_, this->handoff.wait_nanoseconds()) > 0;
     if (cancelled() || dropped) {
       maybe_finish();
       return;
@@ -182,16 +172,11 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     if (resumed_.contains(batch_no)) outcome = Outcome<Batch>{};
     outcome.number = batch_no;
     const std::int64_t skipped_before = skipped_;
-    if (!core_.options().in_order) {
+    if (!svc_.options().in_order) {
       deliver(std::move(outcome));
     } else {
-      reorder_[static_cast<std::size_t>(batch_no % bound_)] = std::move(outcome);
-      for (;;) {
-        auto& slot = reorder_[static_cast<std::size_t>(delivered_ % bound_)];
-        if (!slot) break;
-        deliver(std::move(*slot));
-        slot.reset();
-      }
+      reorder_.put(batch_no, std::move(outcome));
+      reorder_.release([this](Outcome<Batch> next) { deliver(std::move(next)); });
     }
     // A skip frees its place under the bound without the consumer: wake a waiting dispatcher.
     // So does the epoch's first batch where the bound held the others back until it was done.
@@ -202,24 +187,24 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
 
   /// Driver: a batch was dispatched; the metrics' occupancy and worker count sample it.
   void note_dispatch() noexcept {
-    Recorder& r = core_.recorder();
+    Recorder& r = svc_.recorder;
     if (!r.enabled()) return;
     const std::int64_t in_flight = dispatched_ - consumed_.load() - skipped_;
     r.occupancy_sum.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(in_flight, 0)),
                               std::memory_order_relaxed);
     r.occupancy_n.fetch_add(1, std::memory_order_relaxed);
-    r.bound_sum.fetch_add(static_cast<std::uint64_t>(core_.in_flight_bound()),
+    r.bound_sum.fetch_add(static_cast<std::uint64_t>(svc_.workers.bound()),
                           std::memory_order_relaxed);
-    r.workers_sum.fetch_add(static_cast<std::uint64_t>(core_.workers_in_use()),
+    r.workers_sum.fetch_add(static_cast<std::uint64_t>(svc_.workers.in_use()),
                             std::memory_order_relaxed);
   }
 
   /// Driver: true when the in-flight bound's batches are between dispatch and the consumer (the
-  /// bound follows the worker count under auto_workers; `bound_`, the reorder ring's size, is
-  /// the most it can be).
+  /// bound follows the worker count under auto_workers; the reorder ring's size is the most it
+  /// can be).
   bool full() const noexcept {
-    const std::int64_t bound = hold_first_ && completed_ == 0 ? core_.first_batch_bound()
-                                                              : core_.in_flight_bound();
+    const std::int64_t bound = hold_first_ && completed_ == 0 ? svc_.workers.first_batch_bound()
+                                                              : svc_.workers.bound();
     return dispatched_ - consumed_.load() - skipped_ >= bound;
   }
 
@@ -230,24 +215,23 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     maybe_finish();
   }
 
-  Core& core_;
+  Services& svc_;
   const std::int64_t epoch_;
   const std::uint64_t base_seed_;
   const std::uint64_t sample_seed_;
-  const std::int64_t bound_;
   const double timeout_;
   std::vector<WorkerInfo> workers_;
   const DeliveredSet resumed_;
   const std::vector<std::uint8_t> start_generator_;
   const std::shared_ptr<StoppedEpoch> stopped_;
   const std::function<void(const WorkerInfo&)> on_worker_ = [this](const WorkerInfo& info) {
-    core_.recorder().bind_thread(info.id);
-    core_.init_worker(info, epoch_);
+    svc_.recorder.bind_thread(info.id);
+    svc_.fetcher.init_worker(info, epoch_);
   };
   // driver
   std::int64_t dispatched_ = 0;
   // The map-style dispatcher holds the epoch's later batches back until its first is done (see
-  // Core::first_batch_bound).
+  // WorkerCount::first_batch_bound).
   bool hold_first_ = false;
 
  private:
@@ -258,13 +242,13 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
       this->handoff.note_done(outcome.number);
       return;
     }
-    if (outcome.error) core_.recorder().errors.fetch_add(1, std::memory_order_relaxed);
-    if (Tracer* t = core_.recorder().tracer()) {
+    if (outcome.error) svc_.recorder.errors.fetch_add(1, std::memory_order_relaxed);
+    if (Tracer* t = svc_.recorder.tracer()) {
       t->instant("handoff", thread_recording().track, now_ns(), "batch", outcome.number);
     }
-    if (core_.stage()) {
+    if (svc_.stage) {
       ++staging_;
-      core_.spawn(to_device(this->shared_from_this(), std::move(outcome)));
+      svc_.spawn(to_device(this->shared_from_this(), std::move(outcome)));
       return;
     }
     this->handoff.push(std::move(outcome));
@@ -286,7 +270,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   /// Driver: copies a batch to the device and hands it on once the copy has completed. An
   /// error waits for the copies before it, so the consumer gets everything in order.
   static Task<void> to_device(std::shared_ptr<RunBase> self, Outcome<Batch> outcome) {
-    DeviceStage& stage = *self->core_.stage();
+    DeviceStage& stage = *self->svc_.stage;
     bool failed = false;
     if (outcome.batch) {
       warn_if_opaque(*outcome.batch);
@@ -295,7 +279,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
         auto copied = co_await stage.copy(std::move(*outcome.batch));
         outcome.batch.emplace(std::move(copied.batch));
         const std::uint64_t end = now_ns();
-        Recorder& r = self->core_.recorder();
+        Recorder& r = self->svc_.recorder;
         if (r.enabled()) r.shard(Recorder::driver).add(Stage::copy, end - begin);
         if (Tracer* t = r.tracer()) {
           t->async_span("copy", static_cast<std::uint64_t>(outcome.number), begin, end, "batch",
@@ -334,7 +318,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
       this->handoff.push(std::move(end));
     }
     // NOTE: worker processes that end with the epoch are gone before the consumer sees its end.
-    core_.run_finished([self = this->shared_from_this()] { self->handoff.finish(); });
+    svc_.placement.run_finished([self = this->shared_from_this()] { self->handoff.finish(); });
   }
 
   void on_slot_freed() {
@@ -348,7 +332,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
       if (ec) return;
       // On the driver, which knows who is fetching the awaited batch: the error names them.
       const std::int64_t batch = self->waited_batch_.load(std::memory_order_relaxed);
-      const FetchHolder who = self->core_.holder(batch);
+      const FetchHolder who = self->svc_.placement.holder(batch);
       {
         std::lock_guard lock(self->timeout_mutex_);
         self->timeout_error_ = std::make_exception_ptr(
@@ -378,7 +362,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   bool dispatch_done_ = false;
   bool finished_ = false;
   std::exception_ptr dispatch_error_;
-  std::vector<std::optional<Outcome<Batch>>> reorder_;
+  ReorderRing<Outcome<Batch>> reorder_;
   std::coroutine_handle<> slot_waiter_;
   std::optional<asio::steady_timer> timer_;
 };

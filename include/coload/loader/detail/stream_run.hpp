@@ -34,29 +34,29 @@ class StreamRun final : public RunBase<D, C> {
 
  public:
   using typename Base::Batch;
-  using typename Base::Core;
+  using typename Base::Services;
 
-  StreamRun(Core& core, std::int64_t epoch, std::uint64_t base_seed, DeliveredSet resumed,
+  StreamRun(Services& svc, std::int64_t epoch, std::uint64_t base_seed, DeliveredSet resumed,
             std::vector<std::uint8_t> generator)
-      : Base(core, epoch, base_seed, std::move(resumed), std::move(generator)),
-        skip_counts_(static_cast<std::size_t>(std::max(1, core.options().num_workers)), 0),
-        queues_(static_cast<std::size_t>(std::max(1, core.options().num_workers))) {}
+      : Base(svc, epoch, base_seed, std::move(resumed), std::move(generator)),
+        skip_counts_(static_cast<std::size_t>(std::max(1, svc.options().num_workers)), 0),
+        queues_(static_cast<std::size_t>(std::max(1, svc.options().num_workers))) {}
 
   /// Driver: hands batch numbers to the active workers in turn, under the in-flight bound.
   static Task<void> run(std::shared_ptr<StreamRun> self) {
-    Core& core = self->core_;
+    Services& svc = self->svc_;
     try {
-      core.start_workers();
+      svc.placement.start();
     } catch (...) {
       self->queues_closed_ = true;
       self->dispatch_done(std::current_exception());
       co_return;
     }
     for (int w = 0; w < static_cast<int>(self->queues_.size()); ++w) {
-      if (core.in_processes()) {
-        core.spawn(stream_in_process(self, w));
+      if (svc.placement.in_processes()) {
+        svc.spawn(stream_in_process(self, w));
       } else {
-        core.spawn(stream_worker(self, w));
+        svc.spawn(stream_worker(self, w));
       }
     }
     for (;;) {
@@ -157,13 +157,14 @@ class StreamRun final : public RunBase<D, C> {
   /// Worker `w` for this epoch: takes batch numbers from its queue and fills each from its
   /// stream, on its own worker thread (on the driver when there are no workers).
   static Task<void> stream_worker(std::shared_ptr<StreamRun> self, int w) {
-    Core& core = self->core_;
-    Fetcher<D, C>& fetcher = core.fetcher();
-    const bool hop = core.worker_threads();
+    Services& svc = self->svc_;
+    Placement<D, C>& place = svc.placement;
+    Fetcher<D, C>& fetcher = svc.fetcher;
+    const bool hop = place.worker_threads();
     const std::size_t want =
-        Plan::per_sample ? 1 : static_cast<std::size_t>(*core.options().batch_size);
+        Plan::per_sample ? 1 : static_cast<std::size_t>(*svc.options().batch_size);
     // Without workers the stream still gets a WorkerInfo, though get_worker_info() stays empty.
-    WorkerInfo solo = core.worker_info(0, 1, self->base_seed_);
+    WorkerInfo solo = fetcher.worker_info(0, 1, self->base_seed_);
     WorkerInfo& info = hop ? self->workers_[static_cast<std::size_t>(w)] : solo;
     std::shared_ptr<D> replica;
     std::optional<StreamCursor<stream_t<D>>> cursor;
@@ -175,14 +176,14 @@ class StreamRun final : public RunBase<D, C> {
         self->complete(*task, {}, self->cancelled());
         continue;
       }
-      if (hop) co_await core.to_worker(w);
+      if (hop) co_await place.to_worker(w);
       Outcome<Batch> outcome;
       bool dropped = false;
       bool ended = false;
       std::vector<Sample> samples;
       if (hop) {
         set_worker_info(&info);
-        core.recorder().bind_thread(w);
+        svc.recorder.bind_thread(w);
       }
       fetcher.board.begin(hop ? w : -1, *task, {});
       // NOTE: a resumed epoch drops the batches this worker had delivered before, without
@@ -221,9 +222,9 @@ class StreamRun final : public RunBase<D, C> {
                 // worker's thread (or the driver) before going on.
                 if (std::this_thread::get_id() != thread) {
                   if (hop) {
-                    co_await core.to_worker(w);
+                    co_await place.to_worker(w);
                   } else {
-                    co_await core.to_driver();
+                    co_await place.to_driver();
                   }
                 }
               } else {
@@ -245,29 +246,30 @@ class StreamRun final : public RunBase<D, C> {
           }
           const bool partial = samples.size() < want;
           if constexpr (ResumableStream<D>) {
-            if (core.stream_states_usable()) {
+            if (fetcher.stream_states_usable()) {
               const D& streamed = replica ? *replica : fetcher.dataset;
               outcome.stream_state = std::make_shared<const std::string>(streamed.state());
             }
           }
-          if (!samples.empty() && !(partial && core.options().drop_last)) {
+          if (!samples.empty() && !(partial && svc.options().drop_last)) {
             outcome.batch.emplace(fetcher.place_batch([&] {
               return fetcher.collate_samples(std::move(samples), hop ? w : -1, *task);
             }));
             clock.lap(Stage::collate, 1, "batch", *task);
           }
-        } catch (const Cancelled&) {
-          dropped = true;
         } catch (...) {
-          outcome.error = std::current_exception();
-          ended = true;
+          // The outcome keeps the stream state taken before the failure, if any.
+          Fetched<Batch> end = fetch_outcome<Batch>(std::current_exception());
+          dropped = end.dropped;
+          ended = end.over;
+          outcome.error = std::move(end.outcome.error);
         }
         if (!self->drop_delivered(w, outcome, dropped) || ended) break;
         samples.clear();
       }
       fetcher.board.end(hop ? w : -1);
       if (hop) set_worker_info(nullptr);
-      if (hop) co_await core.to_driver();
+      if (hop) co_await place.to_driver();
       if (ended) {
         over = true;
         self->queues_[static_cast<std::size_t>(w)].active = false;
@@ -282,7 +284,7 @@ class StreamRun final : public RunBase<D, C> {
   /// Worker process `w` for this epoch: asks its process for one batch of its stream per
   /// batch number (the process keeps the stream between them). Runs on the driver.
   static Task<void> stream_in_process(std::shared_ptr<StreamRun> self, int w) {
-    Core& core = self->core_;
+    Placement<D, C>& place = self->svc_.placement;
     bool over = false;
     for (;;) {
       std::optional<std::int64_t> task = co_await TaskAwaiter{self.get(), w};
@@ -294,7 +296,7 @@ class StreamRun final : public RunBase<D, C> {
       Outcome<Batch> outcome;
       bool dropped = false;
       for (;;) {
-        auto streamed = co_await core.stream_in_process(*self, w, *task);
+        auto streamed = co_await place.stream_in_process(*self, w, *task);
         outcome = std::move(streamed.outcome);
         dropped = streamed.dropped;
         over = streamed.over;
