@@ -2,13 +2,19 @@
 // DataLoader: owns the pipeline from sampler to consumer. This header is the contract; the
 // machinery is in loader/detail/, one file per role (see docs/architecture.md):
 //   fetch_plan.hpp      how a batch is built from the dataset's members, at compile time
-//   fetch.hpp           the fetch side: a batch from the dataset and the collate, any thread
-//   run.hpp             one epoch's run: in-flight bound, reorder ring, hand-off, device
+//   batches.hpp         the batch sampler, its indices checked against the dataset
 //   map_run.hpp         the map-style run: the batch sampler's index lists, one fetch each
 //   stream_run.hpp      the streaming run: each worker streams its replica in turn
-//   resume.hpp          where an epoch stands, and what a loaded state resumes
+//   worker_count.hpp    the workers in use and the in-flight bound; auto_workers' tuner
+//   placement.hpp       where a fetch's CPU work runs: the driver, threads or processes
+//   fetch.hpp           the fetch side: a batch from the dataset and the collate, any thread
 //   process_bridge.hpp  what the loader hands exec's process pool, and takes back
-//   core.hpp            what a DataLoader owns: setup, shutdown, the runs' narrow interface
+//   outcome.hpp         a fetch's exception as its outcome, in one function
+//   run.hpp             one epoch's run: completion, reorder ring, device stage, hand-off
+//   reorder_ring.hpp    batches wait here until those before them are done
+//   run_services.hpp    what a run is given (never the core)
+//   resume.hpp          where an epoch stands, and what a loaded state resumes
+//   core.hpp            what a DataLoader owns: lifetimes, shutdown, the runs' services
 
 #include <asio/async_result.hpp>
 #include <asio/associated_executor.hpp>
@@ -109,7 +115,7 @@ class DataLoader {
   /// auto_workers, replaced by the number of threads it may use).
   const LoaderOptions<C>& options() const noexcept { return core_->options(); }
   /// The driver's executor: where completions without an associated executor run. With
-  /// num_workers = 0 this starts the driver's own thread (README, Threads): call it from the
+  /// num_workers = 0 this starts the driver's own thread (docs/user-guide.md, Threads): call it from the
   /// consumer's thread, or while no range-for over the loader is waiting.
   executor_type get_executor() {
     core_->start_driver();  // what is posted there must run without the consumer

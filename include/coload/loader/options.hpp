@@ -38,8 +38,8 @@ struct LoaderOptions {
   /// Where whole index lists come from; exclusive with batch_size, shuffle, sampler, drop_last.
   AnyBatchSampler batch_sampler{};
   /// Worker threads fetching and collating; 0 fetches on the consumer's thread while it waits
-  /// in the range-for (on the loader's driver thread where the driver needs one: README,
-  /// Threads);
+  /// in the range-for (on the loader's driver thread where the driver needs one:
+  /// docs/user-guide.md, Threads); a negative count is refused;
   /// coload::auto_workers lets the loader choose and adjust the count (auto_workers.hpp).
   int num_workers = 0;
   /// Turns a std::vector of samples into a batch; must be safe to call from several workers.
@@ -164,6 +164,17 @@ void validate_options(std::optional<std::int64_t> batch_size, bool shuffle, bool
                       bool has_batch_sampler, int num_workers, bool drop_last, double timeout,
                       std::optional<int> prefetch_factor, bool persistent_workers,
                       LoaderKind kind);
+
+/// This loader's place among the ranks of a distributed run.
+struct RankSpec {
+  int rank = 0;
+  int world_size = 1;
+};
+
+/// The rank and world size the options give, or for either left out the environment's
+/// (RANK/WORLD_SIZE, distributed_env); refuses a rank outside [0, world_size - 1] as
+/// DistributedSampler does.
+RankSpec resolve_rank(std::optional<int> rank, std::optional<int> world_size);
 
 /// PyTorch's check that num_workers does not exceed the CPUs this process may use: a warning,
 /// once per process, that says "worker processes" or "worker threads" for what they are.
