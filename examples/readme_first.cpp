@@ -1,48 +1,58 @@
-// examples/readme_first: the README's first snippet, whole. The lines between the [readme]
-// markers are the README's first code block, word for word (tests/examples/readme_snippets.py
-// checks it), so the snippet compiles and runs as written.
-// [readme]
+// examples/readme_first: the README's custom-dataset snippet and its three ways to consume an
+// epoch, whole. The lines between each pair of [readme:NAME] markers are a code block of the
+// README, word for word, and the two blocks one after the other are this program
+// (tests/examples/readme_snippets.py checks both and runs it), so the snippets compile and run
+// as written.
+// [readme:dataset]
+#include <coload/coload.hpp>
+
+// A map-style dataset: size() and get(index). ctx.rng is the sample's own random stream, a
+// function of (seed, epoch, index) alone, so an augmentation is the same on every worker.
+struct Waves {
+  std::int64_t size() const { return 1000; }
+  std::pair<at::Tensor, std::int64_t> get(coload::Index i, coload::SampleContext& ctx) const {
+    const std::int64_t label = i % 10;
+    const double phase = 6.28 * ctx.rng.uniform();  // a random shift: the augmentation
+    auto wave = at::sin(at::arange(32, at::kFloat) * 0.1 * static_cast<double>(label + 1) + phase);
+    return {wave, label};  // collated into {float [B, 32], int64 [B]}
+  }
+};
+// [/readme:dataset]
+// [readme:epoch]
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
 #include <asio/use_awaitable.hpp>
-#include <coload/coload.hpp>
 
 #include <cstdio>
 #include <exception>
 
 std::int64_t seen = 0;
-void train_step(const at::Tensor& images, const at::Tensor& labels) {  // your model's step
-  seen += images.size(0);
-  (void)labels;
-}
+void train_step(const at::Tensor& x, const at::Tensor& /*y*/) { seen += x.size(0); }  // a model
 
-coload::Task<void> train(auto& loader) {                            // a coroutine trainer
+coload::Task<void> train(auto& loader) {                      // 1. co_await, in a coroutine
   auto epoch = loader.epoch();
-  while (auto batch = co_await epoch.next()) train_step((*batch)[0], (*batch)[1]);
+  while (auto batch = co_await epoch.next()) train_step(batch->first, batch->second);
 }
 
-asio::awaitable<void> train_asio(auto& loader) {                    // any Asio completion token
+asio::awaitable<void> train_asio(auto& loader) {              // 3. any Asio completion token
   while (auto batch = co_await loader.async_next(asio::use_awaitable)) {
-    train_step((*batch)[0], (*batch)[1]);
+    train_step(batch->first, batch->second);
   }
 }
 
 int main() {
-  auto images = at::randn({1000, 3, 32, 32});
-  auto labels = at::randint(10, {1000});
-  auto loader = coload::make_data_loader(coload::TensorDataset{images, labels},
-                                         {.batch_size = 64, .shuffle = true, .num_workers = 4,
-                                          .seed = 0});
+  auto loader = coload::make_data_loader(
+      Waves{}, {.batch_size = 64, .shuffle = true, .num_workers = 4, .seed = 0});
 
-  for (auto& batch : loader) train_step(batch[0], batch[1]);          // a range-for is an epoch
+  coload::sync_wait(train(loader));                           // runs the coroutine: an epoch
 
-  coload::sync_wait(train(loader));                                   // runs the coroutine
+  for (auto& [x, y] : loader) train_step(x, y);               // 2. a range-for is an epoch
 
-  asio::io_context io;                                                // runs the Asio one
+  asio::io_context io;                                        // runs the Asio one: an epoch
   asio::co_spawn(io, train_asio(loader), [](std::exception_ptr e) {
     if (e) std::rethrow_exception(e);
   });
   io.run();
   std::printf("%lld samples in 3 epochs\n", static_cast<long long>(seen));
 }
-// [/readme]
+// [/readme:epoch]
