@@ -19,6 +19,11 @@ class Scheduler {
     static_cast<void>(order);
     post(h);
   }
+  /// Called on the thread that resumed a coroutine sent here by `co_await ctx.cpu()`, before
+  /// the coroutine goes on, with the sample it works on (-1: a whole batch). A scheduler that
+  /// keeps records of its work overrides it (a loader names the worker for get_worker_info(),
+  /// notes who holds which sample, and runs worker_init_fn); this default does nothing.
+  virtual void arrived(std::int64_t sample) { static_cast<void>(sample); }
 
  protected:
   ~Scheduler() = default;

@@ -6,7 +6,6 @@
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <atomic>
 #include <mutex>
 #include <span>
@@ -69,24 +68,17 @@ class Rng {
 };
 
 namespace detail {
-/// Where a loader runs CPU work: its worker pool and their infos (none: the driver itself).
+/// Where `co_await ctx.cpu()` goes: a scheduler (none: the caller stays where it is), the
+/// sample whose work it moves (-1: a whole batch's), and its place in line there (0: none).
 struct CpuPlace {
   Scheduler* pool = nullptr;
-  const WorkerInfo* workers = nullptr;  // indexed by worker id
-  /// Runs on a worker as work arrives there (the loader's worker_init_fn, once per epoch).
-  const std::function<void(const WorkerInfo&)>* on_worker = nullptr;
-  /// Told which worker the fetch's CPU work reached (the loader's record of who holds which
-  /// batch and sample, for its timeout errors): note(board, worker, batch, sample).
-  void (*note)(void* board, int worker, std::int64_t batch, Index sample) = nullptr;
-  void* board = nullptr;
-  std::int64_t batch = -1;
   Index sample = -1;
-  /// The place in line of the batch's CPU work on `pool` (Scheduler::post_ordered); 0: none.
+  /// The place in line of the work on `pool` (Scheduler::post_ordered); 0: none.
   std::uint64_t order = 0;
 };
 
-/// `co_await ctx.cpu()`: continues on one of the loader's workers (at once without workers),
-/// where get_worker_info() then names that worker.
+/// `co_await ctx.cpu()`: continues on the scheduler's thread (at once without one), which is
+/// told what arrived (Scheduler::arrived) before the caller goes on.
 struct CpuAwaiter {
   CpuPlace place;
   bool await_ready() const noexcept { return place.pool == nullptr; }
@@ -98,11 +90,7 @@ struct CpuAwaiter {
     }
   }
   void await_resume() const {
-    if (!place.workers) return;
-    const WorkerInfo& info = place.workers[current_worker_id()];
-    set_worker_info(&info);
-    if (place.note) place.note(place.board, info.id, place.batch, place.sample);
-    if (place.on_worker && *place.on_worker) (*place.on_worker)(info);
+    if (place.pool) place.pool->arrived(place.sample);
   }
 };
 }  // namespace detail

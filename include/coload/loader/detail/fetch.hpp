@@ -68,8 +68,7 @@ class StreamCursor<AsyncGenerator<T>> {
 };
 
 /// What a fetch asks of the epoch it runs in (a run, or a worker process's task):
-/// `cancelled()`, `epoch()` and `sample_seed()`; a run also offers `worker_infos()` and
-/// `on_worker()`, so that an asynchronous fetch can move onto a worker thread.
+/// `cancelled()`, `epoch()` and `sample_seed()`.
 template <class S>
 concept FetchScope = requires(const S& s) {
   { s.cancelled() } -> std::convertible_to<bool>;
@@ -159,10 +158,6 @@ class FetchBoard {
       if (p.batch == batch) return p;
     }
     return std::nullopt;
-  }
-  /// The hook an asynchronous fetch's `co_await ctx.cpu()` calls on arriving at a worker.
-  static void note_hook(void* board, int worker, std::int64_t batch, Index sample) {
-    static_cast<FetchBoard*>(board)->note(worker, batch, sample);
   }
   /// Who holds what, for a message: "worker 1 is in sample 7 of batch 3; the driver is in
   /// batch 4", or empty when no thread holds a batch.
@@ -276,7 +271,6 @@ class Fetcher {
   FetchBoard board;  ///< what each worker thread is fetching (thread workers and the driver)
   int rank = 0;
   int world_size = 1;
-  ThreadExecutor* executor = nullptr;  ///< worker threads, when the loader has them
   io::Reader* reader = nullptr;        ///< asynchronous datasets only
   PinnedPool* pinned = nullptr;        ///< pin_memory with a device runtime
   Recorder* recorder = nullptr;        ///< the loader's metrics (a forked worker binds to it)
@@ -380,12 +374,15 @@ class Fetcher {
   }
 
   /// An asynchronous fetch of batch `batch_no`: get_batch_async, or get_async for every index
-  /// at once and then collate (on a worker). Starts on the driver.
+  /// at once and then collate. Starts on the driver; its CPU work goes to `cpu` (the
+  /// placement's scheduler for this batch; none: it stays on the calling thread), in the order
+  /// the batches started.
   template <FetchScope Scope>
-  Task<Batch> fetch_batch_async(Scope& run, std::span<const Index> indices, std::int64_t batch_no)
+  Task<Batch> fetch_batch_async(Scope& run, std::span<const Index> indices, std::int64_t batch_no,
+                                Scheduler* cpu = nullptr)
     requires(Plan::is_async)
   {
-    const CpuPlace place = cpu_place(run, batch_no);
+    const CpuPlace place{cpu, -1, cpu ? order_key(run.epoch(), batch_no) : 0};
     if constexpr (Plan::path == FetchPath::whole_batch_async) {
       BatchContext ctx{indices, batch_no, run.epoch(), run.sample_seed(), reader, place,
                        options.on_error, &skips};
@@ -423,7 +420,7 @@ class Fetcher {
       }
       if (samples.empty()) throw EmptyBatch{};
       // Collating is CPU work: a fetch whose samples did none of theirs on a worker moves now.
-      if (executor && !current_worker_info()) co_await CpuAwaiter{place};
+      if (place.pool && !current_worker_info()) co_await CpuAwaiter{place};
       const int worker = current_worker_id_or_driver();
       if (worker >= 0) board.note(worker, batch_no, -1);
       BoardDone done{board, batch_no};
@@ -473,23 +470,14 @@ class Fetcher {
   }
 
  private:
-  /// The loader's place for CPU work, as a fetch's context carries it.
-  template <class Scope>
-  CpuPlace cpu_place(Scope& run, std::int64_t batch_no) noexcept {
-    if constexpr (requires { run.on_worker(); }) {
-      if (executor) {
-        // The batches' CPU work in the order they started (epoch, then batch), so that the
-        // oldest in flight finishes first rather than all of them progressing at once.
-        // NOTE: batches past 2^32 - 2 in an epoch share the last key (FIFO among them); the key
-        // is never 0, which means none.
-        const auto order =
-            (static_cast<std::uint64_t>(run.epoch()) << 32) +
-            static_cast<std::uint64_t>(std::clamp<std::int64_t>(batch_no, 0, 0xFFFFFFFE)) + 1;
-        return CpuPlace{executor, run.worker_infos(), run.on_worker(), &FetchBoard::note_hook,
-                        &board,   batch_no,           -1,              order};
-      }
-    }
-    return CpuPlace{};
+  /// The place in line of batch `batch_no`'s CPU work: the batches in the order they started
+  /// (epoch, then batch), so that the oldest in flight finishes first rather than all of them
+  /// progressing at once.
+  /// NOTE: batches past 2^32 - 2 in an epoch share the last key (FIFO among them); the key is
+  /// never 0, which means none.
+  static std::uint64_t order_key(std::int64_t epoch, std::int64_t batch_no) noexcept {
+    return (static_cast<std::uint64_t>(epoch) << 32) +
+           static_cast<std::uint64_t>(std::clamp<std::int64_t>(batch_no, 0, 0xFFFFFFFE)) + 1;
   }
 
   /// One sample of an asynchronous fetch; its failure names the sample, and with

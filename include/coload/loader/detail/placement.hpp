@@ -3,12 +3,16 @@
 // threads, or in worker processes; each takes a fetch job (a batch's indices, or a worker's
 // next stream batch in a process) and returns its outcome, made by fetch_outcome().
 
+#include <coroutine>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "coload/coro/scheduler.hpp"
 #include "coload/coro/task.hpp"
 #include "coload/exec/thread_executor.hpp"
 #include "coload/loader/detail/fetch.hpp"
@@ -28,10 +32,40 @@ struct FetchHolder {
   std::int64_t count = 0;
 };
 
+/// The worker threads as one asynchronous batch's `co_await ctx.cpu()` sees them: the pool,
+/// in the batch's place in line, and on arrival the loader's records: get_worker_info() names
+/// the worker, the board notes who holds which sample (for timeouts and a stuck shutdown), and
+/// worker_init_fn runs once per worker per epoch. Lives as long as the batch's fetch.
+class BatchScheduler final : public Scheduler {
+ public:
+  BatchScheduler(ThreadExecutor& pool, const WorkerInfo* workers,
+                 const std::function<void(const WorkerInfo&)>& on_worker, FetchBoard& board,
+                 std::int64_t batch) noexcept
+      : pool_(pool), workers_(workers), on_worker_(on_worker), board_(board), batch_(batch) {}
+
+  void post(std::coroutine_handle<> h) override { pool_.post(h); }
+  void post_ordered(std::coroutine_handle<> h, std::uint64_t order) override {
+    pool_.post_ordered(h, order);
+  }
+  void arrived(std::int64_t sample) override {
+    const WorkerInfo& info = workers_[ThreadExecutor::current_worker_id()];
+    set_worker_info(&info);
+    board_.note(info.id, batch_, sample);
+    if (on_worker_) on_worker_(info);
+  }
+
+ private:
+  ThreadExecutor& pool_;
+  const WorkerInfo* workers_;  // indexed by worker id
+  const std::function<void(const WorkerInfo&)>& on_worker_;
+  FetchBoard& board_;
+  const std::int64_t batch_;
+};
+
 /// CPU work in this process: on the driver itself (no executor: num_workers = 0) or on a pool
 /// of worker threads. An asynchronous fetch starts on the driver, where its reads are
-/// submitted, and moves onto a worker itself with `co_await ctx.cpu()` (the fetcher's
-/// CpuPlace, which names this pool).
+/// submitted, and moves onto a worker itself with `co_await ctx.cpu()`, through the
+/// BatchScheduler this place gives it.
 template <class D, class C>
 class LocalPlace {
  public:
@@ -41,20 +75,14 @@ class LocalPlace {
   /// Starts `threads` worker threads (none: the driver fetches) (consumer's thread).
   LocalPlace(Fetcher<D, C>& fetcher, Driver& driver, Recorder& recorder, int threads)
       : fetcher_(fetcher), driver_(driver), recorder_(recorder) {
-    if (threads > 0) {
-      executor_ = std::make_unique<ThreadExecutor>(threads);
-      fetcher_.executor = executor_.get();
-    }
+    if (threads > 0) executor_ = std::make_unique<ThreadExecutor>(threads);
   }
   LocalPlace(const LocalPlace&) = delete;
   LocalPlace& operator=(const LocalPlace&) = delete;
   ~LocalPlace() { close(); }
 
   /// Joins the worker threads (consumer's thread, after the driver has ended).
-  void close() {
-    fetcher_.executor = nullptr;
-    executor_.reset();
-  }
+  void close() { executor_.reset(); }
 
   ThreadExecutor* executor() noexcept { return executor_.get(); }
 
@@ -66,8 +94,13 @@ class LocalPlace {
       out.dropped = run.cancelled();
       if (out.dropped) co_return out;
       fetcher_.board.begin_async(batch_no, indices);
+      std::optional<BatchScheduler> cpu;
+      if (executor_) {
+        cpu.emplace(*executor_, run.worker_infos(), *run.on_worker(), fetcher_.board, batch_no);
+      }
       try {
-        out.outcome.batch.emplace(co_await fetcher_.fetch_batch_async(run, indices, batch_no));
+        out.outcome.batch.emplace(co_await fetcher_.fetch_batch_async(
+            run, indices, batch_no, cpu ? &*cpu : nullptr));
       } catch (...) {
         out = fetch_outcome<Batch>(std::current_exception());
       }

@@ -419,7 +419,6 @@ class ProcessBridge {
         state->reader = std::make_unique<io::Reader>(*state->io);
       }
       fetcher.reader = state->reader.get();
-      fetcher.executor = nullptr;
       // The recorder's shards are shared with the parent: this process records into worker
       // `id`'s. Its trace events go to the same file, from this process's own buffer.
       if (fetcher.recorder) {
