@@ -1,4 +1,5 @@
-# Sourced by tools/run and tools/test: installs the Debian packages coload needs, if missing.
+# Sourced by tools/run and tools/test: installs the Debian packages coload needs, if missing,
+# and sets up the build folder the two share.
 # usage: ensure_packages pkg...
 ensure_packages() {
   local missing=()
@@ -17,3 +18,11 @@ ensure_packages() {
 COLOAD_BUILD_PACKAGES=(g++ meson ninja-build pkg-config libtorch-dev libasio-dev liburing-dev
                        doctest-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev
                        libgloo-dev libcli11-dev nlohmann-json3-dev libxxhash-dev)
+
+# usage: ensure_build BUILD_DIR: sets BUILD_DIR up with tests, examples and benchmarks, unless it
+# is set up already (as it is, whatever its options). One definition for tools/run and
+# tools/test, which share ${COLOAD_BUILD:-build}: with one folder each, a fresh 2-core machine
+# built coload twice (13m34s, then 9m51s more).
+ensure_build() {
+  [ -f "$1/build.ninja" ] || meson setup "$1" -Dtests=true -Dexamples=true -Dbench=true
+}

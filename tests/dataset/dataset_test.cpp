@@ -2,9 +2,18 @@
 #include <doctest/doctest.h>
 // Specification of the dataset module: TensorDataset, the dataset concepts, get_sample,
 // SampleContext and the per-sample Rng; Subset, ConcatDataset and `a + b`, StackDataset and
-// NamedStackDataset, random_split, the map adaptor and MNIST.
+// NamedStackDataset, random_split, the map adaptor and MNIST; torch::data's mapped datasets
+// (`.map(Normalize<>(...))`, `.map(Stack<>())`) through the torch::data adapter.
 
 #include <ATen/ATen.h>
+#include <torch/data/dataloader.h>
+#include <torch/data/datasets/base.h>
+#include <torch/data/datasets/map.h>
+#include <torch/data/example.h>
+#include <torch/data/samplers/sequential.h>
+#include <torch/data/transforms/lambda.h>
+#include <torch/data/transforms/stack.h>
+#include <torch/data/transforms/tensor.h>
 
 #include <unistd.h>
 
@@ -25,6 +34,7 @@
 #include <vector>
 
 #include "coload/collate/collate.hpp"
+#include "coload/collate/torch_data.hpp"
 #include "coload/dataset/concat.hpp"
 #include "coload/dataset/dataset.hpp"
 #include "coload/dataset/iterable.hpp"
@@ -35,6 +45,7 @@
 #include "coload/dataset/stack.hpp"
 #include "coload/dataset/subset.hpp"
 #include "coload/dataset/tensor_dataset.hpp"
+#include "coload/dataset/torch_data.hpp"
 #include "coload/loader/data_loader.hpp"
 #include "coload/loader/errors.hpp"
 #include "../support/idx_files.hpp"
@@ -1079,5 +1090,144 @@ TEST_SUITE("dataset") {
     write_plain(gz, compressed.substr(0, compressed.size() / 2));
     const std::string message = message_of<std::runtime_error>([&] { MNIST m(dir.path); });
     CHECK(message.rfind(gz.string() + ": truncated", 0) == 0);
+  }
+}
+
+namespace {
+
+/// A torch::data dataset as a libtorch user writes one: example i is data [2, 1, 1] holding
+/// (i, 10 i), an image of two channels, and target i.
+struct TorchChannels : torch::data::datasets::Dataset<TorchChannels> {
+  std::size_t n;
+  explicit TorchChannels(std::size_t n) : n(n) {}
+  torch::data::Example<> get(std::size_t index) override {
+    const auto i = static_cast<double>(index);
+    return {at::tensor({i, 10 * i}, at::kFloat).view({2, 1, 1}),
+            at::scalar_tensor(static_cast<std::int64_t>(index), at::kLong)};
+  }
+  torch::optional<std::size_t> size() const override { return n; }
+};
+
+/// A torch::data dataset that does not know its length.
+struct TorchUnsized : torch::data::datasets::Dataset<TorchUnsized> {
+  torch::data::Example<> get(std::size_t) override { return {at::zeros({2, 1, 1}), at::zeros({})}; }
+  torch::optional<std::size_t> size() const override { return torch::nullopt; }
+};
+
+/// Per channel: (i - 1) / 0.5 and (10 i - 2) / 4, exact in float.
+torch::data::transforms::Normalize<> channel_normalize() {
+  return torch::data::transforms::Normalize<>({1.0, 2.0}, {0.5, 4.0});
+}
+
+/// Example i of TorchChannels after channel_normalize(), written out.
+at::Tensor normalized(std::int64_t i) {
+  const auto x = static_cast<float>(i);
+  return at::tensor({2 * x - 2, 2.5f * x - 0.5f}, at::kFloat).view({2, 1, 1});
+}
+
+/// The batches torch::data's own loader gives for `dataset`, in order (SequentialSampler).
+template <class D>
+std::vector<torch::data::Example<>> torch_data_batches(D dataset, std::size_t batch_size) {
+  auto loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
+      std::move(dataset), torch::data::DataLoaderOptions().batch_size(batch_size));
+  std::vector<torch::data::Example<>> batches;
+  for (auto& batch : *loader) batches.push_back(batch);
+  return batches;
+}
+
+}  // namespace
+
+TEST_SUITE("dataset") {
+  TEST_CASE("a torch::data dataset mapped with Normalize<> loads through coload as torch::data loads it") {
+    using Mapped = torch::data::datasets::MapDataset<TorchChannels,
+                                                     torch::data::transforms::Normalize<>>;
+    static_assert(TorchDataDataset<Mapped> && !MapDataset<Mapped>);
+    static_assert(std::same_as<TorchDataAdapter<Mapped>::sample_type, torch::data::Example<>>);
+    // torch::data's loader needs the batch transform; coload's default collate stacks alike.
+    const auto expected =
+        torch_data_batches(TorchChannels(7).map(channel_normalize()).map(
+                               torch::data::transforms::Stack<>()),
+                           3);
+    REQUIRE(expected.size() == 3);
+    for (int workers : {0, 2}) {
+      CAPTURE(workers);
+      auto loader = make_data_loader(TorchChannels(7).map(channel_normalize()),
+                                     {.batch_size = 3, .num_workers = workers});
+      static_assert(std::same_as<decltype(loader)::batch_type, torch::data::Example<>>);
+      std::int64_t next = 0;
+      std::size_t b = 0;
+      for (torch::data::Example<>& batch : loader) {
+        REQUIRE(b < expected.size());
+        CHECK(batch.data.equal(expected[b].data));
+        CHECK(batch.target.equal(expected[b].target));
+        // The values themselves: each example normalized per channel, targets in order.
+        const std::int64_t n = batch.target.size(0);
+        for (std::int64_t k = 0; k < n; ++k) {
+          CHECK(batch.data[k].equal(normalized(next + k)));
+          CHECK(batch.target[k].item<std::int64_t>() == next + k);
+        }
+        next += n;
+        ++b;
+      }
+      CHECK(b == 3);
+      CHECK(next == 7);
+    }
+  }
+
+  TEST_CASE("a torch::data dataset mapped with a batch transform (Stack<>) loads its own batches") {
+    auto mapped = [] {
+      return TorchChannels(5).map(channel_normalize()).map(torch::data::transforms::Stack<>());
+    };
+    const auto expected = torch_data_batches(mapped(), 2);
+    REQUIRE(expected.size() == 3);
+    // The default collate: whole batches from the dataset's get_batch, Stack<> and all.
+    for (int workers : {0, 2}) {
+      CAPTURE(workers);
+      auto loader = make_data_loader(mapped(), {.batch_size = 2, .num_workers = workers});
+      static_assert(std::same_as<decltype(loader)::batch_type, torch::data::Example<>>);
+      std::size_t b = 0;
+      for (torch::data::Example<>& batch : loader) {
+        REQUIRE(b < expected.size());
+        CHECK(batch.data.equal(expected[b].data));
+        CHECK(batch.target.equal(expected[b].target));
+        ++b;
+      }
+      CHECK(b == 3);
+    }
+    // Any batch transform of torch::data's is the dataset's own: a BatchLambda's batches.
+    auto summed = make_data_loader(
+        TorchChannels(5).map(channel_normalize()).map(
+            torch::data::transforms::BatchLambda<std::vector<torch::data::Example<>>, at::Tensor>(
+                [](std::vector<torch::data::Example<>> examples) {
+                  return at::full({1}, static_cast<double>(examples.size()), at::kFloat);
+                })),
+        {.batch_size = 2});
+    static_assert(std::same_as<decltype(summed)::batch_type, at::Tensor>);
+    std::vector<float> sizes;
+    for (const at::Tensor& batch : summed) sizes.push_back(batch.item<float>());
+    CHECK(sizes == std::vector<float>{2, 2, 1});
+    // A collate of the caller's takes the place of Stack<>: it gets the examples, normalized.
+    auto loader = make_data_loader(
+        mapped(), {.batch_size = 2},
+        [](std::vector<torch::data::Example<>> examples) {
+          std::vector<at::Tensor> data;
+          for (auto& e : examples) data.push_back(e.data);
+          return at::stack(data).sum(0);  // not what Stack<> makes
+        });
+    std::int64_t next = 0;
+    for (const at::Tensor& sum : loader) {
+      const std::int64_t n = std::min<std::int64_t>(2, 5 - next);
+      at::Tensor want = normalized(next);
+      if (n == 2) want = want + normalized(next + 1);
+      CHECK(sum.equal(want));
+      next += n;
+    }
+    CHECK(next == 5);
+  }
+
+  TEST_CASE("a mapped torch::data dataset without a size is refused with the adapter's message") {
+    CHECK_THROWS_WITH_AS(make_data_loader(TorchUnsized{}.map(channel_normalize()), {.batch_size = 2}),
+                         doctest::Contains("torch::data dataset whose size() is empty"),
+                         InvalidArgument);
   }
 }
