@@ -1290,11 +1290,17 @@ TEST_SUITE("vision") {
       // Each file's latency, from its read's start to its data reaching the fetch, apart.
       CHECK(m.read_latency.count == files);
       CHECK(m.read_latency.p50_ms > 0);
-      // The consumer does nothing, so the epoch is input-bound, and decoding is what costs.
+      // The consumer does nothing, so the epoch is input-bound; the waits on reads are not what
+      // costs, whatever the build.
       const std::string report = m.report();
       CHECK(report.rfind("input-bound", 0) == 0);
+      CHECK(report.find(", read ") == std::string::npos);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+      // Decoding is. (Under a sanitizer our own resampling is instrumented and libturbojpeg's
+      // decoder is not: the transform costs most there.)
       CHECK(report.find(" busy, decode ") != std::string::npos);
       CHECK(report.find(" decode would help") != std::string::npos);
+#endif
     }
   }
 
