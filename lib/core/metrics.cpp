@@ -76,6 +76,7 @@ double StageTotals::quantile_ms(double q) const noexcept {
 
 void ShardTotals::add(const Shard& s) noexcept {
   for (std::size_t i = 0; i < stage_count; ++i) stages[i].add(s.stages[i]);
+  read_latency.add(s.read_latency);
   bytes_read += s.bytes_read.load(std::memory_order_relaxed);
   samples += s.samples.load(std::memory_order_relaxed);
   if (const auto p = s.pid.load(std::memory_order_relaxed)) pid = p;
@@ -83,6 +84,7 @@ void ShardTotals::add(const Shard& s) noexcept {
 
 void ShardTotals::subtract(const ShardTotals& base) noexcept {
   for (std::size_t i = 0; i < stage_count; ++i) stages[i].subtract(base.stages[i]);
+  read_latency.subtract(base.read_latency);
   bytes_read = bytes_read > base.bytes_read ? bytes_read - base.bytes_read : 0;
   samples = samples > base.samples ? samples - base.samples : 0;
 }
@@ -193,7 +195,13 @@ void Recorder::bind_thread(int who) noexcept {
   }
   r.recorder = this;
   r.shard = &shard(who);
-  r.shard->pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
+  const auto pid = static_cast<std::int32_t>(::getpid());
+  if (r.shard->pid.exchange(pid, std::memory_order_relaxed) != pid) {
+    // Another process takes the role (a worker restarted after a death): the reads the last
+    // one left in flight are not this one's.
+    r.shard->reads_in_flight.store(0, std::memory_order_relaxed);
+    r.shard->accounted_ns.store(0, std::memory_order_relaxed);
+  }
   r.track = static_cast<int>(r.shard - shards_);
   if (tracer_) {
     const int i = r.track;
@@ -351,8 +359,13 @@ void StageTimer::stop() noexcept {
   const std::uint64_t end = detail::now_ns();
   const std::uint64_t ns = end - begin_;
   if (r.shard) {
-    if (r.recorder->enabled()) r.shard->add(stage_, ns);
+    if (r.recorder->enabled()) {
+      r.shard->add(stage_, ns);
+      if (stage_ == Stage::read) r.shard->add_read_latency(ns);
+    }
     r.nested_ns += ns;
+    // The span's time is its stage's: a read completing later does not count it as waiting.
+    r.shard->account_until(end);
     if (auto* t = r.recorder->tracer()) {
       try {
         t->span(stage_name(stage_), r.track, begin_, end);
@@ -373,15 +386,36 @@ void record_bytes_read(std::uint64_t bytes) noexcept {
 namespace coload {
 
 std::uint64_t read_begin() noexcept {
-  return detail::thread_recording().shard ? detail::now_ns() : 0;
+  auto& r = detail::thread_recording();
+  if (!r.shard) return 0;
+  detail::Shard& s = *r.shard;
+  const std::uint64_t now = detail::now_ns();
+  // With no read in flight, the role was not waiting on reads until now.
+  if (s.reads_in_flight.fetch_add(1, std::memory_order_relaxed) == 0) s.account_until(now);
+  return now;
 }
 
 void record_read(std::uint64_t begin_ns, std::uint64_t bytes, std::int64_t index) noexcept {
   auto& r = detail::thread_recording();
   if (!r.shard || !begin_ns) return;
   const std::uint64_t end = detail::now_ns();
+  // NOTE: the reads of a batch are in flight together (io_uring); the sum of their latencies
+  // is no one's time. What the role spent on them is the time since it last accounted for its
+  // time (a completion, a stage's span, or its first read's start) while it had reads in
+  // flight: the pieces never overlap, so a role's `read` never exceeds its wall time. A read
+  // begun elsewhere (none in flight here) counts from its own start at the earliest.
+  detail::Shard& s = *r.shard;
+  std::uint64_t from = s.accounted_ns.load(std::memory_order_relaxed);
+  if (s.reads_in_flight.load(std::memory_order_relaxed) > 0) {
+    s.reads_in_flight.fetch_sub(1, std::memory_order_relaxed);
+  } else {
+    from = std::max(from, begin_ns);
+  }
+  const std::uint64_t waited = end > from ? end - from : 0;
+  s.account_until(end);
   if (r.recorder->enabled()) {
-    r.shard->add(Stage::read, end - begin_ns);
+    r.shard->add(Stage::read, waited);
+    r.shard->add_read_latency(end - begin_ns);
     r.shard->bytes_read.fetch_add(bytes, std::memory_order_relaxed);
   }
   if (auto* t = r.recorder->tracer()) {

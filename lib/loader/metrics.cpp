@@ -103,6 +103,12 @@ std::string Metrics::to_json() const {
         {"p95_ms", s.p95_ms}, {"p99_ms", s.p99_ms}};
   }
   j["stages"] = std::move(st);
+  if (read_latency.count > 0) {
+    j["read_latency"] = {{"count", read_latency.count},
+                         {"p50_ms", read_latency.p50_ms},
+                         {"p95_ms", read_latency.p95_ms},
+                         {"p99_ms", read_latency.p99_ms}};
+  }
   j["bytes_read"] = bytes_read;
   nlohmann::json ws = nlohmann::json::array();
   for (const auto& w : workers) {
@@ -170,6 +176,10 @@ Metrics make_metrics(const Recorder& recorder, const MetricsBase& base, double s
         all.stages[s].buckets[k] += t.stages[s].buckets[k];
       }
     }
+    all.read_latency.count += t.read_latency.count;
+    for (std::size_t k = 0; k < histogram_buckets; ++k) {
+      all.read_latency.buckets[k] += t.read_latency.buckets[k];
+    }
     all.bytes_read += t.bytes_read;
     all.samples += t.samples;
   }
@@ -178,6 +188,10 @@ Metrics make_metrics(const Recorder& recorder, const MetricsBase& base, double s
     m.stages[s] = StageMetrics{static_cast<std::int64_t>(t.count), static_cast<double>(t.ns) / 1e9,
                                t.quantile_ms(0.50), t.quantile_ms(0.95), t.quantile_ms(0.99)};
   }
+  m.read_latency = LatencyMetrics{static_cast<std::int64_t>(all.read_latency.count),
+                                  all.read_latency.quantile_ms(0.50),
+                                  all.read_latency.quantile_ms(0.95),
+                                  all.read_latency.quantile_ms(0.99)};
   if (!worker_work) m.worker_seconds = driver_seconds;
   const StageMetrics& wait = m.stage(Stage::wait);
   m.batches = wait.count;

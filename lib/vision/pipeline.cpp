@@ -127,7 +127,14 @@ Task<bool> ImagePipeline::fetch_one(BatchContext& ctx, std::size_t position,
   try {
     if (ctx.io) {
       const std::uint64_t begin = read_begin();
-      io::Buffer data = co_await ctx.io->read_file(path);
+      io::Buffer data;
+      try {
+        data = co_await ctx.io->read_file(path);
+      } catch (...) {
+        // A failed read ends too: the wait for it was the thread's all the same.
+        record_read(begin, 0, ctx.indices[position]);
+        throw;
+      }
       record_read(begin, data.bytes().size(), ctx.indices[position]);
       co_await ctx.cpu();
       SampleContext sample = ctx.sample(position);

@@ -87,7 +87,13 @@ Task<bool> ShardImagePipeline::fetch_one(BatchContext& ctx, std::size_t position
     shards::ShardSample sample;
     if (ctx.io) {
       const std::uint64_t begin = read_begin();
-      sample = co_await shards_.read_async(*ctx.io, ctx.indices[position]);
+      try {
+        sample = co_await shards_.read_async(*ctx.io, ctx.indices[position]);
+      } catch (...) {
+        // A failed read ends too: the wait for it was the thread's all the same.
+        record_read(begin, 0, ctx.indices[position]);
+        throw;
+      }
       record_read(begin, sample.data.bytes().size(), ctx.indices[position]);
       co_await ctx.cpu();
     } else {

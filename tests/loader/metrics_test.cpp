@@ -564,3 +564,67 @@ TEST_CASE("an iterable dataset's pulls in worker processes reach the parent") {
   for (const auto& w : m.workers) CHECK(w.pid != ::getpid());
 }
 #endif
+
+namespace {
+
+// Keeps the clock running for at least `ns` nanoseconds (the reads' time in flight, or a
+// stage's), without giving up the thread.
+void spin_ns(std::uint64_t ns) {
+  const std::uint64_t until = coload::detail::now_ns() + ns;
+  while (coload::detail::now_ns() < until) {
+  }
+}
+
+// The calling thread records into worker 0's shard of `recorder` while it lives.
+struct BoundToWorker {
+  explicit BoundToWorker(coload::detail::Recorder& recorder) : saved(coload::detail::thread_recording()) {
+    recorder.bind_thread(0);
+  }
+  ~BoundToWorker() { coload::detail::thread_recording() = saved; }
+  coload::detail::ThreadRecording saved;
+};
+
+}  // namespace
+
+// (Issue 30: at 9b003d1 record_read added each read's latency to `read`; a worker process,
+// which reaps its own batch's reads, was counted busy for their sum, 50 times its wall time.)
+TEST_CASE("reads in flight together count once in `read`, never a stage's time, and each "
+          "one's latency apart") {
+  coload::detail::Recorder recorder(1, true, "");
+  constexpr int reads = 32;
+  constexpr std::uint64_t ms = 1'000'000;
+  std::uint64_t wall = 0;
+  std::uint64_t decode = 0;
+  {
+    BoundToWorker bound(recorder);
+    const std::uint64_t start = coload::detail::now_ns();
+    std::vector<std::uint64_t> begins;
+    for (int i = 0; i < reads; ++i) begins.push_back(read_begin());
+    spin_ns(2 * ms);  // waiting on them
+    for (int i = 0; i < reads / 2; ++i) record_read(begins[static_cast<std::size_t>(i)], 10, i);
+    {
+      StageTimer t(Stage::decode);  // a stage of its own while the other half is in flight
+      spin_ns(2 * ms);
+    }
+    for (int i = reads / 2; i < reads; ++i) {
+      record_read(begins[static_cast<std::size_t>(i)], 10, i);
+    }
+    wall = coload::detail::now_ns() - start;
+    coload::detail::ShardTotals t;
+    t.add(recorder.shard(0));
+    decode = t.stages[static_cast<std::size_t>(Stage::decode)].ns;
+  }
+  coload::detail::ShardTotals t;
+  t.add(recorder.shard(0));
+  const auto& read = t.stages[static_cast<std::size_t>(Stage::read)];
+  CHECK(read.count == reads);
+  CHECK(t.bytes_read == 10 * reads);
+  // Waited on: the first 2 ms at least; no more than the wall time outside the decode.
+  CHECK(read.ns >= 2 * ms);
+  CHECK(decode >= 2 * ms);
+  CHECK(read.ns <= wall - decode);
+  // Every read was in flight for 2 ms at least (4 for the second half).
+  CHECK(t.read_latency.count == reads);
+  CHECK(t.read_latency.ns >= (reads / 2) * 2 * ms + (reads / 2) * 4 * ms);
+  CHECK(t.read_latency.quantile_ms(0.5) >= 1.5);
+}

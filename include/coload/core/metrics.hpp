@@ -15,7 +15,9 @@
 namespace coload {
 
 /// The stages of the pipeline, in the order a sample meets them. `read` is what a dataset's
-/// `get` spends outside any finer stage it marks itself (a plain dataset's whole `get`).
+/// `get` spends outside any finer stage it marks itself (a plain dataset's whole `get`), and
+/// for asynchronous reads (record_read) the time a thread waited on them, counted once however
+/// many were in flight: each read's own latency is recorded apart (Shard::read_latency).
 enum class Stage : std::uint8_t { sample, read, decode, transform, collate, pin, copy, wait };
 inline constexpr std::size_t stage_count = 8;
 
@@ -54,9 +56,22 @@ struct StageCell {
 /// has one writer in practice, so the adds never contend; readers merge at snapshot time.
 struct alignas(64) Shard {
   std::array<StageCell, stage_count> stages{};
+  /// Each read's latency, from its start to its data in the reader's hands (record_read, and
+  /// StageTimer spans of `read`). Reads overlap, so only the count and the histogram mean
+  /// anything: the sum is no one's time.
+  StageCell read_latency{};
   std::atomic<std::uint64_t> bytes_read{0};
   std::atomic<std::uint64_t> samples{0};  ///< samples fetched into batches
   std::atomic<std::int32_t> pid{0};       ///< the process that last wrote here
+  /// Asynchronous reads that this shard's role started (read_begin) and has not recorded yet
+  /// (record_read); and up to when the role's time is accounted for: a StageTimer span's end,
+  /// or the last read completion recorded here (the wait before it counted as `read`). A
+  /// completion counts only the time since then, so that reads in flight together count once,
+  /// and never the time of a stage of its own. State, not figures: never merged; written by
+  /// the role's thread (the driver's, whichever thread runs it), reset when another process
+  /// takes the shard (a restarted worker).
+  std::atomic<std::uint64_t> reads_in_flight{0};
+  std::atomic<std::uint64_t> accounted_ns{0};
 
   /// Seconds that belong to `s` but make no span of their own (what a `get` spent outside the
   /// finer stages it marked).
@@ -64,7 +79,20 @@ struct alignas(64) Shard {
     stages[static_cast<std::size_t>(s)].ns.fetch_add(ns, std::memory_order_relaxed);
   }
   void add(Stage s, std::uint64_t ns, std::uint64_t items = 1) noexcept {
-    StageCell& c = stages[static_cast<std::size_t>(s)];
+    add_to(stages[static_cast<std::size_t>(s)], ns, items);
+  }
+  /// One read's latency (start to completion).
+  void add_read_latency(std::uint64_t ns) noexcept { add_to(read_latency, ns, 1); }
+  /// The role's time up to `end_ns` is accounted for (a span of a stage ended then): a read
+  /// completing later counts as waiting only the time after it.
+  void account_until(std::uint64_t end_ns) noexcept {
+    if (accounted_ns.load(std::memory_order_relaxed) < end_ns) {
+      accounted_ns.store(end_ns, std::memory_order_relaxed);
+    }
+  }
+
+ private:
+  static void add_to(StageCell& c, std::uint64_t ns, std::uint64_t items) noexcept {
     c.count.fetch_add(items, std::memory_order_relaxed);
     c.ns.fetch_add(ns, std::memory_order_relaxed);
     c.buckets[bucket_of(items > 1 ? ns / items : ns)].fetch_add(items, std::memory_order_relaxed);
@@ -83,6 +111,7 @@ struct StageTotals {
 };
 struct ShardTotals {
   std::array<StageTotals, stage_count> stages{};
+  StageTotals read_latency;
   std::uint64_t bytes_read = 0;
   std::uint64_t samples = 0;
   std::int32_t pid = 0;
@@ -242,10 +271,17 @@ class StageTimer {
 void record_bytes_read(std::uint64_t bytes) noexcept;
 
 /// Records an asynchronous read of `bytes` (for sample `index`) that began at `begin_ns`
-/// (detail::now_ns()) and completed now, on the thread that saw it complete. Reads overlap, so
-/// the trace shows them as asynchronous spans, each on its own row.
+/// (read_begin(), on a thread of the same role) and completed now (or failed: `bytes` 0), on
+/// the thread that saw it complete; every read_begin() that returned non-zero needs one.
+/// Reads overlap, so each one's latency goes to Shard::read_latency (and the trace shows it as
+/// an asynchronous span on its own row), while `read` gets only the time the role (the
+/// thread's shard) had reads in flight since it last recorded anything: a worker process
+/// waiting on its batch's reads is busy reading for that long, once, not for the sum of their
+/// latencies. A read begun in another role counts its wall time from `begin_ns`, within the
+/// same bound.
 void record_read(std::uint64_t begin_ns, std::uint64_t bytes, std::int64_t index) noexcept;
-/// detail::now_ns() when the calling thread records for a loader, else 0 (no clock read).
+/// Starts an asynchronous read on the calling thread: detail::now_ns() when it records for a
+/// loader (the read's `begin_ns` for record_read), else 0 (no clock read).
 std::uint64_t read_begin() noexcept;
 
 }  // namespace coload

@@ -20,6 +20,16 @@ struct StageMetrics {
   double p99_ms = 0;
 };
 
+/// Quantiles of one operation's latency where operations overlap, so that their sum is no one's
+/// time: reads, from a read's start to its data in the reader's hands (which, where the thread
+/// that reaps them is busy decoding, includes the wait for that thread).
+struct LatencyMetrics {
+  std::int64_t count = 0;
+  double p50_ms = 0;
+  double p95_ms = 0;
+  double p99_ms = 0;
+};
+
 /// One worker: its id, its process (the loader's own for thread workers), and the fraction of
 /// the window it spent working (every stage it recorded).
 struct WorkerMetrics {
@@ -37,9 +47,15 @@ struct Metrics {
   std::int64_t samples = 0;  ///< samples in those batches' fetches (skips left out)
   double wait_seconds = 0;   ///< the consumer's time in next(), waiting for a batch
   double wait_fraction = 0;  ///< wait_seconds / seconds
-  std::array<StageMetrics, stage_count> stages{};  ///< indexed by Stage
+  /// Indexed by Stage. A stage's seconds are time threads spent on it; for asynchronous reads,
+  /// the time a thread had reads in flight and recorded nothing else, counted once however many
+  /// were in flight: so no stage exceeds the window's seconds times the threads recording it.
+  std::array<StageMetrics, stage_count> stages{};
+  /// Each read's latency (their sum would count overlapping reads many times over).
+  LatencyMetrics read_latency;
   /// Seconds of each stage spent on the workers (on the driver without workers): what the
-  /// verdict shares out. Asynchronous reads, which hold no worker, are not among them.
+  /// verdict shares out. Asynchronous reads count only where a worker waited on them (a worker
+  /// process reaps its own batch's reads); with worker threads they are the driver's.
   std::array<double, stage_count> worker_seconds{};
   std::uint64_t bytes_read = 0;
   std::vector<WorkerMetrics> workers;
