@@ -637,18 +637,22 @@ TEST_SUITE("loader") {
     CHECK(lists == std::vector<std::vector<std::int64_t>>{{3, 1}, {0}});
   }
 
-  TEST_CASE("a sampler's index outside the dataset is refused naming it, after the batches before it") {
+  TEST_CASE("a sampler's index outside the dataset fails its batch, naming it, and the epoch goes on") {
     struct PastTheEnd {
       AsyncGenerator<Index> indices() const {
         // NOTE: an array, not a braced list: GCC 12 miscompiles those inside coroutines.
-        static constexpr Index order[] = {0, 1, 2, 5, 3};
+        static constexpr Index order[] = {0, 1, 2, 5, 3, -5};
         for (Index i : order) co_yield i;
       }
     };
+    const std::string message =
+        "DataLoader: the sampler gave index 5 in batch 1, outside the dataset's 5 samples "
+        "(indices -5 to 4)";
     for (const int workers : {0, 2}) {
       CAPTURE(workers);
       auto loader = make_data_loader(
           IndexDataset{5}, {.batch_size = 2, .sampler = PastTheEnd{}, .num_workers = workers});
+      // The range-for stops at the error, after the batch before it.
       std::vector<std::vector<std::int64_t>> got;
       std::string error = "(nothing thrown)";
       try {
@@ -657,20 +661,48 @@ TEST_SUITE("loader") {
         error = e.what();
       }
       CHECK(got == std::vector<std::vector<std::int64_t>>{{0, 1}});
-      CHECK(error ==
-            "DataLoader: the sampler gave index 5 in batch 1, outside the dataset's 5 samples "
-            "(indices 0 to 4)");
+      CHECK(error == message);
+      // Epoch::next() goes on after a batch's error; a negative index within the dataset is
+      // read from its end, as coload's datasets (and Python) do.
+      auto epoch = loader.epoch();
+      std::vector<std::string> seen;
+      for (;;) {
+        try {
+          auto b = sync_wait(epoch.next());
+          if (!b) break;
+          const auto v = to_vector(*b);
+          seen.push_back(std::to_string(v.at(0)) + "," + std::to_string(v.at(1)));
+        } catch (const OutOfRange& e) {
+          seen.push_back(e.what());
+        }
+      }
+      CHECK(seen == std::vector<std::string>{"0,1", message, "3,-5"});
     }
+    // With on_error = skip the index is a skipped sample; a batch left empty is skipped.
+    struct Skips {
+      Generator<std::vector<Index>> batches() const {
+        static constexpr Index first[] = {0, 7};
+        co_yield std::vector<Index>(std::begin(first), std::end(first));
+        co_yield std::vector<Index>(1, -6);
+        co_yield std::vector<Index>(1, 4);
+      }
+    };
+    auto skipping = make_data_loader(IndexDataset{5},
+                                     {.batch_sampler = Skips{}, .on_error = OnError::skip});
+    std::vector<std::vector<std::int64_t>> kept;
+    for (auto& b : skipping) kept.push_back(to_vector(b));
+    CHECK(kept == std::vector<std::vector<std::int64_t>>{{0}, {4}});
+    CHECK(skipping.skipped() == 2);
     struct Negative {
-      Generator<std::vector<Index>> batches() const { co_yield std::vector<Index>(1, -1); }
+      Generator<std::vector<Index>> batches() const { co_yield std::vector<Index>(1, -6); }
     };
     auto loader = make_data_loader(IndexDataset{5}, {.batch_sampler = Negative{}});
     CHECK_THROWS_WITH_AS(
         [&] {
           for (auto& b : loader) (void)b;
         }(),
-        "DataLoader: the batch_sampler gave index -1 in batch 0, outside the dataset's 5 "
-        "samples (indices 0 to 4)",
+        "DataLoader: the batch_sampler gave index -6 in batch 0, outside the dataset's 5 "
+        "samples (indices -5 to 4)",
         OutOfRange);
   }
 

@@ -14,6 +14,7 @@
 //   reorder_ring.hpp    batches wait here until those before them are done
 //   run_services.hpp    what a run is given (never the core)
 //   resume.hpp          where an epoch stands, and what a loaded state resumes
+//   diagnose.hpp        the compile-time errors of make_data_loader
 //   core.hpp            what a DataLoader owns: lifetimes, shutdown, the runs' services
 
 #include <asio/async_result.hpp>
@@ -267,7 +268,8 @@ consteval bool default_collate_unusable() {
 }  // namespace detail
 
 /// Makes a DataLoader over `dataset` (moved in) with `options`. A torch::data dataset
-/// (`get(size_t)`, `std::optional<size_t> size()`) is loaded through TorchDataAdapter; its
+/// (`std::optional<size_t> size()` with `get(size_t)`, or one made by `.map(transform)`) is
+/// loaded through TorchDataAdapter, which says which ones it refuses; its
 /// torch::data::Example samples collate into an Example batch (collate/torch_data.hpp).
 ///
 /// A type that is not a dataset, or samples the default collate cannot batch, stop the build

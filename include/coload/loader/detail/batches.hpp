@@ -4,13 +4,17 @@
 
 #include <ATen/core/Generator.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "coload/dataset/iterable.hpp"
+#include "coload/dataset/sample_context.hpp"
 #include "coload/loader/detail/fetch.hpp"
 #include "coload/loader/errors.hpp"
 #include "coload/loader/state.hpp"
@@ -20,24 +24,35 @@
 
 namespace coload::detail {
 
-/// A map-style loader's batch sampler, what the error of an index it gives calls it, and the
-/// dataset's size its indices are checked against.
+/// A map-style loader's batch sampler and what the error of an index it gives calls it.
 struct BatchSource {
   AnyBatchSampler sampler;
   const char* name = "";
-  std::int64_t dataset_size = 0;
 
-  /// Driver: refuses an index of batch `batch` outside the dataset before anything fetches
-  /// it, naming the index, the batch, the dataset's size and the sampler (a dataset would
-  /// otherwise fail deep inside, e.g. with ATen's "index out of range in self").
-  void check(std::span<const Index> indices, std::int64_t batch) const {
+  /// Driver: the indices of batch `batch` that a dataset of `size` samples can take: from
+  /// -size to size - 1 (coload's datasets read a negative index from the end, as Python
+  /// does). An index outside them would fail deep inside the dataset (ATen's "index out of
+  /// range in self" and its backtrace), so it is refused here, naming the index, the batch,
+  /// the dataset's size and the sampler: with `on_error = raise` the batch's error is returned
+  /// (the epoch goes on after it, as after any batch's error); with `skip` each such index is
+  /// left out and counted as a skipped sample.
+  std::exception_ptr admit(std::vector<Index>& indices, std::int64_t batch, std::int64_t size,
+                           OnError on_error, SkipLog& skips) const {
+    const auto outside = [size](Index i) { return i < -size || i >= size; };
+    if (std::none_of(indices.begin(), indices.end(), outside)) return nullptr;
     for (const Index i : indices) {
-      if (i >= 0 && i < dataset_size) continue;
-      throw OutOfRange("DataLoader: the " + std::string(name) + " gave index " +
-                       std::to_string(i) + " in batch " + std::to_string(batch) +
-                       ", outside the dataset's " + std::to_string(dataset_size) +
-                       " samples (indices 0 to " + std::to_string(dataset_size - 1) + ")");
+      if (!outside(i)) continue;
+      std::string what = "DataLoader: the " + std::string(name) + " gave index " +
+                         std::to_string(i) + " in batch " + std::to_string(batch) +
+                         ", outside the dataset's " + std::to_string(size) + " samples";
+      what += size > 0 ? " (indices " + std::to_string(-size) + " to " +
+                             std::to_string(size - 1) + ")"
+                       : "";
+      if (on_error != OnError::skip) return std::make_exception_ptr(OutOfRange(what));
+      skips.skip(i, what);
     }
+    std::erase_if(indices, outside);
+    return nullptr;
   }
 };
 
@@ -48,19 +63,17 @@ template <class D, class C>
 BatchSource make_batch_source(Fetcher<D, C>& fetcher,
                               const std::optional<at::Generator>& generator) {
   auto& o = fetcher.options;
-  const auto n = static_cast<std::int64_t>(fetcher.dataset.size());
+  if (o.batch_sampler) return {std::move(o.batch_sampler), "batch_sampler"};
   const std::int64_t b = o.batch_size.value_or(1);
-  if (o.batch_sampler) return {std::move(o.batch_sampler), "batch_sampler", n};
-  if (o.sampler) {
-    return {BatchSampler<AnySampler>(std::move(o.sampler), b, o.drop_last), "sampler", n};
-  }
+  if (o.sampler) return {BatchSampler<AnySampler>(std::move(o.sampler), b, o.drop_last), "sampler"};
+  const auto n = static_cast<std::int64_t>(fetcher.dataset.size());
   if (o.shuffle) {
     return {BatchSampler<RandomSampler>(RandomSampler(n, false, std::nullopt, generator), b,
                                         o.drop_last),
-            "RandomSampler (shuffle = true)", n};
+            "RandomSampler (shuffle = true)"};
   }
   return {BatchSampler<SequentialSampler>(SequentialSampler(n), b, o.drop_last),
-          "SequentialSampler", n};
+          "SequentialSampler"};
 }
 
 /// Batches in an epoch, as len(DataLoader): the batch sampler's size, or for an iterable

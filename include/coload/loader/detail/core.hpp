@@ -50,7 +50,6 @@ class LoaderCore {
                  opts.executor == Executor::processes,
                  Plan::is_async && opts.executor != Executor::processes),
         fetcher_(std::move(ds), with_workers(std::move(opts), workers_.started())),
-        window_(fetcher_.options.metrics, fetcher_.options.trace, fetcher_.options.num_workers),
         driver_(drives_inline(fetcher_.options) ? Driver(Driver::Lazy{}) : Driver()) {
     LoaderOptions<C>& o = fetcher_.options;
     validate_options(o, LoaderKind{iterable, Plan::per_sample});
@@ -61,7 +60,8 @@ class LoaderCore {
     fetcher_.rank = rank.rank;
     fetcher_.world_size = rank.world_size;
     if constexpr (!iterable) batches_ = make_batch_source(fetcher_, generator_);
-    Recorder& recorder = window_.recorder();
+    // The recorder once the options hold (a trace file is opened), before any worker forks.
+    Recorder& recorder = window_.emplace(o.metrics, o.trace, o.num_workers).recorder();
     fetcher_.recorder = &recorder;
     asio::post(driver_.context(), [&recorder] { recorder.bind_thread(Recorder::driver); });
     // Batches between dispatch and consumer, one the consumer holds, one being collated.
@@ -146,7 +146,7 @@ class LoaderCore {
   /// metrics binding is the driver's meanwhile, and restored after.
   template <class Awaitable>
   auto drive(Awaitable&& awaitable) {
-    AsDriver binding(window_.recorder());
+    AsDriver binding(window_->recorder());
     Driver::Inline here(driver_);
     // NOTE: noexcept, as the driver thread's run: a handler that throws ends the process.
     return sync_wait_pumping(std::forward<Awaitable>(awaitable),
@@ -160,9 +160,9 @@ class LoaderCore {
   Driver& driver() noexcept { return driver_; }
   std::int64_t skipped() const noexcept { return fetcher_.skips.count(); }
   /// The current or last epoch's measurements (all zero before the first epoch; any thread).
-  Metrics metrics() const { return window_.epoch(skipped()); }
+  Metrics metrics() const { return window_->epoch(skipped()); }
   /// Every epoch's measurements so far, as one window (any thread).
-  Metrics total_metrics() const { return window_.total(skipped()); }
+  Metrics total_metrics() const { return window_->total(skipped()); }
   /// Where the worker count stands (any thread).
   WorkerTuning worker_tuning() const { return workers_.tuning(); }
   /// Batches in an epoch, as len(DataLoader).
@@ -181,8 +181,8 @@ class LoaderCore {
     auto run = std::make_shared<Run>(*services_, epochs_started_++, base_seed,
                                      resume_.take_delivered(), std::move(start_state));
     // The metrics' window: this epoch from now; the last one's time joins the total.
-    window_.start_epoch(skipped(), run->ended_ns);
-    run->recorder = &window_.recorder();
+    window_->start_epoch(skipped(), run->ended_ns);
+    run->recorder = &window_->recorder();
     if constexpr (iterable) {
       if (auto marks = resume_.take_marks()) run->resume_streams(std::move(*marks));
     }
@@ -228,7 +228,7 @@ class LoaderCore {
       driver_.join();
       return;
     }
-    AsDriver binding(window_.recorder());
+    AsDriver binding(window_->recorder());
     driver_.join();
   }
 
@@ -249,7 +249,7 @@ class LoaderCore {
 
   WorkerCount workers_;  // before fetcher_: made from the options that move into fetcher_
   Fetcher<D, C> fetcher_;
-  MetricsWindow window_;  // its recorder outlives the driver and the workers that record
+  std::optional<MetricsWindow> window_;  // its recorder outlives the driver and the workers
   BatchSource batches_;  // map-style
   std::optional<at::Generator> generator_;
   std::int64_t epochs_started_ = 0;

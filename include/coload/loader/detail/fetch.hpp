@@ -218,6 +218,7 @@ struct StageClock {
     const std::uint64_t ns = end - mark;
     if (metrics) shard->add(stage, ns, items);
     if (tracer) tracer->span(stage_name(stage), rec.track, mark, end, arg_name, arg);
+    shard->account_until(end);  // the lap's time is its stage's, not a wait on reads in flight
     mark = end;
     return ns;
   }
@@ -236,6 +237,7 @@ struct StageClock {
       }
     }
     if (tracer) tracer->span("read", rec.track, mark, end, arg_name, arg);
+    shard->account_until(end);  // the lap's time is its stage's, not a wait on reads in flight
     mark = end;
   }
   void restart() {

@@ -39,6 +39,8 @@ class MapRun final : public RunBase<D, C> {
       BatchSource& source = *svc.batches;
       source.sampler.set_epoch(self->epoch_);
       auto batches = source.sampler.batches();
+      // NOTE: each epoch, as the sampler's: a dataset may grow between epochs.
+      const auto size = static_cast<std::int64_t>(svc.fetcher.dataset.size());
       for (;;) {
         while (self->full() && !self->cancelled()) co_await self->slot();
         if (self->cancelled()) break;
@@ -48,10 +50,19 @@ class MapRun final : public RunBase<D, C> {
         std::vector<Index>* indices = co_await batches.next();
         if (!indices) break;
         clock.lap(Stage::sample, 1, "batch", self->dispatched_);
-        source.check(*indices, self->dispatched_);
         if (self->resumed_.contains(self->dispatched_)) {
           // Delivered before the state this epoch resumed from: not fetched again.
           self->complete(self->dispatched_++, Outcome<Batch>(), false);
+          continue;
+        }
+        const std::size_t given = indices->size();
+        if (auto refused = source.admit(*indices, self->dispatched_, size,
+                                        svc.options().on_error, svc.fetcher.skips);
+            refused || (given > 0 && indices->empty())) {
+          // An index outside the dataset: the batch's error, or (every index skipped) a skip.
+          Outcome<Batch> outcome;
+          outcome.error = std::move(refused);
+          self->complete(self->dispatched_++, std::move(outcome), false);
           continue;
         }
         svc.spawn(fetch(self, self->dispatched_++, std::move(*indices)));

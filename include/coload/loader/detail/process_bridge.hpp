@@ -148,12 +148,7 @@ class ProcessBridge {
     out.dropped = run.cancelled();
     if (out.dropped) co_return out;
     try {
-      ProcessTask task;
-      task.kind = ProcessTask::Kind::fetch;
-      task.batch = batch_no;
-      task.epoch = run.epoch();
-      task.worker_seed = run.base_seed();
-      task.sample_seed = run.sample_seed();
+      ProcessTask task = make_task(ProcessTask::Kind::fetch, run, batch_no);
       task.indices = std::move(indices);
       auto result = co_await pool_->submit(-1, std::move(task));
       if (auto batch = take_result(std::move(result))) {
@@ -174,12 +169,7 @@ class ProcessBridge {
   Task<Fetched<Batch>> stream(Run& run, int w, std::int64_t batch_no) {
     Fetched<Batch> out;
     try {
-      ProcessTask t;
-      t.kind = ProcessTask::Kind::stream;
-      t.batch = batch_no;
-      t.epoch = run.epoch();
-      t.worker_seed = run.base_seed();
-      t.sample_seed = run.sample_seed();
+      ProcessTask t = make_task(ProcessTask::Kind::stream, run, batch_no);
       t.want = Plan::per_sample ? 1 : *fetcher_.options.batch_size;
       auto result = co_await pool_->submit(w, std::move(t));
       out.over = result.reply.stream_over;
@@ -191,6 +181,18 @@ class ProcessBridge {
   }
 
  private:
+  /// A task of `kind` for batch `batch_no` of `run`, with the run's epoch and seeds.
+  template <class Run>
+  static ProcessTask make_task(ProcessTask::Kind kind, const Run& run, std::int64_t batch_no) {
+    ProcessTask t;
+    t.kind = kind;
+    t.batch = batch_no;
+    t.epoch = run.epoch();
+    t.worker_seed = run.base_seed();
+    t.sample_seed = run.sample_seed();
+    return t;
+  }
+
   /// A worker process's answer as a batch: decoded over its slot without a copy; nothing when
   /// every sample was skipped; its error as a WorkerError.
   std::optional<Batch> take_result(ProcessResult result) {

@@ -162,8 +162,9 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     ++completed_;
     // auto_workers: the tuner judges its measurements now and then; a worker added raises the
     // in-flight bound, so a dispatcher waiting at it may go on.
-    const bool grew =
-        !dispatch_done_ && svc_.workers.tune(epoch_, this->handoff.wait_nanoseconds()) > 0;
+    // NOTE: the consumer's wait is read (under the hand-off's lock) only under auto_workers.
+    const bool grew = !dispatch_done_ && svc_.workers.tuned() &&
+                      svc_.workers.tune(epoch_, this->handoff.wait_nanoseconds()) > 0;
     if (cancelled() || dropped) {
       maybe_finish();
       return;
