@@ -428,6 +428,36 @@ TEST_SUITE("coro") {
     CHECK(Counted::constructed >= 6);
   }
 
+  TEST_CASE("when_all destroys every task's frame and arguments before its caller resumes") {
+    // The last task to finish resumes the caller inline: its frame (and an error its promise
+    // holds) must already be gone, or it is freed behind a caller that handed the result on.
+    Counted::reset();
+    ManualEvent go;
+    auto hold = [](ManualEvent& event, Counted c) -> Task<int> {
+      co_await event;
+      if (c.value == 1) throw std::runtime_error("task 1 failed");
+      co_return c.value;
+    };
+    int alive_at_resume = -1;
+    std::string error;
+    auto caller = [&]() -> Detached {
+      std::vector<Task<int>> tasks;
+      for (int i = 0; i < 3; ++i) tasks.push_back(hold(go, Counted(i)));
+      try {
+        co_await when_all(std::move(tasks));
+      } catch (const std::runtime_error& e) {
+        error = e.what();
+      }
+      alive_at_resume = Counted::alive();
+    };
+    caller();
+    CHECK(Counted::alive() == 3);  // one argument in each suspended frame
+    go.set();
+    CHECK(error == "task 1 failed");
+    CHECK(alive_at_resume == 0);
+    CHECK(Counted::alive() == 0);
+  }
+
   TEST_CASE("an exception escaping spawned work is rethrown by join once all work has finished") {
     std::vector<std::string> log;
     ManualEvent go;

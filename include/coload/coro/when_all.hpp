@@ -43,13 +43,20 @@ struct WhenAllRunner {
 template <class T>
 WhenAllRunner when_all_run(Task<T> task, WhenAllState<T>* state, std::size_t i,
                            std::mutex* error_mutex) {
-  try {
-    state->results[i].emplace(co_await std::move(task));
-  } catch (...) {
-    std::lock_guard lock(*error_mutex);
-    if (i < state->error_at) {
-      state->error_at = i;
-      state->error = std::current_exception();
+  {
+    // NOTE: the task's frame (and the exception its promise holds) goes before arrive(): the
+    // last arrival resumes the parent here, which may hand the result or the error to another
+    // thread and return only after that thread is done with it. Destroying the frame after
+    // would release the exception last, on this thread, behind the other's back.
+    Task<T> own = std::move(task);
+    try {
+      state->results[i].emplace(co_await std::move(own));
+    } catch (...) {
+      std::lock_guard lock(*error_mutex);
+      if (i < state->error_at) {
+        state->error_at = i;
+        state->error = std::current_exception();
+      }
     }
   }
   state->arrive();
