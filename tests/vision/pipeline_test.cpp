@@ -1291,10 +1291,12 @@ TEST_SUITE("vision") {
       CHECK(m.read_latency.count == files);
       CHECK(m.read_latency.p50_ms > 0);
       // The consumer does nothing, so the epoch is input-bound; the waits on reads are not what
-      // costs, whatever the build.
+      // costs most, whatever the build. (A worker process does wait on its own reads, which it
+      // starts only once it has the task: the verdict may name read second, as it did with
+      // "decode 78% of their time, read 12%" against libtorch 2.11.)
       const std::string report = m.report();
       CHECK(report.rfind("input-bound", 0) == 0);
-      CHECK(report.find(", read ") == std::string::npos);
+      CHECK(report.find(" busy, read ") == std::string::npos);
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
       // Decoding is. (Under a sanitizer our own resampling is instrumented and libturbojpeg's
       // decoder is not: the transform costs most there.)
