@@ -5,3 +5,4 @@
 #include "coload/io/errors.hpp"
 #include "coload/io/file.hpp"
 #include "coload/io/reader.hpp"
+#include "coload/io/whole_file.hpp"
