@@ -22,12 +22,11 @@ ShardImagePipeline::ShardImagePipeline(shards::ShardDataset shards, Transform tr
     : shards_(std::move(shards)),
       transform_(std::move(transform)),
       label_(std::move(label)),
-      slabs_(std::make_shared<detail::SlabPool>()) {}
-
-int ShardImagePipeline::output_size() const noexcept {
-  if (const auto* train = std::get_if<TrainTransform>(&transform_)) return train->size;
-  return std::get<EvalTransform>(transform_).crop_size;
+      slabs_(std::make_shared<detail::SlabPool>()) {
+  detail::check_square_output(transform_, "ShardImagePipeline");
 }
+
+int ShardImagePipeline::output_size() const noexcept { return fused_output_size(transform_); }
 
 std::int64_t ShardImagePipeline::cls_label(const shards::ShardSample& sample) {
   std::string text = sample.text("cls");
@@ -58,11 +57,7 @@ void ShardImagePipeline::transform_into(const shards::ShardSample& sample, Rng& 
                                         float* dst) const {
   try {
     const auto encoded = image_field(sample);
-    if (const auto* train = std::get_if<TrainTransform>(&transform_)) {
-      (*train)(encoded, rng, dst);
-    } else {
-      std::get<EvalTransform>(transform_)(encoded, dst);
-    }
+    fused_apply(transform_, encoded, rng, dst);
   } catch (const std::exception& e) {
     throw RuntimeError("cannot load image of sample '" + sample.key + "' in shard '" +
                        sample.shard + "': " + e.what());

@@ -14,6 +14,10 @@ test, because importing torch takes about a second.
   params_fallback SEED H W OUT          get_params with scale (2, 3): always the fallback
   train IN SEED SIZE OUT                torch.manual_seed(SEED); the ImageNet train transform
   eval IN OUT                           the ImageNet eval transform (Resize 256, CenterCrop 224)
+  recipe IN OPS OUT                     a recipe's ops with coload's draws (OPS: one op a line),
+                                        geometry on the PIL image, the rest through the tensor
+                                        functional API; raw float32 CHW (uint8 values when OPS
+                                        has no to_float)
 
 Exits 77 (the "skipped" status of test harnesses) when torch or torchvision is missing.
 """
@@ -45,6 +49,42 @@ def write(path, data):
 
 def tensor_bytes(t):
     return t.contiguous().numpy().astype("<f4").tobytes()
+
+
+def run_recipe(img, ops_path):
+    """Applies the ops of OPS_PATH: geometry on the PIL image (PIL's antialiased bilinear, as
+    coload's resampling matches), then everything else on its uint8 tensor through
+    torchvision.transforms.functional's tensor path, which is what torchvision runs for tensor
+    images (and what coload's uint8 ops reproduce)."""
+    bilinear = T.InterpolationMode.BILINEAR
+    t = None
+    with open(ops_path) as f:
+        ops = [line.split() for line in f if line.strip()]
+    for name, *v in ops:
+        if name == "resized_crop":
+            top, left, h, w, oh, ow = map(int, v)
+            img = F.resized_crop(img, top, left, h, w, [oh, ow], interpolation=bilinear)
+        elif name == "resize":
+            img = F.resize(img, [int(x) for x in v], interpolation=bilinear)
+        elif name == "center_crop":
+            img = F.center_crop(img, [int(x) for x in v])
+        else:
+            if t is None:
+                t = F.pil_to_tensor(img)
+            if name == "hflip":
+                t = F.hflip(t)
+            elif name == "vflip":
+                t = F.vflip(t)
+            elif name == "gray3":
+                t = F.rgb_to_grayscale(t, num_output_channels=3)
+            elif name == "to_float":
+                t = F.convert_image_dtype(t, torch.float32) if v[0] == "1" else t.to(torch.float32)
+            elif name == "normalize":
+                vals = [float(x) for x in v]
+                t = F.normalize(t, vals[:3], vals[3:])
+            else:
+                raise ValueError(f"unknown recipe op {name!r}")
+    return F.pil_to_tensor(img) if t is None else t
 
 
 def main():
@@ -86,6 +126,8 @@ def main():
             transform = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(),
                                    T.Normalize(MEAN, STD)])
             write(args[1], tensor_bytes(transform(load(args[0]))))
+        elif op == "recipe":
+            write(args[2], tensor_bytes(run_recipe(load(args[0]), args[1]).to(torch.float32)))
         else:
             print(f"reference.py: unknown command {op!r}", file=sys.stderr)
             return 2

@@ -1,0 +1,179 @@
+#pragma once
+// A training recipe as a composition of torchvision's transforms, run by the fused image
+// pipeline: `Recipe{RandomResizedCrop{224}, RandomHorizontalFlip{}, ToDtype{at::kFloat, true},
+// Normalize{mean, std}}` names the ops in torchvision's names and order, and runs them from
+// encoded bytes straight into a batch row.
+//
+// How a recipe runs: its leading geometric ops (RandomResizedCrop; or Resize, then optionally
+// CenterCrop) fold into the decode, as TrainTransform and EvalTransform do (a JPEG's region, or
+// the whole image at a reduced DCT scale, and one antialiased resample); the uint8 ops after them
+// (flips, grayscale) run on each resampled row; ToDtype/ToTensor and Normalize run as one table
+// look-up while the row is written into the CHW float output. Random choices are drawn from one
+// generator per sample in the ops' order, with torchvision's calls (`torch.rand(1) < p`), so the
+// `classic` preset draws and writes exactly what TrainTransform does.
+//
+// A recipe is checked when it is built: an impossible parameter, an op the fused pipeline does
+// not run yet, or ops in an order it cannot fuse is refused there (std::invalid_argument), with
+// torchvision's wording where torchvision has one.
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "coload/dataset/sample_context.hpp"
+#include "coload/vision/decode.hpp"
+#include "coload/vision/image.hpp"
+#include "coload/vision/transforms.hpp"
+
+namespace coload::vision {
+
+// ---- Ops beyond transforms.hpp's ------------------------------------------------------------
+
+/// The image mirrored top to bottom (`F.vflip`).
+Image vflip(const ImageView& src);
+
+/// `F.rgb_to_grayscale` on a uint8 RGB tensor image: `0.2989 r + 0.587 g + 0.114 b` in float,
+/// truncated to uint8 (torchvision's tensor path, not PIL's `convert('L')`), repeated into
+/// `num_output_channels` (1 or 3) channels. A one-channel image is copied (and repeated).
+Image rgb_to_grayscale(const ImageView& src, int num_output_channels = 1);
+
+/// `transforms.RandomVerticalFlip(p)`.
+struct RandomVerticalFlip {
+  /// Probability of flipping.
+  double p = 0.5;
+
+  /// Draws `torch.rand(1) < p` from `gen`, as torchvision does.
+  bool draw(at::Generator& gen) const;
+  /// The image, flipped with probability `p`.
+  Image operator()(Image image, at::Generator& gen) const;
+};
+
+/// `transforms.Grayscale(num_output_channels)`.
+struct Grayscale {
+  /// 1 or 3; a recipe's batch has three channels, so a recipe takes only 3.
+  int num_output_channels = 1;
+
+  /// The image in gray.
+  Image operator()(const Image& image) const;
+};
+
+/// `transforms.RandomGrayscale(p)`: grayscale with three output channels, with probability p.
+struct RandomGrayscale {
+  /// Probability of converting.
+  double p = 0.1;
+
+  /// Draws `torch.rand(1) < p` from `gen`.
+  bool draw(at::Generator& gen) const;
+  /// The image, in gray with probability `p`.
+  Image operator()(Image image, at::Generator& gen) const;
+};
+
+/// `transforms.v2.ToDtype(dtype, scale)` on an image: a cast, and with `scale` from uint8's
+/// [0, 255] to a float's [0, 1] (divided by 255). A recipe converts to float32 only.
+struct ToDtype {
+  /// The target dtype.
+  at::ScalarType dtype = at::kFloat;
+  /// Whether to rescale the values to the new dtype's range.
+  bool scale = false;
+
+  /// The converted tensor.
+  at::Tensor operator()(const at::Tensor& image) const;
+};
+
+// ---- The recipe -----------------------------------------------------------------------------
+
+/// One op of a recipe, in torchvision's names.
+using RecipeOp = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip,
+                              RandomVerticalFlip, Grayscale, RandomGrayscale, ToTensor, ToDtype,
+                              Normalize>;
+
+/// What a recipe drew for one sample.
+struct RecipeParams {
+  /// The crop in full-size pixel coordinates (RandomResizedCrop's box), or the centre crop in
+  /// the resized image's coordinates (Resize then CenterCrop).
+  CropBox box;
+  /// The JPEG DCT scale denominator of a RandomResizedCrop's decode (1 for PNG, or without
+  /// scaling); Resize chooses its own.
+  int scale_denominator = 1;
+  /// Bit k is set when op k applies to this sample (always for a deterministic op; for a
+  /// random one, when its draw said so).
+  std::uint64_t applied = 0;
+
+  /// Whether op `k` applies.
+  bool applies(std::size_t k) const noexcept { return (applied >> k) & 1u; }
+};
+
+/// A composition of torchvision ops run by the fused pipeline; see the file comment. Copies
+/// share the built plan. Thread-safe: scratch memory is per thread.
+class Recipe {
+ public:
+  /// Builds and checks the recipe (std::invalid_argument naming the op and its parameter).
+  Recipe(std::initializer_list<RecipeOp> ops);
+  /// The same, from a vector.
+  explicit Recipe(std::vector<RecipeOp> ops);
+
+  /// The ops, as given.
+  const std::vector<RecipeOp>& ops() const noexcept;
+  /// Output height and width of every sample.
+  int output_height() const noexcept;
+  int output_width() const noexcept;
+  /// Whether JPEGs decode at a reduced DCT scale where it covers the output (on by default;
+  /// off, outputs equal torchvision's on PIL images bit for bit).
+  bool dct_scaling() const noexcept;
+  /// A copy with DCT scaling on or off.
+  Recipe with_dct_scaling(bool on) const;
+
+  /// Draws every random op's choice for an image of `info`'s size, in the ops' order.
+  RecipeParams sample(const ImageInfo& info, at::Generator& gen) const;
+  /// Decodes `encoded` and writes the sample for `params` into `dst`
+  /// (3 × output_height × output_width floats, CHW).
+  void apply(std::span<const std::byte> encoded, const ImageInfo& info,
+             const RecipeParams& params, float* dst) const;
+  /// Samples with `gen`, then applies.
+  void operator()(std::span<const std::byte> encoded, at::Generator& gen, float* dst) const;
+  /// Samples with a generator made from `rng`, then applies.
+  void operator()(std::span<const std::byte> encoded, Rng& rng, float* dst) const;
+  /// The sample as a new [3, H, W] float tensor.
+  at::Tensor operator()(std::span<const std::byte> encoded, Rng& rng) const;
+
+  struct Plan;  // the built form (lib/vision/recipe.cpp)
+
+ private:
+  std::shared_ptr<const Plan> plan_;
+};
+
+/// Named recipes: `classic` is RandomResizedCrop(224), RandomHorizontalFlip(), ToTensor(),
+/// Normalize(ImageNet) for training and Resize(256), CenterCrop(224), ToTensor(), Normalize for
+/// evaluation (TrainTransform's and EvalTransform's outputs, bit for bit).
+namespace presets {
+/// The named preset's training recipe (std::invalid_argument for an unknown name, listing the
+/// known ones).
+Recipe train(const std::string& name);
+/// The named preset's evaluation recipe.
+Recipe eval(const std::string& name);
+/// The presets' names.
+std::vector<std::string> names();
+}  // namespace presets
+
+/// The transforms the image pipelines run: the two fixed ones or a recipe.
+using FusedTransform = std::variant<TrainTransform, EvalTransform, Recipe>;
+
+/// The side of `t`'s square output, or 0 when its output is not square.
+int fused_output_size(const FusedTransform& t) noexcept;
+/// Runs `t` on `encoded`, drawing from `rng`, into `dst` (3 × S × S floats).
+void fused_apply(const FusedTransform& t, std::span<const std::byte> encoded, Rng& rng,
+                 float* dst);
+
+namespace detail {
+/// Throws std::invalid_argument naming `who` when `t`'s output is not square (the pipelines'
+/// batches are [N, 3, S, S]).
+void check_square_output(const FusedTransform& t, const char* who);
+}  // namespace detail
+
+}  // namespace coload::vision
