@@ -6,104 +6,16 @@
 #include "coload/core/error.hpp"
 
 #include "fused.hpp"
+#include "image_ops.hpp"
 
 #include <ATen/ATen.h>
 
+#include <charconv>
 #include <cstring>
 #include <string>
 #include <utility>
 
 namespace coload::vision {
-
-// ---- Ops ------------------------------------------------------------------------------------
-
-Image vflip(const ImageView& src) {
-  Image out = Image::zeros(src.width, src.height, src.channels);
-  const auto row_bytes = static_cast<std::size_t>(src.width) * src.channels;
-  for (int y = 0; y < src.height; ++y) {
-    std::memcpy(out.pixel(0, src.height - 1 - y), src.row(y), row_bytes);
-  }
-  return out;
-}
-
-namespace {
-
-// torchvision's tensor rgb_to_grayscale for one pixel: `(0.2989 * r + 0.587 * g + 0.114 * b)`
-// in float32 (a uint8 tensor times a Python float is float32), each product and sum rounded to
-// float in that order, then `.to(uint8)`, which truncates.
-inline std::uint8_t gray_of(std::uint8_t r, std::uint8_t g, std::uint8_t b) noexcept {
-  const float pr = static_cast<float>(r) * 0.2989f;
-  const float pg = static_cast<float>(g) * 0.587f;
-  const float pb = static_cast<float>(b) * 0.114f;
-  return static_cast<std::uint8_t>((pr + pg) + pb);
-}
-
-// Grays `width` RGB pixels of `in` into `out` (three equal channels), `times` times over, as
-// that many Grayscale ops in a row would (each truncates again).
-void gray_row(const std::uint8_t* in, std::uint8_t* out, int width, int times) {
-  for (int x = 0; x < width; ++x) {
-    const std::uint8_t* p = in + 3 * x;
-    std::uint8_t l = gray_of(p[0], p[1], p[2]);
-    for (int t = 1; t < times; ++t) l = gray_of(l, l, l);
-    out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = l;
-  }
-}
-
-}  // namespace
-
-Image rgb_to_grayscale(const ImageView& src, int num_output_channels) {
-  if (num_output_channels != 1 && num_output_channels != 3) {
-    throw InvalidArgument("num_output_channels should be either 1 or 3");
-  }
-  if (src.channels != 1 && src.channels != 3) {
-    throw InvalidArgument(std::string("rgb_to_grayscale needs 1 or 3 channels, got ") +
-                          std::to_string(src.channels));
-  }
-  Image out = Image::zeros(src.width, src.height, num_output_channels);
-  for (int y = 0; y < src.height; ++y) {
-    const std::uint8_t* in = src.row(y);
-    for (int x = 0; x < src.width; ++x) {
-      const std::uint8_t l =
-          src.channels == 3 ? gray_of(in[3 * x], in[3 * x + 1], in[3 * x + 2]) : in[x];
-      std::memset(out.pixel(x, y), l, static_cast<std::size_t>(num_output_channels));
-    }
-  }
-  return out;
-}
-
-bool RandomVerticalFlip::draw(at::Generator& gen) const {
-  return at::rand({1}, gen).item<float>() < static_cast<float>(p);
-}
-
-Image RandomVerticalFlip::operator()(Image image, at::Generator& gen) const {
-  if (draw(gen)) return vflip(image.view());
-  return image;
-}
-
-Image Grayscale::operator()(const Image& image) const {
-  return rgb_to_grayscale(image.view(), num_output_channels);
-}
-
-bool RandomGrayscale::draw(at::Generator& gen) const {
-  return at::rand({1}, gen).item<float>() < static_cast<float>(p);
-}
-
-Image RandomGrayscale::operator()(Image image, at::Generator& gen) const {
-  if (draw(gen)) return rgb_to_grayscale(image.view(), image.channels);
-  return image;
-}
-
-at::Tensor ToDtype::operator()(const at::Tensor& image) const {
-  if (image.scalar_type() == dtype) return image;
-  if (scale && image.scalar_type() == at::kByte && at::isFloatingType(dtype)) {
-    return image.to(dtype).div(255);
-  }
-  if (scale && !(image.is_floating_point() && at::isFloatingType(dtype))) {
-    throw InvalidArgument("ToDtype with scale supports uint8 or floating point to floating "
-                          "point only");
-  }
-  return image.to(dtype);
-}
 
 // ---- The recipe's plan ----------------------------------------------------------------------
 
@@ -118,15 +30,21 @@ struct Recipe::Plan {
   int crop_width = 0;
   int out_height = 0;
   int out_width = 0;
-  // The uint8 ops on the crop, in order; flips and grayscale commute (one moves pixels, the
-  // other maps each pixel alone), so a sample needs only each kind's count.
-  enum class Kind { hflip, vflip, gray };
+  // The ops after the geometry, in order: uint8 ops on the crop, then RandomErasing on the
+  // float output. Flips and grayscale commute (one moves pixels, the other maps each pixel
+  // alone), so without a whole-crop op a sample needs only each kind's count.
+  enum class Kind { hflip, vflip, gray, jitter, blur, erase };
   struct Step {
     Kind kind;
     double p;     // < 0 for an op that always applies
     std::size_t op;
+    ColorJitter jitter{};
+    GaussianBlur blur{};
+    RandomErasing erase{};
+    std::array<float, 3> erase_value{};
   };
   std::vector<Step> steps;
+  bool draws_values = false;  // a ColorJitter, GaussianBlur or RandomErasing: params.draws
   std::uint64_t always = 0;  // the ops that apply to every sample
   detail::NormalizeTable table;
   bool dct_scaling = true;
@@ -137,7 +55,8 @@ namespace {
 const char* op_name(const RecipeOp& op) {
   static constexpr const char* names[] = {
       "RandomResizedCrop", "Resize",    "CenterCrop", "RandomHorizontalFlip",
-      "RandomVerticalFlip", "Grayscale", "RandomGrayscale", "ToTensor", "ToDtype", "Normalize"};
+      "RandomVerticalFlip", "Grayscale", "RandomGrayscale", "ToTensor", "ToDtype", "Normalize",
+      "ColorJitter", "GaussianBlur", "RandomErasing"};
   static_assert(std::size(names) == std::variant_size_v<RecipeOp>);
   return names[op.index()];
 }
@@ -150,6 +69,29 @@ void check_p(std::size_t k, const RecipeOp& op, double p) {
   // NOTE: torchvision.transforms.v2's wording (_RandomApplyTransform); a NaN fails it too.
   if (!(p >= 0.0 && p <= 1.0)) {
     refuse(k, op, "`p` should be a floating point value in the interval [0.0, 1.0].");
+  }
+}
+
+// A double as Python's repr writes it: the shortest round trip, with ".0" when integral.
+std::string py_float(double v) {
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, v).ptr;
+  std::string out(text, end);
+  if (out.find_first_of(".eine") == std::string::npos) out += ".0";
+  return out;
+}
+
+void check_jitter(std::size_t k, const RecipeOp& op, const ColorJitter& j) {
+  const std::pair<const char*, double> values[] = {
+      {"brightness", j.brightness}, {"contrast", j.contrast}, {"saturation", j.saturation},
+      {"hue", j.hue}};
+  for (const auto& [name, v] : values) {
+    // NOTE: torchvision's _check_input wording, for its single-number form.
+    if (!(v >= 0)) refuse(k, op, std::string("If ") + name + " is a single number, it must be non negative.");
+  }
+  if (j.hue > 0.5) {
+    refuse(k, op, "hue values should be between (-0.5, 0.5), but got [" + py_float(-j.hue) + ", " +
+                      py_float(j.hue) + "].");
   }
 }
 
@@ -239,6 +181,7 @@ std::shared_ptr<Recipe::Plan> build(std::vector<RecipeOp> ops) {
   // The ops on the crop, then the conversion to float and the normalisations.
   bool is_float = false;
   bool scale = false;
+  bool erased = false;
   std::vector<std::pair<std::array<float, 3>, std::array<float, 3>>> norms;
   for (; k < ops.size(); ++k) {
     const RecipeOp& op = ops[k];
@@ -288,6 +231,10 @@ std::shared_ptr<Recipe::Plan> build(std::vector<RecipeOp> ops) {
         // NOTE: torchvision's F.normalize wording for a uint8 tensor.
         refuse(k, op, "Input tensor should be a float tensor. Got torch.uint8.");
       }
+      if (erased) {
+        refuse(k, op, "Normalize after RandomErasing is not supported in a recipe yet: erase "
+                      "after normalising, as torchvision's reference recipes do");
+      }
       const auto mean = per_channel(k, op, n->mean, "mean");
       const auto std_dev = per_channel(k, op, n->std_dev, "std");
       for (float s : std_dev) {
@@ -298,6 +245,62 @@ std::shared_ptr<Recipe::Plan> build(std::vector<RecipeOp> ops) {
       }
       norms.emplace_back(mean, std_dev);
       plan->always |= bit(k);
+    } else if (const auto* j = std::get_if<ColorJitter>(&op)) {
+      check_jitter(k, op, *j);
+      uint8_only();
+      plan->steps.push_back({Kind::jitter, -1.0, k, *j});
+      plan->always |= bit(k);
+      plan->draws_values = true;
+    } else if (const auto* b = std::get_if<GaussianBlur>(&op)) {
+      const int ky = b->kernel_y > 0 ? b->kernel_y : b->kernel_x;
+      if (b->kernel_x <= 0 || b->kernel_x % 2 == 0 || b->kernel_y < 0 ||
+          (b->kernel_y > 0 && b->kernel_y % 2 == 0)) {
+        refuse(k, op, "Kernel size value should be an odd and positive number.");
+      }
+      if (!(0.0 < b->sigma[0] && b->sigma[0] <= b->sigma[1])) {
+        refuse(k, op, "sigma values should be positive and of the form (min, max).");
+      }
+      if (b->kernel_x / 2 >= plan->out_width || ky / 2 >= plan->out_height) {
+        refuse(k, op, "the kernel's half (" + std::to_string(b->kernel_x / 2) + "x" +
+                          std::to_string(ky / 2) + ", torchvision's reflect padding) must be "
+                          "smaller than the image it blurs (" + std::to_string(plan->out_width) +
+                          "x" + std::to_string(plan->out_height) + ")");
+      }
+      uint8_only();
+      Recipe::Plan::Step step{Kind::blur, -1.0, k};
+      step.blur = *b;
+      step.blur.kernel_y = ky;
+      plan->steps.push_back(step);
+      plan->always |= bit(k);
+      plan->draws_values = true;
+    } else if (const auto* e = std::get_if<RandomErasing>(&op)) {
+      // NOTE: torchvision's RandomErasing wording; it only warns for a reversed range.
+      if (!(e->p >= 0.0 && e->p <= 1.0)) {
+        refuse(k, op, "Random erasing probability should be between 0 and 1");
+      }
+      if (e->scale[0] > e->scale[1] || e->ratio[0] > e->ratio[1]) {
+        refuse(k, op, "Scale and ratio should be of kind (min, max)");
+      }
+      if (!(e->scale[0] >= 0.0) || e->scale[1] > 1.0) {
+        refuse(k, op, "Scale should be between 0 and 1");
+      }
+      if (!(e->ratio[0] > 0.0)) refuse(k, op, "ratio must be positive");
+      if (e->value.size() != 1 && e->value.size() != 3) {
+        refuse(k, op, "If value is a sequence, it should have either a single value or 3 (number "
+                      "of input channels)");
+      }
+      if (!is_float) {
+        refuse(k, op, "erasing uint8 pixels is not supported in a recipe yet: put it after "
+                      "ToDtype/ToTensor");
+      }
+      Recipe::Plan::Step step{Kind::erase, e->p, k};
+      step.erase = *e;
+      for (std::size_t c = 0; c < 3; ++c) {
+        step.erase_value[c] = static_cast<float>(e->value[e->value.size() == 1 ? 0 : c]);
+      }
+      plan->steps.push_back(step);
+      plan->draws_values = true;
+      erased = true;
     } else {
       refuse(k, op, "a geometric op after the recipe's leading geometry is not supported in a "
                     "recipe yet");
@@ -357,10 +360,29 @@ RecipeParams Recipe::sample(const ImageInfo& info, at::Generator& gen) const {
     params.box = plan.center ? center_crop_box(rh, rw, plan.crop_height, plan.crop_width)
                              : CropBox{0, 0, rh, rw};
   }
+  if (plan.draws_values) params.draws.resize(plan.ops.size());
   for (const Plan::Step& step : plan.steps) {
     // Each random op draws `torch.rand(1) < p`, whatever p, as torchvision's do.
-    if (step.p >= 0.0 && at::rand({1}, gen).item<float>() < static_cast<float>(step.p)) {
-      params.applied |= std::uint64_t{1} << step.op;
+    const bool drawn =
+        step.p >= 0.0 && at::rand({1}, gen).item<float>() < static_cast<float>(step.p);
+    if (drawn) params.applied |= std::uint64_t{1} << step.op;
+    switch (step.kind) {
+      case Plan::Kind::jitter: params.draws[step.op].jitter = step.jitter.get_params(gen); break;
+      case Plan::Kind::blur:
+        params.draws[step.op].jitter.factor[0] = step.blur.get_params(gen);
+        break;
+      case Plan::Kind::erase:
+        if (drawn) {
+          // Where no box fits in ten draws torchvision erases nothing.
+          const auto box = step.erase.get_params(plan.out_height, plan.out_width, gen);
+          if (box) {
+            params.draws[step.op].box = *box;
+          } else {
+            params.applied &= ~(std::uint64_t{1} << step.op);
+          }
+        }
+        break;
+      default: break;
     }
   }
   return params;
@@ -372,21 +394,38 @@ void Recipe::apply(std::span<const std::byte> encoded, const ImageInfo& info,
   bool hflip = false;
   bool vflip = false;
   int grays = 0;
+  bool whole = false;  // an op that needs the whole crop applies
+  bool erase = false;
   for (const Plan::Step& step : plan.steps) {
     if (!params.applies(step.op)) continue;
     switch (step.kind) {
       case Plan::Kind::hflip: hflip = !hflip; break;
       case Plan::Kind::vflip: vflip = !vflip; break;
       case Plan::Kind::gray: ++grays; break;
+      case Plan::Kind::jitter:
+      case Plan::Kind::blur: whole = true; break;
+      case Plan::Kind::erase: erase = true; break;
     }
   }
+  if (whole) {
+    apply_whole(encoded, info, params, dst);
+  } else {
+    apply_rows(encoded, info, params, hflip, vflip, grays, dst);
+  }
+  if (erase) erase_output(params, dst);
+}
+
+void Recipe::apply_rows(std::span<const std::byte> encoded, const ImageInfo& info,
+                        const RecipeParams& params, bool hflip, bool vflip, int grays,
+                        float* dst) const {
+  const Plan& plan = *plan_;
   const int w = plan.out_width;
   const int h = plan.out_height;
   thread_local std::vector<std::uint8_t> gray;
   if (grays > 0) gray.resize(static_cast<std::size_t>(w) * 3);
   const auto sink = [&](int y, const std::uint8_t* row) {
     if (grays > 0) {
-      gray_row(row, gray.data(), w, grays);
+      detail::gray_row(row, gray.data(), w, grays);
       row = gray.data();
     }
     detail::write_normalized_row(plan.table, row, w, h, vflip ? h - 1 - y : y, hflip, dst);
@@ -396,6 +435,61 @@ void Recipe::apply(std::span<const std::byte> encoded, const ImageInfo& info,
   } else {
     const auto [rh, rw] = plan.resize.output_size(info.height, info.width);
     detail::resize_crop_rows(encoded, info, rh, rw, params.box, plan.dct_scaling, sink);
+  }
+}
+
+void Recipe::apply_whole(std::span<const std::byte> encoded, const ImageInfo& info,
+                         const RecipeParams& params, float* dst) const {
+  const Plan& plan = *plan_;
+  const int w = plan.out_width;
+  const int h = plan.out_height;
+  const std::size_t row_bytes = static_cast<std::size_t>(w) * 3;
+  thread_local std::vector<std::uint8_t> crop;
+  crop.resize(row_bytes * static_cast<std::size_t>(h));
+  const auto keep = [&](int y, const std::uint8_t* row) {
+    std::memcpy(crop.data() + static_cast<std::size_t>(y) * row_bytes, row, row_bytes);
+  };
+  if (plan.random_crop) {
+    detail::crop_rows(encoded, params.box, h, w, params.scale_denominator, keep);
+  } else {
+    const auto [rh, rw] = plan.resize.output_size(info.height, info.width);
+    detail::resize_crop_rows(encoded, info, rh, rw, params.box, plan.dct_scaling, keep);
+  }
+  StageTimer transform(Stage::transform);
+  const detail::RgbSpan span{crop.data(), w, h};
+  for (const Plan::Step& step : plan.steps) {
+    if (!params.applies(step.op)) continue;
+    switch (step.kind) {
+      case Plan::Kind::hflip: detail::hflip_inplace(span); break;
+      case Plan::Kind::vflip: detail::vflip_inplace(span); break;
+      case Plan::Kind::gray: detail::grayscale_inplace(span); break;
+      case Plan::Kind::jitter: detail::apply_jitter(span, params.draws[step.op].jitter); break;
+      case Plan::Kind::blur: {
+        const float sigma = params.draws[step.op].jitter.factor[0];
+        detail::gaussian_blur(span, step.blur.kernel_x, step.blur.kernel_y, sigma, sigma);
+        break;
+      }
+      case Plan::Kind::erase: break;  // on the float output, after
+    }
+  }
+  for (int y = 0; y < h; ++y) {
+    detail::write_normalized_row(plan.table, crop.data() + static_cast<std::size_t>(y) * row_bytes,
+                                 w, h, y, false, dst);
+  }
+}
+
+void Recipe::erase_output(const RecipeParams& params, float* dst) const {
+  const Plan& plan = *plan_;
+  const std::size_t plane = static_cast<std::size_t>(plan.out_width) * plan.out_height;
+  for (const Plan::Step& step : plan.steps) {
+    if (step.kind != Plan::Kind::erase || !params.applies(step.op)) continue;
+    const CropBox& box = params.draws[step.op].box;
+    for (std::size_t c = 0; c < 3; ++c) {
+      for (int y = box.top; y < box.top + box.height; ++y) {
+        float* row = dst + c * plane + static_cast<std::size_t>(y) * plan.out_width + box.left;
+        std::fill(row, row + box.width, step.erase_value[c]);
+      }
+    }
   }
 }
 

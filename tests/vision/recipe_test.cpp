@@ -6,7 +6,9 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <cmath>
+#include <fstream>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -82,6 +84,30 @@ std::string ops_text(const Recipe& recipe, const vision::RecipeParams& params) {
             out << "to_float 1\n";
           } else if constexpr (std::is_same_v<T, vision::ToDtype>) {
             out << "to_float " << (op.scale ? 1 : 0) << "\n";
+          } else if constexpr (std::is_same_v<T, vision::ColorJitter>) {
+            const auto& j = params.draws[k].jitter;
+            out << "jitter";
+            for (int o : j.order) out << " " << o;
+            out.precision(9);
+            for (float f : j.factor) {
+              if (std::isnan(f)) {
+                out << " nan";
+              } else {
+                out << " " << f;
+              }
+            }
+            out.precision(17);
+            out << "\n";
+          } else if constexpr (std::is_same_v<T, vision::GaussianBlur>) {
+            out.precision(9);
+            out << "blur " << op.kernel_x << " " << (op.kernel_y > 0 ? op.kernel_y : op.kernel_x)
+                << " " << params.draws[k].jitter.factor[0] << "\n";
+            out.precision(17);
+          } else if constexpr (std::is_same_v<T, vision::RandomErasing>) {
+            const auto& b = params.draws[k].box;
+            out << "erase " << b.top << " " << b.left << " " << b.height << " " << b.width;
+            for (std::size_t c = 0; c < 3; ++c) out << " " << op.value[op.value.size() == 1 ? 0 : c];
+            out << "\n";
           } else if constexpr (std::is_same_v<T, vision::Normalize>) {
             out << "normalize";
             for (const auto* v : {&op.mean, &op.std_dev}) {
@@ -221,8 +247,25 @@ TEST_CASE("recipe: every op equals torchvision's functional API on coload's draw
        Recipe{vision::Resize{50, 70}, vision::Grayscale{3}, vision::Grayscale{3},
               vision::ToTensor{}},
        1.0f / 255.0f + 1e-6f},
+      {"RandomResizedCrop, flip, ColorJitter(0.4, 0.4, 0.4, 0.1), ToTensor, Normalize",
+       Recipe{vision::RandomResizedCrop{48}, vision::RandomHorizontalFlip{},
+              vision::ColorJitter{0.4, 0.4, 0.4, 0.1}, vision::ToTensor{}, imagenet()},
+       1.0f / 255.0f / 0.224f + 1e-5f},
+      {"Resize, CenterCrop, ColorJitter(hue 0.5), GaussianBlur(5, 3), ToTensor",
+       Recipe{vision::Resize{60}, vision::CenterCrop{48}, vision::ColorJitter{0, 0, 0, 0.5},
+              vision::GaussianBlur{5, 3, {0.1, 2.0}}, vision::ToTensor{}},
+       1.0f / 255.0f + 1e-6f},
+      {"RandomResizedCrop, GaussianBlur(9), ColorJitter(brightness, saturation), ToTensor",
+       Recipe{vision::RandomResizedCrop{40}, vision::GaussianBlur{9},
+              vision::ColorJitter{0.8, 0, 0.8, 0}, vision::ToTensor{}},
+       1.0f / 255.0f + 1e-6f},
+      {"RandomResizedCrop, flip, ToTensor, Normalize, RandomErasing(1), RandomErasing(0.5)",
+       Recipe{vision::RandomResizedCrop{64}, vision::RandomHorizontalFlip{}, vision::ToTensor{},
+              imagenet(), vision::RandomErasing{1.0},
+              vision::RandomErasing{0.5, {0.02, 0.33}, {0.3, 3.3}, {1.5, -2.0, 0.25}}},
+       0.0f},
   };
-  constexpr std::size_t seeds = 8;
+  constexpr std::size_t seeds = 12;
   std::string commands;
   std::vector<std::vector<std::vector<float>>> ours(cases.size());
   std::vector<std::uint64_t> applied_union(cases.size(), 0);
@@ -248,6 +291,8 @@ TEST_CASE("recipe: every op equals torchvision's functional API on coload's draw
   // Each random op applied to some samples and not to others.
   CHECK(applied_union[0] != applied_inter[0]);
   CHECK(applied_union[2] != applied_inter[2]);
+  CHECK(applied_union[7] != applied_inter[7]);
+  CHECK((applied_inter[7] >> 4 & 1u) == 1u);  // RandomErasing(1) found a box every time
   const Reference result = vision::test::run_reference(dir, commands);
   if (result == Reference::unavailable) {
     MESSAGE("skipped: /usr/bin/python3 with torchvision is not available");
@@ -274,6 +319,59 @@ TEST_CASE("recipe: every op equals torchvision's functional API on coload's draw
     MESSAGE(cases[c].what << ": largest difference " << worst << ", " << differing << " of "
                           << total << " values differ");
   }
+}
+
+TEST_CASE("recipe: ColorJitter, GaussianBlur and RandomErasing draw torchvision's values after "
+          "torch.manual_seed") {
+  TempDir dir;
+  const vision::ColorJitter jitter{0.4, 0.3, 0, 0.1};
+  const Reference result = vision::test::run_reference(
+      dir, "draws 0 200 0.4 0.3 0 0.1 " + (dir / "draws").string() + "\n");
+  if (result == Reference::unavailable) {
+    MESSAGE("skipped: /usr/bin/python3 with torchvision is not available");
+    return;
+  }
+  REQUIRE(result == Reference::ok);
+  std::ifstream in(dir / "draws");
+  int erased = 0;
+  int rows = 0;
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    CAPTURE(seed);
+    std::array<int, 4> order{};
+    std::array<std::string, 4> factor;
+    std::string sigma;
+    std::string box;
+    const bool read = static_cast<bool>(in >> order[0] >> order[1] >> order[2] >> order[3] >>
+                                        factor[0] >> factor[1] >> factor[2] >> factor[3] >>
+                                        sigma >> box);
+    REQUIRE(read);
+    at::Generator gen = coload::make_generator(seed);
+    const auto params = jitter.get_params(gen);
+    CHECK(params.order == order);
+    for (std::size_t i = 0; i < 4; ++i) {
+      if (factor[i] == "nan") {
+        CHECK(std::isnan(params.factor[i]));
+      } else {
+        CHECK(params.factor[i] == static_cast<float>(std::stod(factor[i])));
+      }
+    }
+    CHECK(vision::GaussianBlur{3}.get_params(gen) == static_cast<float>(std::stod(sigma)));
+    const auto ours = vision::RandomErasing{}.get_params(64, 48, gen);
+    if (box == "none") {
+      CHECK(!ours.has_value());
+    } else {
+      vision::CropBox theirs;
+      theirs.top = std::stoi(box);
+      const bool read_box = static_cast<bool>(in >> theirs.left >> theirs.height >> theirs.width);
+      REQUIRE(read_box);
+      REQUIRE(ours.has_value());
+      CHECK((*ours == theirs));
+      ++erased;
+    }
+    ++rows;
+  }
+  CHECK(rows == 200);
+  CHECK(erased > 150);
 }
 
 TEST_CASE("recipe: bad parameters and unsupported orders are refused when it is built") {
@@ -327,6 +425,45 @@ TEST_CASE("recipe: bad parameters and unsupported orders are refused when it is 
         "Recipe: the fused pipeline writes float32 batches: add ToDtype(float32, scale=true) or "
         "ToTensor after the uint8 ops");
   CHECK(refusal({}) == "Recipe: no ops; a recipe starts with RandomResizedCrop or Resize");
+  CHECK(refusal({RandomResizedCrop{224}, ColorJitter{-0.1}, ToTensor{}}) ==
+        "Recipe: op 1 (ColorJitter): If brightness is a single number, it must be non negative.");
+  CHECK(refusal({RandomResizedCrop{224}, ColorJitter{0, 0, -1}, ToTensor{}}) ==
+        "Recipe: op 1 (ColorJitter): If saturation is a single number, it must be non negative.");
+  CHECK(refusal({RandomResizedCrop{224}, ColorJitter{0, 0, 0, 0.6}, ToTensor{}}) ==
+        "Recipe: op 1 (ColorJitter): hue values should be between (-0.5, 0.5), but got [-0.6, "
+        "0.6].");
+  CHECK(refusal({RandomResizedCrop{224}, ToTensor{}, ColorJitter{0.4}}) ==
+        "Recipe: op 2 (ColorJitter): comes after the conversion to float; the fused pipeline "
+        "runs it on uint8 pixels only, so put it before ToDtype/ToTensor");
+  CHECK(refusal({RandomResizedCrop{224}, GaussianBlur{4}, ToTensor{}}) ==
+        "Recipe: op 1 (GaussianBlur): Kernel size value should be an odd and positive number.");
+  CHECK(refusal({RandomResizedCrop{224}, GaussianBlur{0}, ToTensor{}}) ==
+        "Recipe: op 1 (GaussianBlur): Kernel size value should be an odd and positive number.");
+  CHECK(refusal({RandomResizedCrop{224}, GaussianBlur{3, 0, {2.0, 1.0}}, ToTensor{}}) ==
+        "Recipe: op 1 (GaussianBlur): sigma values should be positive and of the form (min, "
+        "max).");
+  CHECK(refusal({RandomResizedCrop{224}, GaussianBlur{3, 0, {0.0, 1.0}}, ToTensor{}}) ==
+        "Recipe: op 1 (GaussianBlur): sigma values should be positive and of the form (min, "
+        "max).");
+  CHECK(refusal({RandomResizedCrop{8}, GaussianBlur{17}, ToTensor{}}) ==
+        "Recipe: op 1 (GaussianBlur): the kernel's half (8x8, torchvision's reflect padding) "
+        "must be smaller than the image it blurs (8x8)");
+  CHECK(refusal({RandomResizedCrop{224}, ToTensor{}, RandomErasing{1.5}}) ==
+        "Recipe: op 2 (RandomErasing): Random erasing probability should be between 0 and 1");
+  CHECK(refusal({RandomResizedCrop{224}, ToTensor{}, RandomErasing{0.5, {0.3, 0.1}}}) ==
+        "Recipe: op 2 (RandomErasing): Scale and ratio should be of kind (min, max)");
+  CHECK(refusal({RandomResizedCrop{224}, ToTensor{}, RandomErasing{0.5, {0.1, 1.3}}}) ==
+        "Recipe: op 2 (RandomErasing): Scale should be between 0 and 1");
+  CHECK(refusal({RandomResizedCrop{224}, ToTensor{},
+                 RandomErasing{0.5, {0.02, 0.33}, {0.3, 3.3}, {1.0, 2.0}}}) ==
+        "Recipe: op 2 (RandomErasing): If value is a sequence, it should have either a single "
+        "value or 3 (number of input channels)");
+  CHECK(refusal({RandomResizedCrop{224}, RandomErasing{}, ToTensor{}}) ==
+        "Recipe: op 1 (RandomErasing): erasing uint8 pixels is not supported in a recipe yet: "
+        "put it after ToDtype/ToTensor");
+  CHECK(refusal({RandomResizedCrop{224}, ToTensor{}, RandomErasing{}, imagenet()}) ==
+        "Recipe: op 3 (Normalize): Normalize after RandomErasing is not supported in a recipe "
+        "yet: erase after normalising, as torchvision's reference recipes do");
   CHECK_THROWS_WITH_AS(vision::presets::train("resnet9"),
                        "unknown recipe preset 'resnet9'; the presets are: classic",
                        std::invalid_argument);
@@ -347,7 +484,8 @@ TEST_CASE("recipe: in the loader, each row is the recipe on its file with the sa
   }
   const Recipe recipe{vision::RandomResizedCrop{24}, vision::RandomHorizontalFlip{},
                       vision::RandomVerticalFlip{}, vision::RandomGrayscale{0.5},
-                      vision::ToTensor{}, imagenet()};
+                      vision::ColorJitter{0.4, 0.4, 0.4, 0.1}, vision::GaussianBlur{3},
+                      vision::ToTensor{}, imagenet(), vision::RandomErasing{0.5}};
   CHECK_THROWS_WITH_AS(
       vision::ImagePipeline(dir.path(), Recipe{vision::Resize{20, 30}, vision::ToTensor{}}),
       "ImagePipeline writes square images into [N, 3, S, S] batches, but the recipe's output is "

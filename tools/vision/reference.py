@@ -14,6 +14,8 @@ test, because importing torch takes about a second.
   params_fallback SEED H W OUT          get_params with scale (2, 3): always the fallback
   train IN SEED SIZE OUT                torch.manual_seed(SEED); the ImageNet train transform
   eval IN OUT                           the ImageNet eval transform (Resize 256, CenterCrop 224)
+  draws SEED0 SEED1 B C S H OUT         per seed: ColorJitter, GaussianBlur and RandomErasing
+                                        get_params after torch.manual_seed, one line each
   recipe IN OPS OUT                     a recipe's ops with coload's draws (OPS: one op a line),
                                         geometry on the PIL image, the rest through the tensor
                                         functional API; raw float32 CHW (uint8 values when OPS
@@ -51,6 +53,16 @@ def tensor_bytes(t):
     return t.contiguous().numpy().astype("<f4").tobytes()
 
 
+def adjust_hue(t, factor):
+    """F.adjust_hue as torchvision 0.15 and later run it on uint8: converted to float with
+    scale, shifted, converted back with scale (x 255.999, truncated). torchvision 0.14's own
+    uint8 path converted back with a plain x 255; its float path is the same arithmetic."""
+    if t.dtype != torch.uint8:
+        return F.adjust_hue(t, factor)
+    hue = F.adjust_hue(F.convert_image_dtype(t, torch.float32), factor)
+    return F.convert_image_dtype(hue, torch.uint8)
+
+
 def run_recipe(img, ops_path):
     """Applies the ops of OPS_PATH: geometry on the PIL image (PIL's antialiased bilinear, as
     coload's resampling matches), then everything else on its uint8 tensor through
@@ -79,6 +91,20 @@ def run_recipe(img, ops_path):
                 t = F.rgb_to_grayscale(t, num_output_channels=3)
             elif name == "to_float":
                 t = F.convert_image_dtype(t, torch.float32) if v[0] == "1" else t.to(torch.float32)
+            elif name == "jitter":
+                order, factors = [int(x) for x in v[:4]], [float(x) for x in v[4:]]
+                adjust = [F.adjust_brightness, F.adjust_contrast, F.adjust_saturation,
+                          adjust_hue]
+                for fn in order:
+                    if factors[fn] == factors[fn]:  # not NaN: this adjustment was drawn
+                        t = adjust[fn](t, factors[fn])
+            elif name == "blur":
+                kx, ky, sigma = int(v[0]), int(v[1]), float(v[2])
+                t = F.gaussian_blur(t, [kx, ky], [sigma, sigma])
+            elif name == "erase":
+                i, j, h, w = map(int, v[:4])
+                value = torch.tensor([float(x) for x in v[4:]])[:, None, None]
+                t = F.erase(t, i, j, h, w, value)
             elif name == "normalize":
                 vals = [float(x) for x in v]
                 t = F.normalize(t, vals[:3], vals[3:])
@@ -126,6 +152,24 @@ def main():
             transform = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(),
                                    T.Normalize(MEAN, STD)])
             write(args[1], tensor_bytes(transform(load(args[0]))))
+        elif op == "draws":
+            # draws SEED0 SEED1 B C S H OUT: per seed, after torch.manual_seed(seed),
+            # ColorJitter(B, C, S, H).get_params, then GaussianBlur(3).get_params(0.1, 2.0),
+            # then RandomErasing.get_params on a 3 x 64 x 48 image ("none" where nothing fits).
+            seeds = range(int(args[0]), int(args[1]))
+            jitter = T.ColorJitter(*[float(x) for x in args[2:6]])
+            rows = []
+            for seed in seeds:
+                torch.manual_seed(seed)
+                fn_idx, *factors = T.ColorJitter.get_params(
+                    jitter.brightness, jitter.contrast, jitter.saturation, jitter.hue)
+                sigma = T.GaussianBlur.get_params(0.1, 2.0)
+                i, j, h, w, _ = T.RandomErasing.get_params(
+                    torch.empty(3, 64, 48), scale=(0.02, 0.33), ratio=(0.3, 3.3), value=[0.0])
+                box = "none" if (h, w) == (64, 48) else f"{i} {j} {h} {w}"
+                f = " ".join("nan" if x is None else repr(float(x)) for x in factors)
+                rows.append(f"{' '.join(str(int(k)) for k in fn_idx)} {f} {sigma!r} {box}\n")
+            write(args[6], "".join(rows).encode())
         elif op == "recipe":
             write(args[2], tensor_bytes(run_recipe(load(args[0]), args[1]).to(torch.float32)))
         else:

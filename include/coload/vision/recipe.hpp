@@ -6,11 +6,13 @@
 //
 // How a recipe runs: its leading geometric ops (RandomResizedCrop; or Resize, then optionally
 // CenterCrop) fold into the decode, as TrainTransform and EvalTransform do (a JPEG's region, or
-// the whole image at a reduced DCT scale, and one antialiased resample); the uint8 ops after them
-// (flips, grayscale) run on each resampled row; ToDtype/ToTensor and Normalize run as one table
-// look-up while the row is written into the CHW float output. Random choices are drawn from one
-// generator per sample in the ops' order, with torchvision's calls (`torch.rand(1) < p`), so the
-// `classic` preset draws and writes exactly what TrainTransform does.
+// the whole image at a reduced DCT scale, and one antialiased resample). The uint8 ops after them
+// run on the crop: flips and grayscale on each resampled row as it is written; when a sample
+// draws an op that needs the whole crop (ColorJitter, GaussianBlur) the crop is kept as uint8 and
+// the ops run on it in order. ToDtype/ToTensor and Normalize run as one table look-up while a row
+// is written into the CHW float output, and RandomErasing runs on that output. Random choices are
+// drawn from one generator per sample, in the ops' order, with torchvision's calls, before
+// anything is decoded; so the `classic` preset draws and writes exactly what TrainTransform does.
 //
 // A recipe is checked when it is built: an impossible parameter, an op the fused pipeline does
 // not run yet, or ops in an order it cannot fuse is refused there (std::invalid_argument), with
@@ -20,7 +22,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <array>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
@@ -86,12 +90,86 @@ struct ToDtype {
   at::Tensor operator()(const at::Tensor& image) const;
 };
 
+/// `F.adjust_brightness` on a uint8 RGB image (torchvision's tensor path): trunc(clamp(f · v)).
+Image adjust_brightness(const ImageView& src, double factor);
+/// `F.adjust_contrast`: each value blended with the mean of the image's uint8 grayscale.
+Image adjust_contrast(const ImageView& src, double factor);
+/// `F.adjust_saturation`: each pixel blended with its uint8 grayscale.
+Image adjust_saturation(const ImageView& src, double factor);
+/// `F.adjust_hue` (factor in [-0.5, 0.5]): through float32 HSV and back, as torchvision does.
+Image adjust_hue(const ImageView& src, double hue_factor);
+/// `F.gaussian_blur(img, [kx, ky], [sigma_x, sigma_y])` on a uint8 RGB image: odd kernels,
+/// reflect padding, rounded back to uint8.
+Image gaussian_blur(const ImageView& src, int kx, int ky, double sigma_x, double sigma_y);
+
+/// `transforms.ColorJitter(brightness, contrast, saturation, hue)` with torchvision's
+/// single-number form: brightness b draws its factor from [max(0, 1 - b), 1 + b] (contrast and
+/// saturation alike), hue h from [-h, h]; 0 leaves that adjustment out (draws nothing).
+struct ColorJitter {
+  double brightness = 0;
+  double contrast = 0;
+  double saturation = 0;
+  double hue = 0;
+
+  /// What one call draws: the order of the four adjustments (0 brightness, 1 contrast,
+  /// 2 saturation, 3 hue; `torch.randperm(4)`) and each one's factor (NaN where left out).
+  struct Params {
+    std::array<int, 4> order{};
+    std::array<float, 4> factor{};
+  };
+  /// Draws as torchvision's `get_params`: randperm(4), then a uniform per adjustment in use.
+  Params get_params(at::Generator& gen) const;
+  /// The image with the adjustments of `params` applied in their order.
+  static Image apply(const ImageView& src, const Params& params);
+  /// Draws, then applies.
+  Image operator()(const Image& image, at::Generator& gen) const;
+};
+
+/// `transforms.GaussianBlur(kernel_size, sigma)`.
+struct GaussianBlur {
+  /// Kernel width, odd and positive.
+  int kernel_x = 3;
+  /// Kernel height, or 0 for `kernel_x`.
+  int kernel_y = 0;
+  /// The range sigma is drawn from (a single sigma s: {s, s}).
+  std::array<double, 2> sigma = {0.1, 2.0};
+
+  /// `torch.empty(1).uniform_(sigma[0], sigma[1])`.
+  float get_params(at::Generator& gen) const;
+  /// The image blurred with a drawn sigma.
+  Image operator()(const Image& image, at::Generator& gen) const;
+};
+
+/// `transforms.RandomErasing(p, scale, ratio, value)` on a float CHW image: a box of the drawn
+/// area and aspect ratio set to `value` (one number, or one per channel).
+struct RandomErasing {
+  double p = 0.5;
+  std::array<double, 2> scale = {0.02, 0.33};
+  std::array<double, 2> ratio = {0.3, 3.3};
+  std::vector<double> value = {0.0};
+
+  /// torchvision's `get_params` for an image of height × width: up to 10 draws of area and
+  /// ratio, then the box's position; nullopt where no draw fits (torchvision then erases
+  /// nothing). Does not draw the `torch.rand(1) < p` that precedes it.
+  std::optional<CropBox> get_params(int height, int width, at::Generator& gen) const;
+  /// The [C, H, W] float tensor, erased with probability p (a new tensor).
+  at::Tensor operator()(const at::Tensor& image, at::Generator& gen) const;
+};
+
 // ---- The recipe -----------------------------------------------------------------------------
 
 /// One op of a recipe, in torchvision's names.
 using RecipeOp = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip,
                               RandomVerticalFlip, Grayscale, RandomGrayscale, ToTensor, ToDtype,
-                              Normalize>;
+                              Normalize, ColorJitter, GaussianBlur, RandomErasing>;
+
+/// The values one op drew for a sample, where it draws more than whether it applies.
+struct OpDraw {
+  /// ColorJitter's order and factors (GaussianBlur's sigma is factor[0]).
+  ColorJitter::Params jitter;
+  /// RandomErasing's box, in the output's coordinates.
+  CropBox box;
+};
 
 /// What a recipe drew for one sample.
 struct RecipeParams {
@@ -104,6 +182,9 @@ struct RecipeParams {
   /// Bit k is set when op k applies to this sample (always for a deterministic op; for a
   /// random one, when its draw said so).
   std::uint64_t applied = 0;
+  /// Per op, what it drew (empty unless the recipe has ColorJitter, GaussianBlur or
+  /// RandomErasing).
+  std::vector<OpDraw> draws;
 
   /// Whether op `k` applies.
   bool applies(std::size_t k) const noexcept { return (applied >> k) & 1u; }
@@ -145,6 +226,13 @@ class Recipe {
   struct Plan;  // the built form (lib/vision/recipe.cpp)
 
  private:
+  void apply_rows(std::span<const std::byte> encoded, const ImageInfo& info,
+                  const RecipeParams& params, bool hflip, bool vflip, int grays,
+                  float* dst) const;
+  void apply_whole(std::span<const std::byte> encoded, const ImageInfo& info,
+                   const RecipeParams& params, float* dst) const;
+  void erase_output(const RecipeParams& params, float* dst) const;
+
   std::shared_ptr<const Plan> plan_;
 };
 
