@@ -94,6 +94,14 @@ int main(int argc, char** argv) {
                       Recipe{RandomResizedCrop{224}, RandomGrayscale{1.0}, ToTensor{}, imagenet()}, {}});
   variants.push_back({"+ Normalize twice", "RandomResizedCrop+ToTensor+Normalize",
                       Recipe{RandomResizedCrop{224}, ToTensor{}, imagenet(), imagenet()}, {}});
+  variants.push_back({"+ ColorJitter(0.4, 0.4, 0.4)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, ColorJitter{0.4, 0.4, 0.4}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ ColorJitter(0.4, 0.4, 0.4, 0.1)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, ColorJitter{0.4, 0.4, 0.4, 0.1}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ GaussianBlur(23)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, GaussianBlur{23}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ RandomErasing(1)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, ToTensor{}, imagenet(), RandomErasing{1.0}}, {}});
   variants.push_back({"EvalTransform", "", EvalTransform{}, {}});
   variants.push_back({"classic eval recipe", "EvalTransform", presets::eval("classic"), {}});
   std::vector<float> out(3 * 224 * 224);
