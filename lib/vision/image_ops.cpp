@@ -438,6 +438,44 @@ std::optional<CropBox> RandomErasing::get_params(int height, int width, at::Gene
   return std::nullopt;
 }
 
+std::array<int, 4> RandomCrop::padding_for(int image_height, int image_width) const noexcept {
+  std::array<int, 4> pad = padding;  // left, top, right, bottom
+  const int th = height;
+  const int tw = width > 0 ? width : height;
+  if (pad_if_needed) {
+    const int ph = image_height + pad[1] + pad[3];
+    const int pw = image_width + pad[0] + pad[2];
+    if (ph < th) {
+      pad[1] += th - ph;
+      pad[3] += th - ph;
+    }
+    if (pw < tw) {
+      pad[0] += tw - pw;
+      pad[2] += tw - pw;
+    }
+  }
+  return pad;
+}
+
+CropBox RandomCrop::get_params(int image_height, int image_width, at::Generator& gen) const {
+  const auto pad = padding_for(image_height, image_width);
+  const int th = height;
+  const int tw = width > 0 ? width : height;
+  const int ph = image_height + pad[1] + pad[3];
+  const int pw = image_width + pad[0] + pad[2];
+  if (ph < th || pw < tw) {
+    const bool padded = padding != std::array<int, 4>{0, 0, 0, 0};
+    throw InvalidArgument("Required crop size (" + std::to_string(th) + ", " + std::to_string(tw) +
+                          ") is larger than " + (padded ? "padded " : "") + "input image size (" +
+                          std::to_string(ph) + ", " + std::to_string(pw) + ").");
+  }
+  int top = 0;
+  int left = 0;
+  if (ph > th) top = static_cast<int>(at::randint(0, ph - th + 1, {}, gen).item<std::int64_t>());
+  if (pw > tw) left = static_cast<int>(at::randint(0, pw - tw + 1, {}, gen).item<std::int64_t>());
+  return CropBox{top, left, th, tw};
+}
+
 at::Tensor RandomErasing::operator()(const at::Tensor& image, at::Generator& gen) const {
   at::Tensor out = image.clone();
   if (!(at::rand({1}, gen).item<float>() < static_cast<float>(p))) return out;

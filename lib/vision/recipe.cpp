@@ -24,6 +24,11 @@ struct Recipe::Plan {
   // The leading geometry: RandomResizedCrop, or Resize (then CenterCrop).
   bool random_crop = false;
   RandomResizedCrop crop;
+  // A leading RandomCrop, or a CenterCrop alone: the full-size image padded and cropped.
+  bool pad_crop = false;
+  bool center_only = false;
+  RandomCrop pad;
+  std::array<std::uint8_t, 3> fill{};
   Resize resize;
   bool center = false;
   int crop_height = 0;
@@ -56,7 +61,7 @@ const char* op_name(const RecipeOp& op) {
   static constexpr const char* names[] = {
       "RandomResizedCrop", "Resize",    "CenterCrop", "RandomHorizontalFlip",
       "RandomVerticalFlip", "Grayscale", "RandomGrayscale", "ToTensor", "ToDtype", "Normalize",
-      "ColorJitter", "GaussianBlur", "RandomErasing"};
+      "ColorJitter", "GaussianBlur", "RandomErasing", "RandomCrop"};
   static_assert(std::size(names) == std::variant_size_v<RecipeOp>);
   return names[op.index()];
 }
@@ -174,9 +179,46 @@ std::shared_ptr<Recipe::Plan> build(std::vector<RecipeOp> ops) {
     }
     plan->out_height = plan->center ? plan->crop_height : resize->size;
     plan->out_width = plan->center ? plan->crop_width : resize->width;
+  } else if (const auto* rc = std::get_if<RandomCrop>(&ops[0])) {
+    if (rc->height <= 0 || rc->width < 0) {
+      refuse(0, ops[0], std::string("size must be positive, got ") + std::to_string(rc->height) +
+                            "x" + std::to_string(rc->width));
+    }
+    for (const int p : rc->padding) {
+      if (p < 0) refuse(0, ops[0], "padding must be non-negative, got " + std::to_string(p));
+    }
+    if (rc->fill.size() != 1 && rc->fill.size() != 3) {
+      refuse(0, ops[0], "fill needs 1 or 3 values (one per channel of an RGB image), got " +
+                            std::to_string(rc->fill.size()));
+    }
+    for (std::size_t c = 0; c < 3; ++c) {
+      const double f = rc->fill[rc->fill.size() == 1 ? 0 : c];
+      if (!(f >= 0 && f <= 255)) {
+        refuse(0, ops[0], "fill values of a uint8 image lie in [0, 255], got " + py_float(f));
+      }
+      plan->fill[c] = static_cast<std::uint8_t>(f);
+    }
+    plan->pad_crop = true;
+    plan->pad = *rc;
+    plan->out_height = rc->height;
+    plan->out_width = rc->width > 0 ? rc->width : rc->height;
+    plan->always |= bit(0);
+    k = 1;
+  } else if (const auto* cc = std::get_if<CenterCrop>(&ops[0])) {
+    if (cc->height <= 0 || cc->width < 0) {
+      refuse(0, ops[0], std::string("size must be positive, got ") + std::to_string(cc->height) +
+                            "x" + std::to_string(cc->width));
+    }
+    plan->pad_crop = true;
+    plan->center_only = true;
+    plan->out_height = cc->height;
+    plan->out_width = cc->width > 0 ? cc->width : cc->height;
+    plan->always |= bit(0);
+    k = 1;
   } else {
-    refuse(0, ops[0], "a recipe starts with its geometry (RandomResizedCrop, or Resize and "
-                      "then CenterCrop), which the fused pipeline folds into the decode");
+    refuse(0, ops[0], "a recipe starts with its geometry (RandomResizedCrop, RandomCrop, "
+                      "CenterCrop, or Resize and then CenterCrop), which the fused pipeline folds "
+                      "into the decode");
   }
   // The ops on the crop, then the conversion to float and the normalisations.
   bool is_float = false;
@@ -327,6 +369,90 @@ std::shared_ptr<Recipe::Plan> build(std::vector<RecipeOp> ops) {
 
 }  // namespace
 
+namespace {
+
+// Where padded index `i` reads in a source of `n` pixels padded by `before` in front: the
+// source index, or -1 for the fill. torchvision's (torch.nn.functional.pad's) modes.
+int padded_source(int i, int n, int before, PaddingMode mode) noexcept {
+  int j = i - before;
+  if (j >= 0 && j < n) return j;
+  switch (mode) {
+    case PaddingMode::constant: return -1;
+    case PaddingMode::edge: return j < 0 ? 0 : n - 1;
+    case PaddingMode::reflect: j = j < 0 ? -j : 2 * (n - 1) - j; break;
+    case PaddingMode::symmetric: j = j < 0 ? -j - 1 : 2 * n - 1 - j; break;
+  }
+  return j >= 0 && j < n ? j : -1;
+}
+
+// A leading RandomCrop or CenterCrop: decodes the whole image at full size and hands each row
+// of the box (in the padded image's coordinates) to `sink`, padding as the op says.
+template <typename Sink>
+void pad_crop_rows(const Recipe::Plan& plan, std::span<const std::byte> encoded,
+                   const ImageInfo& info, const CropBox& box, Sink&& sink) {
+  thread_local std::vector<std::uint8_t> pixels;
+  thread_local std::vector<int> xs;
+  thread_local std::vector<std::uint8_t> row;
+  StageTimer decode(Stage::decode);
+  const ImageView image = decode_into(encoded, pixels, 1);
+  decode.stop();
+  StageTimer transform(Stage::transform);
+  // CenterCrop pads with zeros; its box already counts from the image's origin.
+  const std::array<int, 4> pad =
+      plan.center_only ? std::array<int, 4>{0, 0, 0, 0} : plan.pad.padding_for(info.height, info.width);
+  const PaddingMode mode = plan.center_only ? PaddingMode::constant : plan.pad.padding_mode;
+  if (mode == PaddingMode::reflect || mode == PaddingMode::symmetric) {
+    const int reach = mode == PaddingMode::reflect ? 1 : 0;
+    if (std::max(pad[0], pad[2]) + reach > image.width ||
+        std::max(pad[1], pad[3]) + reach > image.height) {
+      throw InvalidArgument("RandomCrop: " +
+                            std::string(mode == PaddingMode::reflect ? "reflect" : "symmetric") +
+                            " padding (" + std::to_string(pad[0]) + ", " + std::to_string(pad[1]) +
+                            ", " + std::to_string(pad[2]) + ", " + std::to_string(pad[3]) +
+                            ") needs an image larger than the padding, got " +
+                            std::to_string(image.width) + "x" + std::to_string(image.height));
+    }
+  }
+  const auto fill = plan.center_only ? std::array<std::uint8_t, 3>{} : plan.fill;
+  xs.resize(static_cast<std::size_t>(box.width));
+  for (int x = 0; x < box.width; ++x) {
+    xs[static_cast<std::size_t>(x)] = padded_source(box.left + x, image.width, pad[0], mode);
+  }
+  row.resize(static_cast<std::size_t>(box.width) * 3);
+  for (int y = 0; y < box.height; ++y) {
+    const int sy = padded_source(box.top + y, image.height, pad[1], mode);
+    for (int x = 0; x < box.width; ++x) {
+      const int sx = xs[static_cast<std::size_t>(x)];
+      std::uint8_t* out = row.data() + 3 * x;
+      if (sy < 0 || sx < 0) {
+        out[0] = fill[0];
+        out[1] = fill[1];
+        out[2] = fill[2];
+      } else {
+        std::memcpy(out, image.row(sy) + 3 * static_cast<std::ptrdiff_t>(sx), 3);
+      }
+    }
+    sink(y, static_cast<const std::uint8_t*>(row.data()));
+  }
+}
+
+// The leading geometry, handing each output row to `sink`.
+template <typename Sink>
+void run_geometry(const Recipe::Plan& plan, std::span<const std::byte> encoded,
+                  const ImageInfo& info, const RecipeParams& params, Sink&& sink) {
+  if (plan.random_crop) {
+    detail::crop_rows(encoded, params.box, plan.out_height, plan.out_width,
+                      params.scale_denominator, sink);
+  } else if (plan.pad_crop) {
+    pad_crop_rows(plan, encoded, info, params.box, sink);
+  } else {
+    const auto [rh, rw] = plan.resize.output_size(info.height, info.width);
+    detail::resize_crop_rows(encoded, info, rh, rw, params.box, plan.dct_scaling, sink);
+  }
+}
+
+}  // namespace
+
 Recipe::Recipe(std::initializer_list<RecipeOp> ops) : Recipe(std::vector<RecipeOp>(ops)) {}
 
 Recipe::Recipe(std::vector<RecipeOp> ops) : plan_(build(std::move(ops))) {}
@@ -355,6 +481,10 @@ RecipeParams Recipe::sample(const ImageInfo& info, at::Generator& gen) const {
             ? choose_jpeg_scale(params.box.width, params.box.height, plan.out_width,
                                 plan.out_height)
             : 1;
+  } else if (plan.pad_crop) {
+    params.box = plan.center_only
+                     ? center_crop_box(info.height, info.width, plan.out_height, plan.out_width)
+                     : plan.pad.get_params(info.height, info.width, gen);
   } else {
     const auto [rh, rw] = plan.resize.output_size(info.height, info.width);
     params.box = plan.center ? center_crop_box(rh, rw, plan.crop_height, plan.crop_width)
@@ -430,12 +560,7 @@ void Recipe::apply_rows(std::span<const std::byte> encoded, const ImageInfo& inf
     }
     detail::write_normalized_row(plan.table, row, w, h, vflip ? h - 1 - y : y, hflip, dst);
   };
-  if (plan.random_crop) {
-    detail::crop_rows(encoded, params.box, h, w, params.scale_denominator, sink);
-  } else {
-    const auto [rh, rw] = plan.resize.output_size(info.height, info.width);
-    detail::resize_crop_rows(encoded, info, rh, rw, params.box, plan.dct_scaling, sink);
-  }
+  run_geometry(plan, encoded, info, params, sink);
 }
 
 void Recipe::apply_whole(std::span<const std::byte> encoded, const ImageInfo& info,
@@ -449,12 +574,7 @@ void Recipe::apply_whole(std::span<const std::byte> encoded, const ImageInfo& in
   const auto keep = [&](int y, const std::uint8_t* row) {
     std::memcpy(crop.data() + static_cast<std::size_t>(y) * row_bytes, row, row_bytes);
   };
-  if (plan.random_crop) {
-    detail::crop_rows(encoded, params.box, h, w, params.scale_denominator, keep);
-  } else {
-    const auto [rh, rw] = plan.resize.output_size(info.height, info.width);
-    detail::resize_crop_rows(encoded, info, rh, rw, params.box, plan.dct_scaling, keep);
-  }
+  run_geometry(plan, encoded, info, params, keep);
   StageTimer transform(Stage::transform);
   const detail::RgbSpan span{crop.data(), w, h};
   for (const Plan::Step& step : plan.steps) {
@@ -509,63 +629,5 @@ at::Tensor Recipe::operator()(std::span<const std::byte> encoded, Rng& rng) cons
   (*this)(encoded, rng, out.data_ptr<float>());
   return out;
 }
-
-// ---- Presets and the pipelines' transform ---------------------------------------------------
-
-namespace presets {
-namespace {
-Normalize imagenet_normalize() {
-  return Normalize{{imagenet_mean.begin(), imagenet_mean.end()},
-                   {imagenet_std.begin(), imagenet_std.end()}};
-}
-void check_name(const std::string& name) {
-  if (name != "classic") {
-    throw InvalidArgument("unknown recipe preset '" + name + "'; the presets are: classic");
-  }
-}
-}  // namespace
-
-Recipe train(const std::string& name) {
-  check_name(name);
-  return Recipe{RandomResizedCrop{224}, RandomHorizontalFlip{}, ToTensor{}, imagenet_normalize()};
-}
-
-Recipe eval(const std::string& name) {
-  check_name(name);
-  return Recipe{Resize{256}, CenterCrop{224}, ToTensor{}, imagenet_normalize()};
-}
-
-std::vector<std::string> names() { return {"classic"}; }
-}  // namespace presets
-
-int fused_output_size(const FusedTransform& t) noexcept {
-  if (const auto* train = std::get_if<TrainTransform>(&t)) return train->size;
-  if (const auto* eval = std::get_if<EvalTransform>(&t)) return eval->crop_size;
-  const Recipe& recipe = std::get<Recipe>(t);
-  return recipe.output_height() == recipe.output_width() ? recipe.output_height() : 0;
-}
-
-void fused_apply(const FusedTransform& t, std::span<const std::byte> encoded, Rng& rng,
-                 float* dst) {
-  if (const auto* train = std::get_if<TrainTransform>(&t)) {
-    (*train)(encoded, rng, dst);
-  } else if (const auto* eval = std::get_if<EvalTransform>(&t)) {
-    (*eval)(encoded, dst);
-  } else {
-    std::get<Recipe>(t)(encoded, rng, dst);
-  }
-}
-
-namespace detail {
-void check_square_output(const FusedTransform& t, const char* who) {
-  if (fused_output_size(t) > 0) return;
-  const Recipe& recipe = std::get<Recipe>(t);
-  std::string what(who);
-  what += " writes square images into [N, 3, S, S] batches, but the recipe's output is ";
-  what += std::to_string(recipe.output_height()) + "x" + std::to_string(recipe.output_width());
-  what += " (height x width)";
-  throw InvalidArgument(what);
-}
-}  // namespace detail
 
 }  // namespace coload::vision

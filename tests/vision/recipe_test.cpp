@@ -54,7 +54,8 @@ std::string name_of(const char* prefix, std::size_t a, std::size_t b) {
 }
 
 // The ops of `recipe` that apply under `params`, as reference.py's `recipe` command reads them.
-std::string ops_text(const Recipe& recipe, const vision::RecipeParams& params) {
+std::string ops_text(const Recipe& recipe, const vision::RecipeParams& params,
+                     const vision::ImageInfo& info) {
   std::ostringstream out;
   out.precision(17);
   const auto& ops = recipe.ops();
@@ -70,6 +71,14 @@ std::string ops_text(const Recipe& recipe, const vision::RecipeParams& params) {
           } else if constexpr (std::is_same_v<T, vision::Resize>) {
             out << "resize " << op.size << (op.width > 0 ? " " + std::to_string(op.width) : "")
                 << "\n";
+          } else if constexpr (std::is_same_v<T, vision::RandomCrop>) {
+            const auto pad = op.padding_for(info.height, info.width);
+            static constexpr const char* modes[] = {"constant", "edge", "reflect", "symmetric"};
+            out << "pad_crop " << pad[0] << " " << pad[1] << " " << pad[2] << " " << pad[3] << " "
+                << modes[static_cast<int>(op.padding_mode)];
+            for (std::size_t c = 0; c < 3; ++c) out << " " << op.fill[op.fill.size() == 1 ? 0 : c];
+            out << " " << params.box.top << " " << params.box.left << " " << params.box.height
+                << " " << params.box.width << "\n";
           } else if constexpr (std::is_same_v<T, vision::CenterCrop>) {
             out << "center_crop " << op.height << " " << (op.width > 0 ? op.width : op.height)
                 << "\n";
@@ -264,6 +273,27 @@ TEST_CASE("recipe: every op equals torchvision's functional API on coload's draw
               imagenet(), vision::RandomErasing{1.0},
               vision::RandomErasing{0.5, {0.02, 0.33}, {0.3, 3.3}, {1.5, -2.0, 0.25}}},
        0.0f},
+      // Leading crops of the full-size 500 x 375 image that always reach into the padding.
+      {"RandomCrop(380, 510, padding (4, 8, 12, 0), fill (10, 200, 30)), flip, ToTensor",
+       Recipe{vision::RandomCrop{380, 510, {4, 8, 12, 0}, false, {10, 200, 30}},
+              vision::RandomHorizontalFlip{}, vision::ToTensor{}},
+       0.0f},
+      {"RandomCrop(400, pad_if_needed, reflect), ToTensor",
+       Recipe{vision::RandomCrop{400, 0, {0, 0, 0, 0}, true, {0}, vision::PaddingMode::reflect},
+              vision::ToTensor{}},
+       0.0f},
+      {"RandomCrop(390, 520, padding 10, edge), ToTensor",
+       Recipe{vision::RandomCrop{390, 520, {10, 10, 10, 10}, false, {0}, vision::PaddingMode::edge},
+              vision::ToTensor{}},
+       0.0f},
+      {"RandomCrop(385, 505, padding (3, 7, 2, 9), symmetric), ToTensor",
+       Recipe{vision::RandomCrop{385, 505, {3, 7, 2, 9}, false, {0},
+                                 vision::PaddingMode::symmetric},
+              vision::ToTensor{}},
+       0.0f},
+      {"CenterCrop(401, 521) alone, ColorJitter, ToTensor",
+       Recipe{vision::CenterCrop{401, 521}, vision::ColorJitter{0.3, 0, 0.3}, vision::ToTensor{}},
+       1.0f / 255.0f + 1e-6f},
   };
   constexpr std::size_t seeds = 12;
   std::string commands;
@@ -283,7 +313,7 @@ TEST_CASE("recipe: every op equals torchvision's functional API on coload's draw
       recipe.apply(jpeg, info, params, out.data());
       ours[c].push_back(std::move(out));
       const fs::path ops = dir / name_of("ops", c, s);
-      vision::test::write_bytes(ops, ops_text(recipe, params));
+      vision::test::write_bytes(ops, ops_text(recipe, params, info));
       commands += "recipe " + (dir / "a.jpg").string() + " " + ops.string() + " " +
                   (dir / name_of("out", c, s)).string() + "\n";
     }
@@ -397,8 +427,8 @@ TEST_CASE("recipe: bad parameters and unsupported orders are refused when it is 
         "torchvision pads with zeros) is not supported in a recipe yet");
   CHECK(refusal({RandomHorizontalFlip{}, RandomResizedCrop{224}, ToTensor{}}) ==
         "Recipe: op 0 (RandomHorizontalFlip): a recipe starts with its geometry "
-        "(RandomResizedCrop, or Resize and then CenterCrop), which the fused pipeline folds "
-        "into the decode");
+        "(RandomResizedCrop, RandomCrop, CenterCrop, or Resize and then CenterCrop), which the "
+        "fused pipeline folds into the decode");
   CHECK(refusal({RandomResizedCrop{224}, RandomHorizontalFlip{}, CenterCrop{200}, ToTensor{}}) ==
         "Recipe: op 2 (CenterCrop): a geometric op after the recipe's leading geometry is not "
         "supported in a recipe yet");
@@ -425,6 +455,30 @@ TEST_CASE("recipe: bad parameters and unsupported orders are refused when it is 
         "Recipe: the fused pipeline writes float32 batches: add ToDtype(float32, scale=true) or "
         "ToTensor after the uint8 ops");
   CHECK(refusal({}) == "Recipe: no ops; a recipe starts with RandomResizedCrop or Resize");
+  CHECK(refusal({RandomCrop{32, 0, {0, -1, 0, 0}}, ToTensor{}}) ==
+        "Recipe: op 0 (RandomCrop): padding must be non-negative, got -1");
+  CHECK(refusal({RandomCrop{32, 0, {4, 4, 4, 4}, false, {1.0, 2.0}}, ToTensor{}}) ==
+        "Recipe: op 0 (RandomCrop): fill needs 1 or 3 values (one per channel of an RGB image), "
+        "got 2");
+  CHECK(refusal({RandomCrop{32, 0, {4, 4, 4, 4}, false, {300.0}}, ToTensor{}}) ==
+        "Recipe: op 0 (RandomCrop): fill values of a uint8 image lie in [0, 255], got 300.0");
+  {
+    const auto jpeg = vision::test::synthetic_jpeg(50, 40, 3);
+    coload::Rng rng = coload::Rng::for_sample(0, 0, 0);
+    CHECK_THROWS_WITH_AS(Recipe({RandomCrop{48}, ToTensor{}})(jpeg, rng),
+                         "Required crop size (48, 48) is larger than input image size (40, 50).",
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(Recipe({RandomCrop{48, 0, {1, 1, 1, 1}}, ToTensor{}})(jpeg, rng),
+                         "Required crop size (48, 48) is larger than padded input image size "
+                         "(42, 52).",
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(
+        Recipe({RandomCrop{48, 0, {0, 45, 0, 0}, false, {0}, PaddingMode::reflect}, ToTensor{}})(
+            jpeg, rng),
+        "RandomCrop: reflect padding (0, 45, 0, 0) needs an image larger than the padding, got "
+        "50x40",
+        std::invalid_argument);
+  }
   CHECK(refusal({RandomResizedCrop{224}, ColorJitter{-0.1}, ToTensor{}}) ==
         "Recipe: op 1 (ColorJitter): If brightness is a single number, it must be non negative.");
   CHECK(refusal({RandomResizedCrop{224}, ColorJitter{0, 0, -1}, ToTensor{}}) ==

@@ -78,6 +78,13 @@ def run_recipe(img, ops_path):
             img = F.resized_crop(img, top, left, h, w, [oh, ow], interpolation=bilinear)
         elif name == "resize":
             img = F.resize(img, [int(x) for x in v], interpolation=bilinear)
+        elif name == "pad_crop":
+            # pad_crop LEFT TOP RIGHT BOTTOM MODE F0 F1 F2 TOP LEFT H W: F.pad on the PIL image
+            # (a per-channel fill), then F.crop.
+            pad = [int(x) for x in v[:4]]
+            fill = tuple(int(float(x)) for x in v[5:8])
+            img = F.pad(img, pad, fill=fill, padding_mode=v[4])
+            img = F.crop(img, *[int(x) for x in v[8:12]])
         elif name == "center_crop":
             img = F.center_crop(img, [int(x) for x in v])
         else:

@@ -6,7 +6,8 @@
 //
 // How a recipe runs: its leading geometric ops (RandomResizedCrop; or Resize, then optionally
 // CenterCrop) fold into the decode, as TrainTransform and EvalTransform do (a JPEG's region, or
-// the whole image at a reduced DCT scale, and one antialiased resample). The uint8 ops after them
+// the whole image at a reduced DCT scale, and one antialiased resample); a leading RandomCrop
+// or CenterCrop pads and crops the full-size image, resampling nothing. The uint8 ops after them
 // run on the crop: flips and grayscale on each resampled row as it is written; when a sample
 // draws an op that needs the whole crop (ColorJitter, GaussianBlur) the crop is kept as uint8 and
 // the ops run on it in order. ToDtype/ToTensor and Normalize run as one table look-up while a row
@@ -156,12 +157,38 @@ struct RandomErasing {
   at::Tensor operator()(const at::Tensor& image, at::Generator& gen) const;
 };
 
+/// How `RandomCrop` pads: torchvision's padding modes.
+enum class PaddingMode { constant, edge, reflect, symmetric };
+
+/// `transforms.v2.RandomCrop(size, padding, pad_if_needed, fill, padding_mode)`: pads the image
+/// (`padding` as left, top, right, bottom), and where `pad_if_needed` each side of a dimension
+/// still shorter than the crop by the shortfall, then crops a random `height` × `width` box.
+/// As a recipe's first op it reads the whole image at full size (no resample).
+struct RandomCrop {
+  int height = 0;
+  /// Crop width, or 0 for a square crop.
+  int width = 0;
+  std::array<int, 4> padding = {0, 0, 0, 0};
+  bool pad_if_needed = false;
+  /// The constant mode's value: one, or one per channel (uint8 values).
+  std::vector<double> fill = {0.0};
+  PaddingMode padding_mode = PaddingMode::constant;
+
+  /// The padding of an image of height × width (`padding`, plus what pad_if_needed adds), as
+  /// {left, top, right, bottom}.
+  std::array<int, 4> padding_for(int image_height, int image_width) const noexcept;
+  /// v2's `_get_params`: the box in the padded image; `torch.randint` for the top only where
+  /// the padded height exceeds the crop's, then for the left likewise. std::invalid_argument
+  /// with torchvision's message where the padded image is smaller than the crop.
+  CropBox get_params(int image_height, int image_width, at::Generator& gen) const;
+};
+
 // ---- The recipe -----------------------------------------------------------------------------
 
 /// One op of a recipe, in torchvision's names.
 using RecipeOp = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip,
                               RandomVerticalFlip, Grayscale, RandomGrayscale, ToTensor, ToDtype,
-                              Normalize, ColorJitter, GaussianBlur, RandomErasing>;
+                              Normalize, ColorJitter, GaussianBlur, RandomErasing, RandomCrop>;
 
 /// The values one op drew for a sample, where it draws more than whether it applies.
 struct OpDraw {
