@@ -7,6 +7,7 @@
 
 #include "fused.hpp"
 #include "image_ops.hpp"
+#include "recipe_plan.hpp"
 
 #include <ATen/ATen.h>
 
@@ -17,43 +18,8 @@
 
 namespace coload::vision {
 
-// ---- The recipe's plan ----------------------------------------------------------------------
+// ---- Building a recipe --------------------------------------------------------------------
 
-struct Recipe::Plan {
-  std::vector<RecipeOp> ops;
-  // The leading geometry: RandomResizedCrop, or Resize (then CenterCrop).
-  bool random_crop = false;
-  RandomResizedCrop crop;
-  // A leading RandomCrop, or a CenterCrop alone: the full-size image padded and cropped.
-  bool pad_crop = false;
-  bool center_only = false;
-  RandomCrop pad;
-  std::array<std::uint8_t, 3> fill{};
-  Resize resize;
-  bool center = false;
-  int crop_height = 0;
-  int crop_width = 0;
-  int out_height = 0;
-  int out_width = 0;
-  // The ops after the geometry, in order: uint8 ops on the crop, then RandomErasing on the
-  // float output. Flips and grayscale commute (one moves pixels, the other maps each pixel
-  // alone), so without a whole-crop op a sample needs only each kind's count.
-  enum class Kind { hflip, vflip, gray, jitter, blur, erase };
-  struct Step {
-    Kind kind;
-    double p;     // < 0 for an op that always applies
-    std::size_t op;
-    ColorJitter jitter{};
-    GaussianBlur blur{};
-    RandomErasing erase{};
-    std::array<float, 3> erase_value{};
-  };
-  std::vector<Step> steps;
-  bool draws_values = false;  // a ColorJitter, GaussianBlur or RandomErasing: params.draws
-  std::uint64_t always = 0;  // the ops that apply to every sample
-  detail::NormalizeTable table;
-  bool dct_scaling = true;
-};
 
 namespace {
 
@@ -61,7 +27,8 @@ const char* op_name(const RecipeOp& op) {
   static constexpr const char* names[] = {
       "RandomResizedCrop", "Resize",    "CenterCrop", "RandomHorizontalFlip",
       "RandomVerticalFlip", "Grayscale", "RandomGrayscale", "ToTensor", "ToDtype", "Normalize",
-      "ColorJitter", "GaussianBlur", "RandomErasing", "RandomCrop"};
+      "ColorJitter", "GaussianBlur", "RandomErasing", "RandomCrop", "MixUp", "CutMix",
+      "RandomChoice"};
   static_assert(std::size(names) == std::variant_size_v<RecipeOp>);
   return names[op.index()];
 }
@@ -343,6 +310,41 @@ std::shared_ptr<Recipe::Plan> build(std::vector<RecipeOp> ops) {
       plan->steps.push_back(step);
       plan->draws_values = true;
       erased = true;
+    } else if (std::holds_alternative<MixUp>(op) || std::holds_alternative<CutMix>(op) ||
+               std::holds_alternative<RandomChoice>(op)) {
+      if (k + 1 != ops.size()) {
+        refuse(k, op, "a batch op (MixUp, CutMix, RandomChoice of them) runs on the collated "
+                      "batch, so it must be the recipe's last op");
+      }
+      std::vector<std::variant<MixUp, CutMix>> choices;
+      if (const auto* m = std::get_if<MixUp>(&op)) choices.emplace_back(*m);
+      if (const auto* c = std::get_if<CutMix>(&op)) choices.emplace_back(*c);
+      if (const auto* rc = std::get_if<RandomChoice>(&op)) {
+        if (rc->transforms.empty()) refuse(k, op, "no transforms to choose from");
+        if (!rc->p.empty() && rc->p.size() != rc->transforms.size()) {
+          refuse(k, op, "Length of p doesn't match the number of transforms: " +
+                            std::to_string(rc->p.size()) + " != " +
+                            std::to_string(rc->transforms.size()));
+        }
+        for (double w : rc->p) {
+          if (!(w >= 0)) refuse(k, op, "p's weights must be non-negative");
+        }
+        choices = rc->transforms;
+        plan->batch_p = rc->p.empty() ? std::vector<double>(choices.size(), 1.0) : rc->p;
+      }
+      for (const auto& choice : choices) {
+        const double alpha = std::visit([](const auto& m) { return m.alpha; }, choice);
+        const int classes = std::visit([](const auto& m) { return m.num_classes; }, choice);
+        if (!(alpha > 0)) refuse(k, op, "alpha must be greater than 0, got " + py_float(alpha));
+        if (classes < 0) {
+          refuse(k, op, "num_classes must be positive (or 0 for the pipeline's class count), "
+                        "got " + std::to_string(classes));
+        }
+      }
+      if (!is_float) {
+        refuse(k, op, "mixes float batches: put ToDtype/ToTensor before it");
+      }
+      plan->batch_ops = std::move(choices);
     } else {
       refuse(k, op, "a geometric op after the recipe's leading geometry is not supported in a "
                     "recipe yet");

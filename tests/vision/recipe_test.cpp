@@ -404,6 +404,83 @@ TEST_CASE("recipe: ColorJitter, GaussianBlur and RandomErasing draw torchvision'
   CHECK(erased > 150);
 }
 
+TEST_CASE("recipe: MixUp and CutMix draw as transforms.v2 does and mix the batch and labels") {
+  const Recipe recipe{vision::RandomResizedCrop{32}, vision::ToTensor{},
+                      vision::RandomChoice{{vision::MixUp{0.2}, vision::CutMix{1.0}}, {}}};
+  CHECK(recipe.has_batch_op());
+  TempDir dir;
+  const Reference result =
+      vision::test::run_reference(dir, "batch_draws 0 200 32 40 " + (dir / "batch").string() + "\n");
+  if (result != Reference::unavailable) {
+    REQUIRE(result == Reference::ok);
+    std::ifstream in(dir / "batch");
+    int cutmix = 0;
+    for (std::uint64_t seed = 0; seed < 200; ++seed) {
+      CAPTURE(seed);
+      vision::BatchMixParams theirs;
+      const bool read = static_cast<bool>(in >> theirs.op >> theirs.lam >> theirs.x1 >> theirs.y1 >>
+                                          theirs.x2 >> theirs.y2);
+      REQUIRE(read);
+      at::Generator gen = coload::make_generator(seed);
+      const vision::BatchMixParams ours = recipe.sample_batch(32, 40, gen);
+      CHECK(ours.op == theirs.op);
+      CHECK(ours.lam == theirs.lam);
+      CHECK(ours.x1 == theirs.x1);
+      CHECK(ours.y1 == theirs.y1);
+      CHECK(ours.x2 == theirs.x2);
+      CHECK(ours.y2 == theirs.y2);
+      cutmix += ours.op;
+    }
+    CHECK(cutmix > 60);
+    CHECK(cutmix < 140);
+  } else {
+    MESSAGE("skipped the draws: /usr/bin/python3 with torchvision is not available");
+  }
+  // The mix itself: each row against transforms.v2's expressions, written out per element.
+  const at::Tensor images = at::rand({3, 2, 4, 5});
+  const at::Tensor labels = at::tensor({2, 0, 1}, at::kLong);
+  at::Tensor mixed = images.clone();
+  const at::Tensor soft =
+      vision::apply_batch_mix(mixed, labels, 4, vision::BatchMixParams{0, 0.75});
+  CHECK(soft.sizes() == at::IntArrayRef{3, 4});
+  for (int n = 0; n < 3; ++n) {
+    const int prev = (n + 2) % 3;
+    for (int c = 0; c < 2; ++c) {
+      for (int y = 0; y < 4; ++y) {
+        for (int x = 0; x < 5; ++x) {
+          const float want = images[prev][c][y][x].item<float>() * static_cast<float>(1.0 - 0.75) +
+                             images[n][c][y][x].item<float>() * 0.75f;
+          CHECK(mixed[n][c][y][x].item<float>() == want);
+        }
+      }
+    }
+    for (int k = 0; k < 4; ++k) {
+      const float want = (labels[prev].item<std::int64_t>() == k ? 0.25f : 0.0f) +
+                         (labels[n].item<std::int64_t>() == k ? 0.75f : 0.0f);
+      CHECK(soft[n][k].item<float>() == want);
+    }
+  }
+  at::Tensor cut = images.clone();
+  const at::Tensor cut_soft =
+      vision::apply_batch_mix(cut, labels, 4, vision::BatchMixParams{1, 0.7, 1, 0, 3, 2});
+  for (int n = 0; n < 3; ++n) {
+    for (int y = 0; y < 4; ++y) {
+      for (int x = 0; x < 5; ++x) {
+        const bool inside = x >= 1 && x < 3 && y >= 0 && y < 2;
+        CHECK(at::equal(cut[n].select(1, y).select(1, x),
+                        images[inside ? (n + 2) % 3 : n].select(1, y).select(1, x)));
+      }
+    }
+  }
+  CHECK(cut_soft[0][2].item<float>() == 0.7f);
+  CHECK(cut_soft[0][1].item<float>() == static_cast<float>(1.0 - 0.7));
+  at::Tensor again = images.clone();
+  CHECK_THROWS_WITH_AS(vision::apply_batch_mix(again, at::tensor({2, 7, 1}, at::kLong), 4,
+                                               vision::BatchMixParams{}),
+                       "MixUp/CutMix: label 7 of batch row 1 is not in [0, 4) (num_classes)",
+                       std::invalid_argument);
+}
+
 TEST_CASE("recipe: bad parameters and unsupported orders are refused when it is built") {
   using namespace vision;
   CHECK(refusal({RandomResizedCrop{224}, RandomHorizontalFlip{1.5}, ToTensor{}}) ==
@@ -455,6 +532,18 @@ TEST_CASE("recipe: bad parameters and unsupported orders are refused when it is 
         "Recipe: the fused pipeline writes float32 batches: add ToDtype(float32, scale=true) or "
         "ToTensor after the uint8 ops");
   CHECK(refusal({}) == "Recipe: no ops; a recipe starts with RandomResizedCrop or Resize");
+  CHECK(refusal({RandomResizedCrop{32}, ToTensor{}, MixUp{0.0}}) ==
+        "Recipe: op 2 (MixUp): alpha must be greater than 0, got 0.0");
+  CHECK(refusal({RandomResizedCrop{32}, ToTensor{}, CutMix{1.0, -3}}) ==
+        "Recipe: op 2 (CutMix): num_classes must be positive (or 0 for the pipeline's class "
+        "count), got -3");
+  CHECK(refusal({RandomResizedCrop{32}, ToTensor{}, MixUp{}, imagenet()}) ==
+        "Recipe: op 2 (MixUp): a batch op (MixUp, CutMix, RandomChoice of them) runs on the "
+        "collated batch, so it must be the recipe's last op");
+  CHECK(refusal({RandomResizedCrop{32}, ToTensor{}, RandomChoice{{MixUp{}, CutMix{}}, {1.0}}}) ==
+        "Recipe: op 2 (RandomChoice): Length of p doesn't match the number of transforms: 1 != 2");
+  CHECK(refusal({RandomResizedCrop{32}, CutMix{}}) ==
+        "Recipe: op 1 (CutMix): mixes float batches: put ToDtype/ToTensor before it");
   CHECK(refusal({RandomCrop{32, 0, {0, -1, 0, 0}}, ToTensor{}}) ==
         "Recipe: op 0 (RandomCrop): padding must be non-negative, got -1");
   CHECK(refusal({RandomCrop{32, 0, {4, 4, 4, 4}, false, {1.0, 2.0}}, ToTensor{}}) ==
@@ -555,6 +644,51 @@ TEST_CASE("recipe: in the loader, each row is the recipe on its file with the sa
   };
   const auto reference = batches(0, coload::Executor::threads);
   REQUIRE(reference.size() == 3);
+  // With MixUp or CutMix the labels turn soft ([N, 2], rows summing to 1) and each batch is
+  // the recipe's rows mixed by the batch's own draw, whatever the workers.
+  const Recipe mixing{vision::RandomResizedCrop{24}, vision::RandomHorizontalFlip{},
+                      vision::ToTensor{},
+                      vision::RandomChoice{{vision::MixUp{0.2}, vision::CutMix{1.0}}, {}}};
+  const Recipe unmixed{vision::RandomResizedCrop{24}, vision::RandomHorizontalFlip{},
+                       vision::ToTensor{}};
+  auto mixed_batches = [&](int workers, coload::Executor executor) {
+    auto loader = coload::make_data_loader(
+        vision::ImagePipeline(dir.path(), mixing),
+        {.batch_size = 3, .num_workers = workers, .seed = 5, .executor = executor});
+    std::vector<std::pair<at::Tensor, at::Tensor>> out;
+    for (auto& [images, labels] : loader) out.emplace_back(images, labels);
+    return out;
+  };
+  const auto mixed = mixed_batches(0, coload::Executor::threads);
+  REQUIRE(mixed.size() == 3);
+  for (std::size_t b = 0; b < mixed.size(); ++b) {
+    CAPTURE(b);
+    const auto& [images, soft] = mixed[b];
+    const std::int64_t n = images.size(0);
+    CHECK(soft.sizes() == at::IntArrayRef{n, 2});
+    CHECK(at::allclose(soft.sum(1), at::ones({n})));
+    at::Tensor want = at::empty({n, 3, 24, 24});
+    std::vector<std::int64_t> hard;
+    for (std::int64_t r = 0; r < n; ++r) {
+      const std::int64_t i = static_cast<std::int64_t>(b) * 3 + r;
+      coload::Rng rng = coload::Rng::for_sample(5, 0, i);
+      want[r].copy_(unmixed(files[static_cast<std::size_t>(i)], rng));
+      hard.push_back(i < 4 ? 0 : 1);
+    }
+    at::Generator gen = Recipe::batch_generator(5, 0, static_cast<std::int64_t>(b));
+    const at::Tensor want_soft = mixing.mix_batch(want, at::tensor(hard, at::kLong), 2, gen);
+    CHECK(at::equal(images, want));
+    CHECK(at::equal(soft, want_soft));
+  }
+  for (const auto& [workers, executor] :
+       {std::pair{2, coload::Executor::threads}, std::pair{2, coload::Executor::processes}}) {
+    const auto got = mixed_batches(workers, executor);
+    REQUIRE(got.size() == mixed.size());
+    for (std::size_t b = 0; b < got.size(); ++b) {
+      CHECK(at::equal(got[b].first, mixed[b].first));
+      CHECK(at::equal(got[b].second, mixed[b].second));
+    }
+  }
   for (std::int64_t i = 0; i < 7; ++i) {
     CAPTURE(i);
     coload::Rng rng = coload::Rng::for_sample(11, 0, i);

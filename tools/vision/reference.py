@@ -16,6 +16,8 @@ test, because importing torch takes about a second.
   eval IN OUT                           the ImageNet eval transform (Resize 256, CenterCrop 224)
   draws SEED0 SEED1 B C S H OUT         per seed: ColorJitter, GaussianBlur and RandomErasing
                                         get_params after torch.manual_seed, one line each
+  batch_draws SEED0 SEED1 H W OUT       per seed: RandomChoice([MixUp(0.2), CutMix(1.0)])'s
+                                        draws, with transforms.v2's calls
   recipe IN OPS OUT                     a recipe's ops with coload's draws (OPS: one op a line),
                                         geometry on the PIL image, the rest through the tensor
                                         functional API; raw float32 CHW (uint8 values when OPS
@@ -23,6 +25,7 @@ test, because importing torch takes about a second.
 
 Exits 77 (the "skipped" status of test harnesses) when torch or torchvision is missing.
 """
+import math
 import sys
 
 try:
@@ -177,6 +180,33 @@ def main():
                 f = " ".join("nan" if x is None else repr(float(x)) for x in factors)
                 rows.append(f"{' '.join(str(int(k)) for k in fn_idx)} {f} {sigma!r} {box}\n")
             write(args[6], "".join(rows).encode())
+        elif op == "batch_draws":
+            # batch_draws SEED0 SEED1 H W OUT: per seed, after torch.manual_seed(seed), what
+            # RandomChoice([MixUp(alpha=0.2), CutMix(alpha=1.0)]) draws, as torchvision 0.16+
+            # (transforms.v2) draws it: "op lam x1 y1 x2 y2" (torchvision 0.14 has no MixUp or
+            # CutMix; these are v2's calls, made on this torch).
+            seeds = range(int(args[0]), int(args[1]))
+            H, W = int(args[2]), int(args[3])
+            rows = []
+            for seed in seeds:
+                torch.manual_seed(seed)
+                idx = int(torch.multinomial(torch.tensor([0.5, 0.5]), 1))
+                alpha = [0.2, 1.0][idx]
+                dist = torch.distributions.Beta(torch.tensor([alpha]), torch.tensor([alpha]))
+                lam = float(dist.sample(()))
+                x1 = y1 = x2 = y2 = 0
+                if idx == 1:
+                    r_x = torch.randint(W, size=(1,))
+                    r_y = torch.randint(H, size=(1,))
+                    r = 0.5 * math.sqrt(1.0 - lam)
+                    r_w_half, r_h_half = int(r * W), int(r * H)
+                    x1 = int(torch.clamp(r_x - r_w_half, min=0))
+                    y1 = int(torch.clamp(r_y - r_h_half, min=0))
+                    x2 = int(torch.clamp(r_x + r_w_half, max=W))
+                    y2 = int(torch.clamp(r_y + r_h_half, max=H))
+                    lam = float(1.0 - (x2 - x1) * (y2 - y1) / (W * H))
+                rows.append(f"{idx} {lam!r} {x1} {y1} {x2} {y2}\n")
+            write(args[4], "".join(rows).encode())
         elif op == "recipe":
             write(args[2], tensor_bytes(run_recipe(load(args[0]), args[1]).to(torch.float32)))
         else:

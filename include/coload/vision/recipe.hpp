@@ -11,7 +11,9 @@
 // run on the crop: flips and grayscale on each resampled row as it is written; when a sample
 // draws an op that needs the whole crop (ColorJitter, GaussianBlur) the crop is kept as uint8 and
 // the ops run on it in order. ToDtype/ToTensor and Normalize run as one table look-up while a row
-// is written into the CHW float output, and RandomErasing runs on that output. Random choices are
+// is written into the CHW float output, and RandomErasing runs on that output. A final MixUp,
+// CutMix or RandomChoice of them runs on the collated batch (the pipelines apply it, with a
+// generator of the batch's own), making the labels soft. Per-sample random choices are
 // drawn from one generator per sample, in the ops' order, with torchvision's calls, before
 // anything is decoded; so the `classic` preset draws and writes exactly what TrainTransform does.
 //
@@ -183,12 +185,51 @@ struct RandomCrop {
   CropBox get_params(int image_height, int image_width, at::Generator& gen) const;
 };
 
+/// `transforms.v2.MixUp(alpha, num_classes)`, a batch op: lam ~ Beta(alpha, alpha); the batch
+/// becomes lam · batch + (1 - lam) · batch rolled by one, the labels likewise as one-hot
+/// (soft labels, float [N, num_classes]).
+struct MixUp {
+  double alpha = 1.0;
+  /// Classes of the one-hot labels; 0 in an ImagePipeline: the folder's class count.
+  int num_classes = 0;
+};
+
+/// `transforms.v2.CutMix(alpha, num_classes)`, a batch op: lam ~ Beta(alpha, alpha) sizes a
+/// box at a random centre; the box is pasted from the batch rolled by one, and the labels mix
+/// by the box's share of the image.
+struct CutMix {
+  double alpha = 1.0;
+  int num_classes = 0;
+};
+
+/// `transforms.v2.RandomChoice([...], p)` of batch ops: one, drawn by `torch.multinomial(p, 1)`.
+struct RandomChoice {
+  std::vector<std::variant<MixUp, CutMix>> transforms;
+  /// Weights, one per transform; empty: equal.
+  std::vector<double> p;
+};
+
+/// What a batch op drew: which op (0 MixUp, 1 CutMix), lam (CutMix: its adjusted lam, the
+/// share of the image left as it was) and CutMix's box [x1, x2) × [y1, y2).
+struct BatchMixParams {
+  int op = 0;
+  double lam = 1.0;
+  int x1 = 0, y1 = 0, x2 = 0, y2 = 0;
+};
+
+/// Applies drawn `params` to a batch: images float [N, C, H, W] (changed in place) and int64
+/// labels [N]; returns the soft labels, float [N, num_classes] (std::invalid_argument naming
+/// the label when one lies outside [0, num_classes)).
+at::Tensor apply_batch_mix(at::Tensor& images, const at::Tensor& labels, int num_classes,
+                           const BatchMixParams& params);
+
 // ---- The recipe -----------------------------------------------------------------------------
 
 /// One op of a recipe, in torchvision's names.
 using RecipeOp = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip,
                               RandomVerticalFlip, Grayscale, RandomGrayscale, ToTensor, ToDtype,
-                              Normalize, ColorJitter, GaussianBlur, RandomErasing, RandomCrop>;
+                              Normalize, ColorJitter, GaussianBlur, RandomErasing, RandomCrop,
+                              MixUp, CutMix, RandomChoice>;
 
 /// The values one op drew for a sample, where it draws more than whether it applies.
 struct OpDraw {
@@ -249,6 +290,20 @@ class Recipe {
   void operator()(std::span<const std::byte> encoded, Rng& rng, float* dst) const;
   /// The sample as a new [3, H, W] float tensor.
   at::Tensor operator()(std::span<const std::byte> encoded, Rng& rng) const;
+
+  /// Whether the recipe ends with a batch op (MixUp, CutMix, or a RandomChoice of them).
+  bool has_batch_op() const noexcept;
+  /// Draws the batch op's choice for a batch of `height` × `width` images, as torchvision's
+  /// transforms draw (multinomial, Beta through _sample_dirichlet, CutMix's randint centre).
+  BatchMixParams sample_batch(int height, int width, at::Generator& gen) const;
+  /// The batch op on a collated batch: images changed in place, the soft labels returned;
+  /// `num_classes` stands in for an op's num_classes of 0. Without a batch op, `labels`.
+  at::Tensor mix_batch(at::Tensor& images, const at::Tensor& labels, int num_classes,
+                       at::Generator& gen) const;
+  /// The generator a loader's batch op draws from: a function of (seed, epoch, batch) only,
+  /// so batches mix alike whatever the workers.
+  static at::Generator batch_generator(std::uint64_t seed, std::int64_t epoch,
+                                       std::int64_t batch);
 
   struct Plan;  // the built form (lib/vision/recipe.cpp)
 
