@@ -105,4 +105,24 @@ at::Generator Recipe::batch_generator(std::uint64_t seed, std::int64_t epoch, st
   return rng.torch_generator();
 }
 
+namespace detail {
+std::pair<at::Tensor, at::Tensor> finish_batch(const FusedTransform& t, const BatchContext& ctx,
+                                               at::Tensor images, at::Tensor labels,
+                                               const std::vector<std::int64_t>& keep,
+                                               std::int64_t n, int num_classes) {
+  if (static_cast<std::int64_t>(keep.size()) != n) {
+    // NOTE: with skipped samples the batch shrinks; one copy of the rows that loaded.
+    const at::Tensor rows_kept = at::tensor(keep, at::kLong);
+    images = images.index_select(0, rows_kept);
+    labels = labels.index_select(0, rows_kept);
+  }
+  // A recipe's MixUp/CutMix: on the collated batch, drawing from the batch's own generator.
+  if (const auto* recipe = std::get_if<Recipe>(&t); recipe && recipe->has_batch_op()) {
+    at::Generator gen = Recipe::batch_generator(ctx.seed, ctx.epoch, ctx.batch);
+    labels = recipe->mix_batch(images, labels, num_classes, gen);
+  }
+  return {std::move(images), std::move(labels)};
+}
+}  // namespace detail
+
 }  // namespace coload::vision

@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <string>
 #include <cstddef>
@@ -29,6 +30,14 @@ inline std::uint8_t blend(std::uint8_t a, float ratio, float other) noexcept {
 }
 
 }  // namespace
+
+std::string py_float(double v) {
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, v).ptr;
+  std::string out(text, end);
+  if (out.find_first_of(".eine") == std::string::npos) out += ".0";
+  return out;
+}
 
 void gray_row(const std::uint8_t* in, std::uint8_t* out, int width, int times) {
   for (int x = 0; x < width; ++x) {
@@ -313,36 +322,35 @@ float draw_uniform(at::Generator& gen, double lo, double hi) {
 
 }  // namespace
 
-Image adjust_brightness(const ImageView& src, double factor) {
-  if (factor < 0) {
-    throw InvalidArgument("brightness_factor (" + std::to_string(factor) + ") is not non-negative.");
+namespace {
+// The public form of an adjustment with a non-negative factor: checked, on a copy.
+Image adjusted(const ImageView& src, double factor, const char* name,
+               void (*adjust)(detail::RgbSpan, float)) {
+  if (!(factor >= 0)) {
+    throw InvalidArgument(std::string(name) + "_factor (" + detail::py_float(factor) +
+                          ") is not non-negative.");
   }
-  Image out = checked_copy(src, "adjust_brightness");
-  detail::adjust_brightness(span_of(out), static_cast<float>(factor));
+  Image out = checked_copy(src, name);
+  adjust(span_of(out), static_cast<float>(factor));
   return out;
+}
+}  // namespace
+
+Image adjust_brightness(const ImageView& src, double factor) {
+  return adjusted(src, factor, "brightness", detail::adjust_brightness);
 }
 
 Image adjust_contrast(const ImageView& src, double factor) {
-  if (factor < 0) {
-    throw InvalidArgument("contrast_factor (" + std::to_string(factor) + ") is not non-negative.");
-  }
-  Image out = checked_copy(src, "adjust_contrast");
-  detail::adjust_contrast(span_of(out), static_cast<float>(factor));
-  return out;
+  return adjusted(src, factor, "contrast", detail::adjust_contrast);
 }
 
 Image adjust_saturation(const ImageView& src, double factor) {
-  if (factor < 0) {
-    throw InvalidArgument("saturation_factor (" + std::to_string(factor) + ") is not non-negative.");
-  }
-  Image out = checked_copy(src, "adjust_saturation");
-  detail::adjust_saturation(span_of(out), static_cast<float>(factor));
-  return out;
+  return adjusted(src, factor, "saturation", detail::adjust_saturation);
 }
 
 Image adjust_hue(const ImageView& src, double hue_factor) {
   if (!(hue_factor >= -0.5 && hue_factor <= 0.5)) {
-    throw InvalidArgument("hue_factor (" + std::to_string(hue_factor) + ") is not in [-0.5, 0.5].");
+    throw InvalidArgument("hue_factor (" + detail::py_float(hue_factor) + ") is not in [-0.5, 0.5].");
   }
   Image out = checked_copy(src, "adjust_hue");
   detail::adjust_hue(span_of(out), static_cast<float>(hue_factor));

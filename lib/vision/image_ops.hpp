@@ -5,6 +5,7 @@
 // forms (recipe.hpp) on a copy.
 
 #include <cstdint>
+#include <string>
 
 #include "coload/vision/recipe.hpp"
 
@@ -19,6 +20,10 @@ inline std::uint8_t gray_of(std::uint8_t r, std::uint8_t g, std::uint8_t b) noex
   const float pb = static_cast<float>(b) * 0.114f;
   return static_cast<std::uint8_t>((pr + pg) + pb);
 }
+
+/// A double as Python's repr writes it (the shortest round trip, ".0" when integral), for
+/// messages in torchvision's wording.
+std::string py_float(double v);
 
 /// Grays `width` RGB pixels of `in` into `out` (three equal channels), `times` times over, as
 /// that many Grayscale ops in a row would (each truncates again).

@@ -183,18 +183,8 @@ Task<ImagePipeline::batch_type> ImagePipeline::get_batch_async(std::span<const I
     if (loaded[k]) keep.push_back(static_cast<std::int64_t>(k));
   }
   if (keep.empty()) throw EmptyBatch{};
-  batch_type batch{rows.images(), labels};
-  if (static_cast<std::int64_t>(keep.size()) != n) {
-    // NOTE: with skipped samples the batch shrinks; one copy of the rows that loaded.
-    const at::Tensor rows_kept = at::tensor(keep, at::kLong);
-    batch = {batch.first.index_select(0, rows_kept), labels.index_select(0, rows_kept)};
-  }
-  // A recipe's MixUp/CutMix: on the collated batch, drawing from the batch's own generator.
-  if (const auto* recipe = std::get_if<Recipe>(&transform_); recipe && recipe->has_batch_op()) {
-    at::Generator gen = Recipe::batch_generator(ctx.seed, ctx.epoch, ctx.batch);
-    batch.second = recipe->mix_batch(batch.first, batch.second, static_cast<int>(index_->classes.size()), gen);
-  }
-  co_return batch;
+  co_return detail::finish_batch(transform_, ctx, rows.images(), labels, keep, n,
+                                 static_cast<int>(index_->classes.size()));
 }
 
 }  // namespace coload::vision

@@ -11,7 +11,6 @@
 
 #include <ATen/ATen.h>
 
-#include <charconv>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -44,15 +43,6 @@ void check_p(std::size_t k, const RecipeOp& op, double p) {
   }
 }
 
-// A double as Python's repr writes it: the shortest round trip, with ".0" when integral.
-std::string py_float(double v) {
-  char text[32];
-  const auto end = std::to_chars(text, text + sizeof text, v).ptr;
-  std::string out(text, end);
-  if (out.find_first_of(".eine") == std::string::npos) out += ".0";
-  return out;
-}
-
 void check_jitter(std::size_t k, const RecipeOp& op, const ColorJitter& j) {
   const std::pair<const char*, double> values[] = {
       {"brightness", j.brightness}, {"contrast", j.contrast}, {"saturation", j.saturation},
@@ -62,8 +52,8 @@ void check_jitter(std::size_t k, const RecipeOp& op, const ColorJitter& j) {
     if (!(v >= 0)) refuse(k, op, std::string("If ") + name + " is a single number, it must be non negative.");
   }
   if (j.hue > 0.5) {
-    refuse(k, op, "hue values should be between (-0.5, 0.5), but got [" + py_float(-j.hue) + ", " +
-                      py_float(j.hue) + "].");
+    refuse(k, op, "hue values should be between (-0.5, 0.5), but got [" + detail::py_float(-j.hue) + ", " +
+                      detail::py_float(j.hue) + "].");
   }
 }
 
@@ -161,7 +151,7 @@ std::shared_ptr<Recipe::Plan> build(std::vector<RecipeOp> ops) {
     for (std::size_t c = 0; c < 3; ++c) {
       const double f = rc->fill[rc->fill.size() == 1 ? 0 : c];
       if (!(f >= 0 && f <= 255)) {
-        refuse(0, ops[0], "fill values of a uint8 image lie in [0, 255], got " + py_float(f));
+        refuse(0, ops[0], "fill values of a uint8 image lie in [0, 255], got " + detail::py_float(f));
       }
       plan->fill[c] = static_cast<std::uint8_t>(f);
     }
@@ -335,7 +325,7 @@ std::shared_ptr<Recipe::Plan> build(std::vector<RecipeOp> ops) {
       for (const auto& choice : choices) {
         const double alpha = std::visit([](const auto& m) { return m.alpha; }, choice);
         const int classes = std::visit([](const auto& m) { return m.num_classes; }, choice);
-        if (!(alpha > 0)) refuse(k, op, "alpha must be greater than 0, got " + py_float(alpha));
+        if (!(alpha > 0)) refuse(k, op, "alpha must be greater than 0, got " + detail::py_float(alpha));
         if (classes < 0) {
           refuse(k, op, "num_classes must be positive (or 0 for the pipeline's class count), "
                         "got " + std::to_string(classes));

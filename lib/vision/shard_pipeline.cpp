@@ -138,18 +138,8 @@ Task<ShardImagePipeline::batch_type> ShardImagePipeline::get_batch_async(
     if (loaded[k]) keep.push_back(static_cast<std::int64_t>(k));
   }
   if (keep.empty()) throw EmptyBatch{};
-  batch_type batch{rows.images(), labels};
-  if (static_cast<std::int64_t>(keep.size()) != n) {
-    // NOTE: with skipped samples the batch shrinks; one copy of the rows that loaded.
-    const at::Tensor rows_kept = at::tensor(keep, at::kLong);
-    batch = {batch.first.index_select(0, rows_kept), labels.index_select(0, rows_kept)};
-  }
-  // A recipe's MixUp/CutMix: on the collated batch, drawing from the batch's own generator.
-  if (const auto* recipe = std::get_if<Recipe>(&transform_); recipe && recipe->has_batch_op()) {
-    at::Generator gen = Recipe::batch_generator(ctx.seed, ctx.epoch, ctx.batch);
-    batch.second = recipe->mix_batch(batch.first, batch.second, 0, gen);
-  }
-  co_return batch;
+  // NOTE: shards carry no class count: a batch op there needs its own num_classes.
+  co_return detail::finish_batch(transform_, ctx, rows.images(), labels, keep, n, 0);
 }
 
 }  // namespace coload::vision

@@ -28,6 +28,7 @@
 #include <array>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <span>
 #include <string>
 #include <variant>
@@ -341,6 +342,13 @@ void fused_apply(const FusedTransform& t, std::span<const std::byte> encoded, Rn
                  float* dst);
 
 namespace detail {
+/// The image pipelines' last step of a batch: keeps the rows in `keep` (when fewer than all
+/// `n` loaded) and runs a recipe's batch op with the batch's own generator;
+/// `num_classes` stands in for an op's num_classes of 0.
+std::pair<at::Tensor, at::Tensor> finish_batch(const FusedTransform& t, const BatchContext& ctx,
+                                               at::Tensor images, at::Tensor labels,
+                                               const std::vector<std::int64_t>& keep,
+                                               std::int64_t n, int num_classes);
 /// Throws std::invalid_argument naming `who` when `t`'s output is not square (the pipelines'
 /// batches are [N, 3, S, S]).
 void check_square_output(const FusedTransform& t, const char* who);
