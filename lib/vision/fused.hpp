@@ -77,11 +77,17 @@ CropSource decode_crop_source(std::span<const std::byte> encoded, const CropBox&
                               int out_height, int out_width, int denominator,
                               std::vector<std::uint8_t>& pixels);
 
+// Nothing to do after the rows.
+struct NoFinish {
+  void operator()() const noexcept {}
+};
+
 // RandomResizedCrop's geometry: decodes `encoded` for `box` at 1/`denominator` and hands each of
-// the out_height rows (out_width RGB pixels) to `sink(y, row)`, in order.
-template <typename Sink>
+// the out_height rows (out_width RGB pixels) to `sink(y, row)`, in order, then calls `finish()`
+// (the rest of the sample's transform, inside the same transform span).
+template <typename Sink, typename Finish = NoFinish>
 void crop_rows(std::span<const std::byte> encoded, const CropBox& box, int out_height,
-               int out_width, int denominator, Sink&& sink) {
+               int out_width, int denominator, Sink&& sink, Finish&& finish = {}) {
   thread_local std::vector<std::uint8_t> pixels;
   StageTimer decode(Stage::decode);
   const CropSource source =
@@ -89,14 +95,16 @@ void crop_rows(std::span<const std::byte> encoded, const CropBox& box, int out_h
   decode.stop();
   StageTimer transform(Stage::transform);
   resample<3>(source.image, source.ax, source.ay, sink);
+  finish();
 }
 
 // Resize to rh × rw (of an `info`-sized image), then the crop `box` of the resized image (which
 // must lie inside it): only the crop's outputs are computed, and of a JPEG at full scale only the
-// rows and columns they read are decoded. Hands each of the box's rows to `sink(y, row)`.
-template <typename Sink>
+// rows and columns they read are decoded. Hands each of the box's rows to `sink(y, row)`, then
+// calls `finish()`.
+template <typename Sink, typename Finish = NoFinish>
 void resize_crop_rows(std::span<const std::byte> encoded, const ImageInfo& info, int rh, int rw,
-                      const CropBox& box, bool dct_scaling, Sink&& sink) {
+                      const CropBox& box, bool dct_scaling, Sink&& sink, Finish&& finish = {}) {
   const int d = dct_scaling && info.format == ImageFormat::jpeg
                     ? choose_jpeg_scale(info.width, info.height, rw, rh)
                     : 1;
@@ -126,6 +134,7 @@ void resize_crop_rows(std::span<const std::byte> encoded, const ImageInfo& info,
                         static_cast<double>(info.height - region->y0), 0, region->height, rh,
                         box.top, box.height};
       resample<3>(image, ax, ay, sink);
+      finish();
       return;
     }
   }
@@ -138,6 +147,7 @@ void resize_crop_rows(std::span<const std::byte> encoded, const ImageInfo& info,
   const AxisSpec ay{0.0, static_cast<double>(info.height) / d, 0, image.height, rh, box.top,
                     box.height};
   resample<3>(image, ax, ay, sink);
+  finish();
 }
 
 }  // namespace coload::vision::detail

@@ -379,9 +379,9 @@ int padded_source(int i, int n, int before, PaddingMode mode) noexcept {
 
 // A leading RandomCrop or CenterCrop: decodes the whole image at full size and hands each row
 // of the box (in the padded image's coordinates) to `sink`, padding as the op says.
-template <typename Sink>
+template <typename Sink, typename Finish>
 void pad_crop_rows(const Recipe::Plan& plan, std::span<const std::byte> encoded,
-                   const ImageInfo& info, const CropBox& box, Sink&& sink) {
+                   const ImageInfo& info, const CropBox& box, Sink&& sink, Finish&& finish) {
   thread_local std::vector<std::uint8_t> pixels;
   thread_local std::vector<int> xs;
   thread_local std::vector<std::uint8_t> row;
@@ -426,20 +426,29 @@ void pad_crop_rows(const Recipe::Plan& plan, std::span<const std::byte> encoded,
     }
     sink(y, static_cast<const std::uint8_t*>(row.data()));
   }
+  finish();
 }
 
-// The leading geometry, handing each output row to `sink`.
-template <typename Sink>
+// The uint8 crop that ops needing the whole image work on, one per thread.
+std::vector<std::uint8_t>& whole_crop() {
+  thread_local std::vector<std::uint8_t> crop;
+  return crop;
+}
+
+// The leading geometry, handing each output row to `sink`, then calling `finish()` within the
+// same transform span (one span per sample, as the fixed transforms record).
+template <typename Sink, typename Finish>
 void run_geometry(const Recipe::Plan& plan, std::span<const std::byte> encoded,
-                  const ImageInfo& info, const RecipeParams& params, Sink&& sink) {
+                  const ImageInfo& info, const RecipeParams& params, Sink&& sink,
+                  Finish&& finish) {
   if (plan.random_crop) {
     detail::crop_rows(encoded, params.box, plan.out_height, plan.out_width,
-                      params.scale_denominator, sink);
+                      params.scale_denominator, sink, finish);
   } else if (plan.pad_crop) {
-    pad_crop_rows(plan, encoded, info, params.box, sink);
+    pad_crop_rows(plan, encoded, info, params.box, sink, finish);
   } else {
     const auto [rh, rw] = plan.resize.output_size(info.height, info.width);
-    detail::resize_crop_rows(encoded, info, rh, rw, params.box, plan.dct_scaling, sink);
+    detail::resize_crop_rows(encoded, info, rh, rw, params.box, plan.dct_scaling, sink, finish);
   }
 }
 
@@ -530,16 +539,15 @@ void Recipe::apply(std::span<const std::byte> encoded, const ImageInfo& info,
     }
   }
   if (whole) {
-    apply_whole(encoded, info, params, dst);
+    apply_whole(encoded, info, params, erase, dst);
   } else {
-    apply_rows(encoded, info, params, hflip, vflip, grays, dst);
+    apply_rows(encoded, info, params, hflip, vflip, grays, erase, dst);
   }
-  if (erase) erase_output(params, dst);
 }
 
 void Recipe::apply_rows(std::span<const std::byte> encoded, const ImageInfo& info,
                         const RecipeParams& params, bool hflip, bool vflip, int grays,
-                        float* dst) const {
+                        bool erase, float* dst) const {
   const Plan& plan = *plan_;
   const int w = plan.out_width;
   const int h = plan.out_height;
@@ -552,22 +560,31 @@ void Recipe::apply_rows(std::span<const std::byte> encoded, const ImageInfo& inf
     }
     detail::write_normalized_row(plan.table, row, w, h, vflip ? h - 1 - y : y, hflip, dst);
   };
-  run_geometry(plan, encoded, info, params, sink);
+  run_geometry(plan, encoded, info, params, sink, [&] {
+    if (erase) erase_output(params, dst);
+  });
 }
 
 void Recipe::apply_whole(std::span<const std::byte> encoded, const ImageInfo& info,
-                         const RecipeParams& params, float* dst) const {
+                         const RecipeParams& params, bool erase, float* dst) const {
   const Plan& plan = *plan_;
   const int w = plan.out_width;
   const int h = plan.out_height;
   const std::size_t row_bytes = static_cast<std::size_t>(w) * 3;
-  thread_local std::vector<std::uint8_t> crop;
+  std::vector<std::uint8_t>& crop = whole_crop();
   crop.resize(row_bytes * static_cast<std::size_t>(h));
   const auto keep = [&](int y, const std::uint8_t* row) {
     std::memcpy(crop.data() + static_cast<std::size_t>(y) * row_bytes, row, row_bytes);
   };
-  run_geometry(plan, encoded, info, params, keep);
-  StageTimer transform(Stage::transform);
+  run_geometry(plan, encoded, info, params, keep, [&] { finish_whole(params, erase, dst); });
+}
+
+void Recipe::finish_whole(const RecipeParams& params, bool erase, float* dst) const {
+  const Plan& plan = *plan_;
+  const int w = plan.out_width;
+  const int h = plan.out_height;
+  const std::size_t row_bytes = static_cast<std::size_t>(w) * 3;
+  std::vector<std::uint8_t>& crop = whole_crop();
   const detail::RgbSpan span{crop.data(), w, h};
   for (const Plan::Step& step : plan.steps) {
     if (!params.applies(step.op)) continue;
@@ -588,6 +605,7 @@ void Recipe::apply_whole(std::span<const std::byte> encoded, const ImageInfo& in
     detail::write_normalized_row(plan.table, crop.data() + static_cast<std::size_t>(y) * row_bytes,
                                  w, h, y, false, dst);
   }
+  if (erase) erase_output(params, dst);
 }
 
 void Recipe::erase_output(const RecipeParams& params, float* dst) const {

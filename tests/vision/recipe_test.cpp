@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "coload/loader/data_loader.hpp"
+#include "coload/loader/metrics.hpp"
 #include "coload/sampler/random.hpp"
 #include "coload/vision/pipeline.hpp"
 #include "coload/vision/recipe.hpp"
@@ -644,6 +645,18 @@ TEST_CASE("recipe: in the loader, each row is the recipe on its file with the sa
   };
   const auto reference = batches(0, coload::Executor::threads);
   REQUIRE(reference.size() == 3);
+  {
+    // One decode and one transform span per image, whether a sample's ops ran on the rows or
+    // on the whole crop (this recipe's ColorJitter and blur), as the fixed transforms record.
+    auto loader = coload::make_data_loader(vision::ImagePipeline(dir.path(), recipe),
+                                           {.batch_size = 3, .num_workers = 2, .seed = 11});
+    std::int64_t images = 0;
+    for (auto& [batch, labels] : loader) images += batch.size(0);
+    const coload::Metrics m = loader.metrics();
+    CHECK(images == 7);
+    CHECK(m.stage(coload::Stage::decode).count == 7);
+    CHECK(m.stage(coload::Stage::transform).count == 7);
+  }
   // With MixUp or CutMix the labels turn soft ([N, 2], rows summing to 1) and each batch is
   // the recipe's rows mixed by the batch's own draw, whatever the workers.
   const Recipe mixing{vision::RandomResizedCrop{24}, vision::RandomHorizontalFlip{},

@@ -310,10 +310,11 @@ class Recipe {
 
  private:
   void apply_rows(std::span<const std::byte> encoded, const ImageInfo& info,
-                  const RecipeParams& params, bool hflip, bool vflip, int grays,
+                  const RecipeParams& params, bool hflip, bool vflip, int grays, bool erase,
                   float* dst) const;
   void apply_whole(std::span<const std::byte> encoded, const ImageInfo& info,
-                   const RecipeParams& params, float* dst) const;
+                   const RecipeParams& params, bool erase, float* dst) const;
+  void finish_whole(const RecipeParams& params, bool erase, float* dst) const;
   void erase_output(const RecipeParams& params, float* dst) const;
 
   std::shared_ptr<const Plan> plan_;
