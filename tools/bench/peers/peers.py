@@ -435,7 +435,7 @@ def commands(args, coload_exe, venv_python):
             cmds[name] = f"the peers' venv ({VENV}) could not be set up: see setup_venv.sh's output"
             continue
         if name.startswith("coload_"):
-            recipe = ["--recipe", args.recipe] if args.recipe else []
+            recipe = ["--recipe", args.recipe] if getattr(args, "recipe", None) else []
             cmds[name] = [coload_exe] + common + workers + ["--mode", name.split("_")[1]] + recipe
         elif name == "decode_full":
             cmds[name] = [coload_exe] + common + workers + ["--mode", "decode"]

@@ -62,7 +62,11 @@ int main(int argc, char** argv) {
   app.add_option("ROOT", root, "an ImageFolder tree")->required();
   app.add_option("--limit", limit, "images used")->check(CLI::Range(1, 1000000))->capture_default_str();
   app.add_option("--rounds", rounds, "interleaved rounds")->check(CLI::Range(1, 1000))->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // a bad flag: exit 2, as every coload tool
+  }
   at::set_num_threads(1);
 
   vision::FolderOptions options;
