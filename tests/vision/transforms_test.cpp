@@ -5,7 +5,6 @@
 
 #include <ATen/ATen.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -505,34 +504,6 @@ TEST_CASE("fidelity: resized crops reach 35 dB PSNR against torchvision, full an
   for (int d : {1, 2, 4, 8}) {
     CHECK(std::find(scales_seen.begin(), scales_seen.end(), d) != scales_seen.end());
   }
-}
-
-TEST_CASE("throughput of decode alone and of the fused train transform (informational)") {
-  std::vector<std::vector<std::byte>> jpegs;
-  for (int i = 0; i < 8; ++i) jpegs.push_back(vision::test::synthetic_jpeg(500, 400, static_cast<std::uint32_t>(50 + i)));
-  constexpr int rounds = 12;
-  std::vector<std::uint8_t> buffer;
-  auto time_it = [&](auto&& body) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < rounds; ++r)
-      for (std::size_t i = 0; i < jpegs.size(); ++i) body(i);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return static_cast<double>(rounds * jpegs.size()) / s;
-  };
-  const double decode_rate = time_it([&](std::size_t i) { vision::decode_into(jpegs[i], buffer); });
-  std::vector<float> out(3 * 224 * 224);
-  const vision::TrainTransform train;
-  std::uint64_t index = 0;
-  const double train_rate = time_it([&](std::size_t i) {
-    coload::Rng rng = coload::Rng::for_sample(0, 0, static_cast<std::int64_t>(index++));
-    train(jpegs[i], rng, out.data());
-  });
-  const vision::EvalTransform eval;
-  const double eval_rate = time_it([&](std::size_t i) { eval(jpegs[i], out.data()); });
-  MESSAGE("500x400 JPEGs, one thread: full decode " << decode_rate << " images/s, fused train "
-                                                    << train_rate << " images/s, fused eval "
-                                                    << eval_rate << " images/s");
-  CHECK(train_rate > 0);
 }
 
 }  // TEST_SUITE
