@@ -299,7 +299,9 @@ TEST_CASE("RandomResizedCrop is deterministic per generator and falls back to a 
   CHECK(impossible.get_params(100, 120, gen) == CropBox{0, 0, 100, 120});
 }
 
-TEST_CASE("RandomResizedCrop draws torchvision's boxes after torch.manual_seed") {
+TEST_CASE("RandomResizedCrop draws torchvision's boxes after torch.manual_seed" *
+          coload::testing::needs(vision::test::torchvision_reference())) {
+  coload::testing::require(vision::test::torchvision_reference());
   TempDir dir;
   const std::vector<std::pair<int, int>> sizes = {{375, 500}, {500, 333}, {224, 224}, {1200, 1600}, {31, 400}};
   std::string commands;
@@ -309,10 +311,6 @@ TEST_CASE("RandomResizedCrop draws torchvision's boxes after torch.manual_seed")
   }
   commands += "params_fallback 0 100 400 " + (dir / "fallback").string() + "\n";
   const Reference result = vision::test::run_reference(dir, commands);
-  if (result == Reference::unavailable) {
-    MESSAGE("skipped: /usr/bin/python3 with torchvision is not available");
-    return;
-  }
   REQUIRE(result == Reference::ok);
   const vision::RandomResizedCrop rrc{224};
   int compared = 0;
@@ -412,7 +410,9 @@ TEST_CASE("the fused eval transform equals Resize, CenterCrop, ToTensor and Norm
                        std::invalid_argument);
 }
 
-TEST_CASE("fused train and eval outputs equal torchvision's bit for bit without DCT scaling") {
+TEST_CASE("fused train and eval outputs equal torchvision's bit for bit without DCT scaling" *
+          coload::testing::needs(vision::test::torchvision_reference())) {
+  coload::testing::require(vision::test::torchvision_reference());
   TempDir dir;
   const auto jpeg = vision::test::synthetic_jpeg(500, 375, 21);
   vision::test::write_bytes(dir / "a.jpg", jpeg);
@@ -423,10 +423,6 @@ TEST_CASE("fused train and eval outputs equal torchvision's bit for bit without 
   }
   commands += "eval " + (dir / "a.jpg").string() + " " + (dir / "eval").string() + "\n";
   const Reference result = vision::test::run_reference(dir, commands);
-  if (result == Reference::unavailable) {
-    MESSAGE("skipped: /usr/bin/python3 with torchvision is not available");
-    return;
-  }
   REQUIRE(result == Reference::ok);
   const vision::TrainTransform train{.dct_scaling = false};
   for (int seed = 0; seed < 4; ++seed) {
@@ -454,7 +450,9 @@ TEST_CASE("the fused paths take PNGs too, decoding them at full size") {
   CHECK(fused == floats_of(composed(src, g2)));
 }
 
-TEST_CASE("fidelity: resized crops reach 35 dB PSNR against torchvision, full and DCT-scaled") {
+TEST_CASE("fidelity: resized crops reach 35 dB PSNR against torchvision, full and DCT-scaled" *
+          coload::testing::needs(vision::test::torchvision_reference())) {
+  coload::testing::require(vision::test::torchvision_reference());
   TempDir dir;
   struct Case {
     int width, height;
@@ -479,10 +477,6 @@ TEST_CASE("fidelity: resized crops reach 35 dB PSNR against torchvision, full an
                 std::to_string(c.size) + " " + (dir / numbered("f", i, ".rgb")).string() + "\n";
   }
   const Reference result = vision::test::run_reference(dir, commands);
-  if (result == Reference::unavailable) {
-    MESSAGE("skipped: /usr/bin/python3 with torchvision is not available");
-    return;
-  }
   REQUIRE(result == Reference::ok);
   std::vector<int> scales_seen;
   for (std::size_t i = 0; i < cases.size(); ++i) {

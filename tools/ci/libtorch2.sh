@@ -42,4 +42,6 @@ fi
 [ -f "$build/build.ninja" ] || meson setup "$build" -Dlibtorch="$libtorch" -Dtests=true \
   -Dexamples=false -Dbench=false
 ninja -C "$build" -j2
+# python3-torchvision is installed above: the torchvision comparisons must run here too.
+export COLOAD_REQUIRE_REFERENCES=${COLOAD_REQUIRE_REFERENCES:-1}
 meson test -C "$build" --print-errorlogs "$@"
