@@ -31,6 +31,7 @@
 #include "coload/collate/batch_allocator.hpp"
 #include "coload/config.hpp"
 #include "coload/device/device.hpp"
+#include "../support/needs.hpp"
 
 using namespace coload;
 
@@ -607,7 +608,7 @@ TEST_CASE("DeviceStage copies pageable and non-contiguous tensors too, and passe
 
 TEST_CASE("make_cuda_backend says why it cannot work here") {
   if (cuda_available()) {
-    MESSAGE("skipped: a CUDA device is available here, so make_cuda_backend(0) succeeds");
+    // The refusal cannot be seen here; the GPU case below checks the backend it makes.
     CHECK(cuda_unavailable_reason().empty());
     return;
   }
@@ -621,11 +622,9 @@ TEST_CASE("make_cuda_backend says why it cannot work here") {
   MESSAGE("make_cuda_backend(0) refused: " << cuda_unavailable_reason());
 }
 
-TEST_CASE("GPU: the stage copies to a CUDA device and the consumer's stream waits") {
-  if (!cuda_available()) {
-    MESSAGE("skipped: no usable CUDA here: " << cuda_unavailable_reason());
-    return;
-  }
+TEST_CASE("GPU: the stage copies to a CUDA device and the consumer's stream waits" *
+          testing::needs(testing::cuda())) {
+  testing::require(testing::cuda());
   auto backend = make_cuda_backend(0);
   CHECK_THROWS_WITH_AS(make_cuda_backend(1 << 20), doctest::Contains("out of range"), std::runtime_error);
   asio::io_context ctx;

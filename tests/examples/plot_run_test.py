@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """tools/plot_run.py over synthetic image_folder --json lines (the metrics schema of issue 19):
-a PNG of the size asked for is written, from a file or stdin; a line that is not JSON, or
+a PNG of the size asked for, with something drawn in each of its three plots, is written, from
+a file or stdin; a line that is not JSON, or
 lacks a key, is an error that names the line and the key, and writes nothing.
 
 usage: plot_run_test.py PLOT_RUN_PY
@@ -44,6 +45,39 @@ def png_size(path):
     return struct.unpack(">II", head[16:24])
 
 
+# Per third of the image (the three plots side by side): the share of its pixels that are
+# saturated colour (the throughput line, tab:blue; the stage bars) and that are the wait bars'
+# gray (0.45). Axes, ticks and text are black and white with antialiased edges, which leave
+# about 0.1% of either; a plot with its data left out has no colour and no more gray.
+INK = r"""
+import sys
+import matplotlib.image as mpimg
+img = mpimg.imread(sys.argv[1])[..., :3]
+w = img.shape[1]
+for k in range(3):
+    panel = img[:, w * k // 3:w * (k + 1) // 3]
+    hi, lo = panel.max(axis=2), panel.min(axis=2)
+    colour = (hi - lo > 0.15).mean()
+    gray = ((hi - lo < 0.02) & (abs(lo - 0.45) < 0.03)).mean()
+    print(colour, gray)
+"""
+# (plot, what must be drawn, share of its pixels at least): well above the 0.1% of a blank one.
+DRAWN = [("throughput", "colour", 0.002), ("trainer waiting", "gray", 0.02),
+         ("time per image", "colour", 0.02)]
+
+
+def drawn_problems(path):
+    """What of the three plots in the PNG at `path` has nothing drawn in it."""
+    r = subprocess.run([PYTHON, "-c", INK, path], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        return [f"cannot read {path}: {r.stderr.strip()}"]
+    shares = [dict(zip(("colour", "gray"), map(float, line.split())))
+              for line in r.stdout.split("\n") if line.strip()]
+    return [f"the {name} plot has {shares[k][kind]:.4f} of its pixels in {kind}, under {least}: "
+            "nothing drawn" for k, (name, kind, least) in enumerate(DRAWN)
+            if shares[k][kind] < least]
+
+
 def main() -> int:
     script = sys.argv[1]
     if subprocess.run([PYTHON, "-c", "import matplotlib"], capture_output=True).returncode != 0:
@@ -78,6 +112,7 @@ def main() -> int:
                 continue
             if got != want:
                 failures.append(f"{args}: PNG is {got[0]}x{got[1]}, expected {want[0]}x{want[1]}")
+            failures += [f"{args}: {p}" for p in drawn_problems(out)]
             if "3 epochs" not in r.stderr:
                 failures.append(f"{args}: stderr {r.stderr!r} does not say 3 epochs")
 

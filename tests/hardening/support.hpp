@@ -98,4 +98,18 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+/// Seconds `f()` takes.
+template <class F>
+double timed(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return seconds_since(t0);
+}
+
+/// The longest that work which waits on no timer may take, given `baseline`: how long the same
+/// work without the fault took, measured in the same run. A second plus four baselines: a
+/// loaded or sanitized machine is slower at both, so the bound grows with it, while a report
+/// that waited on a timer or a poll (or never came) still exceeds it.
+inline double prompt(double baseline) { return 1.0 + 4.0 * baseline; }
+
 }  // namespace coload::hardening

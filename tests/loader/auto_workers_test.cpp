@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <ATen/ATen.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -15,6 +16,7 @@
 
 #include "coload/coload.hpp"
 #include "coload/collate/digest.hpp"
+#include "coload/loader/detail/worker_count.hpp"
 
 using namespace coload;
 using coload::detail::TuningWindow;
@@ -62,6 +64,26 @@ struct SwitchableDataset {
     return i;
   }
 };
+
+// Runs `make` (which makes a loader) on this thread cut to the first `cpus` of its CPUs, and
+// gives the thread its CPUs back after: auto_workers' maximum is twice the CPUs of the thread
+// that makes the loader (sched_getaffinity), and the worker threads it starts keep that set.
+template <class Make>
+auto with_cpus(int cpus, Make&& make) {
+  cpu_set_t all;
+  REQUIRE(::sched_getaffinity(0, sizeof all, &all) == 0);
+  cpu_set_t few;
+  CPU_ZERO(&few);
+  for (int c = 0, n = 0; c < CPU_SETSIZE && n < cpus; ++c) {
+    if (CPU_ISSET(c, &all)) CPU_SET(c, &few), ++n;
+  }
+  REQUIRE(::sched_setaffinity(0, sizeof few, &few) == 0);
+  struct Restore {
+    cpu_set_t set;
+    ~Restore() { ::sched_setaffinity(0, sizeof set, &set); }
+  } restore{all};
+  return make();
+}
 
 struct StreamOf {
   Generator<std::int64_t> stream(const WorkerInfo&) const { co_yield 1; }
@@ -155,6 +177,29 @@ TEST_SUITE("auto_workers") {
     CHECK(t.tuning().grown == 3);
     CHECK(t.tuning().shrunk == 1);
     CHECK(t.tuning().windows == 9);
+  }
+
+  TEST_CASE("with a maximum of 32 (a 16-core machine) and every added worker paying, the "
+            "loader's tuner climbs to 32 in 2 windows a worker, more than an epoch of 120 "
+            "batches holds") {
+    using coload::detail::WorkerCount;
+    WorkerTuner t(32, WorkerCount::tune_span);
+    // Samples that sleep: each worker adds the same rate, so every probe pays (+1/w > 2%).
+    int windows = 0;
+    while (t.workers() < 32 && windows < 1000) {
+      ++windows;
+      CHECK(t.decide(window(0.5, 0.0, 10.0 * t.workers())) >= 0);
+    }
+    CHECK(t.workers() == 32);
+    CHECK(windows == 2 * 31);
+    CHECK(t.tuning().grown == 31);
+    CHECK(t.tuning().shrunk == 0);
+    // The loader judges a window after at least tune_batches batches: the climb needs more
+    // batches than the live case's epoch has, which is why that case caps the maximum.
+    CHECK(windows * WorkerCount::tune_batches > 120);
+    // Held at the maximum while each window waits as much and is as fast.
+    for (int i = 0; i < 2; ++i) CHECK(t.decide(window(0.5, 0.0, 320)) == 0);
+    CHECK(t.tuning().max_seen == 32);
   }
 
   TEST_CASE("a worker that does not raise the rate is taken back, and tried again after a "
@@ -264,12 +309,21 @@ TEST_SUITE("auto_workers") {
 
   TEST_CASE("a slow dataset adds workers, a slow consumer removes them") {
     auto slow = std::make_shared<std::atomic<bool>>(true);
-    auto loader = make_data_loader(SwitchableDataset{slow},
-                                   {.batch_size = 4, .num_workers = auto_workers});
+    // Made on at most 2 CPUs, so that its maximum is at most 4 workers, which the 120 batches
+    // of epoch 0 can climb to (each added worker is judged over 2 windows of at least 4
+    // batches) on any machine: with every CPU of a 16-core one the maximum is 32.
+    int usable = 0;
+    auto loader = with_cpus(2, [&] {
+      usable = coload::detail::usable_cpus();
+      return make_data_loader(SwitchableDataset{slow},
+                              {.batch_size = 4, .num_workers = auto_workers});
+    });
+    CAPTURE(usable);
+    CHECK(usable <= 2);
     WorkerTuning t = loader.worker_tuning();
     CHECK(t.automatic);
     CHECK(t.workers == 1);  // starts small
-    CHECK(t.max_workers == 2 * coload::detail::usable_cpus());
+    CHECK(t.max_workers == 2 * usable);  // twice the CPUs of the thread that made it
     CHECK(loader.options().num_workers == t.max_workers);  // threads started, most asleep
     // Epoch 0: every sample takes 2 ms in get and the consumer takes none.
     std::int64_t seen = 0;
@@ -290,12 +344,13 @@ TEST_SUITE("auto_workers") {
     REQUIRE(t.workers >= 2);
     const std::int64_t shrunk_before = t.shrunk;
     const int workers_before = t.workers;
-    // Epoch 1: the samples are free and the consumer takes 3 ms a batch (the model's step):
-    // the workers idle, and are removed down to one.
+    // Epoch 1: the samples are free and the consumer takes 10 ms a batch (the model's step):
+    // the workers idle, and are removed down to one. (With 3 ms, on a loaded machine, a
+    // worker woken late made the consumer wait in enough windows to keep 2 workers.)
     slow->store(false);
     seen = 0;
     for (auto& batch : loader) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
       seen += batch.size(0);
     }
     CHECK(seen == 480);

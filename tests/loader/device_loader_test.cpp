@@ -12,6 +12,7 @@
 
 #include "coload/coload.hpp"
 #include "coload/device/device.hpp"
+#include "../support/needs.hpp"
 
 using namespace coload;
 
@@ -344,12 +345,9 @@ TEST_SUITE("loader") {
         "device = cuda:0, but device_backend copies to cpu", std::invalid_argument);
   }
 
-  TEST_CASE("GPU: a loader with device = cuda delivers batches on the GPU") {
-    if (!cuda_available()) {
-      const std::string why = "skipped: " + cuda_unavailable_reason();
-      MESSAGE(why);
-      return;
-    }
+  TEST_CASE("GPU: a loader with device = cuda delivers batches on the GPU" *
+            testing::needs(testing::cuda())) {
+    testing::require(testing::cuda());
     auto loader =
         make_data_loader(CountingDataset{64}, LoaderOptions<>{.batch_size = 8,
                                                               .num_workers = 2,

@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -71,6 +73,19 @@ struct coload::wire::Wire<SlowDataset> {
 };
 
 namespace {
+
+// A dataset counting its gets, for a consumer to wait on (C++20 atomic wait).
+struct CountedGets {
+  SlowDataset inner;
+  std::shared_ptr<std::atomic<std::int64_t>> gets;
+  std::int64_t size() const { return inner.size(); }
+  at::Tensor get(Index i) const {
+    at::Tensor t = inner.get(i);
+    gets->fetch_add(1);
+    gets->notify_all();
+    return t;
+  }
+};
 
 // The default collate, slowed down.
 struct SlowCollate {
@@ -179,10 +194,13 @@ TEST_CASE("the verdict names the stage made slow on purpose") {
   for (const Case c : {Case{Stage::read, 0, "read"}, Case{Stage::decode, 0, "decode"},
                        Case{Stage::transform, 0, "transform"}, Case{Stage::wait, 12, "collate"}}) {
     CAPTURE(c.named);
-    auto loader = make_data_loader(SlowDataset{32, c.slow, 3},
+    // 32 batches, so that the workers' start (a thread woken late on a loaded machine) is a
+    // small part of their time: with 8, one late start left them 68% busy and the verdict
+    // read "idle part of the time".
+    auto loader = make_data_loader(SlowDataset{128, c.slow, 3},
                                    {.batch_size = 4, .num_workers = 2},
                                    SlowCollate{c.collate_ms});
-    CHECK(drain(loader) == 32);
+    CHECK(drain(loader) == 128);
     const std::string report = loader.metrics().report();
     CAPTURE(report);
     CHECK(report.rfind("input-bound: the trainer waited ", 0) == 0);
@@ -254,10 +272,21 @@ TEST_CASE("the verdict names pinning and device copies when they take the time")
 }
 
 TEST_CASE("the verdict blames the model when the consumer is the slow side") {
-  // Cheap samples, a consumer that takes 5 ms a batch: the workers keep ahead of it.
-  auto loader = make_data_loader(SlowDataset{64, Stage::sample, 0},
+  // Cheap samples, a consumer that takes 10 ms a batch and asks for the next one only once the
+  // workers have fetched its samples: the workers are ahead of it however the machine schedules
+  // them (on a loaded machine they could fall behind a consumer that only sleeps).
+  auto gets = std::make_shared<std::atomic<std::int64_t>>(0);
+  auto loader = make_data_loader(CountedGets{{64, Stage::sample, 0}, gets},
                                  {.batch_size = 4, .num_workers = 2});
-  CHECK(drain(loader, 5) == 64);
+  std::int64_t n = 0, taken = 0;
+  for (auto& batch : loader) {
+    n += batch.size(0);
+    ++taken;
+    pause_ms(10);  // the model's step
+    const std::int64_t next_fetched = std::min<std::int64_t>(64, 4 * (taken + 1));
+    for (auto v = gets->load(); v < next_fetched; v = gets->load()) gets->wait(v);
+  }
+  CHECK(n == 64);
   const Metrics m = loader.metrics();
   CAPTURE(m.report());
   CHECK(m.report().rfind("the model is the bottleneck: the trainer waited ", 0) == 0);

@@ -35,7 +35,8 @@ def check(tmp, root, extra, kill_after):
     common = [root, "--batch-size", "8", "--epochs", str(EPOCHS), "--seed", "3", "--hashes",
               "--val-fraction", "0"] + extra
     full = run(common)
-    assert len(full) == EPOCHS * BATCHES_PER_EPOCH, f"uninterrupted run: {len(full)} batches"
+    if len(full) != EPOCHS * BATCHES_PER_EPOCH:  # not `assert`: python -O would drop it
+        sys.exit(f"FAIL: uninterrupted run: {len(full)} batches, not {EPOCHS * BATCHES_PER_EPOCH}")
 
     state = os.path.join(tmp, "loader.state")
     proc = subprocess.Popen([example] + common + ["--state", state], stdout=subprocess.PIPE,
@@ -49,7 +50,8 @@ def check(tmp, root, extra, kill_after):
                 break
     first += batch_lines(proc.stdout.read())
     proc.wait()
-    assert proc.returncode == -signal.SIGKILL, f"the run ended with {proc.returncode}, not SIGKILL"
+    if proc.returncode != -signal.SIGKILL:
+        sys.exit(f"FAIL: the run ended with {proc.returncode}, not SIGKILL")
 
     fields = dict((l + " ").split(" ", 1) for l in open(state).read().splitlines())
     position = int(fields["epoch"]) * BATCHES_PER_EPOCH + int(fields["delivered"])

@@ -32,19 +32,26 @@ for p in sorted(glob.glob(os.path.join(shards, "*.tar"))):
             key, field = m.name.split(".", 1)
             seen.setdefault(key, {})[field] = t.extractfile(m).read()
             if field == "cls": order.append(int(key))
-assert len(seen) == len(files) == 96, (len(seen), len(files))
+# Explicit checks, not `assert`: PYTHONOPTIMIZE would remove those.
+def check(ok, what):
+    if not ok:
+        sys.exit(f"FAIL: {what}")
+check(len(seen) == len(files) == 96, f"{len(seen)} samples in the shards, {len(files)} files, not 96")
 for k, (path, cls) in enumerate(files):
-    s = seen["%09d" % k]
-    assert s["jpg"] == open(path, "rb").read(), path
-    assert int(s["cls"]) == cls, (path, s["cls"])
-assert order != sorted(order), "--seed did not shuffle"
+    s = seen.get("%09d" % k, {})
+    check(s.get("jpg") == open(path, "rb").read(), f"{path}: its .jpg in the shards differs")
+    check(s.get("cls") is not None and int(s["cls"]) == cls, f"{path}: .cls {s.get('cls')}, not {cls}")
+check(order != sorted(order), "--seed did not shuffle")
 print("tarfile: all", len(files), "images and labels match")
 PY
 "$image_folder" --shards "$tmp/shards" --epochs 4 --batch-size 16 --workers 2 --json > "$tmp/run.json"
 /usr/bin/python3 - "$tmp/run.json" <<'PY'
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-assert len(runs) == 4 and all(r["images"] == 96 for r in runs), runs
-assert runs[-1]["loss"] < runs[0]["loss"], [r["loss"] for r in runs]
+# Explicit checks, not `assert`: PYTHONOPTIMIZE would remove those.
+if not (len(runs) == 4 and all(r["images"] == 96 for r in runs)):
+    sys.exit(f"FAIL: expected 4 epochs of 96 images: {runs}")
+if not runs[-1]["loss"] < runs[0]["loss"]:
+    sys.exit(f"FAIL: the loss did not fall: {[r['loss'] for r in runs]}")
 print("image_folder --shards: loss", [r["loss"] for r in runs])
 PY

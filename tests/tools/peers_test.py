@@ -264,7 +264,27 @@ def main():
           "CPU vs decode")
     check(t[peers.TARGETS[3][0]]["value"] == 0.05 and t[peers.TARGETS[3][0]]["met"], "first batch")
     check(t[peers.TARGETS[4][0]]["met"] is None, "no processes row: unknown")
-    check(t[peers.TARGETS[5][0]]["value"] == 0.375, "PSS ratio")
+    check(t[peers.TARGETS[5][0]]["value"] == 0.375 and t[peers.TARGETS[5][0]]["met"] is True,
+          "PSS ratio")
+    # Rows that miss every target they have figures for, each on its own side of the bound
+    # (">=" under it, "<=" over it): a compute_targets that always says "met" fails here.
+    rows = {"coload_threads": {"images_per_s": 600.0, "cpu_ms_per_image": 0.9,
+                               "first_batch_s": 0.2, "peak_pss_mib": 600.0},
+            "coload_processes": {"first_batch_s": 0.15, "peak_pss_mib": 500.0},
+            "torch2_tuned": {"images_per_s": 200.0, "first_batch_s": 1.0,
+                             "peak_pss_mib": 800.0},
+            "dali_cpu": {"images_per_s": 700.0}, "decode_full": {"cpu_ms_per_image": 1.0}}
+    t = {x["name"]: x for x in peers.compute_targets(rows)}
+    expected = [3.0, 600.0 / 700.0, 0.9, 0.2, 0.15, 0.75, 0.625]
+    for (label, *_), value in zip(peers.TARGETS, expected):
+        check(t[label]["met"] is False and abs(t[label]["value"] - value) < 1e-12,
+              f"{label}: {value:g} misses its target: {t[label]}")
+    # Exactly at a target meets it, from either side.
+    rows = {"coload_threads": {"images_per_s": 700.0, "first_batch_s": 0.1},
+            "torch2_tuned": {"images_per_s": 200.0, "first_batch_s": 1.0}}
+    t = {x["name"]: x for x in peers.compute_targets(rows)}
+    check(t[peers.TARGETS[0][0]]["met"] is True, f"3.5 meets >= 3.5: {t[peers.TARGETS[0][0]]}")
+    check(t[peers.TARGETS[3][0]]["met"] is True, f"0.1 meets <= 0.1: {t[peers.TARGETS[3][0]]}")
 
     if FAILURES:
         print(f"{len(FAILURES)} check(s) failed", file=sys.stderr)

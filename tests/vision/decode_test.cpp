@@ -207,7 +207,9 @@ TEST_CASE("a CMYK JPEG is read as Adobe-inverted and converted as Pillow convert
   CHECK(std::abs(p[2] - 141) <= 2);
 }
 
-TEST_CASE("JPEG decodes equal PIL's convert('RGB') byte for byte (RGB, gray, CMYK)") {
+TEST_CASE("JPEG decodes equal PIL's convert('RGB') byte for byte (RGB, gray, CMYK)" *
+          coload::testing::needs(vision::test::torchvision_reference())) {
+  coload::testing::require(vision::test::torchvision_reference());
   TempDir dir;
   struct Case {
     std::string name;
@@ -231,10 +233,6 @@ TEST_CASE("JPEG decodes equal PIL's convert('RGB') byte for byte (RGB, gray, CMY
                 (dir / (c.name + ".rgb")).string() + "\n";
   }
   const auto result = vision::test::run_reference(dir, commands);
-  if (result == vision::test::Reference::unavailable) {
-    MESSAGE("skipped: /usr/bin/python3 with torchvision and PIL is not available");
-    return;
-  }
   REQUIRE(result == vision::test::Reference::ok);
   for (const auto& c : cases) {
     CAPTURE(c.name);

@@ -17,6 +17,7 @@
 #include "coload/dataset/dataset.hpp"
 #include "coload/dataset/sample_context.hpp"
 #include "coload/vision/folder.hpp"
+#include "image_test_support.hpp"
 
 namespace fs = std::filesystem;
 using coload::vision::DatasetFolder;
@@ -66,12 +67,8 @@ std::pair<int, std::string> run(const std::string& command) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
-bool have_torchvision() {
-  static const bool have =
-      ::access(kPython, X_OK) == 0 &&
-      run(std::string(kPython) + " -c 'import torchvision' 2>/dev/null").first == 0;
-  return have;
-}
+const coload::testing::Need& torchvision() { return coload::vision::test::torchvision_reference(); }
+bool have_torchvision() { return torchvision().met(); }
 
 std::string quoted(const std::string& s) {
   std::string out = "'";
@@ -213,11 +210,8 @@ TEST_SUITE("vision") {
     }
   }
 
-  TEST_CASE("index_folder equals torchvision.datasets.ImageFolder on an awkward folder") {
-    if (!have_torchvision()) {
-      MESSAGE("skipped: /usr/bin/python3 with torchvision is not available");
-      return;
-    }
+  TEST_CASE("index_folder equals torchvision.datasets.ImageFolder on an awkward folder" * coload::testing::needs(torchvision())) {
+    coload::testing::require(torchvision());
     TempDir tmp;
     const fs::path root = make_awkward_tree(tmp);
     const std::string theirs = torchvision_listing(tmp, root);
@@ -227,11 +221,8 @@ TEST_SUITE("vision") {
     CHECK(coload_listing(root.string() + "/") == torchvision_listing(tmp, root.string() + "/"));
   }
 
-  TEST_CASE("a symlink cycle ends where os.walk's does") {
-    if (!have_torchvision()) {
-      MESSAGE("skipped: /usr/bin/python3 with torchvision is not available");
-      return;
-    }
+  TEST_CASE("a symlink cycle ends where os.walk's does" * coload::testing::needs(torchvision())) {
+    coload::testing::require(torchvision());
     TempDir tmp;
     const fs::path root = tmp.path / "root";
     touch(root / "a/x.jpg");

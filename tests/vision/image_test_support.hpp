@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,7 @@
 
 #include "coload/vision/decode.hpp"
 #include "coload/vision/image.hpp"
+#include "../support/needs.hpp"
 
 namespace coload::vision::test {
 
@@ -217,23 +219,54 @@ inline std::filesystem::path reference_script() {
 /// What running the reference script came to.
 enum class Reference { ok, unavailable, failed };
 
-/// Runs the reference script on `commands` (one per line) with /usr/bin/python3. Where
-/// COLOAD_REQUIRE_TORCHVISION is set (tools/test and CI's libtorch 2 stage, which install
-/// torchvision), a missing script, Python or torchvision fails instead of skipping.
+/// Runs the reference script on `commands` (one per line) with /usr/bin/python3. A case that
+/// calls it is decorated with needs(torchvision_reference()) and requires it first, so here
+/// `unavailable` (no script, or the script's exit 77) is a failure like any other.
 inline Reference run_reference(const TempDir& dir, const std::string& commands) {
-  const char* required = std::getenv("COLOAD_REQUIRE_TORCHVISION");
-  const Reference missing =
-      required && *required && std::string(required) != "0" ? Reference::failed
-                                                            : Reference::unavailable;
   const auto script = reference_script();
-  if (script.empty() || !std::filesystem::exists("/usr/bin/python3")) return missing;
+  if (script.empty() || !std::filesystem::exists("/usr/bin/python3")) return Reference::unavailable;
   const auto file = dir / "commands.txt";
   write_bytes(file, commands);
   const std::string cmd = "/usr/bin/python3 '" + script.string() + "' '" + file.string() + "'";
   const int status = std::system(cmd.c_str());
   if (status == -1 || !WIFEXITED(status)) return Reference::failed;
-  if (WEXITSTATUS(status) == 77) return missing;
+  if (WEXITSTATUS(status) == 77) return Reference::unavailable;
   return WEXITSTATUS(status) == 0 ? Reference::ok : Reference::failed;
+}
+
+/// What the torchvision comparisons need: tools/vision/reference.py, and /usr/bin/python3
+/// importing what it and the folder listing import. Checked once per process, at registration
+/// (one import of torch, about 2 s); the reason names whichever is missing, with Python's error.
+inline const coload::testing::Need& torchvision_reference() {
+  static const coload::testing::Need need = [] {
+    const char* env = "COLOAD_REQUIRE_REFERENCES";
+    if (reference_script().empty()) {
+      return coload::testing::Need(
+          env, "tools/vision/reference.py not found (from " + std::filesystem::current_path().string() +
+                   " or above the test executable)");
+    }
+    if (::access("/usr/bin/python3", X_OK) != 0) {
+      return coload::testing::Need(env, "no /usr/bin/python3 to run tools/vision/reference.py");
+    }
+    const char* check =
+        "/usr/bin/python3 -c 'import torch, torchvision.transforms.functional, "
+        "torchvision.datasets, PIL.Image' 2>&1";
+    std::string out;
+    FILE* pipe = ::popen(check, "r");
+    if (!pipe) return coload::testing::Need(env, "cannot run /usr/bin/python3 (popen failed)");
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+    const int status = ::pclose(pipe);
+    if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      return coload::testing::Need(env, "");
+    }
+    // Python's last line says what failed ("ModuleNotFoundError: No module named 'torchvision'").
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    const std::string last = out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
+    return coload::testing::Need(
+        env, "torchvision not importable by /usr/bin/python3: " + (last.empty() ? "it failed" : last));
+  }();
+  return need;
 }
 
 }  // namespace coload::vision::test

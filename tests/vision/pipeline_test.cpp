@@ -37,6 +37,7 @@
 #include "coload/loader/metrics.hpp"
 #include "coload/vision/folder.hpp"
 #include "coload/vision/pipeline.hpp"
+#include "../support/needs.hpp"
 #include "image_test_support.hpp"
 #include "vision/slab_pool.hpp"
 
@@ -223,6 +224,35 @@ struct SmallFolder {
   }
   const fs::path& root() const { return dir.path(); }
 };
+
+// Two shuffled epochs (batches of 3, seed 7) of the small train transform over `folder` under
+// `options`: each batch's digest, in order, after `check(images, labels)` has seen it.
+template <class Check>
+std::vector<std::vector<std::uint64_t>> hashed_epochs(const SmallFolder& folder,
+                                                      coload::LoaderOptions<> options, Check&& check) {
+  options.batch_size = 3;
+  options.shuffle = true;
+  options.seed = 7;
+  auto loader = coload::make_data_loader(ImagePipeline(folder.root(), small_train()), options);
+  std::vector<std::vector<std::uint64_t>> out;
+  for (int e = 0; e < 2; ++e) {
+    auto& hashes = out.emplace_back();
+    for (auto& [images, labels] : loader) {
+      check(images, labels);
+      hashes.push_back(Digest().add(images.cpu()).add(labels.cpu()).value());
+    }
+  }
+  return out;
+}
+
+// hashed_epochs with 2 thread workers and pageable memory, which the pinned and device runs
+// must equal: 2 epochs of 4 batches.
+std::vector<std::vector<std::uint64_t>> pageable_epochs(const SmallFolder& folder) {
+  auto out = hashed_epochs(folder, {.num_workers = 2}, [](const at::Tensor&, const at::Tensor&) {});
+  REQUIRE(out.size() == 2);
+  REQUIRE(out[0].size() == 4);
+  return out;
+}
 
 // Checks that `batches` are the folder's samples in order, batched by 4, with labels from the
 // index and images equal to the single-sample path's for `epoch` (seed 0).
@@ -831,34 +861,17 @@ TEST_SUITE("vision") {
   }
 
   TEST_CASE("pipeline: with pin_memory, batches arrive pinned and equal the pageable ones, "
-            "with threads and processes; on a GPU, on the device") {
+            "with threads and processes") {
     // The loader's pinned lease (threads) or the worker's pinned slot (processes) is the
     // allocator BatchRows takes its tensor from at once, instead of a slab of the pipeline's pool.
     const SmallFolder folder;
-    auto epochs = [&](coload::LoaderOptions<> options, auto&& check) {
-      options.batch_size = 3;
-      options.shuffle = true;
-      options.seed = 7;
-      auto loader = coload::make_data_loader(ImagePipeline(folder.root(), small_train()), options);
-      std::vector<std::vector<std::uint64_t>> out;
-      for (int e = 0; e < 2; ++e) {
-        auto& hashes = out.emplace_back();
-        for (auto& [images, labels] : loader) {
-          check(images, labels);
-          hashes.push_back(Digest().add(images.cpu()).add(labels.cpu()).value());
-        }
-      }
-      return out;
-    };
-    const auto reference = epochs({.num_workers = 2}, [](const at::Tensor&, const at::Tensor&) {});
-    REQUIRE(reference.size() == 2);
-    REQUIRE(reference[0].size() == 4);
+    const auto reference = pageable_epochs(folder);
     for (const Executor executor : {Executor::threads, Executor::processes}) {
       CAPTURE(executor == Executor::processes);
       auto backend = std::make_shared<coload::HostDeviceBackend>();
       int checked = 0;
-      const auto got = epochs(
-          {.num_workers = 2, .pin_memory = true, .executor = executor, .device_backend = backend},
+      const auto got = hashed_epochs(
+          folder, {.num_workers = 2, .pin_memory = true, .executor = executor, .device_backend = backend},
           [&](const at::Tensor& images, const at::Tensor& labels) {
             CHECK(images.sizes() == at::IntArrayRef({labels.size(0), 3, 32, 32}));
             CHECK(backend->is_pinned(images.data_ptr()));
@@ -875,16 +888,19 @@ TEST_SUITE("vision") {
       CHECK(backend->live_pinned_bytes() == 0);
       CHECK(backend->registered_ranges() == 0);
     }
+  }
 
-    if (!coload::cuda_available()) {
-      const std::string why = "GPU case skipped: " + coload::cuda_unavailable_reason();
-      MESSAGE(why);
-      return;
-    }
+  TEST_CASE("GPU: the pipeline with pin_memory and device = cuda delivers on the device the "
+            "batches it delivers pageable, with threads and processes" *
+            coload::testing::needs(coload::testing::cuda())) {
+    coload::testing::require(coload::testing::cuda());
+    const SmallFolder folder;
+    const auto reference = pageable_epochs(folder);
     for (const Executor executor : {Executor::threads, Executor::processes}) {
       CAPTURE(executor == Executor::processes);
       int on_device = 0;
-      const auto got = epochs({.num_workers = 2,
+      const auto got = hashed_epochs(folder,
+                              {.num_workers = 2,
                                .pin_memory = true,
                                .executor = executor,
                                .device = at::Device(at::kCUDA, 0)},

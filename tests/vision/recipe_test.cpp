@@ -225,7 +225,9 @@ TEST_CASE("recipe: flips and grayscale as functions and as random ops") {
   CHECK(at::equal(vision::ToDtype{at::kFloat, false}(u8), u8.to(at::kFloat)));
 }
 
-TEST_CASE("recipe: every op equals torchvision's functional API on coload's draws") {
+TEST_CASE("recipe: every op equals torchvision's functional API on coload's draws" *
+          coload::testing::needs(vision::test::torchvision_reference())) {
+  coload::testing::require(vision::test::torchvision_reference());
   // For each recipe and seed coload draws the parameters (crop box, which random ops apply),
   // writes its output, and reference.py applies the same ops with torchvision's functional API
   // to the same file: geometry on the PIL image, the rest on the uint8 tensor. Without DCT
@@ -325,10 +327,6 @@ TEST_CASE("recipe: every op equals torchvision's functional API on coload's draw
   CHECK(applied_union[7] != applied_inter[7]);
   CHECK((applied_inter[7] >> 4 & 1u) == 1u);  // RandomErasing(1) found a box every time
   const Reference result = vision::test::run_reference(dir, commands);
-  if (result == Reference::unavailable) {
-    MESSAGE("skipped: /usr/bin/python3 with torchvision is not available");
-    return;
-  }
   REQUIRE(result == Reference::ok);
   for (std::size_t c = 0; c < cases.size(); ++c) {
     CAPTURE(cases[c].what);
@@ -353,15 +351,13 @@ TEST_CASE("recipe: every op equals torchvision's functional API on coload's draw
 }
 
 TEST_CASE("recipe: ColorJitter, GaussianBlur and RandomErasing draw torchvision's values after "
-          "torch.manual_seed") {
+          "torch.manual_seed" *
+          coload::testing::needs(vision::test::torchvision_reference())) {
+  coload::testing::require(vision::test::torchvision_reference());
   TempDir dir;
   const vision::ColorJitter jitter{0.4, 0.3, 0, 0.1};
   const Reference result = vision::test::run_reference(
       dir, "draws 0 200 0.4 0.3 0 0.1 " + (dir / "draws").string() + "\n");
-  if (result == Reference::unavailable) {
-    MESSAGE("skipped: /usr/bin/python3 with torchvision is not available");
-    return;
-  }
   REQUIRE(result == Reference::ok);
   std::ifstream in(dir / "draws");
   int erased = 0;
@@ -405,15 +401,17 @@ TEST_CASE("recipe: ColorJitter, GaussianBlur and RandomErasing draw torchvision'
   CHECK(erased > 150);
 }
 
-TEST_CASE("recipe: MixUp and CutMix draw as transforms.v2 does and mix the batch and labels") {
+TEST_CASE("recipe: MixUp and CutMix draw as transforms.v2 does and mix the batch and labels" *
+          coload::testing::needs(vision::test::torchvision_reference())) {
+  coload::testing::require(vision::test::torchvision_reference());
   const Recipe recipe{vision::RandomResizedCrop{32}, vision::ToTensor{},
                       vision::RandomChoice{{vision::MixUp{0.2}, vision::CutMix{1.0}}, {}}};
   CHECK(recipe.has_batch_op());
   TempDir dir;
   const Reference result =
       vision::test::run_reference(dir, "batch_draws 0 200 32 40 " + (dir / "batch").string() + "\n");
-  if (result != Reference::unavailable) {
-    REQUIRE(result == Reference::ok);
+  REQUIRE(result == Reference::ok);
+  {
     std::ifstream in(dir / "batch");
     int cutmix = 0;
     for (std::uint64_t seed = 0; seed < 200; ++seed) {
@@ -434,8 +432,6 @@ TEST_CASE("recipe: MixUp and CutMix draw as transforms.v2 does and mix the batch
     }
     CHECK(cutmix > 60);
     CHECK(cutmix < 140);
-  } else {
-    MESSAGE("skipped the draws: /usr/bin/python3 with torchvision is not available");
   }
   // The mix itself: each row against transforms.v2's expressions, written out per element.
   const at::Tensor images = at::rand({3, 2, 4, 5});

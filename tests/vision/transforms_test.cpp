@@ -5,7 +5,6 @@
 
 #include <ATen/ATen.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -300,7 +299,9 @@ TEST_CASE("RandomResizedCrop is deterministic per generator and falls back to a 
   CHECK(impossible.get_params(100, 120, gen) == CropBox{0, 0, 100, 120});
 }
 
-TEST_CASE("RandomResizedCrop draws torchvision's boxes after torch.manual_seed") {
+TEST_CASE("RandomResizedCrop draws torchvision's boxes after torch.manual_seed" *
+          coload::testing::needs(vision::test::torchvision_reference())) {
+  coload::testing::require(vision::test::torchvision_reference());
   TempDir dir;
   const std::vector<std::pair<int, int>> sizes = {{375, 500}, {500, 333}, {224, 224}, {1200, 1600}, {31, 400}};
   std::string commands;
@@ -310,10 +311,6 @@ TEST_CASE("RandomResizedCrop draws torchvision's boxes after torch.manual_seed")
   }
   commands += "params_fallback 0 100 400 " + (dir / "fallback").string() + "\n";
   const Reference result = vision::test::run_reference(dir, commands);
-  if (result == Reference::unavailable) {
-    MESSAGE("skipped: /usr/bin/python3 with torchvision is not available");
-    return;
-  }
   REQUIRE(result == Reference::ok);
   const vision::RandomResizedCrop rrc{224};
   int compared = 0;
@@ -413,7 +410,9 @@ TEST_CASE("the fused eval transform equals Resize, CenterCrop, ToTensor and Norm
                        std::invalid_argument);
 }
 
-TEST_CASE("fused train and eval outputs equal torchvision's bit for bit without DCT scaling") {
+TEST_CASE("fused train and eval outputs equal torchvision's bit for bit without DCT scaling" *
+          coload::testing::needs(vision::test::torchvision_reference())) {
+  coload::testing::require(vision::test::torchvision_reference());
   TempDir dir;
   const auto jpeg = vision::test::synthetic_jpeg(500, 375, 21);
   vision::test::write_bytes(dir / "a.jpg", jpeg);
@@ -424,10 +423,6 @@ TEST_CASE("fused train and eval outputs equal torchvision's bit for bit without 
   }
   commands += "eval " + (dir / "a.jpg").string() + " " + (dir / "eval").string() + "\n";
   const Reference result = vision::test::run_reference(dir, commands);
-  if (result == Reference::unavailable) {
-    MESSAGE("skipped: /usr/bin/python3 with torchvision is not available");
-    return;
-  }
   REQUIRE(result == Reference::ok);
   const vision::TrainTransform train{.dct_scaling = false};
   for (int seed = 0; seed < 4; ++seed) {
@@ -455,7 +450,9 @@ TEST_CASE("the fused paths take PNGs too, decoding them at full size") {
   CHECK(fused == floats_of(composed(src, g2)));
 }
 
-TEST_CASE("fidelity: resized crops reach 35 dB PSNR against torchvision, full and DCT-scaled") {
+TEST_CASE("fidelity: resized crops reach 35 dB PSNR against torchvision, full and DCT-scaled" *
+          coload::testing::needs(vision::test::torchvision_reference())) {
+  coload::testing::require(vision::test::torchvision_reference());
   TempDir dir;
   struct Case {
     int width, height;
@@ -480,10 +477,6 @@ TEST_CASE("fidelity: resized crops reach 35 dB PSNR against torchvision, full an
                 std::to_string(c.size) + " " + (dir / numbered("f", i, ".rgb")).string() + "\n";
   }
   const Reference result = vision::test::run_reference(dir, commands);
-  if (result == Reference::unavailable) {
-    MESSAGE("skipped: /usr/bin/python3 with torchvision is not available");
-    return;
-  }
   REQUIRE(result == Reference::ok);
   std::vector<int> scales_seen;
   for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -505,34 +498,6 @@ TEST_CASE("fidelity: resized crops reach 35 dB PSNR against torchvision, full an
   for (int d : {1, 2, 4, 8}) {
     CHECK(std::find(scales_seen.begin(), scales_seen.end(), d) != scales_seen.end());
   }
-}
-
-TEST_CASE("throughput of decode alone and of the fused train transform (informational)") {
-  std::vector<std::vector<std::byte>> jpegs;
-  for (int i = 0; i < 8; ++i) jpegs.push_back(vision::test::synthetic_jpeg(500, 400, static_cast<std::uint32_t>(50 + i)));
-  constexpr int rounds = 12;
-  std::vector<std::uint8_t> buffer;
-  auto time_it = [&](auto&& body) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < rounds; ++r)
-      for (std::size_t i = 0; i < jpegs.size(); ++i) body(i);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return static_cast<double>(rounds * jpegs.size()) / s;
-  };
-  const double decode_rate = time_it([&](std::size_t i) { vision::decode_into(jpegs[i], buffer); });
-  std::vector<float> out(3 * 224 * 224);
-  const vision::TrainTransform train;
-  std::uint64_t index = 0;
-  const double train_rate = time_it([&](std::size_t i) {
-    coload::Rng rng = coload::Rng::for_sample(0, 0, static_cast<std::int64_t>(index++));
-    train(jpegs[i], rng, out.data());
-  });
-  const vision::EvalTransform eval;
-  const double eval_rate = time_it([&](std::size_t i) { eval(jpegs[i], out.data()); });
-  MESSAGE("500x400 JPEGs, one thread: full decode " << decode_rate << " images/s, fused train "
-                                                    << train_rate << " images/s, fused eval "
-                                                    << eval_rate << " images/s");
-  CHECK(train_rate > 0);
 }
 
 }  // TEST_SUITE

@@ -11,7 +11,9 @@
 #   COLOAD_LIBTORCH=  a libtorch to use instead of that Python's torch package
 #   COLOAD_GPU_TARGETS=  ninja targets to build instead of all (for trying the script without a GPU)
 # Writes only under BUILD_DIR (the private prefix is BUILD_DIR/prefix). Exit status: non-zero
-# when the build or a test fails; the benchmark's numbers are printed, not judged.
+# when the build or a test fails, when CUDA is unusable (the GPU cases fail rather than skip:
+# COLOAD_REQUIRE_CUDA=1), or when a test program has no GPU case to run; the benchmark's
+# numbers are printed, not judged.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build-gpu}
@@ -104,6 +106,23 @@ printf '%s' "$CPLUS_INCLUDE_PATH" > "$stamp"
 say "building"
 ninja -C "$build" ${COLOAD_GPU_TARGETS:-}
 status=0
+# The GPU cases may not skip here: where CUDA is unusable they fail, saying why
+# (tests/support/needs.hpp). And each program below must have GPU cases to run: one that has
+# none (renamed, filtered out) fails this script rather than passing without touching the GPU.
+export COLOAD_REQUIRE_CUDA=1
+gpu_cases() {  # PROGRAM [doctest filters...]: how many "GPU: ..." cases it runs
+  "$@" --test-case='GPU:*' --count 2>/dev/null |
+    sed -n 's/.*unskipped test cases passing the current filters: \([0-9]*\).*/\1/p'
+}
+for program in "$build/tests/device/device_test" "$build/tests/loader_test" "$build/tests/vision/vision_test"; do
+  n=$(gpu_cases "$program" || true)
+  if [ "${n:-0}" -gt 0 ]; then
+    echo "$program: $n GPU case(s)"
+  else
+    echo "FAIL: $program has no GPU case to run" >&2
+    status=1
+  fi
+done
 say "meson test --suite device"
 meson test -C "$build" --no-rebuild --suite device --print-errorlogs --verbose || status=1
 say "loader: the device tests (tests/loader/device_loader_test.cpp)"
