@@ -12,7 +12,9 @@
 #include <system_error>
 
 #include "coload/io/file.hpp"
+#include "coload/io/http.hpp"
 #include "coload/io/reader.hpp"
+#include "remote.hpp"
 
 namespace coload::shards {
 
@@ -140,6 +142,16 @@ ShardSample ShardDataset::read(Index index) const {
   const Location at = locate(index);
   const ShardIndex& shard = state_->shards[at.shard];
   const IndexSample& sample = shard.samples[at.sample];
+  if (detail::is_remote(shard.path)) {
+    // One ranged GET of the sample's bytes; the client retries faults and checks the shard's
+    // size against the index on each response.
+    ShardSample out;
+    out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
+    io::HttpClient::shared()->get_range(shard.path, sample.begin, sample.end,
+                                        out.data.data(), shard.file_size);
+    detail::place_fields(shard, sample, sample.begin, out);
+    return out;
+  }
   const io::File& file = state_->file(at.shard);
   const auto range = detail::sample_range(sample, shard.file_size, state_->align());
   ShardSample out;
@@ -166,6 +178,9 @@ Task<ShardSample> ShardDataset::read_async(io::Reader& reader, Index index) cons
   const Location at = locate(index);
   const ShardIndex& shard = state_->shards[at.shard];
   const IndexSample& sample = shard.samples[at.sample];
+  // A remote sample is read by the HTTP client's thread; this worker waits for it (the
+  // loader's Reader knows files, not URLs).
+  if (detail::is_remote(shard.path)) co_return read(index);
   const io::File& file = state_->file(at.shard);
   const auto range = detail::sample_range(sample, shard.file_size, state_->align());
   ShardSample out;

@@ -4,4 +4,5 @@
 #include "coload/io/buffer.hpp"
 #include "coload/io/errors.hpp"
 #include "coload/io/file.hpp"
+#include "coload/io/http.hpp"
 #include "coload/io/reader.hpp"

@@ -27,6 +27,10 @@ struct ShardStreamOptions {
   std::size_t shuffle_buffer = 0;
   /// Bytes of one sequential read; the next one is already in flight while a chunk is used.
   std::size_t read_size = 16 << 20;
+  /// Shards named by http(s) URL: the bytes received ahead of the samples handed out, in all.
+  /// Two shards are in flight (the one being read and the next, so that its first bytes
+  /// overlap this one's tail), each holding at most half of this.
+  std::size_t read_ahead = 64 << 20;
 };
 
 /// Tar shards in the WebDataset layout as an iterable dataset yielding ShardSample.

@@ -1,0 +1,325 @@
+// Shards by URL against nginx on 127.0.0.1 and a fault-injecting proxy in front of it
+// (serve.py, started once for the whole executable): every sample exactly once and the epoch's
+// bytes equal to the local folder's, under each fault, or the named error.
+
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "coload/io/http.hpp"
+#include "coload/shards/dataset.hpp"
+#include "coload/shards/index.hpp"
+#include "coload/shards/stream.hpp"
+#include "coload/shards/writer.hpp"
+#include "shards_test_support.hpp"
+
+// After the coload headers: libtorch's glog defines a CHECK of its own, which doctest's replaces.
+#include <doctest/doctest.h>
+
+extern char** environ;
+
+using namespace coload;
+namespace fs = std::filesystem;
+using shards_test::bytes_of;
+
+namespace {
+
+// serve.py over one folder: nginx and the proxy, until the pipe to its stdin closes.
+struct Server {
+  pid_t pid = -1;
+  int to_child = -1;
+  int nginx = 0, proxy = 0;
+  std::string skip;
+
+  void start(const fs::path& script, const fs::path& root) {
+    int in[2], out[2];
+    if (::pipe(in) != 0 || ::pipe(out) != 0) throw std::runtime_error("pipe failed");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addclose(&fa, in[1]);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    std::string py = "python3", s = script.string(), r = root.string();
+    char* argv[] = {py.data(), s.data(), r.data(), nullptr};
+    if (posix_spawnp(&pid, "python3", &fa, nullptr, argv, environ) != 0) {
+      throw std::runtime_error("cannot start python3 " + s);
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(in[0]);
+    ::close(out[1]);
+    to_child = in[1];
+    FILE* f = ::fdopen(out[0], "r");
+    char line[512] = {};
+    if (!std::fgets(line, sizeof line, f)) throw std::runtime_error("serve.py said nothing");
+    std::fclose(f);
+    std::string text(line);
+    if (text.rfind("SKIP ", 0) == 0) {
+      skip = text.substr(5);
+    } else if (std::sscanf(line, "PORTS %d %d", &nginx, &proxy) != 2) {
+      throw std::runtime_error("serve.py said '" + text + "'");
+    }
+  }
+  ~Server() {
+    if (to_child >= 0) ::close(to_child);  // serve.py stops nginx and exits
+    if (pid > 0) ::waitpid(pid, nullptr, 0);
+  }
+};
+
+Server* server = nullptr;
+fs::path* root = nullptr;  // the served folder: "shards/" holds the shards
+constexpr std::int64_t total = 120;
+
+std::string payload(std::int64_t i) {
+  std::string s(static_cast<std::size_t>(100 + (i * 677) % 9000), '\0');
+  for (std::size_t k = 0; k < s.size(); ++k) s[k] = static_cast<char>((i * 31 + k * 7) & 0xff);
+  return s;
+}
+
+void write_shards(const fs::path& dir) {
+  shards::Writer writer(dir, {.shard_size = 60000});
+  for (std::int64_t i = 0; i < total; ++i) {
+    char key[16];
+    std::snprintf(key, sizeof key, "s%05lld", static_cast<long long>(i));
+    const std::string id = std::to_string(i), bin = payload(i);
+    const shards::WriteField fields[] = {{"id", bytes_of(id)}, {"bin", bytes_of(bin)}};
+    writer.write(key, fields);
+  }
+  writer.finish();
+}
+
+std::string url(const std::string& mode, const std::string& path = "shards/") {
+  return "http://127.0.0.1:" + std::to_string(server->proxy) + "/" + mode + "/" + path;
+}
+
+// Each sample's key and bytes, in the order streamed.
+std::vector<std::string> epoch(shards::ShardStream& stream, const WorkerInfo& info) {
+  std::vector<std::string> out;
+  for (auto& s : stream.stream(info)) {
+    if (s.text("bin") != payload(std::stoll(s.text("id")))) {
+      throw std::runtime_error("sample " + s.key + " came back altered");
+    }
+    out.push_back(s.key + '\0' + s.text("id") + '\0' + s.text("bin"));
+  }
+  return out;
+}
+
+shards::ShardStreamOptions stream_options(std::size_t read_ahead = 64 << 10) {
+  return {.shuffle_shards = true, .shuffle_buffer = 7, .read_ahead = read_ahead};
+}
+
+std::vector<std::string> local_epoch(const WorkerInfo& info) {
+  shards::ShardStream local(*root / "shards", stream_options());
+  return epoch(local, info);
+}
+
+}  // namespace
+
+TEST_SUITE("shards") {
+
+TEST_CASE("brace patterns expand as WebDataset's do, and bad ones are named") {
+  CHECK((shards::expand_braces("s-{0..2}.tar") ==
+         std::vector<std::string>{"s-0.tar", "s-1.tar", "s-2.tar"}));
+  CHECK((shards::expand_braces("t-{000008..000010}.tar") ==
+         std::vector<std::string>{"t-000008.tar", "t-000009.tar", "t-000010.tar"}));
+  CHECK((shards::expand_braces("{a,b}-{1..2}") ==
+         std::vector<std::string>{"a-1", "a-2", "b-1", "b-2"}));
+  CHECK(shards::expand_braces("plain.tar") == std::vector<std::string>{"plain.tar"});
+  CHECK_THROWS_WITH_AS(shards::expand_braces("x-{1..3.tar"), doctest::Contains("is not closed"),
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(shards::expand_braces("x-{5..3}.tar"), doctest::Contains("goes down"),
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(shards::expand_braces("x-{0..9999999}.tar"),
+                       doctest::Contains("x-{0..9999999}.tar"), InvalidArgument);
+}
+
+TEST_CASE("a folder URL, a brace pattern and file:// stream the local epoch, sample for sample") {
+  const std::size_t n = shards::find_shards(*root / "shards").size();
+  REQUIRE(n >= 8);
+  const WorkerInfo info{.id = 1, .num_workers = 2, .seed = 5};
+  const auto local = local_epoch(info);
+  REQUIRE(local.size() > 40);
+
+  shards::ShardStream folder(url("ok"), stream_options());
+  CHECK(folder.dataset().shards().size() == n);
+  CHECK(folder.dataset().shards()[0].path == url("ok") + "shard-000000.tar");
+  CHECK(folder.total_samples() == total);
+  CHECK(epoch(folder, info) == local);
+
+  char last[16];
+  std::snprintf(last, sizeof last, "%06zu", n - 1);
+  // nginx directly, no proxy.
+  const std::string direct = "http://127.0.0.1:" + std::to_string(server->nginx) +
+                             "/shards/shard-{000000.." + last + "}.tar";
+  shards::ShardStream braces(direct, stream_options());
+  CHECK(epoch(braces, info) == local);
+
+  shards::ShardStream file("file://" + (*root / "shards").string(), stream_options());
+  CHECK(epoch(file, info) == local);
+}
+
+TEST_CASE("ranks x workers over URLs: every sample exactly once, as from the folder") {
+  shards::ShardStream remote(url("ok"), stream_options(16 << 10));
+  std::multiset<std::string> seen, local;
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int id = 0; id < 2; ++id) {
+      const WorkerInfo info{.id = id, .num_workers = 2, .seed = 9u + static_cast<unsigned>(id),
+                            .rank = rank, .world_size = 2};
+      const auto got = epoch(remote, info);
+      CHECK(got == local_epoch(info));
+      seen.insert(got.begin(), got.end());
+    }
+  }
+  CHECK(seen.size() == static_cast<std::size_t>(total));
+  CHECK(std::set<std::string>(seen.begin(), seen.end()).size() == static_cast<std::size_t>(total));
+}
+
+TEST_CASE("map-style by URL: each sample one ranged GET, the same bytes as the folder") {
+  const shards::ShardDataset local(*root / "shards");
+  const shards::ShardDataset remote(url("ok"));
+  REQUIRE(remote.size() == local.size());
+  for (Index i = 0; i < remote.size(); i += 7) {
+    const auto a = local.read(i), b = remote.read(i);
+    CHECK(b.key == a.key);
+    CHECK(b.text("bin") == a.text("bin"));
+    CHECK(b.text("id") == std::to_string(i));
+  }
+  CHECK(remote.read(-1).text("id") == std::to_string(total - 1));
+}
+
+TEST_CASE("exact resume by URL: a state taken mid-shard continues with nothing lost or repeated") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 3};
+  const auto whole = local_epoch(info);
+  shards::ShardStream first(url("ok"), stream_options());
+  std::vector<std::string> got;
+  std::string state;
+  for (auto& s : first.stream(info)) {
+    got.push_back(s.key + '\0' + s.text("id") + '\0' + s.text("bin"));
+    if (got.size() == 50) {
+      state = first.state();
+      break;
+    }
+  }
+  shards::ShardStream second(url("ok"), stream_options());
+  second.load_state(state);
+  const auto rest = epoch(second, info);
+  got.insert(got.end(), rest.begin(), rest.end());
+  CHECK(got == whole);
+}
+
+TEST_CASE("faults are retried from the byte reached: each gives the local epoch exactly") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  const auto local = local_epoch(info);
+  // Each mode names a fault the proxy puts on the first requests of every shard; "all" puts
+  // it on the index files too. The last token is a nonce: each case counts requests afresh.
+  const char* modes[] = {"lat30",       "reset1",       "reset3,all",  "503x2",
+                         "503x1,all",   "short1",       "short2,all",  "lie1",
+                         "lielong1",    "lie1,reset1",  "bw4000"};
+  int nonce = 0;
+  for (const char* mode : modes) {
+    CAPTURE(mode);
+    const std::string m = std::string(mode) + ",n" + std::to_string(nonce++);
+    shards::ShardStream remote(url(m), stream_options(16 << 10));
+    CHECK(epoch(remote, info) == local);
+    // Map-style reads through the same faults.
+    const shards::ShardDataset ds(url(m + "m"));
+    for (Index i : {Index{0}, Index{61}, Index{total - 1}}) {
+      CHECK(ds.read(i).text("bin") == payload(i));
+    }
+  }
+}
+
+TEST_CASE("a shard that keeps failing ends the epoch with an error naming URL, status, attempts and samples") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  shards::ShardStream remote(url("always503"), {.shuffle_shards = false});
+  std::size_t got = 0;
+  try {
+    for (auto& s : remote.stream(info)) {
+      (void)s;
+      ++got;
+    }
+    FAIL("the stream ended without an error");
+  } catch (const io::HttpError& e) {
+    const std::string what = e.what();
+    CHECK(got == 0);
+    CHECK(e.status() == 503);
+    CHECK(e.attempts() == io::RetryOptions{}.attempts);
+    CHECK(e.url() == url("always503") + "shard-000000.tar");
+    CHECK(what.find("HTTP 503") != std::string::npos);
+    CHECK(what.find("6 attempts") != std::string::npos);
+    const auto held = remote.dataset().shards()[0].samples.size();
+    CHECK(what.find("holds samples 0.." + std::to_string(held - 1) + ", of which 0 were read") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("403 and 404 fail at once, naming the URL") {
+  shards::ShardStream forbidden(url("403"), {.shuffle_shards = false});
+  try {
+    for (auto& s : forbidden.stream(WorkerInfo{.num_workers = 1})) (void)s;
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    CHECK(e.status() == 403);
+    CHECK(e.attempts() == 1);
+    CHECK(std::string(e.what()).find(url("403") + "shard-000000.tar") != std::string::npos);
+  }
+  // A brace pattern naming a shard the server does not have: its index is not found.
+  try {
+    shards::ShardDataset missing(url("ok", "shards/shard-{000000..000999}.tar"));
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    CHECK(e.status() == 404);
+    CHECK(e.attempts() == 1);
+    CHECK(e.url().find(".tar.idx") != std::string::npos);
+    CHECK(std::string(e.what()).find("index file") != std::string::npos);
+  }
+  // A folder URL without shards.txt.
+  CHECK_THROWS_WITH_AS(shards::ShardDataset(url("ok", "nothing/")),
+                       doctest::Contains("shards.txt"), io::HttpError);
+}
+
+TEST_CASE("a shard whose size differs from its index is refused, naming both sizes") {
+  // shards/ and changed/ hold the same shard names; changed/ has a longer first shard and
+  // the index of the original.
+  const WorkerInfo info{.num_workers = 1};
+  shards::ShardStream remote(url("ok", "changed/"), {.shuffle_shards = false});
+  CHECK_THROWS_WITH_AS(
+      [&] { for (auto& s : remote.stream(info)) (void)s; }(),
+      doctest::Contains("the shard changed since it was indexed"), io::HttpError);
+}
+
+}  // TEST_SUITE
+
+int main(int argc, char** argv) {
+  shards_test::TempDir dir;
+  fs::path served = dir.path;
+  root = &served;
+  write_shards(served / "shards");
+  fs::create_directories(served / "changed");
+  for (const auto& e : fs::directory_iterator(served / "shards")) {
+    fs::copy_file(e.path(), served / "changed" / e.path().filename());
+  }
+  {
+    std::ofstream grow(served / "changed" / "shard-000000.tar", std::ios::app | std::ios::binary);
+    grow << std::string(1024, '\0');
+  }
+  Server s;
+  s.start(COLOAD_SERVE_SCRIPT, served);
+  if (!s.skip.empty()) {
+    std::printf("SKIP: %s", s.skip.c_str());
+    return 77;  // meson's skip
+  }
+  server = &s;
+  doctest::Context context(argc, argv);
+  return context.run();
+}
