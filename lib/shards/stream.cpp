@@ -273,20 +273,27 @@ Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
       const IndexSample& is = shard.samples[pos.sample];
       ShardSample x;
       x.data = io::Buffer(static_cast<std::size_t>(is.end - is.begin));
+      bool lost = false;
       try {
         reader->copy(is.begin, is.end, x.data.data(), is.key);
       } catch (const io::HttpError& e) {
-        // The client gave up on the shard: say which samples it held and which of them were
-        // already delivered, so that a caller knows exactly what this epoch is missing.
+        // The client gave up on the shard: say which samples it held and how many of them were
+        // read, so that a caller knows exactly what this epoch is missing.
         const std::int64_t first = data.offsets()[s];
-        throw io::HttpError(e.url(), e.status(), e.attempts(),
-                            std::string(e.what()) + "; shard '" + shard.path + "' holds samples " +
-                                std::to_string(first) + ".." +
-                                std::to_string(first + static_cast<std::int64_t>(shard.samples.size()) - 1) +
-                                ", of which " + std::to_string(pos.sample) +
-                                " were read and " +
-                                std::to_string(shard.samples.size() - pos.sample) + " are lost to this epoch");
+        const std::size_t left = shard.samples.size() - pos.sample;
+        io::HttpError named(
+            e.url(), e.status(), e.attempts(),
+            std::string(e.what()) + "; shard '" + shard.path + "' holds samples " +
+                std::to_string(first) + ".." +
+                std::to_string(first + static_cast<std::int64_t>(shard.samples.size()) - 1) +
+                ", of which " + std::to_string(pos.sample) + " were read and " +
+                std::to_string(left) + " are lost to this epoch");
+        if (!self->options_.skip_failed_shards) throw named;
+        coload::detail::warn(std::string("ShardStream: skipped: ") + named.what());
+        self->skipped_ += static_cast<std::int64_t>(left);
+        lost = true;
       }
+      if (lost) break;  // on to the next shard, whose reader is already running
       detail::place_fields(shard, is, is.begin, x);
       const std::int64_t g = data.offsets()[s] + static_cast<std::int64_t>(pos.sample);
       ++pos.sample;

@@ -263,6 +263,22 @@ TEST_CASE("a shard that keeps failing ends the epoch with an error naming URL, s
   }
 }
 
+TEST_CASE("skip_failed_shards: a shard that fails for good is left out and counted, the rest arrive") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  shards::ShardStream remote(url("always503,on000002"),
+                             {.shuffle_shards = false, .skip_failed_shards = true});
+  const auto& lost = remote.dataset().shards()[2];
+  std::set<std::int64_t> ids;
+  for (auto& s : remote.stream(info)) ids.insert(std::stoll(s.text("id")));
+  const auto first = remote.dataset().offsets()[2];
+  const auto n = static_cast<std::int64_t>(lost.samples.size());
+  CHECK(remote.skipped_samples() == n);
+  CHECK(ids.size() == static_cast<std::size_t>(total - n));
+  for (std::int64_t i = 0; i < total; ++i) {
+    CHECK(ids.count(i) == (i >= first && i < first + n ? 0u : 1u));
+  }
+}
+
 TEST_CASE("403 and 404 fail at once, naming the URL") {
   shards::ShardStream forbidden(url("403"), {.shuffle_shards = false});
   try {

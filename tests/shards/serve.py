@@ -10,7 +10,8 @@ The proxy serves http://127.0.0.1:<proxy>/<mode>/<path> as nginx serves /<path>,
 is a comma-separated list of tokens (unknown tokens are ignored, so one can be a nonce that
 gives a test case counts of its own). Faults count the requests made for each whole target
 (mode and path): "reset2" applies to the first 2 requests of each target, and so on. They apply
-to .tar paths only, unless the token "all" is given.
+to .tar paths only, unless the token "all" is given, and with "on<text>" only to paths holding
+<text>.
   lat<ms>       waits <ms> before answering each request (an added round trip)
   bw<KiB/s>     sends bodies at most this fast
   reset<k>      sends half the body, then resets the connection (RST)
@@ -100,6 +101,9 @@ class Proxy:
             if k:
                 opts[k.group(1)] = int(k.group(2))
         faulty = path.endswith(".tar") or "all" in tokens
+        only = [t[2:] for t in tokens if t.startswith("on")]
+        if only and not any(o in path for o in only):
+            faulty = False
         hit = lambda name: faulty and n <= opts.get(name, 0)
         if "lat" in opts:
             await asyncio.sleep(opts["lat"] / 1000)
