@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <system_error>
 
@@ -171,6 +172,69 @@ ShardSample ShardDataset::read(Index index) const {
     throw ShardError(shard.path, sample.key, sample.begin, "the shard ends inside the sample");
   }
   detail::place_fields(shard, sample, range.begin, out);
+  return out;
+}
+
+std::vector<ShardSample> ShardDataset::read_batch(std::span<const Index> indices,
+                                                  std::uint64_t gap) const {
+  std::vector<ShardSample> out(indices.size());
+  // The remote samples, by shard and offset; each run of neighbours becomes one GET.
+  struct Want {
+    std::size_t shard, sample, slot;
+  };
+  std::vector<Want> remote;
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    const Location at = locate(indices[k]);
+    if (detail::is_remote(state_->shards[at.shard].path)) {
+      remote.push_back({at.shard, at.sample, k});
+    } else {
+      out[k] = read(indices[k]);
+    }
+  }
+  const auto& shards = state_->shards;
+  const auto begin_of = [&](const Want& w) { return shards[w.shard].samples[w.sample].begin; };
+  const auto end_of = [&](const Want& w) { return shards[w.shard].samples[w.sample].end; };
+  std::sort(remote.begin(), remote.end(), [&](const Want& a, const Want& b) {
+    return a.shard != b.shard ? a.shard < b.shard : begin_of(a) < begin_of(b);
+  });
+  struct Run {
+    std::size_t first, last;  // [first, last) of `remote`
+    std::uint64_t begin, end;
+    std::unique_ptr<io::BodyStream> body;
+  };
+  std::vector<Run> runs;
+  for (std::size_t i = 0; i < remote.size(); ++i) {
+    const Want& w = remote[i];
+    if (!runs.empty() && remote[runs.back().first].shard == w.shard &&
+        begin_of(w) <= runs.back().end + gap) {
+      runs.back().last = i + 1;
+      runs.back().end = std::max(runs.back().end, end_of(w));
+    } else {
+      runs.push_back({i, i + 1, begin_of(w), end_of(w), nullptr});
+    }
+  }
+  // Every GET goes out before the first is waited for: the client runs them together.
+  const auto client = io::HttpClient::shared();
+  for (Run& r : runs) {
+    const ShardIndex& shard = shards[remote[r.first].shard];
+    r.body = client->stream(shard.path, r.begin, r.end, static_cast<std::size_t>(r.end - r.begin),
+                            shard.file_size);
+  }
+  std::vector<std::byte> bytes;
+  for (Run& r : runs) {
+    bytes.resize(static_cast<std::size_t>(r.end - r.begin));
+    r.body->read(bytes.data(), bytes.size());
+    r.body.reset();
+    for (std::size_t i = r.first; i < r.last; ++i) {
+      const Want& w = remote[i];
+      const ShardIndex& shard = shards[w.shard];
+      const IndexSample& sample = shard.samples[w.sample];
+      ShardSample& x = out[w.slot];
+      x.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
+      std::memcpy(x.data.data(), bytes.data() + (sample.begin - r.begin), x.data.size());
+      detail::place_fields(shard, sample, sample.begin, x);
+    }
+  }
   return out;
 }
 

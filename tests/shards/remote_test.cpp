@@ -197,6 +197,34 @@ TEST_CASE("map-style by URL: each sample one ranged GET, the same bytes as the f
   CHECK(remote.read(-1).text("id") == std::to_string(total - 1));
 }
 
+TEST_CASE("map-style batches by URL: neighbours in a shard share one ranged GET") {
+  const std::string mode = "ok,batch";
+  const auto requests = [&] {
+    return std::stoi(io::HttpClient::shared()->get(
+        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
+  };
+  const shards::ShardDataset remote(url(mode));
+  const int after_index = requests();  // shards.txt and one .idx a shard
+  CHECK(after_index == 1 + static_cast<int>(remote.shards().size()));
+  const std::size_t last = remote.shards().size() - 1;
+  const Index far = remote.offsets()[last];  // the last shard's first sample
+  // Shard 0's samples 1 and 3..5 (5 twice) lie within 64 KiB of each other; the last shard's
+  // first two are another run.
+  const std::vector<Index> indices{5, 3, far + 1, 4, far, 5, 1};
+  const auto got = remote.read_batch(indices, 64 << 10);
+  REQUIRE(got.size() == indices.size());
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    CHECK(got[k].text("id") == std::to_string(indices[k]));
+    CHECK(got[k].text("bin") == payload(indices[k]));
+  }
+  CHECK(requests() - after_index == 2);  // {1, 3, 4, 5, 5} and {far, far + 1}
+  // With no gap allowed (a sample's tar headers lie between it and the next), each sample
+  // is a GET of its own; the repeated one shares its own.
+  const int before = requests();
+  remote.read_batch(indices, 0);
+  CHECK(requests() - before == 6);
+}
+
 TEST_CASE("exact resume by URL: a state taken mid-shard continues with nothing lost or repeated") {
   const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 3};
   const auto whole = local_epoch(info);

@@ -21,6 +21,7 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
   lielong<k>    says Content-Length is 1000 bytes more than the body, sends the body and closes
   always503     answers 503 to every request
   403           answers 403
+http://127.0.0.1:<proxy>/count/<mode> answers the number of requests made under /<mode>/ so far.
 """
 import asyncio
 import os
@@ -91,6 +92,13 @@ class Proxy:
     async def serve(self, cr, cw):
         head = (await cr.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
         method, target, _ = head[0].split(" ", 2)
+        if target.startswith("/count/"):  # requests so far whose target starts "/<mode>/"
+            prefix = "/" + target[len("/count/"):].strip("/") + "/"
+            body = str(sum(n for t, n in self.seen.items() if t.startswith(prefix))).encode()
+            cw.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                     % (len(body), body))
+            await cw.drain()
+            return
         m = re.match(r"/([^/]*)(/.*)", target)
         mode, path = (m.group(1), m.group(2)) if m else ("", target)
         n = self.seen[target] = self.seen.get(target, 0) + 1
