@@ -3,11 +3,6 @@
 // bytes equal to the local folder's, under each fault, or the named error.
 
 #define DOCTEST_CONFIG_IMPLEMENT
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -21,12 +16,11 @@
 #include "coload/shards/index.hpp"
 #include "coload/shards/stream.hpp"
 #include "coload/shards/writer.hpp"
+#include "serve.hpp"
 #include "shards_test_support.hpp"
 
 // After the coload headers: libtorch's glog defines a CHECK of its own, which doctest's replaces.
 #include <doctest/doctest.h>
-
-extern char** environ;
 
 using namespace coload;
 namespace fs = std::filesystem;
@@ -34,49 +28,7 @@ using shards_test::bytes_of;
 
 namespace {
 
-// serve.py over one folder: nginx and the proxy, until the pipe to its stdin closes.
-struct Server {
-  pid_t pid = -1;
-  int to_child = -1;
-  int nginx = 0, proxy = 0;
-  std::string skip;
-
-  void start(const fs::path& script, const fs::path& root) {
-    int in[2], out[2];
-    if (::pipe(in) != 0 || ::pipe(out) != 0) throw std::runtime_error("pipe failed");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    posix_spawn_file_actions_addclose(&fa, in[1]);
-    posix_spawn_file_actions_addclose(&fa, out[0]);
-    std::string py = "python3", s = script.string(), r = root.string();
-    char* argv[] = {py.data(), s.data(), r.data(), nullptr};
-    if (posix_spawnp(&pid, "python3", &fa, nullptr, argv, environ) != 0) {
-      throw std::runtime_error("cannot start python3 " + s);
-    }
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(in[0]);
-    ::close(out[1]);
-    to_child = in[1];
-    FILE* f = ::fdopen(out[0], "r");
-    char line[512] = {};
-    if (!std::fgets(line, sizeof line, f)) throw std::runtime_error("serve.py said nothing");
-    std::fclose(f);
-    std::string text(line);
-    if (text.rfind("SKIP ", 0) == 0) {
-      skip = text.substr(5);
-    } else if (std::sscanf(line, "PORTS %d %d", &nginx, &proxy) != 2) {
-      throw std::runtime_error("serve.py said '" + text + "'");
-    }
-  }
-  ~Server() {
-    if (to_child >= 0) ::close(to_child);  // serve.py stops nginx and exits
-    if (pid > 0) ::waitpid(pid, nullptr, 0);
-  }
-};
-
-Server* server = nullptr;
+shards_test::Server* server = nullptr;
 fs::path* root = nullptr;  // the served folder: "shards/" holds the shards
 constexpr std::int64_t total = 120;
 
@@ -357,7 +309,7 @@ int main(int argc, char** argv) {
     std::ofstream grow(served / "changed" / "shard-000000.tar", std::ios::app | std::ios::binary);
     grow << std::string(1024, '\0');
   }
-  Server s;
+  shards_test::Server s;
   s.start(COLOAD_SERVE_SCRIPT, served);
   if (!s.skip.empty()) {
     std::printf("SKIP: %s", s.skip.c_str());

@@ -84,7 +84,8 @@ class Proxy:
     async def handle(self, cr, cw):
         try:
             await self.serve(cr, cw)
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            # A reset client, or the server closing with the request in flight.
             pass
         finally:
             cw.close()
