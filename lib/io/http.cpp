@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -33,8 +36,50 @@ bool starts_with(std::string_view s, std::string_view p) noexcept {
 
 bool is_url(std::string_view name) noexcept {
   return starts_with(name, "http://") || starts_with(name, "https://") ||
-         starts_with(name, "file://");
+         starts_with(name, "file://") || starts_with(name, "s3://");
 }
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+/// How an s3:// URL is fetched: the HTTP(S) URL and its signing, from the standard AWS
+/// variables (read at each attempt, so a rotated session token is picked up).
+struct S3Target {
+  std::string url, sigv4, userpwd, token;
+};
+
+S3Target resolve_s3(const std::string& url) {
+  const std::string rest = url.substr(5);
+  const auto slash = rest.find('/');
+  const std::string bucket = rest.substr(0, slash);
+  const std::string key = slash == std::string::npos ? "" : rest.substr(slash + 1);
+  std::string region = env("AWS_REGION");
+  if (region.empty()) region = env("AWS_DEFAULT_REGION");
+  if (region.empty()) region = "us-east-1";
+  std::string endpoint = env("AWS_ENDPOINT_URL_S3");
+  if (endpoint.empty()) endpoint = env("AWS_ENDPOINT_URL");
+  S3Target t;
+  if (!endpoint.empty()) {
+    // A custom endpoint (MinIO, moto, a proxy): path-style, as such servers expect.
+    if (endpoint.back() == '/') endpoint.pop_back();
+    t.url = endpoint + "/" + bucket + "/" + key;
+  } else {
+    t.url = "https://" + bucket + ".s3." + region + ".amazonaws.com/" + key;
+  }
+  const std::string id = env("AWS_ACCESS_KEY_ID"), secret = env("AWS_SECRET_ACCESS_KEY");
+  if (!id.empty() && !secret.empty()) {
+    t.sigv4 = "aws:amz:" + region + ":s3";
+    t.userpwd = id + ":" + secret;
+    t.token = env("AWS_SESSION_TOKEN");
+  }
+  return t;
+}
+
+}  // namespace
 
 HttpError::HttpError(std::string url, long status, int attempts, const std::string& what)
     : std::runtime_error(what), url_(std::move(url)), status_(status), attempts_(attempts) {}
@@ -49,6 +94,7 @@ struct BodyStream::Transfer {
 
   // The driver thread's alone.
   CURL* easy = nullptr;
+  curl_slist* headers = nullptr;  // this attempt's extra headers (s3://), freed with `easy`
   std::uint64_t reached = 0;        // the next byte of the body wanted
   std::uint64_t attempt_start = 0;  // reached when this attempt began
   std::uint64_t skip = 0;           // bytes of this response before `reached` (a 200 to a Range)
@@ -132,6 +178,7 @@ struct HttpClient::Driver {
     curl_multi_remove_handle(multi, t.easy);
     CURL* easy = std::exchange(t.easy, nullptr);
     curl_easy_cleanup(easy);
+    curl_slist_free_all(std::exchange(t.headers, nullptr));
     running.erase(easy);  // may free t: last
   }
 };
@@ -164,7 +211,7 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
   if (!t->checked) {
     t->checked = true;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
-    const bool http = !starts_with(t->url, "file://");
+    const bool http = !starts_with(t->url, "file://");  // s3:// is HTTP too
     if (http && t->status == 206) {
       if (t->range_start != static_cast<std::int64_t>(t->reached)) {
         t->fatal = "asked for bytes from " + std::to_string(t->reached) +
@@ -248,7 +295,25 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   t->fatal.clear();
   t->errbuf[0] = '\0';
   ++t->attempts;
-  curl_easy_setopt(easy, CURLOPT_URL, t->url.c_str());
+  if (starts_with(t->url, "s3://")) {
+    // Signed with SigV4 by libcurl itself; the payload hash header S3 requires is the hash of
+    // the empty body of a GET. Without credentials the request goes unsigned (a public bucket).
+    const S3Target s3 = resolve_s3(t->url);
+    curl_easy_setopt(easy, CURLOPT_URL, s3.url.c_str());
+    if (!s3.sigv4.empty()) {
+      curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, s3.sigv4.c_str());
+      curl_easy_setopt(easy, CURLOPT_USERPWD, s3.userpwd.c_str());
+      t->headers = curl_slist_append(
+          t->headers, "x-amz-content-sha256: "
+                      "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+      if (!s3.token.empty()) {
+        t->headers = curl_slist_append(t->headers, ("x-amz-security-token: " + s3.token).c_str());
+      }
+      curl_easy_setopt(easy, CURLOPT_HTTPHEADER, t->headers);
+    }
+  } else {
+    curl_easy_setopt(easy, CURLOPT_URL, t->url.c_str());
+  }
   curl_easy_setopt(easy, CURLOPT_PRIVATE, t.get());
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(easy, CURLOPT_WRITEDATA, t.get());

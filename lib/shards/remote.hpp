@@ -10,7 +10,7 @@
 
 namespace coload::shards::detail {
 
-/// Whether `name` is an http:// or https:// URL (file:// URLs are read as local paths).
+/// Whether `name` is an http://, https:// or s3:// URL (file:// URLs are read as local paths).
 bool is_remote(std::string_view name) noexcept;
 /// The local path a file:// URL names ("file:///data/x.tar", "file://localhost/data/x.tar");
 /// InvalidArgument for another host.

@@ -22,6 +22,7 @@ struct Server {
   int to_child = -1;
   int nginx = 0, proxy = 0;
   std::string skip;
+  std::string key_id, key_secret;
 
   void start(const std::filesystem::path& script, const std::filesystem::path& root) {
     int in[2], out[2];
@@ -51,7 +52,11 @@ struct Server {
     std::string text(line);
     if (text.rfind("SKIP ", 0) == 0) {
       skip = text.substr(5);
-    } else if (std::sscanf(line, "PORTS %d %d", &nginx, &proxy) != 2) {
+    } else if (char id[128] = {}, secret[128] = {};
+               std::sscanf(line, "PORTS %d %d %127s %127s", &nginx, &proxy, id, secret) >= 2) {
+      key_id = id;  // s3_serve.py: the access key its server checks signatures with
+      key_secret = secret;
+    } else {
       throw std::runtime_error("serve.py said '" + text + "'");
     }
   }

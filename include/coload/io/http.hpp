@@ -1,5 +1,5 @@
 #pragma once
-// Reads by URL (http://, https://, file://) through libcurl's multi interface: one client runs
+// Reads by URL (http://, https://, s3://, file://) through libcurl's multi interface: one client runs
 // every transfer from one driver thread (not a thread per request), retries faults with
 // exponential backoff and jitter, and resumes a body from the byte it reached (Range).
 
@@ -15,7 +15,15 @@
 
 namespace coload::io {
 
-/// Whether `name` is a URL coload reads through HttpClient ("http://", "https://", "file://").
+/// Whether `name` is a URL coload reads through HttpClient ("http://", "https://", "s3://",
+/// "file://").
+///
+/// `s3://bucket/key` is fetched from `$AWS_ENDPOINT_URL_S3` or `$AWS_ENDPOINT_URL` when set
+/// (path-style: `<endpoint>/bucket/key`), otherwise from
+/// `https://bucket.s3.<region>.amazonaws.com/key`, the region from `$AWS_REGION` or
+/// `$AWS_DEFAULT_REGION` (default us-east-1); it is signed with SigV4 (libcurl's) with
+/// `$AWS_ACCESS_KEY_ID`, `$AWS_SECRET_ACCESS_KEY` and `$AWS_SESSION_TOKEN` when they are set,
+/// and sent unsigned (a public bucket) when they are not.
 bool is_url(std::string_view name) noexcept;
 
 /// How faults are retried. A reset connection, a timeout, a 429 or 5xx and a body cut short
