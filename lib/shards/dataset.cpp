@@ -15,6 +15,7 @@
 #include "coload/io/file.hpp"
 #include "coload/io/http.hpp"
 #include "coload/io/reader.hpp"
+#include "cache.hpp"
 #include "remote.hpp"
 
 namespace coload::shards {
@@ -144,6 +145,25 @@ ShardSample ShardDataset::read(Index index) const {
   const ShardIndex& shard = state_->shards[at.shard];
   const IndexSample& sample = shard.samples[at.sample];
   if (detail::is_remote(shard.path)) {
+    if (auto cached = detail::cache_find(state_->options, shard)) {
+      // The cached copy, read with pread as a local shard is.
+      ShardSample out;
+      out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
+      const int fd = ::open(cached->c_str(), O_RDONLY | O_CLOEXEC);
+      std::size_t done = 0;
+      while (fd >= 0 && done < out.data.size()) {
+        const ssize_t n = ::pread(fd, out.data.data() + done, out.data.size() - done,
+                                  static_cast<off_t>(sample.begin + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        done += static_cast<std::size_t>(n);
+      }
+      if (fd >= 0) ::close(fd);
+      if (done == out.data.size()) {
+        detail::place_fields(shard, sample, sample.begin, out);
+        return out;
+      }  // evicted meanwhile, or unreadable: from the server after all
+    }
     // One ranged GET of the sample's bytes; the client retries faults and checks the shard's
     // size against the index on each response.
     ShardSample out;

@@ -14,9 +14,11 @@
 #include <memory>
 #include <sstream>
 #include <system_error>
+#include <utility>
 
 #include "coload/core/warning.hpp"
 #include "coload/io/http.hpp"
+#include "cache.hpp"
 #include "remote.hpp"
 
 namespace coload::shards {
@@ -163,26 +165,68 @@ class LocalReader final : public ChunkReader {
 /// Reads a shard named by URL with one GET from `from` to its last sample's end (the
 /// end-of-archive blocks are not fetched), at most `window` bytes received ahead of the
 /// samples copied out; faults are retried by the client, resuming from the byte reached.
+/// With a cache entry (`tee`), the GET starts at byte 0 and every byte is also written to it;
+/// the entry is committed when the last sample's end is reached.
 class RemoteReader final : public ChunkReader {
  public:
-  RemoteReader(const ShardIndex& shard, std::size_t window, std::uint64_t from)
-      : body_(io::HttpClient::shared()->stream(shard.path, from, shard.samples.back().end,
-                                               window, shard.file_size)) {}
+  RemoteReader(const ShardIndex& shard, std::size_t window, std::uint64_t from,
+               std::unique_ptr<detail::CacheEntry> tee)
+      : end_(shard.samples.back().end),
+        tee_(std::move(tee)),
+        body_(io::HttpClient::shared()->stream(shard.path, tee_ ? 0 : from, end_, window,
+                                               shard.file_size)) {}
   void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst, const std::string&) override {
-    if (begin > body_->position()) body_->skip(begin - body_->position());
+    if (begin > body_->position()) {
+      if (!tee_) {
+        body_->skip(begin - body_->position());
+      } else {
+        std::vector<std::byte> gap(static_cast<std::size_t>(begin - body_->position()));
+        body_->read(gap.data(), gap.size());
+        tee_->write(gap.data(), gap.size());
+      }
+    }
     body_->read(dst, static_cast<std::size_t>(end - begin));
+    if (tee_) {
+      tee_->write(dst, static_cast<std::size_t>(end - begin));
+      if (body_->position() == end_) std::exchange(tee_, nullptr)->commit();
+    }
   }
 
  private:
+  std::uint64_t end_;
+  std::unique_ptr<detail::CacheEntry> tee_;
   std::unique_ptr<io::BodyStream> body_;
+};
+
+/// A cached copy of a remote shard, read as a local shard is.
+class CachedReader final : public ChunkReader {
+ public:
+  CachedReader(std::string path, std::uint64_t size, std::size_t chunk, std::uint64_t from,
+               std::vector<io::Buffer>& spare)
+      : file_{std::move(path), size, 0, {}, {}}, local_(file_, false, chunk, from, spare) {}
+  void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst,
+            const std::string& key) override {
+    local_.copy(begin, end, dst, key);
+  }
+
+ private:
+  ShardIndex file_;  // only the path and size: what LocalReader reads
+  LocalReader local_;
 };
 
 std::unique_ptr<ChunkReader> open_reader(const ShardIndex& shard, const ShardStreamOptions& o,
                                          bool direct, std::uint64_t from,
                                          std::vector<io::Buffer>& spare) {
   if (detail::is_remote(shard.path)) {
+    if (auto cached = detail::cache_find(o.shards, shard)) {
+      return std::make_unique<CachedReader>(std::move(*cached), detail::cached_size(shard),
+                                            o.read_size, from, spare);
+    }
+    // Only a shard streamed from its first sample is cached (a resumed one is not whole).
+    auto tee = from == shard.samples.front().begin ? detail::cache_start(o.shards, shard)
+                                                   : nullptr;
     return std::make_unique<RemoteReader>(shard, std::max<std::size_t>(o.read_ahead / 2, 1 << 16),
-                                          from);
+                                          from, std::move(tee));
   }
   return std::make_unique<LocalReader>(shard, direct, o.read_size, from, spare);
 }

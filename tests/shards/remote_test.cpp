@@ -177,6 +177,58 @@ TEST_CASE("map-style batches by URL: neighbours in a shard share one ranged GET"
   CHECK(requests() - before == 6);
 }
 
+TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, entries verified") {
+  const std::string mode = "ok,cache";
+  const auto requests = [&] {
+    return std::stoi(io::HttpClient::shared()->get(
+        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
+  };
+  shards_test::TempDir cache;
+  shards::ShardStreamOptions o = stream_options();
+  o.shards.cache_dir = cache.path.string();
+  o.shards.cache_bytes = 1ull << 30;
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 21};
+  const auto local = local_epoch(info);
+  shards::ShardStream remote(url(mode), o);
+  const std::size_t n = remote.dataset().shards().size();
+  const int before = requests();
+  CHECK(epoch(remote, info) == local);
+  CHECK(requests() - before == static_cast<int>(n));  // one GET a shard
+  const auto entries = [&] {
+    std::vector<std::uint64_t> sizes;
+    for (const auto& e : fs::directory_iterator(cache.path)) sizes.push_back(e.file_size());
+    return sizes;
+  };
+  CHECK(entries().size() == n);
+  // The second epoch (another order) reads every shard from the cache: no request.
+  const int cached = requests();
+  CHECK(epoch(remote, WorkerInfo{.id = 0, .num_workers = 1, .seed = 22}) ==
+        local_epoch(WorkerInfo{.id = 0, .num_workers = 1, .seed = 22}));
+  CHECK(requests() == cached);
+  // Map-style reads use it too.
+  const shards::ShardDataset ds(url(mode), o.shards);
+  const int indexed = requests();
+  for (Index i = 0; i < total; i += 11) CHECK(ds.read(i).text("bin") == payload(i));
+  CHECK(requests() == indexed);
+  // An entry of the wrong size (torn, or the shard changed) is not used: that shard is fetched
+  // again, and the epoch is still the local one.
+  const fs::path some = fs::directory_iterator(cache.path)->path();
+  fs::resize_file(some, fs::file_size(some) - 100);
+  const int torn = requests();
+  CHECK(epoch(remote, info) == local);
+  CHECK(requests() - torn == 1);
+  // A bound of two shards' bytes: never more than that on disk, the latest entries kept.
+  shards_test::TempDir small;
+  o.shards.cache_dir = small.path.string();
+  o.shards.cache_bytes = 2 * 60000;
+  shards::ShardStream bounded(url(mode), o);
+  CHECK(epoch(bounded, info) == local);
+  std::uint64_t bytes = 0;
+  for (const auto& e : fs::directory_iterator(small.path)) bytes += e.file_size();
+  CHECK(bytes <= o.shards.cache_bytes);
+  CHECK(bytes > 0);
+}
+
 TEST_CASE("exact resume by URL: a state taken mid-shard continues with nothing lost or repeated") {
   const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 3};
   const auto whole = local_epoch(info);
