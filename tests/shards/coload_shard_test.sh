@@ -57,14 +57,18 @@ server=$!
 exec 3> "$tmp/ctl"
 read -r word nginx _ < "$tmp/out"
 if [ "$word" = PORTS ]; then
-  "$image_folder" --shards "http://127.0.0.1:$nginx/shards" --epochs 2 --batch-size 16 \
-    --workers 2 --json > "$tmp/http.json"
-  /usr/bin/python3 - "$tmp/http.json" <<'PY'
+  # Thread workers, and process workers (each forked worker makes its own HTTP client).
+  for executor in threads processes; do
+    "$image_folder" --shards "http://127.0.0.1:$nginx/shards" --epochs 2 --batch-size 16 \
+      --workers 2 --executor $executor --json > "$tmp/http.json"
+    /usr/bin/python3 - "$tmp/http.json" $executor <<'PY'
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 assert len(runs) == 2 and all(r["images"] == 96 for r in runs), runs
-print("image_folder --shards http://...: 96 images an epoch, loss", [r["loss"] for r in runs])
+print("image_folder --shards http://... with", sys.argv[2], ": 96 images an epoch, loss",
+      [r["loss"] for r in runs])
 PY
+  done
 else
   echo "image_folder by URL left out: $word $nginx"
 fi
