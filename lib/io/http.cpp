@@ -493,9 +493,12 @@ std::shared_ptr<HttpClient> HttpClient::shared() {
 
 std::shared_ptr<BodyStream::Transfer> HttpClient::start(const std::string& url,
                                                         std::uint64_t begin, std::uint64_t end,
-                                                        std::size_t window, std::uint64_t size) {
+                                                        std::size_t window, std::uint64_t size,
+                                                        std::uint64_t limit) {
+  // Every field the driver reads is set here, before the driver can see the transfer.
   auto t = std::make_shared<BodyStream::Transfer>();
   t->url = url;
+  t->limit = limit;
   t->begin = t->reached = begin;
   t->end = end;
   t->window = window;
@@ -525,8 +528,7 @@ void HttpClient::get_range(const std::string& url, std::uint64_t begin, std::uin
 }
 
 std::string HttpClient::get(const std::string& url, std::uint64_t limit) {
-  auto t = start(url, 0, to_end, 0, 0);
-  t->limit = limit;
+  auto t = start(url, 0, to_end, 0, 0, limit);
   BodyStream body(shared_from_this(), t, 0);
   std::unique_lock lock(t->mutex);
   t->arrived.wait(lock, [&] { return t->done; });

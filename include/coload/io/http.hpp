@@ -120,7 +120,8 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
   friend class BodyStream;
   std::shared_ptr<BodyStream::Transfer> start(const std::string& url, std::uint64_t begin,
                                               std::uint64_t end, std::size_t window,
-                                              std::uint64_t size);
+                                              std::uint64_t size,
+                                              std::uint64_t limit = ~std::uint64_t{0});
   RetryOptions retry_;
   std::unique_ptr<Driver> driver_;
 };

@@ -11,8 +11,8 @@
 //  - local: the folder (read_size chunks through pread);
 //  - nginx: http://127.0.0.1 straight to nginx (sendfile);
 //  - proxy: through serve.py's proxy (Python, so its own ceiling), no delay;
-//  - proxy+lat: through the proxy with --lat ms added before each response and, with --bw,
-//    each connection capped at that many MiB/s.
+//  - proxy+lat: through the proxy with --lat ms added before each response.
+// With --bw, both proxy rows cap each connection at that many MiB/s.
 // Rows alternate within each of --rounds rounds; each figure is the median. Ratios: nginx /
 // local (target >= 0.95) and proxy+lat / proxy (the cost of the delay, target >= 0.9). The
 // peak RSS of each remote row (VmHWM, reset before it) shows the read-ahead bound.
@@ -129,12 +129,13 @@ int main(int argc, char** argv) {
     return 77;
   }
   const std::string host = "http://127.0.0.1:";
-  std::string delay = "lat" + std::to_string(lat);
-  if (bw > 0) delay += ",bw" + std::to_string(bw * 1024);
+  // The two proxy rows differ by the delay alone: the bandwidth cap, if any, is on both.
+  const std::string cap = bw > 0 ? ",bw" + std::to_string(bw * 1024) : "";
+  const std::string delay = "lat" + std::to_string(lat) + cap;
   std::vector<Row> rows{
       {"local", (served / "shards").string(), {}},
       {"nginx", host + std::to_string(server.nginx) + "/shards/", {}},
-      {"proxy", host + std::to_string(server.proxy) + "/ok/shards/", {}},
+      {"proxy" + cap, host + std::to_string(server.proxy) + "/ok" + cap + "/shards/", {}},
       {"proxy+" + delay, host + std::to_string(server.proxy) + "/" + delay + "/shards/", {}}};
   const std::size_t read_ahead = static_cast<std::size_t>(read_ahead_mib) << 20;
   stream_all(rows[0].where, workers, read_ahead);  // warms the page cache
