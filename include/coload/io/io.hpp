@@ -1,5 +1,6 @@
 #pragma once
-// The io module: asynchronous file reads (io_uring with a pread fallback).
+// The io module: asynchronous file reads (io_uring with a pread fallback), and reads by URL
+// (libcurl).
 
 #include "coload/io/buffer.hpp"
 #include "coload/io/errors.hpp"
