@@ -61,7 +61,7 @@ struct ShardOptions {
   /// `cache_bytes`, the least recently used evicted first; an entry is used only when its size
   /// is the index's (the index has no checksum), and is written under a temporary name and
   /// renamed, so workers and processes may share the folder.
-  std::string cache_dir;
+  std::string cache_dir{};
   std::uint64_t cache_bytes = 0;
 };
 
