@@ -4,7 +4,7 @@
 //
 //   image_folder ROOT [--batch-size 64] [--workers 2] [--executor threads|processes]
 //                [--epochs 1] [--seed 0] [--val-fraction 0.2] [--limit N] [--json]
-//                [--hashes] [--state FILE] [--resume FILE] [--trace FILE]
+//                [--hashes] [--state FILE] [--resume FILE] [--trace FILE] [--recipe NAME]
 //   image_folder --shards DIR|URL [the same options]
 //
 // ROOT holds one sub-folder per class, as torchvision's ImageFolder reads it. A fraction of
@@ -89,7 +89,19 @@ struct Args {
   std::string resume_file;
   std::string shards;  // --shards DIR: train from tar shards instead of ROOT
   std::string trace;   // --trace FILE: the training loader's Chrome trace
+  std::string recipe;  // --recipe NAME: a preset's train and eval recipes (vision::presets)
 };
+
+/// The train (or eval) transform: the fixed TrainTransform/EvalTransform, or the recipes of the
+/// preset that --recipe names.
+coload::vision::FusedTransform transform_of(const Args& args, bool train) {
+  namespace vision = coload::vision;
+  if (args.recipe.empty()) {
+    return train ? vision::FusedTransform{vision::TrainTransform{}}
+                 : vision::FusedTransform{vision::EvalTransform{}};
+  }
+  return train ? vision::presets::train(args.recipe) : vision::presets::eval(args.recipe);
+}
 
 /// Seconds as m:ss (or h:mm:ss), as tqdm shows elapsed time and the ETA.
 std::string clock_text(double seconds) {
@@ -151,6 +163,10 @@ Args parse_args(int argc, char** argv) {
   app.add_option("--shards", args.shards,
                  "train from the tar shards in DIR (coload-shard's output) instead of ROOT; DIR "
                  "may be a URL: http(s)://host/folder or file:///folder");
+  app.add_option("--recipe", args.recipe,
+                 "train and evaluate with a preset's recipes (vision::presets) instead of the "
+                 "fixed TrainTransform and EvalTransform")
+      ->check(CLI::IsMember(coload::vision::presets::names()));
   app.add_option("--trace", args.trace,
                  "write a Chrome trace of the training loader to FILE (Perfetto opens it)");
   try {
@@ -377,7 +393,7 @@ int train_from_shards(const Args& args) {
                              ": no classes.txt there (coload-shard writes it beside the shards)");
   }
   coload::vision::ShardImagePipeline pipeline(coload::shards::ShardDataset(args.shards),
-                                              coload::vision::TrainTransform{});
+                                              transform_of(args, true));
   const auto classes = static_cast<std::int64_t>(class_names.size());
   const std::int64_t images = pipeline.size();
   auto loader = coload::make_data_loader(
@@ -438,9 +454,8 @@ int main(int argc, char** argv) try {
   // validation reads the other part, through a second pipeline over the same index, with the
   // eval transform.
   using Pipeline = coload::vision::ImagePipeline;
-  auto train_pipeline = Pipeline(index, coload::vision::TrainTransform{});
-  auto eval_pipeline =
-      std::make_shared<Pipeline>(std::move(index), coload::vision::EvalTransform{});
+  auto train_pipeline = Pipeline(index, transform_of(args, true));
+  auto eval_pipeline = std::make_shared<Pipeline>(std::move(index), transform_of(args, false));
   const auto val_images =
       static_cast<std::int64_t>(static_cast<double>(images) * args.val_fraction);
   auto split = coload::random_split(std::move(train_pipeline),

@@ -57,5 +57,6 @@
 #include "coload/vision/folder.hpp"
 #include "coload/vision/image.hpp"
 #include "coload/vision/pipeline.hpp"
+#include "coload/vision/recipe.hpp"
 #include "coload/vision/shard_pipeline.hpp"
 #include "coload/vision/transforms.hpp"

@@ -11,8 +11,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
+
+#include "coload/core/warning.hpp"
 
 namespace coload::detail {
 
@@ -127,6 +130,14 @@ bool Driver::wait_for(std::chrono::milliseconds timeout) {
   if (!state_->thread.joinable()) return true;
   std::unique_lock lock(state_->mutex);
   return state_->ended_cv.wait_for(lock, timeout, [this] { return state_->ended; });
+}
+
+void warn_stuck_stop(std::chrono::milliseconds grace, std::string busy) {
+  if (busy.empty()) busy = "a fetch is still running";
+  warn("DataLoader destroyed while its fetches had not ended " + std::to_string(grace.count()) +
+       " ms after being asked to stop (" + busy +
+       "): a thread stuck in the dataset's code cannot be interrupted, so the loader returns "
+       "now and frees its dataset and workers once that code returns, dropping its result");
 }
 
 }  // namespace coload::detail

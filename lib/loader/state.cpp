@@ -2,6 +2,7 @@
 
 #include "coload/loader/state.hpp"
 #include "coload/core/error.hpp"
+#include "coload/io/whole_file.hpp"
 
 #include "coload/loader/errors.hpp"
 
@@ -264,47 +265,25 @@ void LoaderState::save(const std::filesystem::path& path) const {
 LoaderState LoaderState::load(const std::filesystem::path& path) {
   const std::string where = "loading the loader state: ";
   const std::string name = path.string();
-  // NOTE: O_NONBLOCK: opening a FIFO must not wait for a writer; the file is then refused for
-  // not being a regular one before anything is read.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw SystemError(errno, std::generic_category(), where + "cannot open " + name);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    throw SystemError(errno, std::generic_category(), where + "cannot stat " + name);
+  const std::string limit = std::to_string(max_file_size) + " bytes (1 MiB)";
+  io::WholeFile file = io::read_whole_file(path, static_cast<std::uint64_t>(max_file_size));
+  using Status = io::WholeFile::Status;
+  const auto system = [&](const char* step) {
+    return SystemError(file.error, std::generic_category(), where + step + name);
+  };
+  switch (file.status) {
+    case Status::read: break;
+    case Status::cannot_open: throw system("cannot open ");
+    case Status::cannot_stat: throw system("cannot stat ");
+    case Status::cannot_read: throw system("cannot read ");
+    case Status::not_regular: throw InvalidArgument(where + name + " is " + file.what);
+    case Status::too_big:
+      throw InvalidArgument(where + name + " has " + std::to_string(file.size) +
+                            " bytes, more than a state's limit of " + limit);
+    case Status::grew:
+      throw InvalidArgument(where + name + " grew past a state's limit of " + limit);
   }
-  if (!S_ISREG(st.st_mode)) {
-    const char* what = S_ISFIFO(st.st_mode)   ? "a FIFO"
-                       : S_ISCHR(st.st_mode)  ? "a character device"
-                       : S_ISBLK(st.st_mode)  ? "a block device"
-                       : S_ISDIR(st.st_mode)  ? "a directory"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                                              : "a special file";
-    throw InvalidArgument(where + name + " is " + what + ", not a regular file");
-  }
-  if (st.st_size > max_file_size) {
-    throw InvalidArgument(where + name + " has " + std::to_string(st.st_size) +
-                          " bytes, more than a state's limit of " +
-                          std::to_string(max_file_size) + " bytes (1 MiB)");
-  }
-  // The size may change under us: read in chunks and stop one chunk past the limit.
-  std::string text;
-  text.reserve(static_cast<std::size_t>(st.st_size));
-  char chunk[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw SystemError(errno, std::generic_category(), where + "cannot read " + name);
-    if (n == 0) break;
-    text.append(chunk, static_cast<std::size_t>(n));
-    if (static_cast<std::int64_t>(text.size()) > max_file_size) {
-      throw InvalidArgument(where + name + " grew past a state's limit of " +
-                            std::to_string(max_file_size) + " bytes (1 MiB)");
-    }
-  }
+  const std::string& text = file.bytes;
   try {
     return parse(text);
   } catch (const std::invalid_argument& e) {

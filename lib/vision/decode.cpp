@@ -4,12 +4,10 @@
 #include "coload/vision/decode.hpp"
 #include "coload/core/error.hpp"
 #include "coload/io/errors.hpp"
+#include "coload/io/whole_file.hpp"
 
-#include <fcntl.h>
 #include <spng.h>
-#include <sys/stat.h>
 #include <turbojpeg.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -313,33 +311,24 @@ Image decode(std::span<const std::byte> data, int jpeg_scale_denominator) {
 }
 
 Image decode_file(const std::filesystem::path& path, int jpeg_scale_denominator) {
-  // NOTE: O_NONBLOCK, and only a regular file is read: a FIFO must not block the caller, nor a
-  // device such as /dev/zero be read without end.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw DecodeError("cannot open " + path.string() + ": " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    throw DecodeError("cannot stat " + path.string() + ": " + std::strerror(errno));
+  // Only a regular file is read: a FIFO must not block the caller, nor a device such as
+  // /dev/zero be read without end. Its size is its own (not merely told): no further limit.
+  const io::WholeFile file = io::read_whole_file(path, UINT64_MAX);
+  using Status = io::WholeFile::Status;
+  const auto failed = [&](const char* step) {
+    return DecodeError(std::string(step) + path.string() + ": " + std::strerror(file.error));
+  };
+  switch (file.status) {
+    case Status::read: break;
+    case Status::cannot_open: throw failed("cannot open ");
+    case Status::cannot_stat: throw failed("cannot stat ");
+    case Status::cannot_read: throw failed("cannot read ");
+    case Status::not_regular: throw DecodeError("cannot read " + path.string() + ": " + file.what);
+    case Status::too_big:
+    case Status::grew: throw DecodeError("cannot read " + path.string() + ": too large");
   }
-  if (const char* what = io::not_regular(st.st_mode)) {
-    throw DecodeError("cannot read " + path.string() + ": " + what);
-  }
-  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(st.st_size));
-  std::size_t got = 0;
-  while (got < bytes.size()) {
-    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw DecodeError("cannot read " + path.string() + ": " + std::strerror(errno));
-    if (n == 0) break;  // shrunk since fstat
-    got += static_cast<std::size_t>(n);
-  }
-  bytes.resize(got);
   try {
-    return decode(as_bytes_span(bytes), jpeg_scale_denominator);
+    return decode(std::as_bytes(std::span(file.bytes)), jpeg_scale_denominator);
   } catch (const DecompressionBombError& e) {
     throw e.with_path(path.string());
   } catch (const DecodeError& e) {

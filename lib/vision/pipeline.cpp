@@ -84,21 +84,16 @@ ImagePipeline::ImagePipeline(const std::filesystem::path& root, Transform transf
 ImagePipeline::ImagePipeline(FolderIndex index, Transform transform)
     : index_(std::make_shared<const FolderIndex>(std::move(index))),
       transform_(std::move(transform)),
-      slabs_(std::make_shared<SlabPool>()) {}
-
-int ImagePipeline::output_size() const noexcept {
-  if (const auto* train = std::get_if<TrainTransform>(&transform_)) return train->size;
-  return std::get<EvalTransform>(transform_).crop_size;
+      slabs_(std::make_shared<SlabPool>()) {
+  detail::check_square_output(transform_, "ImagePipeline");
 }
+
+int ImagePipeline::output_size() const noexcept { return fused_output_size(transform_); }
 
 void ImagePipeline::transform_into(std::span<const std::byte> encoded, const std::string& path,
                                    Rng& rng, float* dst) const {
   try {
-    if (const auto* train = std::get_if<TrainTransform>(&transform_)) {
-      (*train)(encoded, rng, dst);
-    } else {
-      std::get<EvalTransform>(transform_)(encoded, dst);
-    }
+    fused_apply(transform_, encoded, rng, dst);
   } catch (const DecompressionBombError& e) {
     throw e.with_path(path);
   } catch (const std::exception& e) {
@@ -188,11 +183,8 @@ Task<ImagePipeline::batch_type> ImagePipeline::get_batch_async(std::span<const I
     if (loaded[k]) keep.push_back(static_cast<std::int64_t>(k));
   }
   if (keep.empty()) throw EmptyBatch{};
-  at::Tensor images = rows.images();
-  if (static_cast<std::int64_t>(keep.size()) == n) co_return batch_type{images, labels};
-  // NOTE: with skipped samples the batch shrinks; one copy of the rows that loaded.
-  const at::Tensor rows_kept = at::tensor(keep, at::kLong);
-  co_return batch_type{images.index_select(0, rows_kept), labels.index_select(0, rows_kept)};
+  co_return detail::finish_batch(transform_, ctx, rows.images(), labels, keep, n,
+                                 static_cast<int>(index_->classes.size()));
 }
 
 }  // namespace coload::vision

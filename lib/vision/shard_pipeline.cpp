@@ -22,12 +22,11 @@ ShardImagePipeline::ShardImagePipeline(shards::ShardDataset shards, Transform tr
     : shards_(std::move(shards)),
       transform_(std::move(transform)),
       label_(std::move(label)),
-      slabs_(std::make_shared<detail::SlabPool>()) {}
-
-int ShardImagePipeline::output_size() const noexcept {
-  if (const auto* train = std::get_if<TrainTransform>(&transform_)) return train->size;
-  return std::get<EvalTransform>(transform_).crop_size;
+      slabs_(std::make_shared<detail::SlabPool>()) {
+  detail::check_square_output(transform_, "ShardImagePipeline");
 }
+
+int ShardImagePipeline::output_size() const noexcept { return fused_output_size(transform_); }
 
 std::int64_t ShardImagePipeline::cls_label(const shards::ShardSample& sample) {
   std::string text = sample.text("cls");
@@ -58,11 +57,7 @@ void ShardImagePipeline::transform_into(const shards::ShardSample& sample, Rng& 
                                         float* dst) const {
   try {
     const auto encoded = image_field(sample);
-    if (const auto* train = std::get_if<TrainTransform>(&transform_)) {
-      (*train)(encoded, rng, dst);
-    } else {
-      std::get<EvalTransform>(transform_)(encoded, dst);
-    }
+    fused_apply(transform_, encoded, rng, dst);
   } catch (const std::exception& e) {
     throw RuntimeError("cannot load image of sample '" + sample.key + "' in shard '" +
                        sample.shard + "': " + e.what());
@@ -143,10 +138,8 @@ Task<ShardImagePipeline::batch_type> ShardImagePipeline::get_batch_async(
     if (loaded[k]) keep.push_back(static_cast<std::int64_t>(k));
   }
   if (keep.empty()) throw EmptyBatch{};
-  at::Tensor images = rows.images();
-  if (static_cast<std::int64_t>(keep.size()) == n) co_return batch_type{images, labels};
-  const at::Tensor rows_kept = at::tensor(keep, at::kLong);
-  co_return batch_type{images.index_select(0, rows_kept), labels.index_select(0, rows_kept)};
+  // NOTE: shards carry no class count: a batch op there needs its own num_classes.
+  co_return detail::finish_batch(transform_, ctx, rows.images(), labels, keep, n, 0);
 }
 
 }  // namespace coload::vision

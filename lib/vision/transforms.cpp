@@ -5,6 +5,7 @@
 #include "coload/core/error.hpp"
 #include "coload/core/metrics.hpp"
 
+#include "fused.hpp"
 #include "jpeg_region.hpp"
 #include "resample.hpp"
 
@@ -20,12 +21,12 @@
 namespace coload::vision {
 namespace {
 
-using detail::AxisSpec;
+using detail::CropSource;
+using detail::NormalizeTable;
+using detail::write_normalized_row;
 using detail::crop_axis;
-using detail::resample;
 using detail::resample_to_image;
 using detail::scaled_crop_axis;
-using detail::source_span;
 
 void check_box(const ImageView& src, const CropBox& box) {
   if (box.height <= 0 || box.width <= 0 || box.top < 0 || box.left < 0 ||
@@ -45,54 +46,9 @@ void check_output(int out_height, int out_width) {
   }
 }
 
-// ToTensor then Normalize for one 8-bit value, as torchvision computes it in float:
-// v / 255, minus the mean, divided by the standard deviation.
-struct NormalizeTable {
-  float value[3][256];
-  NormalizeTable(const std::array<float, 3>& mean, const std::array<float, 3>& std_dev) {
-    for (int c = 0; c < 3; ++c) {
-      for (int v = 0; v < 256; ++v) {
-        const float unit = static_cast<float>(v) / 255.0f;
-        value[c][v] = (unit - mean[static_cast<std::size_t>(c)]) / std_dev[static_cast<std::size_t>(c)];
-      }
-    }
-  }
-};
+}  // namespace
 
-// Writes one RGB row into the CHW planes of `dst` (`width` × `height` each), mirrored if asked.
-inline void write_normalized_row(const NormalizeTable& table, const std::uint8_t* __restrict row,
-                                 int width, int height, int y, bool flip, float* dst) {
-  const std::size_t plane = static_cast<std::size_t>(width) * height;
-  float* __restrict r = dst + static_cast<std::size_t>(y) * width;
-  float* __restrict g = r + plane;
-  float* __restrict b = g + plane;
-  if (flip) {
-    for (int x = 0; x < width; ++x) {
-      const std::uint8_t* p = row + 3 * (width - 1 - x);
-      r[x] = table.value[0][p[0]];
-      g[x] = table.value[1][p[1]];
-      b[x] = table.value[2][p[2]];
-    }
-  } else {
-    for (int x = 0; x < width; ++x) {
-      const std::uint8_t* p = row + 3 * x;
-      r[x] = table.value[0][p[0]];
-      g[x] = table.value[1][p[1]];
-      b[x] = table.value[2][p[2]];
-    }
-  }
-}
-
-bool looks_like_jpeg(std::span<const std::byte> data) noexcept {
-  return !data.empty() && data[0] == std::byte{0xff};
-}
-
-// A decoded image and the axes that crop `box` (full-size coordinates) out of it and resize it.
-struct CropSource {
-  ImageView image;
-  AxisSpec ax;
-  AxisSpec ay;
-};
+namespace detail {
 
 CropSource decode_crop_source(std::span<const std::byte> encoded, const CropBox& box,
                               int out_height, int out_width, int denominator,
@@ -127,7 +83,8 @@ CropSource decode_crop_source(std::span<const std::byte> encoded, const CropBox&
   return s;
 }
 
-}  // namespace
+}  // namespace detail
+
 // ---- Functional forms -----------------------------------------------------------------------
 
 Image resized_crop(const ImageView& src, const CropBox& box, int out_height, int out_width) {
@@ -205,7 +162,7 @@ Image decode_resized_crop(std::span<const std::byte> encoded, const CropBox& box
                           int out_width, int jpeg_scale_denominator) {
   thread_local std::vector<std::uint8_t> pixels;
   const CropSource source =
-      decode_crop_source(encoded, box, out_height, out_width, jpeg_scale_denominator, pixels);
+      detail::decode_crop_source(encoded, box, out_height, out_width, jpeg_scale_denominator, pixels);
   return resample_to_image(source.image, source.ax, source.ay);
 }
 
@@ -329,16 +286,11 @@ TrainParams TrainTransform::sample(const ImageInfo& info, at::Generator& gen) co
 
 void TrainTransform::apply(std::span<const std::byte> encoded, const TrainParams& params,
                            float* dst) const {
-  thread_local std::vector<std::uint8_t> pixels;
-  StageTimer decode(Stage::decode);
-  const CropSource source =
-      decode_crop_source(encoded, params.box, size, size, params.scale_denominator, pixels);
-  decode.stop();
-  StageTimer transform(Stage::transform);
   const NormalizeTable table(mean, std_dev);
-  resample<3>(source.image, source.ax, source.ay, [&](int y, const std::uint8_t* row) {
-    write_normalized_row(table, row, size, size, y, params.flip, dst);
-  });
+  detail::crop_rows(encoded, params.box, size, size, params.scale_denominator,
+                    [&](int y, const std::uint8_t* row) {
+                      write_normalized_row(table, row, size, size, y, params.flip, dst);
+                    });
 }
 
 void TrainTransform::operator()(std::span<const std::byte> encoded, at::Generator& gen,
@@ -369,51 +321,11 @@ void EvalTransform::operator()(std::span<const std::byte> encoded, float* dst) c
   check_image_pixels(info.width, info.height);
   const auto [rh, rw] = resize_output_size(info.height, info.width, resize_size);
   const CropBox box = center_crop_box(rh, rw, crop_size, crop_size);
-  const int d = dct_scaling && info.format == ImageFormat::jpeg
-                    ? choose_jpeg_scale(info.width, info.height, rw, rh)
-                    : 1;
-  thread_local std::vector<std::uint8_t> pixels;
   const NormalizeTable table(mean, std_dev);
-  auto write = [&](int y, const std::uint8_t* row) {
-    write_normalized_row(table, row, crop_size, crop_size, y, false, dst);
-  };
-  // One decode span per image, whether the region decoder or the whole-image one made it.
-  StageTimer decode(Stage::decode);
-  if (d == 1 && info.format == ImageFormat::jpeg) {
-    // Only the source rows and columns that the crop's outputs read (their filter support) are
-    // decoded; anything the region decoder does not handle falls through to the whole image.
-    const AxisSpec full_x{0.0, static_cast<double>(info.width), 0, info.width, rw, box.left,
-                          crop_size};
-    const AxisSpec full_y{0.0, static_cast<double>(info.height), 0, info.height, rh, box.top,
-                          crop_size};
-    const auto [x0, x1] = source_span(full_x);
-    const auto [y0, y1] = source_span(full_y);
-    auto region = detail::decode_jpeg_region(encoded, y0, x0, y1 - y0, x1 - x0, pixels);
-    if (region) {
-      decode.stop();
-      StageTimer transform(Stage::transform);
-      const ImageView image{region->pixels, region->width, region->height, 3, region->stride};
-      // The same axes, with positions counted from the region's origin: every filter tap
-      // lies inside the region, so the outputs are those of the whole-image resize.
-      const AxisSpec ax{-static_cast<double>(region->x0),
-                        static_cast<double>(info.width - region->x0), 0, region->width, rw,
-                        box.left, crop_size};
-      const AxisSpec ay{-static_cast<double>(region->y0),
-                        static_cast<double>(info.height - region->y0), 0, region->height, rh,
-                        box.top, crop_size};
-      resample<3>(image, ax, ay, write);
-      return;
-    }
-  }
-  const ImageView image = decode_into(encoded, pixels, d);
-  decode.stop();
-  StageTimer transform(Stage::transform);
-  // Resize the whole (possibly scaled) image to rh × rw, computing only the crop's outputs.
-  const AxisSpec ax{0.0, static_cast<double>(info.width) / d, 0, image.width, rw, box.left,
-                    crop_size};
-  const AxisSpec ay{0.0, static_cast<double>(info.height) / d, 0, image.height, rh, box.top,
-                    crop_size};
-  resample<3>(image, ax, ay, write);
+  detail::resize_crop_rows(encoded, info, rh, rw, box, dct_scaling,
+                           [&](int y, const std::uint8_t* row) {
+                             write_normalized_row(table, row, crop_size, crop_size, y, false, dst);
+                           });
 }
 
 at::Tensor EvalTransform::operator()(std::span<const std::byte> encoded) const {

@@ -74,6 +74,29 @@ def main() -> int:
                         or verdict.startswith("the model is the bottleneck: the trainer waited ")):
                     failures.append(f"epoch {e['epoch']}: verdict {verdict!r}")
 
+        # --recipe classic runs vision::Recipe; the classic preset is TrainTransform and
+        # EvalTransform bit for bit, so the batches' hashes, the losses and the accuracies of a
+        # seeded run equal the default run's. An unknown preset is named, exit 2.
+        def hashed_run(extra):
+            r = subprocess.run([image_folder, root, "--epochs", "1", "--hashes", "--json"] + extra,
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                return None, r.stderr
+            lines = r.stdout.splitlines()
+            hashes = [line for line in lines if line.startswith("batch ")]
+            epochs = [json.loads(line) for line in lines if line.startswith("{")]
+            return (hashes, [(e["loss"], e["accuracy"], e["val_accuracy"]) for e in epochs]), ""
+        fixed, err1 = hashed_run([])
+        recipe, err2 = hashed_run(["--recipe", "classic"])
+        if fixed is None or recipe is None:
+            failures.append(f"--hashes runs failed: {err1} {err2}")
+        elif fixed != recipe or len(fixed[0]) != 8:
+            failures.append(f"--recipe classic differs from the default run: {fixed} {recipe}")
+        bad = subprocess.run([image_folder, root, "--recipe", "resnet9"], capture_output=True,
+                             text=True)
+        if bad.returncode != 2 or "resnet9" not in bad.stderr:
+            failures.append(f"--recipe resnet9: exit {bad.returncode}, stderr {bad.stderr!r}")
+
         trace_path = os.path.join(tmp, "trace.json")
         run = subprocess.run([image_folder, root, "--epochs", "1", "--trace", trace_path],
                              capture_output=True, text=True)

@@ -217,16 +217,22 @@ inline std::filesystem::path reference_script() {
 /// What running the reference script came to.
 enum class Reference { ok, unavailable, failed };
 
-/// Runs the reference script on `commands` (one per line) with /usr/bin/python3.
+/// Runs the reference script on `commands` (one per line) with /usr/bin/python3. Where
+/// COLOAD_REQUIRE_TORCHVISION is set (tools/test and CI's libtorch 2 stage, which install
+/// torchvision), a missing script, Python or torchvision fails instead of skipping.
 inline Reference run_reference(const TempDir& dir, const std::string& commands) {
+  const char* required = std::getenv("COLOAD_REQUIRE_TORCHVISION");
+  const Reference missing =
+      required && *required && std::string(required) != "0" ? Reference::failed
+                                                            : Reference::unavailable;
   const auto script = reference_script();
-  if (script.empty() || !std::filesystem::exists("/usr/bin/python3")) return Reference::unavailable;
+  if (script.empty() || !std::filesystem::exists("/usr/bin/python3")) return missing;
   const auto file = dir / "commands.txt";
   write_bytes(file, commands);
   const std::string cmd = "/usr/bin/python3 '" + script.string() + "' '" + file.string() + "'";
   const int status = std::system(cmd.c_str());
   if (status == -1 || !WIFEXITED(status)) return Reference::failed;
-  if (WEXITSTATUS(status) == 77) return Reference::unavailable;
+  if (WEXITSTATUS(status) == 77) return missing;
   return WEXITSTATUS(status) == 0 ? Reference::ok : Reference::failed;
 }
 

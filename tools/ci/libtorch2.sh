@@ -14,6 +14,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tools/deps.sh
 ensure_packages "${COLOAD_BUILD_PACKAGES[@]}" python3-torch python3-torchvision unzip
+# The vision tests compare with torchvision (tools/vision/reference.py): here, where it is
+# installed, its absence is a failure, not a skip.
+export COLOAD_REQUIRE_TORCHVISION=1
 version=${COLOAD_TORCH_VERSION:-2.11.0}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/coload
 libtorch=$cache/torch-$version/torch

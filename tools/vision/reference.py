@@ -14,9 +14,18 @@ test, because importing torch takes about a second.
   params_fallback SEED H W OUT          get_params with scale (2, 3): always the fallback
   train IN SEED SIZE OUT                torch.manual_seed(SEED); the ImageNet train transform
   eval IN OUT                           the ImageNet eval transform (Resize 256, CenterCrop 224)
+  draws SEED0 SEED1 B C S H OUT         per seed: ColorJitter, GaussianBlur and RandomErasing
+                                        get_params after torch.manual_seed, one line each
+  batch_draws SEED0 SEED1 H W OUT       per seed: RandomChoice([MixUp(0.2), CutMix(1.0)])'s
+                                        draws, with transforms.v2's calls
+  recipe IN OPS OUT                     a recipe's ops with coload's draws (OPS: one op a line),
+                                        geometry on the PIL image, the rest through the tensor
+                                        functional API; raw float32 CHW (uint8 values when OPS
+                                        has no to_float)
 
 Exits 77 (the "skipped" status of test harnesses) when torch or torchvision is missing.
 """
+import math
 import sys
 
 try:
@@ -45,6 +54,73 @@ def write(path, data):
 
 def tensor_bytes(t):
     return t.contiguous().numpy().astype("<f4").tobytes()
+
+
+def adjust_hue(t, factor):
+    """F.adjust_hue as torchvision 0.15 and later run it on uint8: converted to float with
+    scale, shifted, converted back with scale (x 255.999, truncated). torchvision 0.14's own
+    uint8 path converted back with a plain x 255; its float path is the same arithmetic."""
+    if t.dtype != torch.uint8:
+        return F.adjust_hue(t, factor)
+    hue = F.adjust_hue(F.convert_image_dtype(t, torch.float32), factor)
+    return F.convert_image_dtype(hue, torch.uint8)
+
+
+def run_recipe(img, ops_path):
+    """Applies the ops of OPS_PATH: geometry on the PIL image (PIL's antialiased bilinear, as
+    coload's resampling matches), then everything else on its uint8 tensor through
+    torchvision.transforms.functional's tensor path, which is what torchvision runs for tensor
+    images (and what coload's uint8 ops reproduce)."""
+    bilinear = T.InterpolationMode.BILINEAR
+    t = None
+    with open(ops_path) as f:
+        ops = [line.split() for line in f if line.strip()]
+    for name, *v in ops:
+        if name == "resized_crop":
+            top, left, h, w, oh, ow = map(int, v)
+            img = F.resized_crop(img, top, left, h, w, [oh, ow], interpolation=bilinear)
+        elif name == "resize":
+            img = F.resize(img, [int(x) for x in v], interpolation=bilinear)
+        elif name == "pad_crop":
+            # pad_crop LEFT TOP RIGHT BOTTOM MODE F0 F1 F2 TOP LEFT H W: F.pad on the PIL image
+            # (a per-channel fill), then F.crop.
+            pad = [int(x) for x in v[:4]]
+            fill = tuple(int(float(x)) for x in v[5:8])
+            img = F.pad(img, pad, fill=fill, padding_mode=v[4])
+            img = F.crop(img, *[int(x) for x in v[8:12]])
+        elif name == "center_crop":
+            img = F.center_crop(img, [int(x) for x in v])
+        else:
+            if t is None:
+                t = F.pil_to_tensor(img)
+            if name == "hflip":
+                t = F.hflip(t)
+            elif name == "vflip":
+                t = F.vflip(t)
+            elif name == "gray3":
+                t = F.rgb_to_grayscale(t, num_output_channels=3)
+            elif name == "to_float":
+                t = F.convert_image_dtype(t, torch.float32) if v[0] == "1" else t.to(torch.float32)
+            elif name == "jitter":
+                order, factors = [int(x) for x in v[:4]], [float(x) for x in v[4:]]
+                adjust = [F.adjust_brightness, F.adjust_contrast, F.adjust_saturation,
+                          adjust_hue]
+                for fn in order:
+                    if factors[fn] == factors[fn]:  # not NaN: this adjustment was drawn
+                        t = adjust[fn](t, factors[fn])
+            elif name == "blur":
+                kx, ky, sigma = int(v[0]), int(v[1]), float(v[2])
+                t = F.gaussian_blur(t, [kx, ky], [sigma, sigma])
+            elif name == "erase":
+                i, j, h, w = map(int, v[:4])
+                value = torch.tensor([float(x) for x in v[4:]])[:, None, None]
+                t = F.erase(t, i, j, h, w, value)
+            elif name == "normalize":
+                vals = [float(x) for x in v]
+                t = F.normalize(t, vals[:3], vals[3:])
+            else:
+                raise ValueError(f"unknown recipe op {name!r}")
+    return F.pil_to_tensor(img) if t is None else t
 
 
 def main():
@@ -86,6 +162,53 @@ def main():
             transform = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(),
                                    T.Normalize(MEAN, STD)])
             write(args[1], tensor_bytes(transform(load(args[0]))))
+        elif op == "draws":
+            # draws SEED0 SEED1 B C S H OUT: per seed, after torch.manual_seed(seed),
+            # ColorJitter(B, C, S, H).get_params, then GaussianBlur(3).get_params(0.1, 2.0),
+            # then RandomErasing.get_params on a 3 x 64 x 48 image ("none" where nothing fits).
+            seeds = range(int(args[0]), int(args[1]))
+            jitter = T.ColorJitter(*[float(x) for x in args[2:6]])
+            rows = []
+            for seed in seeds:
+                torch.manual_seed(seed)
+                fn_idx, *factors = T.ColorJitter.get_params(
+                    jitter.brightness, jitter.contrast, jitter.saturation, jitter.hue)
+                sigma = T.GaussianBlur.get_params(0.1, 2.0)
+                i, j, h, w, _ = T.RandomErasing.get_params(
+                    torch.empty(3, 64, 48), scale=(0.02, 0.33), ratio=(0.3, 3.3), value=[0.0])
+                box = "none" if (h, w) == (64, 48) else f"{i} {j} {h} {w}"
+                f = " ".join("nan" if x is None else repr(float(x)) for x in factors)
+                rows.append(f"{' '.join(str(int(k)) for k in fn_idx)} {f} {sigma!r} {box}\n")
+            write(args[6], "".join(rows).encode())
+        elif op == "batch_draws":
+            # batch_draws SEED0 SEED1 H W OUT: per seed, after torch.manual_seed(seed), what
+            # RandomChoice([MixUp(alpha=0.2), CutMix(alpha=1.0)]) draws, as torchvision 0.16+
+            # (transforms.v2) draws it: "op lam x1 y1 x2 y2" (torchvision 0.14 has no MixUp or
+            # CutMix; these are v2's calls, made on this torch).
+            seeds = range(int(args[0]), int(args[1]))
+            H, W = int(args[2]), int(args[3])
+            rows = []
+            for seed in seeds:
+                torch.manual_seed(seed)
+                idx = int(torch.multinomial(torch.tensor([0.5, 0.5]), 1))
+                alpha = [0.2, 1.0][idx]
+                dist = torch.distributions.Beta(torch.tensor([alpha]), torch.tensor([alpha]))
+                lam = float(dist.sample(()))
+                x1 = y1 = x2 = y2 = 0
+                if idx == 1:
+                    r_x = torch.randint(W, size=(1,))
+                    r_y = torch.randint(H, size=(1,))
+                    r = 0.5 * math.sqrt(1.0 - lam)
+                    r_w_half, r_h_half = int(r * W), int(r * H)
+                    x1 = int(torch.clamp(r_x - r_w_half, min=0))
+                    y1 = int(torch.clamp(r_y - r_h_half, min=0))
+                    x2 = int(torch.clamp(r_x + r_w_half, max=W))
+                    y2 = int(torch.clamp(r_y + r_h_half, max=H))
+                    lam = float(1.0 - (x2 - x1) * (y2 - y1) / (W * H))
+                rows.append(f"{idx} {lam!r} {x1} {y1} {x2} {y2}\n")
+            write(args[4], "".join(rows).encode())
+        elif op == "recipe":
+            write(args[2], tensor_bytes(run_recipe(load(args[0]), args[1]).to(torch.float32)))
         else:
             print(f"reference.py: unknown command {op!r}", file=sys.stderr)
             return 2

@@ -7,3 +7,4 @@
 #include "coload/io/file.hpp"
 #include "coload/io/http.hpp"
 #include "coload/io/reader.hpp"
+#include "coload/io/whole_file.hpp"

@@ -6,7 +6,9 @@
 //   map_run.hpp         the map-style run: the batch sampler's index lists, one fetch each
 //   stream_run.hpp      the streaming run: each worker streams its replica in turn
 //   worker_count.hpp    the workers in use and the in-flight bound; auto_workers' tuner
-//   placement.hpp       where a fetch's CPU work runs: the driver, threads or processes
+//   place.hpp           where a fetch job runs, as one interface: the driver, threads or
+//                       processes (placement.hpp, process_bridge.hpp)
+//   placement.hpp       the driver's and worker threads' places, and the choice among them
 //   fetch.hpp           the fetch side: a batch from the dataset and the collate, any thread
 //   process_bridge.hpp  what the loader hands exec's process pool, and takes back
 //   outcome.hpp         a fetch's exception as its outcome, in one function
@@ -167,7 +169,7 @@ class DataLoader {
       // worker process's slot, or the allocator's block) serves the batch fetched meanwhile,
       // not one more. A copy the body kept keeps its storage alive, as ever.
       current_.reset();
-      // With no workers the consumer fetches here, while it waits (LoaderCore::drives_inline).
+      // With no workers the consumer fetches here, while it waits (detail::drives_inline).
       if (core_ && core_->driver().runs_inline()) {
         current_ = core_->drive(epoch_.next());
       } else {

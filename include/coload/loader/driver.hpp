@@ -7,6 +7,7 @@
 #include <coroutine>
 #include <functional>
 #include <memory>
+#include <string>
 
 namespace coload::detail {
 
@@ -89,5 +90,10 @@ class Driver {
   // post returns, even if the coroutine it posted ends the loader first.
   std::shared_ptr<State> state_;
 };
+
+/// Warns that a loader's fetches had not ended `grace` after being asked to stop, saying who
+/// holds what (`busy`, as FetchBoard::describe_busy says it; empty: not known): the loader
+/// returns and frees its dataset and workers once that code returns.
+void warn_stuck_stop(std::chrono::milliseconds grace, std::string busy);
 
 }  // namespace coload::detail

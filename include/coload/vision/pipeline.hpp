@@ -16,6 +16,7 @@
 #include "coload/coro/task.hpp"
 #include "coload/dataset/sample_context.hpp"
 #include "coload/vision/folder.hpp"
+#include "coload/vision/recipe.hpp"
 #include "coload/vision/transforms.hpp"
 
 namespace coload::vision {
@@ -31,8 +32,8 @@ struct DefaultImageLoader {
 };
 
 /// An ImageFolder whose samples are made by a fused transform: the standard ImageNet train
-/// transform (RandomResizedCrop, flip, ToTensor, Normalize) or the eval one (Resize,
-/// CenterCrop, ToTensor, Normalize).
+/// transform (RandomResizedCrop, flip, ToTensor, Normalize), the eval one (Resize,
+/// CenterCrop, ToTensor, Normalize), or a Recipe of torchvision ops with a square output.
 ///
 /// In a DataLoader it fetches whole batches asynchronously: every file of the batch is read
 /// through the loader's reader (io_uring where the kernel allows) on the driver, then each
@@ -44,12 +45,13 @@ struct DefaultImageLoader {
 /// `get(index, ctx)` gives one sample `{image [3, S, S], label}` without a loader.
 class ImagePipeline {
  public:
-  using Transform = std::variant<TrainTransform, EvalTransform>;
+  using Transform = FusedTransform;
   using sample_type = std::pair<at::Tensor, std::int64_t>;
   using batch_type = std::pair<at::Tensor, at::Tensor>;
 
   /// Indexes `root` as ImageFolder does (std::runtime_error naming the root when it is
-  /// missing or has no class folder).
+  /// missing or has no class folder). A recipe whose output is not square is refused
+  /// (std::invalid_argument).
   ImagePipeline(const std::filesystem::path& root, Transform transform,
                 FolderOptions options = {});
   /// Over an existing index.

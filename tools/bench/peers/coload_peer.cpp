@@ -2,10 +2,10 @@
 // speaking the peers protocol (see peers.py):
 //
 //   coload_peer ROOT --mode threads|processes|decode|entropy [--epochs 3] [--workers 2] [--batch-size 64]
-//               [--prefetch-factor 2] [--trace PATH]
+//               [--prefetch-factor 2] [--trace PATH] [--recipe NAME]
 //
 // threads / processes: coload::vision::ImagePipeline(ROOT, TrainTransform{}) (RandomResizedCrop
-//   224, flip, ToTensor, Normalize) through make_data_loader({.batch_size, .shuffle = true,
+//   224, flip, ToTensor, Normalize), or with --recipe the preset's train Recipe, through make_data_loader({.batch_size, .shuffle = true,
 //   .num_workers, .persistent_workers = true, .executor}). Time to first batch is from before
 //   the pipeline is constructed (folder indexed) to the first batch in hand; the rest of that
 //   epoch is the warm-up. --trace writes the loader's Chrome trace (LoaderOptions::trace): a
@@ -58,6 +58,7 @@
 #include "coload/loader/data_loader.hpp"
 #include "coload/vision/folder.hpp"
 #include "coload/vision/pipeline.hpp"
+#include "coload/vision/recipe.hpp"
 #include "coload/vision/transforms.hpp"
 
 #ifndef COLOAD_PEER_VERSION
@@ -198,6 +199,7 @@ int main(int argc, char** argv) {
   int epochs = 3, workers = 2, prefetch = 2;
   std::int64_t batch_size = 64;
   std::string trace;
+  std::string recipe;
   CLI::App app{"coload_peer: coload's ImagePipeline (threads or processes), a bare TurboJPEG "
                "decode or a bare entropy decode, timed for tools/bench/peers"};
   app.add_option("ROOT", root, "an ImageFolder tree")->required();
@@ -217,6 +219,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--trace", trace, "write the loader's Chrome trace here (threads, processes)");
+  app.add_option("--recipe", recipe, "run the preset's train Recipe instead of TrainTransform")
+      ->check(CLI::IsMember(coload::vision::presets::names()));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -251,7 +255,9 @@ int main(int argc, char** argv) {
     } else {
       mark("start");
       const auto t0 = Clock::now();
-      coload::vision::ImagePipeline pipeline(root, coload::vision::TrainTransform{});
+      coload::vision::ImagePipeline pipeline(
+          root, recipe.empty() ? coload::vision::FusedTransform{coload::vision::TrainTransform{}}
+                               : coload::vision::presets::train(recipe));
       const double indexed_s = since(t0);
       auto loader = coload::make_data_loader(
           pipeline, {.batch_size = batch_size, .shuffle = true, .num_workers = workers,

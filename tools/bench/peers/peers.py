@@ -435,7 +435,8 @@ def commands(args, coload_exe, venv_python):
             cmds[name] = f"the peers' venv ({VENV}) could not be set up: see setup_venv.sh's output"
             continue
         if name.startswith("coload_"):
-            cmds[name] = [coload_exe] + common + workers + ["--mode", name.split("_")[1]]
+            recipe = ["--recipe", args.recipe] if getattr(args, "recipe", None) else []
+            cmds[name] = [coload_exe] + common + workers + ["--mode", name.split("_")[1]] + recipe
         elif name == "decode_full":
             cmds[name] = [coload_exe] + common + workers + ["--mode", "decode"]
         elif name == "decode_entropy":
@@ -462,6 +463,11 @@ def main(argv=None):
                    "one under ~/.cache/coload/peers-folder)")
     p.add_argument("--peers", help="comma-separated peers to run (default all): " +
                    ", ".join(PEERS))
+    # NOTE: only the classic preset exists so far, and every other peer's transform already is
+    # its equivalent (RandomResizedCrop 224, flip, ToTensor, Normalize); --recipe classic runs
+    # coload's peers through vision::Recipe instead of the fixed TrainTransform.
+    p.add_argument("--recipe", choices=["classic"],
+                   help="coload's peers run this preset's train Recipe (default: TrainTransform)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument("--epochs", type=int, default=3, help="timed epochs per run (default 3)")
     p.add_argument("--quick", action="store_true", help="1 round of 1 timed epoch")

@@ -50,7 +50,7 @@ class LoaderCore {
                  opts.executor == Executor::processes,
                  Plan::is_async && opts.executor != Executor::processes),
         fetcher_(std::move(ds), with_workers(std::move(opts), workers_.started())),
-        driver_(drives_inline(fetcher_.options) ? Driver(Driver::Lazy{}) : Driver()) {
+        driver_(drives_inline<D, C>(fetcher_.options) ? Driver(Driver::Lazy{}) : Driver()) {
     LoaderOptions<C>& o = fetcher_.options;
     validate_options(o, LoaderKind{iterable, Plan::per_sample});
     // auto_workers picked its own most (twice the CPUs, max_auto_workers): no warning for it.
@@ -68,13 +68,13 @@ class LoaderCore {
     device_ = setup_device(o.pin_memory, o.device, o.device_backend,
                            static_cast<std::size_t>(workers_.capacity()) + 2, driver_.context());
     fetcher_.pinned = device_.pinned.get();
-    placement_.emplace(fetcher_, driver_, recorder, workers_, device_.backend);
+    place_ = make_place(fetcher_, driver_, recorder, workers_, device_.backend);
     if constexpr (Plan::is_async) {
       reader_ = std::make_unique<io::Reader>(driver_.context());
       fetcher_.reader = reader_.get();
     }
     services_.emplace(RunServices<D, C>{driver_, scope_, workers_, recorder, device_.stage.get(),
-                                        *placement_, fetcher_, iterable ? nullptr : &batches_,
+                                        *place_, fetcher_, iterable ? nullptr : &batches_,
                                         resume_.stopped()});
   }
 
@@ -83,7 +83,7 @@ class LoaderCore {
   ~LoaderCore() {
     request_stop();
     join_driver();
-    placement_->close();  // the processes (SIGKILL after a grace period), then the threads
+    place_.reset();  // waits for the processes (SIGKILL after a grace period) or the threads
     // NOTE: the driver ran until every copy in flight had completed: nothing reads the slabs.
     device_.stage.reset();
     fetcher_.pinned = nullptr;
@@ -100,7 +100,7 @@ class LoaderCore {
     if (std::exchange(stop_requested_, true)) return;
     if (auto run = current_.lock()) run->cancel();
     asio::post(driver_.context(), [this] {
-      placement_->shutdown();
+      place_->shutdown();
       stop_when_joined(*this);
     });
   }
@@ -118,27 +118,8 @@ class LoaderCore {
       return true;
     }
     if (driver_.wait_for(grace)) return true;
-    std::string who = fetcher_.board.describe_busy();
-    if (who.empty()) who = "a fetch is still running";
-    warn("DataLoader destroyed while its fetches had not ended " +
-         std::to_string(grace.count()) + " ms after being asked to stop (" + who +
-         "): a thread stuck in the dataset's code cannot be interrupted, so the loader "
-         "returns now and frees its dataset and workers once that code returns, dropping its "
-         "result");
+    warn_stuck_stop(grace, fetcher_.board.describe_busy());
     return false;
-  }
-
-  /// With no workers (threads, no timeout, no pinning or device stage, a synchronous
-  /// map-style dataset), the consumer fetches on its own thread while it waits, as PyTorch's
-  /// loader does with num_workers = 0: the driver's work runs inside drive(), and a thread of
-  /// its own starts only when something else needs it (Epoch::next() awaited outside drive(),
-  /// async_next, the executor). A hand-off between two threads for every batch costs more
-  /// than the fetch itself on small batches, and far more when another thread holds a core.
-  static bool drives_inline(const LoaderOptions<C>& o) noexcept {
-    // NOTE: not iterable datasets: an asynchronous stream waits on other threads, and a
-    // stuck one must leave the destructor its grace period (stop_within), not block it.
-    return o.num_workers == 0 && o.executor == Executor::threads && !(o.timeout > 0) &&
-           !o.pin_memory && !o.device && !Plan::is_async && !iterable;
   }
 
   /// Awaits `awaitable` (the next batch) on the calling thread, running the driver's work
@@ -259,7 +240,7 @@ class LoaderCore {
   AsyncScope scope_;  // driver
   Driver driver_;
   DeviceSetup device_;                         // pin_memory or device
-  std::optional<Placement<D, C>> placement_;   // after validation: it starts the workers
+  std::unique_ptr<Place<D, C>> place_;         // after validation: it starts the workers
   std::unique_ptr<io::Reader> reader_;         // asynchronous datasets; driver after construction
   std::optional<RunServices<D, C>> services_;  // what every run is given
 };

@@ -25,7 +25,6 @@
 #include "coload/dataset/iterable.hpp"
 #include "coload/dataset/sample_context.hpp"
 #include "coload/device/device.hpp"
-#include "coload/exec/thread_executor.hpp"
 #include "coload/exec/worker_info.hpp"
 #include "coload/io/reader.hpp"
 #include "coload/loader/detail/fetch_plan.hpp"

@@ -1,7 +1,7 @@
 #pragma once
-// Where a batch's CPU work runs: the one place that decides. Inline on the driver, on worker
-// threads, or in worker processes; each takes a fetch job (a batch's indices, or a worker's
-// next stream batch in a process) and returns its outcome, made by fetch_outcome().
+// The places in this process where a batch's CPU work runs (InlinePlace: the driver itself;
+// ThreadPlace: worker threads), and make_place(), the one place that decides between them and
+// worker processes (ProcessBridge). All three are a Place (place.hpp).
 
 #include <coroutine>
 #include <cstdint>
@@ -17,20 +17,12 @@
 #include "coload/exec/thread_executor.hpp"
 #include "coload/loader/detail/fetch.hpp"
 #include "coload/loader/detail/outcome.hpp"
+#include "coload/loader/detail/place.hpp"
 #include "coload/loader/detail/process_bridge.hpp"
 #include "coload/loader/detail/worker_count.hpp"
 #include "coload/loader/driver.hpp"
 
 namespace coload::detail {
-
-/// Who has a batch in hand: the worker (-1: none known), its pid (worker processes) and the
-/// batch's first indices with their count.
-struct FetchHolder {
-  int worker = -1;
-  int pid = -1;
-  std::vector<std::int64_t> first;
-  std::int64_t count = 0;
-};
 
 /// The worker threads as one asynchronous batch's `co_await ctx.cpu()` sees them: the pool,
 /// in the batch's place in line, and on arrival the loader's records: get_worker_info() names
@@ -62,64 +54,28 @@ class BatchScheduler final : public Scheduler {
   const std::int64_t batch_;
 };
 
-/// CPU work in this process: on the driver itself (no executor: num_workers = 0) or on a pool
-/// of worker threads. An asynchronous fetch starts on the driver, where its reads are
-/// submitted, and moves onto a worker itself with `co_await ctx.cpu()`, through the
-/// BatchScheduler this place gives it.
+/// Worker thread `w` as a Scheduler: where a stream that awaited something comes back to.
+class WorkerThread final : public Scheduler {
+ public:
+  WorkerThread(ThreadExecutor& pool, int w) noexcept : pool_(pool), w_(w) {}
+  void post(std::coroutine_handle<> h) override { pool_.post_to(w_, h); }
+
+ private:
+  ThreadExecutor& pool_;
+  const int w_;
+};
+
+/// What the two places of this process share: a synchronous fetch on the calling thread, an
+/// asynchronous one (started on the driver, where its reads are submitted, its CPU work sent to
+/// a scheduler with `co_await ctx.cpu()`), a stream's batch, and the board of who holds what.
 template <class D, class C>
-class LocalPlace {
+class LocalPlace : public Place<D, C> {
  public:
   using Plan = FetchPlan<D, C>;
   using Batch = typename Plan::batch;
+  using Run = RunBase<D, C>;
 
-  /// Starts `threads` worker threads (none: the driver fetches) (consumer's thread).
-  LocalPlace(Fetcher<D, C>& fetcher, Driver& driver, Recorder& recorder, int threads)
-      : fetcher_(fetcher), driver_(driver), recorder_(recorder) {
-    if (threads > 0) executor_ = std::make_unique<ThreadExecutor>(threads);
-  }
-  LocalPlace(const LocalPlace&) = delete;
-  LocalPlace& operator=(const LocalPlace&) = delete;
-  ~LocalPlace() { close(); }
-
-  /// Joins the worker threads (consumer's thread, after the driver has ended).
-  void close() { executor_.reset(); }
-
-  ThreadExecutor* executor() noexcept { return executor_.get(); }
-
-  /// Batch `batch_no` of `run`: starts and ends on the driver.
-  template <class Run>
-  Task<Fetched<Batch>> fetch(Run& run, std::int64_t batch_no, std::vector<Index> indices) {
-    if constexpr (Plan::is_async) {
-      Fetched<Batch> out;
-      out.dropped = run.cancelled();
-      if (out.dropped) co_return out;
-      fetcher_.board.begin_async(batch_no, indices);
-      std::optional<BatchScheduler> cpu;
-      if (executor_) {
-        cpu.emplace(*executor_, run.worker_infos(), *run.on_worker(), fetcher_.board, batch_no);
-      }
-      try {
-        out.outcome.batch.emplace(co_await fetcher_.fetch_batch_async(
-            run, indices, batch_no, cpu ? &*cpu : nullptr));
-      } catch (...) {
-        out = fetch_outcome<Batch>(std::current_exception());
-      }
-      fetcher_.board.end_async(batch_no);
-      set_worker_info(nullptr);
-      if (!driver_.on_driver_thread()) co_await driver_.schedule();
-      co_return out;
-    } else {
-      const bool hop = executor_ != nullptr;
-      if (hop) co_await executor_->schedule();
-      Fetched<Batch> out = fetch_here(run, batch_no, indices, hop);
-      if (hop) co_await driver_.schedule();
-      co_return out;
-    }
-  }
-
-  /// Who holds batch `batch`: a worker thread, the driver, or an asynchronous fetch awaiting
-  /// its reads.
-  FetchHolder holder(std::int64_t batch) const {
+  FetchHolder holder(std::int64_t batch) const override {
     FetchHolder h;
     if (auto e = fetcher_.board.find(batch)) {
       h.worker = e->worker;
@@ -129,17 +85,18 @@ class LocalPlace {
     return h;
   }
 
- private:
-  /// A synchronous fetch on this thread: worker thread `hop`, else the driver.
-  template <class Run>
+ protected:
+  LocalPlace(Fetcher<D, C>& fetcher, Driver& driver, Recorder& recorder) noexcept
+      : fetcher_(fetcher), driver_(driver), recorder_(recorder) {}
+
+  /// A synchronous fetch on this thread, as worker thread `worker` (-1: the driver).
   Fetched<Batch> fetch_here(Run& run, std::int64_t batch_no, const std::vector<Index>& indices,
-                            bool hop) {
+                            int worker) {
     Fetched<Batch> out;
     out.dropped = run.cancelled();
     if (out.dropped) return out;
-    const int worker = hop ? ThreadExecutor::current_worker_id() : -1;
-    const WorkerInfo* info = hop ? &run.worker_infos()[worker] : nullptr;
-    if (hop) recorder_.bind_thread(worker);
+    const WorkerInfo* info = worker >= 0 ? &run.worker_infos()[worker] : nullptr;
+    if (info) recorder_.bind_thread(worker);
     set_worker_info(info);
     fetcher_.board.begin(worker, batch_no, indices);
     try {
@@ -154,94 +111,172 @@ class LocalPlace {
     return out;
   }
 
+  /// An asynchronous fetch: starts and ends on the driver; `co_await ctx.cpu()` goes to `cpu`
+  /// (nullptr: stays on the driver).
+  Task<Fetched<Batch>> fetch_async(Run& run, std::int64_t batch_no, std::vector<Index> indices,
+                                   Scheduler* cpu) {
+    Fetched<Batch> out;
+    out.dropped = run.cancelled();
+    if (out.dropped) co_return out;
+    fetcher_.board.begin_async(batch_no, indices);
+    try {
+      out.outcome.batch.emplace(co_await fetcher_.fetch_batch_async(run, indices, batch_no, cpu));
+    } catch (...) {
+      out = fetch_outcome<Batch>(std::current_exception());
+    }
+    fetcher_.board.end_async(batch_no);
+    set_worker_info(nullptr);
+    if (!driver_.on_driver_thread()) co_await driver_.schedule();
+    co_return out;
+  }
+
+  /// A stream's batch from `source` on this thread, as worker thread `w` (`worker` resumes
+  /// there) or the driver (`worker` is nullptr).
+  Task<Fetched<Batch>> stream_here(Run& run, StreamSource<Batch>& source, int w,
+                                   std::int64_t batch_no, Scheduler* worker) {
+    const int at = worker ? w : -1;
+    if (worker) {
+      set_worker_info(&run.worker_infos()[w]);
+      recorder_.bind_thread(w);
+    }
+    fetcher_.board.begin(at, batch_no, {});
+    Fetched<Batch> out = co_await source.next(w, batch_no, worker);
+    fetcher_.board.end(at);
+    set_worker_info(nullptr);
+    co_return out;
+  }
+
+  /// What a map-style fetch of an iterable dataset gives: never asked (a StreamRun streams).
+  static Task<Fetched<Batch>> not_map_style() {
+    throw LogicError("coload: a map-style fetch was asked of an iterable dataset's loader");
+    co_return Fetched<Batch>{};
+  }
+
   Fetcher<D, C>& fetcher_;
   Driver& driver_;
   Recorder& recorder_;
-  std::unique_ptr<ThreadExecutor> executor_;
 };
 
-/// A loader's placement: worker processes (executor = processes), else this process's
-/// LocalPlace. Built on the consumer's thread; driver only after, but where said.
+/// No workers (num_workers = 0): the driver fetches, and an asynchronous batch's CPU work stays
+/// on it.
 template <class D, class C>
-class Placement {
+class InlinePlace final : public LocalPlace<D, C> {
+  using Base = LocalPlace<D, C>;
+
  public:
-  using Batch = typename FetchPlan<D, C>::batch;
+  using typename Base::Batch;
+  using typename Base::Run;
 
-  Placement(Fetcher<D, C>& fetcher, Driver& driver, Recorder& recorder, WorkerCount& workers,
-            const std::shared_ptr<DeviceBackend>& pin_backend)
-      : fetcher_(fetcher),
-        driver_(driver),
-        local_(fetcher, driver, recorder,
-               fetcher.options.executor == Executor::processes ? 0 : fetcher.options.num_workers) {
-    if (fetcher.options.executor == Executor::processes) {
-      processes_ = std::make_unique<ProcessBridge<D, C>>(fetcher, driver.context(), pin_backend);
-    }
-    workers.attach(local_.executor());
-  }
+  InlinePlace(Fetcher<D, C>& fetcher, Driver& driver, Recorder& recorder) noexcept
+      : Base(fetcher, driver, recorder) {}
 
-  /// Batch `batch_no` of a map-style `run`, where its CPU work runs. Starts and ends on the
-  /// driver.
-  template <class Run>
-  Task<Fetched<Batch>> fetch(Run& run, std::int64_t batch_no, std::vector<Index> indices) {
-    if (processes_) return processes_->fetch(run, batch_no, std::move(indices));
-    return local_.fetch(run, batch_no, std::move(indices));
-  }
-  /// The next batch of worker process `w`'s stream, as batch `batch_no` (in_processes()).
-  template <class Run>
-  Task<Fetched<Batch>> stream_in_process(Run& run, int w, std::int64_t batch_no) {
-    return processes_->stream(run, w, batch_no);
-  }
-
-  /// True when the workers are processes; then a stream runs in them (stream_in_process).
-  bool in_processes() const noexcept { return processes_ != nullptr; }
-  /// True when the workers are threads of this process; then a stream runs on them (to_worker).
-  bool worker_threads() noexcept { return local_.executor() != nullptr; }
-  /// Awaitable: continue on worker thread `w` (worker_threads() only).
-  auto to_worker(int w) noexcept { return local_.executor()->schedule_on(w); }
-  /// Awaitable: continue on the driver (any thread).
-  auto to_driver() noexcept { return driver_.schedule(); }
-
-  /// Forks the worker processes that are not running (at each epoch's start).
-  void start() {
-    if (processes_) processes_->start();
-  }
-  /// True once a worker process died unrecovered: dispatch stops.
-  bool broken() const noexcept { return processes_ && processes_->broken(); }
-  /// Who has batch `batch` of the current epoch in hand.
-  FetchHolder holder(std::int64_t batch) const {
-    if (!processes_) return local_.holder(batch);
-    FetchHolder h;
-    const auto [worker, pid] = processes_->holder(batch, h.first, h.count);
-    h.worker = worker;
-    h.pid = pid;
-    return h;
-  }
-  /// An epoch has ended; without persistent_workers its processes go with it, and `done`
-  /// runs once they are gone.
-  template <class F>
-  void run_finished(F done) {
-    if (processes_ && !fetcher_.options.persistent_workers) {
-      processes_->retire(std::move(done));
+  Task<Fetched<Batch>> fetch(Run& run, std::int64_t batch_no,
+                             std::vector<Index> indices) override {
+    if constexpr (IterableDataset<D>) {
+      return this->not_map_style();
+    } else if constexpr (Base::Plan::is_async) {
+      return this->fetch_async(run, batch_no, std::move(indices), nullptr);
     } else {
-      done();
+      return fetch_sync(run, batch_no, std::move(indices));
     }
   }
-  /// Fetches waiting on worker processes end now (dropped), and the processes are told to go.
-  void shutdown() {
-    if (processes_) processes_->shutdown(std::make_exception_ptr(Cancelled{}));
-  }
-  /// Waits for the processes (SIGKILL after a grace period), then joins the worker threads
-  /// (consumer's thread, after the driver has ended).
-  void close() {
-    processes_.reset();
-    local_.close();
+  Task<Fetched<Batch>> stream(Run& run, StreamSource<Batch>& source, int w,
+                              std::int64_t batch_no) override {
+    return this->stream_here(run, source, w, batch_no, nullptr);
   }
 
  private:
-  Fetcher<D, C>& fetcher_;
-  Driver& driver_;
-  LocalPlace<D, C> local_;
-  std::unique_ptr<ProcessBridge<D, C>> processes_;
+  Task<Fetched<Batch>> fetch_sync(Run& run, std::int64_t batch_no, std::vector<Index> indices) {
+    co_return this->fetch_here(run, batch_no, indices, -1);
+  }
 };
+
+/// Worker threads of this process. A synchronous fetch moves to a worker and back; an
+/// asynchronous one starts on the driver and moves itself with `co_await ctx.cpu()`, through
+/// the BatchScheduler it is given; worker `w`'s stream runs on worker thread `w`.
+template <class D, class C>
+class ThreadPlace final : public LocalPlace<D, C> {
+  using Base = LocalPlace<D, C>;
+
+ public:
+  using typename Base::Batch;
+  using typename Base::Run;
+
+  /// Starts `threads` worker threads (consumer's thread).
+  ThreadPlace(Fetcher<D, C>& fetcher, Driver& driver, Recorder& recorder, int threads)
+      : Base(fetcher, driver, recorder), pool_(threads) {}
+
+  /// The worker threads (auto_workers sets how many take work).
+  ThreadExecutor& pool() noexcept { return pool_; }
+
+  Task<Fetched<Batch>> fetch(Run& run, std::int64_t batch_no,
+                             std::vector<Index> indices) override {
+    if constexpr (IterableDataset<D>) {
+      return this->not_map_style();
+    } else if constexpr (Base::Plan::is_async) {
+      return fetch_async(run, batch_no, std::move(indices));
+    } else {
+      return fetch_on_worker(run, batch_no, std::move(indices));
+    }
+  }
+  Task<Fetched<Batch>> stream(Run& run, StreamSource<Batch>& source, int w,
+                              std::int64_t batch_no) override {
+    co_await pool_.schedule_on(w);
+    WorkerThread here(pool_, w);
+    Fetched<Batch> out = co_await this->stream_here(run, source, w, batch_no, &here);
+    co_await this->driver_.schedule();
+    co_return out;
+  }
+
+ private:
+  /// An asynchronous fetch whose `co_await ctx.cpu()` goes to the pool.
+  Task<Fetched<Batch>> fetch_async(Run& run, std::int64_t batch_no, std::vector<Index> indices) {
+    BatchScheduler cpu(pool_, run.worker_infos(), *run.on_worker(), this->fetcher_.board,
+                       batch_no);
+    co_return co_await this->Base::fetch_async(run, batch_no, std::move(indices), &cpu);
+  }
+  /// A synchronous fetch on the first free worker.
+  Task<Fetched<Batch>> fetch_on_worker(Run& run, std::int64_t batch_no,
+                                       std::vector<Index> indices) {
+    co_await pool_.schedule();
+    Fetched<Batch> out =
+        this->fetch_here(run, batch_no, indices, ThreadExecutor::current_worker_id());
+    co_await this->driver_.schedule();
+    co_return out;
+  }
+
+  // NOTE: joined when the place is destroyed (consumer's thread, after the driver has ended).
+  ThreadExecutor pool_;
+};
+
+/// The place a loader's options choose: worker processes (executor = processes), worker
+/// threads, or the driver (num_workers = 0). Consumer's thread; nothing is forked yet.
+template <class D, class C>
+std::unique_ptr<Place<D, C>> make_place(Fetcher<D, C>& fetcher, Driver& driver,
+                                        Recorder& recorder, WorkerCount& workers,
+                                        const std::shared_ptr<DeviceBackend>& pin_backend) {
+  const LoaderOptions<C>& o = fetcher.options;
+  if (o.executor == Executor::processes) {
+    return std::make_unique<ProcessBridge<D, C>>(fetcher, driver.context(), pin_backend);
+  }
+  if (o.num_workers == 0) return std::make_unique<InlinePlace<D, C>>(fetcher, driver, recorder);
+  auto threads = std::make_unique<ThreadPlace<D, C>>(fetcher, driver, recorder, o.num_workers);
+  workers.attach(&threads->pool());
+  return threads;
+}
+
+/// With no workers (threads, no timeout, no pinning or device stage, a synchronous map-style
+/// dataset), the consumer fetches on its own thread while it waits, as PyTorch's loader does
+/// with num_workers = 0: the driver's work runs inside the consumer's wait, and a thread of its
+/// own starts only when something else needs it (Epoch::next() awaited outside it, async_next,
+/// the executor). A hand-off between two threads for every batch costs more than the fetch
+/// itself on small batches, and far more when another thread holds a core.
+template <class D, class C>
+bool drives_inline(const LoaderOptions<C>& o) noexcept {
+  // NOTE: not iterable datasets: an asynchronous stream waits on other threads, and a stuck
+  // one must leave the destructor its grace period (stop_within), not block it.
+  return o.num_workers == 0 && o.executor == Executor::threads && !(o.timeout > 0) &&
+         !o.pin_memory && !o.device && !FetchPlan<D, C>::is_async && !IterableDataset<D>;
+}
 
 }  // namespace coload::detail

@@ -32,6 +32,7 @@
 #include "coload/io/reader.hpp"
 #include "coload/loader/detail/fetch.hpp"
 #include "coload/loader/detail/outcome.hpp"
+#include "coload/loader/detail/place.hpp"
 #include "coload/loader/errors.hpp"
 #include "coload/loader/options.hpp"
 
@@ -87,12 +88,13 @@ LoaderOptions<C> options_in_child(const ChildOptions& sent) {
 
 /// A loader's worker processes: the pool, the fetch each worker runs over the loader's fetch
 /// side (its forked copy, or one rebuilt from the fork server's payload), and the parent's
-/// side of a task. Driver only, but where said.
+/// side of a task: the Place of worker processes. Driver only, but where said.
 template <class D, class C>
-class ProcessBridge {
+class ProcessBridge final : public Place<D, C> {
  public:
   using Plan = FetchPlan<D, C>;
   using Batch = typename Plan::batch;
+  using Run = RunBase<D, C>;
   static constexpr bool iterable = IterableDataset<D>;
 
   /// Makes the pool (nothing is forked before start()). `pin_backend`, when set, pins the
@@ -124,26 +126,33 @@ class ProcessBridge {
   }
 
   /// Forks every worker that is not running.
-  void start() { pool_->start(); }
-  /// Asks the workers to exit after their queued tasks; `done` runs once they are gone.
-  template <class F>
-  void retire(F done) {
-    pool_->retire(std::move(done));
+  void start() override { pool_->start(); }
+  /// Without persistent_workers, asks the workers to exit after their queued tasks; `done`
+  /// runs once they are gone.
+  void run_finished(std::function<void()> done) override {
+    if (fetcher_.options.persistent_workers) {
+      done();
+    } else {
+      pool_->retire(std::move(done));
+    }
   }
-  /// Ends pending tasks with `cancelled` and the workers with SIGTERM (then SIGKILL).
-  void shutdown(std::exception_ptr cancelled) { pool_->shutdown(std::move(cancelled)); }
+  /// Ends pending tasks (dropped) and the workers with SIGTERM (then SIGKILL).
+  void shutdown() override { pool_->shutdown(std::make_exception_ptr(Cancelled{})); }
   /// True once a worker died unrecovered.
-  bool broken() const noexcept { return pool_->broken(); }
-  /// Driver: the worker process (id, pid) that has batch `batch`, its first indices and count.
-  std::pair<int, int> holder(std::int64_t batch, std::vector<std::int64_t>& indices,
-                             std::int64_t& count) const {
-    return pool_->holder(batch, indices, count);
+  bool broken() const noexcept override { return pool_->broken(); }
+  /// The worker process that has batch `batch`, its pid, first indices and count.
+  FetchHolder holder(std::int64_t batch) const override {
+    FetchHolder h;
+    const auto [worker, pid] = pool_->holder(batch, h.first, h.count);
+    h.worker = worker;
+    h.pid = pid;
+    return h;
   }
 
   /// Batch `batch_no` of a map-style epoch, fetched by the least busy worker process: the
   /// indices go out over its socket, the batch comes back in a shared-memory slot.
-  template <class Run>
-  Task<Fetched<Batch>> fetch(Run& run, std::int64_t batch_no, std::vector<Index> indices) {
+  Task<Fetched<Batch>> fetch(Run& run, std::int64_t batch_no,
+                             std::vector<Index> indices) override {
     Fetched<Batch> out;
     out.dropped = run.cancelled();
     if (out.dropped) co_return out;
@@ -164,9 +173,9 @@ class ProcessBridge {
   }
 
   /// The next batch of worker process `w`'s stream (the process keeps the stream between
-  /// tasks); `over` once nothing follows it.
-  template <class Run>
-  Task<Fetched<Batch>> stream(Run& run, int w, std::int64_t batch_no) {
+  /// tasks, so `source` is not needed); `over` once nothing follows it.
+  Task<Fetched<Batch>> stream(Run& run, StreamSource<Batch>& /*source*/, int w,
+                              std::int64_t batch_no) override {
     Fetched<Batch> out;
     try {
       ProcessTask t = make_task(ProcessTask::Kind::stream, run, batch_no);
@@ -182,7 +191,6 @@ class ProcessBridge {
 
  private:
   /// A task of `kind` for batch `batch_no` of `run`, with the run's epoch and seeds.
-  template <class Run>
   static ProcessTask make_task(ProcessTask::Kind kind, const Run& run, std::int64_t batch_no) {
     ProcessTask t;
     t.kind = kind;

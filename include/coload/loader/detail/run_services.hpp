@@ -14,7 +14,7 @@
 #include "coload/device/device.hpp"
 #include "coload/loader/detail/batches.hpp"
 #include "coload/loader/detail/fetch.hpp"
-#include "coload/loader/detail/placement.hpp"
+#include "coload/loader/detail/place.hpp"
 #include "coload/loader/detail/resume.hpp"
 #include "coload/loader/detail/worker_count.hpp"
 #include "coload/loader/driver.hpp"
@@ -31,7 +31,7 @@ struct RunServices {
   WorkerCount& workers;      ///< the in-flight bound (any thread) and auto_workers' tuning
   Recorder& recorder;        ///< the metrics and trace (any thread)
   DeviceStage* stage;        ///< the device stage, or nullptr (driver)
-  Placement<D, C>& placement;  ///< where fetches run (driver)
+  Place<D, C>& placement;    ///< where fetches run (driver)
   Fetcher<D, C>& fetcher;    ///< the dataset, its options and workers' records (any thread)
   BatchSource* batches;      ///< map-style: the batch sampler (driver); nullptr otherwise
   std::shared_ptr<StoppedEpoch> stopped;  ///< where a consumer's stop is recorded (any thread)

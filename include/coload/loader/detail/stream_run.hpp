@@ -17,6 +17,7 @@
 #include "coload/coro/task.hpp"
 #include "coload/dataset/iterable.hpp"
 #include "coload/loader/detail/fetch.hpp"
+#include "coload/loader/detail/place.hpp"
 #include "coload/loader/detail/run.hpp"
 
 namespace coload::detail {
@@ -27,7 +28,7 @@ namespace coload::detail {
 /// ends leaves the rotation, and its last partial batch is kept or dropped (drop_last) on its
 /// own. A worker whose stream throws delivers the error and, its stream being over, leaves.
 template <class D, class C>
-class StreamRun final : public RunBase<D, C> {
+class StreamRun final : public RunBase<D, C>, public StreamSource<typename FetchPlan<D, C>::batch> {
   using Base = RunBase<D, C>;
   using Plan = FetchPlan<D, C>;
   using Sample = typename Plan::sample;
@@ -40,7 +41,9 @@ class StreamRun final : public RunBase<D, C> {
             std::vector<std::uint8_t> generator)
       : Base(svc, epoch, base_seed, std::move(resumed), std::move(generator)),
         skip_counts_(static_cast<std::size_t>(std::max(1, svc.options().num_workers)), 0),
-        queues_(static_cast<std::size_t>(std::max(1, svc.options().num_workers))) {}
+        streams_(skip_counts_.size()),
+        solo_(svc.fetcher.worker_info(0, 1, base_seed)),
+        queues_(skip_counts_.size()) {}
 
   /// Driver: hands batch numbers to the active workers in turn, under the in-flight bound.
   static Task<void> run(std::shared_ptr<StreamRun> self) {
@@ -53,11 +56,7 @@ class StreamRun final : public RunBase<D, C> {
       co_return;
     }
     for (int w = 0; w < static_cast<int>(self->queues_.size()); ++w) {
-      if (svc.placement.in_processes()) {
-        svc.spawn(stream_in_process(self, w));
-      } else {
-        svc.spawn(stream_worker(self, w));
-      }
+      svc.spawn(stream_worker(self, w));
     }
     for (;;) {
       while (self->full() && !self->cancelled()) co_await self->slot();
@@ -154,20 +153,11 @@ class StreamRun final : public RunBase<D, C> {
     return -1;
   }
 
-  /// Worker `w` for this epoch: takes batch numbers from its queue and fills each from its
-  /// stream, on its own worker thread (on the driver when there are no workers).
+  /// Worker `w` for this epoch: takes batch numbers from its queue and has the placement fill
+  /// each from the worker's stream (on its worker thread, in its process, or on the driver).
+  /// Runs on the driver.
   static Task<void> stream_worker(std::shared_ptr<StreamRun> self, int w) {
-    Services& svc = self->svc_;
-    Placement<D, C>& place = svc.placement;
-    Fetcher<D, C>& fetcher = svc.fetcher;
-    const bool hop = place.worker_threads();
-    const std::size_t want =
-        Plan::per_sample ? 1 : static_cast<std::size_t>(*svc.options().batch_size);
-    // Without workers the stream still gets a WorkerInfo, though get_worker_info() stays empty.
-    WorkerInfo solo = fetcher.worker_info(0, 1, self->base_seed_);
-    WorkerInfo& info = hop ? self->workers_[static_cast<std::size_t>(w)] : solo;
-    std::shared_ptr<D> replica;
-    std::optional<StreamCursor<stream_t<D>>> cursor;
+    Place<D, C>& place = self->svc_.placement;
     bool over = false;
     for (;;) {
       std::optional<std::int64_t> task = co_await TaskAwaiter{self.get(), w};
@@ -176,136 +166,125 @@ class StreamRun final : public RunBase<D, C> {
         self->complete(*task, {}, self->cancelled());
         continue;
       }
-      if (hop) co_await place.to_worker(w);
       Outcome<Batch> outcome;
       bool dropped = false;
-      bool ended = false;
-      std::vector<Sample> samples;
-      if (hop) {
-        set_worker_info(&info);
-        svc.recorder.bind_thread(w);
-      }
-      fetcher.board.begin(hop ? w : -1, *task, {});
       // NOTE: a resumed epoch drops the batches this worker had delivered before, without
       // giving up this batch number: the rotation stays that of the interrupted run.
       for (;;) {
-        try {
-          if (!cursor) {
-            if (hop) {
-              fetcher.init_worker(info, self->epoch_);
-              replica = fetcher.replica(w);
-              info.dataset = static_cast<const void*>(replica.get());
-            }
-            D& dataset = replica ? *replica : fetcher.dataset;
-            try {
-              if constexpr (ResumableStream<D>) {
-                if (auto it = self->resume_states_.find(w); it != self->resume_states_.end()) {
-                  dataset.load_state(it->second);
-                }
-              }
-              cursor.emplace(dataset.stream(std::as_const(info)));
-            } catch (...) {
-              throw wrap_current_exception(hop ? w : -1, *task, -1, "starting the stream for");
-            }
-          }
-          samples.reserve(want);
-          // The stream's pulls are its `read` (one span per batch), then collate.
-          StageClock clock;
-          while (samples.size() < want) {
-            if (self->cancelled()) throw Cancelled{};
-            typename stream_t<D>::pointer sample = nullptr;
-            try {
-              if constexpr (async_stream_v<D>) {
-                const auto thread = std::this_thread::get_id();
-                sample = co_await cursor->next_async();
-                // A stream that awaited something may resume elsewhere: come back to this
-                // worker's thread (or the driver) before going on.
-                if (std::this_thread::get_id() != thread) {
-                  if (hop) {
-                    co_await place.to_worker(w);
-                  } else {
-                    co_await place.to_driver();
-                  }
-                }
-              } else {
-                sample = cursor->next_sync();
-              }
-            } catch (...) {
-              ended = true;
-              throw wrap_current_exception(hop ? w : -1, *task, -1, "fetching");
-            }
-            if (!sample) {
-              ended = true;
-              break;
-            }
-            samples.push_back(std::move(*sample));
-          }
-          clock.read_lap(samples.size(), "batch", *task);
-          if (clock.metrics) {
-            clock.shard->samples.fetch_add(samples.size(), std::memory_order_relaxed);
-          }
-          const bool partial = samples.size() < want;
-          if constexpr (ResumableStream<D>) {
-            if (fetcher.stream_states_usable()) {
-              const D& streamed = replica ? *replica : fetcher.dataset;
-              outcome.stream_state = std::make_shared<const std::string>(streamed.state());
-            }
-          }
-          if (!samples.empty() && !(partial && svc.options().drop_last)) {
-            outcome.batch.emplace(fetcher.place_batch([&] {
-              return fetcher.collate_samples(std::move(samples), hop ? w : -1, *task);
-            }));
-            clock.lap(Stage::collate, 1, "batch", *task);
-          }
-        } catch (...) {
-          // The outcome keeps the stream state taken before the failure, if any.
-          Fetched<Batch> end = fetch_outcome<Batch>(std::current_exception());
-          dropped = end.dropped;
-          ended = end.over;
-          outcome.error = std::move(end.outcome.error);
-        }
-        if (!self->drop_delivered(w, outcome, dropped) || ended) break;
-        samples.clear();
-      }
-      fetcher.board.end(hop ? w : -1);
-      if (hop) set_worker_info(nullptr);
-      if (hop) co_await place.to_driver();
-      if (ended) {
-        over = true;
-        self->queues_[static_cast<std::size_t>(w)].active = false;
-      }
-      self->hand_on(w, *task, std::move(outcome), dropped);
-    }
-    // NOTE: the stream (and with it the replica's generator frame) ends here, on the driver.
-    cursor.reset();
-    replica.reset();
-  }
-
-  /// Worker process `w` for this epoch: asks its process for one batch of its stream per
-  /// batch number (the process keeps the stream between them). Runs on the driver.
-  static Task<void> stream_in_process(std::shared_ptr<StreamRun> self, int w) {
-    Placement<D, C>& place = self->svc_.placement;
-    bool over = false;
-    for (;;) {
-      std::optional<std::int64_t> task = co_await TaskAwaiter{self.get(), w};
-      if (!task) break;
-      if (over || self->cancelled()) {
-        self->complete(*task, {}, self->cancelled());
-        continue;
-      }
-      Outcome<Batch> outcome;
-      bool dropped = false;
-      for (;;) {
-        auto streamed = co_await place.stream_in_process(*self, w, *task);
-        outcome = std::move(streamed.outcome);
-        dropped = streamed.dropped;
-        over = streamed.over;
+        auto fetched = co_await place.stream(*self, *self, w, *task);
+        outcome = std::move(fetched.outcome);
+        dropped = fetched.dropped;
+        over = fetched.over;
         if (!self->drop_delivered(w, outcome, dropped) || over) break;
       }
       if (over) self->queues_[static_cast<std::size_t>(w)].active = false;
       self->hand_on(w, *task, std::move(outcome), dropped);
     }
+    // NOTE: the stream (and with it the replica's generator frame) ends here, on the driver.
+    self->streams_[static_cast<std::size_t>(w)] = WorkerStream{};
   }
+
+ public:
+  /// Where the placement put it (worker thread `w`, or the driver): the next batch of worker
+  /// `w`'s stream, started on its first call (on the worker's replica, from its saved state
+  /// when the epoch resumes from one).
+  Task<Fetched<Batch>> next(int w, std::int64_t batch_no, Scheduler* worker) override {
+    Fetcher<D, C>& fetcher = this->svc_.fetcher;
+    const bool hop = worker != nullptr;
+    const int who = hop ? w : -1;
+    const std::size_t want =
+        Plan::per_sample ? 1 : static_cast<std::size_t>(*this->svc_.options().batch_size);
+    WorkerStream& s = streams_[static_cast<std::size_t>(w)];
+    // Without workers the stream still gets a WorkerInfo, though get_worker_info() stays empty.
+    WorkerInfo& info = hop ? this->workers_[static_cast<std::size_t>(w)] : solo_;
+    Fetched<Batch> out;
+    bool ended = false;
+    std::vector<Sample> samples;
+    try {
+      if (!s.cursor) {
+        if (hop) {
+          fetcher.init_worker(info, this->epoch_);
+          s.replica = fetcher.replica(w);
+          info.dataset = static_cast<const void*>(s.replica.get());
+        }
+        D& dataset = s.replica ? *s.replica : fetcher.dataset;
+        try {
+          if constexpr (ResumableStream<D>) {
+            if (auto it = resume_states_.find(w); it != resume_states_.end()) {
+              dataset.load_state(it->second);
+            }
+          }
+          s.cursor.emplace(dataset.stream(std::as_const(info)));
+        } catch (...) {
+          throw wrap_current_exception(who, batch_no, -1, "starting the stream for");
+        }
+      }
+      samples.reserve(want);
+      // The stream's pulls are its `read` (one span per batch), then collate.
+      StageClock clock;
+      while (samples.size() < want) {
+        if (this->cancelled()) throw Cancelled{};
+        typename stream_t<D>::pointer sample = nullptr;
+        try {
+          if constexpr (async_stream_v<D>) {
+            const auto thread = std::this_thread::get_id();
+            sample = co_await s.cursor->next_async();
+            // A stream that awaited something may resume elsewhere: come back to this
+            // worker's thread (or the driver) before going on.
+            if (std::this_thread::get_id() != thread) {
+              if (hop) {
+                co_await ResumeOn{*worker};
+              } else {
+                co_await this->svc_.driver.schedule();
+              }
+            }
+          } else {
+            sample = s.cursor->next_sync();
+          }
+        } catch (...) {
+          ended = true;
+          throw wrap_current_exception(who, batch_no, -1, "fetching");
+        }
+        if (!sample) {
+          ended = true;
+          break;
+        }
+        samples.push_back(std::move(*sample));
+      }
+      clock.read_lap(samples.size(), "batch", batch_no);
+      if (clock.metrics) clock.shard->samples.fetch_add(samples.size(), std::memory_order_relaxed);
+      const bool partial = samples.size() < want;
+      if constexpr (ResumableStream<D>) {
+        if (fetcher.stream_states_usable()) {
+          const D& streamed = s.replica ? *s.replica : fetcher.dataset;
+          out.outcome.stream_state = std::make_shared<const std::string>(streamed.state());
+        }
+      }
+      if (!samples.empty() && !(partial && this->svc_.options().drop_last)) {
+        out.outcome.batch.emplace(fetcher.place_batch(
+            [&] { return fetcher.collate_samples(std::move(samples), who, batch_no); }));
+        clock.lap(Stage::collate, 1, "batch", batch_no);
+      }
+    } catch (...) {
+      // The outcome keeps the stream state taken before the failure, if any.
+      Fetched<Batch> end = fetch_outcome<Batch>(std::current_exception());
+      out.dropped = end.dropped;
+      ended = end.over;
+      out.outcome.error = std::move(end.outcome.error);
+    }
+    out.over = ended;
+    co_return out;
+  }
+
+ private:
+  /// Worker `w`'s stream in this process: its replica (worker threads) and its cursor. Touched
+  /// where the placement runs worker `w`, and reset on the driver once the worker is done.
+  struct WorkerStream {
+    std::shared_ptr<D> replica;
+    std::optional<StreamCursor<stream_t<D>>> cursor;
+  };
+  std::vector<WorkerStream> streams_;  // element w: worker w's place
+  WorkerInfo solo_;                    // the stream's WorkerInfo without workers
 
   std::vector<WorkerQueue> queues_;  // driver
   int next_worker_ = 0;              // driver

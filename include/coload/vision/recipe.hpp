@@ -1,0 +1,358 @@
+#pragma once
+// A training recipe as a composition of torchvision's transforms, run by the fused image
+// pipeline: `Recipe{RandomResizedCrop{224}, RandomHorizontalFlip{}, ToDtype{at::kFloat, true},
+// Normalize{mean, std}}` names the ops in torchvision's names and order, and runs them from
+// encoded bytes straight into a batch row.
+//
+// How a recipe runs: its leading geometric ops (RandomResizedCrop; or Resize, then optionally
+// CenterCrop) fold into the decode, as TrainTransform and EvalTransform do (a JPEG's region, or
+// the whole image at a reduced DCT scale, and one antialiased resample); a leading RandomCrop
+// or CenterCrop pads and crops the full-size image, resampling nothing. The uint8 ops after them
+// run on the crop: flips and grayscale on each resampled row as it is written; when a sample
+// draws an op that needs the whole crop (ColorJitter, GaussianBlur) the crop is kept as uint8 and
+// the ops run on it in order. ToDtype/ToTensor and Normalize run as one table look-up while a row
+// is written into the CHW float output, and RandomErasing runs on that output. A final MixUp,
+// CutMix or RandomChoice of them runs on the collated batch (the pipelines apply it, with a
+// generator of the batch's own), making the labels soft. Per-sample random choices are
+// drawn from one generator per sample, in the ops' order, with torchvision's calls, before
+// anything is decoded; so the `classic` preset draws and writes exactly what TrainTransform does.
+//
+// A recipe is checked when it is built: an impossible parameter, an op the fused pipeline does
+// not run yet, or ops in an order it cannot fuse is refused there (std::invalid_argument), with
+// torchvision's wording where torchvision has one.
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <array>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "coload/dataset/sample_context.hpp"
+#include "coload/vision/decode.hpp"
+#include "coload/vision/image.hpp"
+#include "coload/vision/transforms.hpp"
+
+namespace coload::vision {
+
+// ---- Ops beyond transforms.hpp's ------------------------------------------------------------
+
+/// The image mirrored top to bottom (`F.vflip`).
+Image vflip(const ImageView& src);
+
+/// `F.rgb_to_grayscale` on a uint8 RGB tensor image: `0.2989 r + 0.587 g + 0.114 b` in float,
+/// truncated to uint8 (torchvision's tensor path, not PIL's `convert('L')`), repeated into
+/// `num_output_channels` (1 or 3) channels. A one-channel image is copied (and repeated).
+Image rgb_to_grayscale(const ImageView& src, int num_output_channels = 1);
+
+/// `transforms.RandomVerticalFlip(p)`.
+struct RandomVerticalFlip {
+  /// Probability of flipping.
+  double p = 0.5;
+
+  /// Draws `torch.rand(1) < p` from `gen`, as torchvision does.
+  bool draw(at::Generator& gen) const;
+  /// The image, flipped with probability `p`.
+  Image operator()(Image image, at::Generator& gen) const;
+};
+
+/// `transforms.Grayscale(num_output_channels)`.
+struct Grayscale {
+  /// 1 or 3; a recipe's batch has three channels, so a recipe takes only 3.
+  int num_output_channels = 1;
+
+  /// The image in gray.
+  Image operator()(const Image& image) const;
+};
+
+/// `transforms.RandomGrayscale(p)`: grayscale with three output channels, with probability p.
+struct RandomGrayscale {
+  /// Probability of converting.
+  double p = 0.1;
+
+  /// Draws `torch.rand(1) < p` from `gen`.
+  bool draw(at::Generator& gen) const;
+  /// The image, in gray with probability `p`.
+  Image operator()(Image image, at::Generator& gen) const;
+};
+
+/// `transforms.v2.ToDtype(dtype, scale)` on an image: a cast, and with `scale` from uint8's
+/// [0, 255] to a float's [0, 1] (divided by 255). A recipe converts to float32 only.
+struct ToDtype {
+  /// The target dtype.
+  at::ScalarType dtype = at::kFloat;
+  /// Whether to rescale the values to the new dtype's range.
+  bool scale = false;
+
+  /// The converted tensor.
+  at::Tensor operator()(const at::Tensor& image) const;
+};
+
+/// `F.adjust_brightness` on a uint8 RGB image (torchvision's tensor path): trunc(clamp(f · v)).
+Image adjust_brightness(const ImageView& src, double factor);
+/// `F.adjust_contrast`: each value blended with the mean of the image's uint8 grayscale.
+Image adjust_contrast(const ImageView& src, double factor);
+/// `F.adjust_saturation`: each pixel blended with its uint8 grayscale.
+Image adjust_saturation(const ImageView& src, double factor);
+/// `F.adjust_hue` (factor in [-0.5, 0.5]): through float32 HSV and back, as torchvision does.
+Image adjust_hue(const ImageView& src, double hue_factor);
+/// `F.gaussian_blur(img, [kx, ky], [sigma_x, sigma_y])` on a uint8 RGB image: odd kernels,
+/// reflect padding, rounded back to uint8.
+Image gaussian_blur(const ImageView& src, int kx, int ky, double sigma_x, double sigma_y);
+
+/// `transforms.ColorJitter(brightness, contrast, saturation, hue)` with torchvision's
+/// single-number form: brightness b draws its factor from [max(0, 1 - b), 1 + b] (contrast and
+/// saturation alike), hue h from [-h, h]; 0 leaves that adjustment out (draws nothing).
+struct ColorJitter {
+  double brightness = 0;
+  double contrast = 0;
+  double saturation = 0;
+  double hue = 0;
+
+  /// What one call draws: the order of the four adjustments (0 brightness, 1 contrast,
+  /// 2 saturation, 3 hue; `torch.randperm(4)`) and each one's factor (NaN where left out).
+  struct Params {
+    std::array<int, 4> order{};
+    std::array<float, 4> factor{};
+  };
+  /// Draws as torchvision's `get_params`: randperm(4), then a uniform per adjustment in use.
+  Params get_params(at::Generator& gen) const;
+  /// The image with the adjustments of `params` applied in their order.
+  static Image apply(const ImageView& src, const Params& params);
+  /// Draws, then applies.
+  Image operator()(const Image& image, at::Generator& gen) const;
+};
+
+/// `transforms.GaussianBlur(kernel_size, sigma)`.
+struct GaussianBlur {
+  /// Kernel width, odd and positive.
+  int kernel_x = 3;
+  /// Kernel height, or 0 for `kernel_x`.
+  int kernel_y = 0;
+  /// The range sigma is drawn from (a single sigma s: {s, s}).
+  std::array<double, 2> sigma = {0.1, 2.0};
+
+  /// `torch.empty(1).uniform_(sigma[0], sigma[1])`.
+  float get_params(at::Generator& gen) const;
+  /// The image blurred with a drawn sigma.
+  Image operator()(const Image& image, at::Generator& gen) const;
+};
+
+/// `transforms.RandomErasing(p, scale, ratio, value)` on a float CHW image: a box of the drawn
+/// area and aspect ratio set to `value` (one number, or one per channel).
+struct RandomErasing {
+  double p = 0.5;
+  std::array<double, 2> scale = {0.02, 0.33};
+  std::array<double, 2> ratio = {0.3, 3.3};
+  std::vector<double> value = {0.0};
+
+  /// torchvision's `get_params` for an image of height × width: up to 10 draws of area and
+  /// ratio, then the box's position; nullopt where no draw fits (torchvision then erases
+  /// nothing). Does not draw the `torch.rand(1) < p` that precedes it.
+  std::optional<CropBox> get_params(int height, int width, at::Generator& gen) const;
+  /// The [C, H, W] float tensor, erased with probability p (a new tensor).
+  at::Tensor operator()(const at::Tensor& image, at::Generator& gen) const;
+};
+
+/// How `RandomCrop` pads: torchvision's padding modes.
+enum class PaddingMode { constant, edge, reflect, symmetric };
+
+/// `transforms.v2.RandomCrop(size, padding, pad_if_needed, fill, padding_mode)`: pads the image
+/// (`padding` as left, top, right, bottom), and where `pad_if_needed` each side of a dimension
+/// still shorter than the crop by the shortfall, then crops a random `height` × `width` box.
+/// As a recipe's first op it reads the whole image at full size (no resample).
+struct RandomCrop {
+  int height = 0;
+  /// Crop width, or 0 for a square crop.
+  int width = 0;
+  std::array<int, 4> padding = {0, 0, 0, 0};
+  bool pad_if_needed = false;
+  /// The constant mode's value: one, or one per channel (uint8 values).
+  std::vector<double> fill = {0.0};
+  PaddingMode padding_mode = PaddingMode::constant;
+
+  /// The padding of an image of height × width (`padding`, plus what pad_if_needed adds), as
+  /// {left, top, right, bottom}.
+  std::array<int, 4> padding_for(int image_height, int image_width) const noexcept;
+  /// v2's `_get_params`: the box in the padded image; `torch.randint` for the top only where
+  /// the padded height exceeds the crop's, then for the left likewise. std::invalid_argument
+  /// with torchvision's message where the padded image is smaller than the crop.
+  CropBox get_params(int image_height, int image_width, at::Generator& gen) const;
+};
+
+/// `transforms.v2.MixUp(alpha, num_classes)`, a batch op: lam ~ Beta(alpha, alpha); the batch
+/// becomes lam · batch + (1 - lam) · batch rolled by one, the labels likewise as one-hot
+/// (soft labels, float [N, num_classes]).
+struct MixUp {
+  double alpha = 1.0;
+  /// Classes of the one-hot labels; 0 in an ImagePipeline: the folder's class count.
+  int num_classes = 0;
+};
+
+/// `transforms.v2.CutMix(alpha, num_classes)`, a batch op: lam ~ Beta(alpha, alpha) sizes a
+/// box at a random centre; the box is pasted from the batch rolled by one, and the labels mix
+/// by the box's share of the image.
+struct CutMix {
+  double alpha = 1.0;
+  int num_classes = 0;
+};
+
+/// `transforms.v2.RandomChoice([...], p)` of batch ops: one, drawn by `torch.multinomial(p, 1)`.
+struct RandomChoice {
+  std::vector<std::variant<MixUp, CutMix>> transforms;
+  /// Weights, one per transform; empty: equal.
+  std::vector<double> p;
+};
+
+/// What a batch op drew: which op (0 MixUp, 1 CutMix), lam (CutMix: its adjusted lam, the
+/// share of the image left as it was) and CutMix's box [x1, x2) × [y1, y2).
+struct BatchMixParams {
+  int op = 0;
+  double lam = 1.0;
+  int x1 = 0, y1 = 0, x2 = 0, y2 = 0;
+};
+
+/// Applies drawn `params` to a batch: images float [N, C, H, W] (changed in place) and int64
+/// labels [N]; returns the soft labels, float [N, num_classes] (std::invalid_argument naming
+/// the label when one lies outside [0, num_classes)).
+at::Tensor apply_batch_mix(at::Tensor& images, const at::Tensor& labels, int num_classes,
+                           const BatchMixParams& params);
+
+// ---- The recipe -----------------------------------------------------------------------------
+
+/// One op of a recipe, in torchvision's names.
+using RecipeOp = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip,
+                              RandomVerticalFlip, Grayscale, RandomGrayscale, ToTensor, ToDtype,
+                              Normalize, ColorJitter, GaussianBlur, RandomErasing, RandomCrop,
+                              MixUp, CutMix, RandomChoice>;
+
+/// The values one op drew for a sample, where it draws more than whether it applies.
+struct OpDraw {
+  /// ColorJitter's order and factors (GaussianBlur's sigma is factor[0]).
+  ColorJitter::Params jitter;
+  /// RandomErasing's box, in the output's coordinates.
+  CropBox box;
+};
+
+/// What a recipe drew for one sample.
+struct RecipeParams {
+  /// The crop in full-size pixel coordinates (RandomResizedCrop's box), or the centre crop in
+  /// the resized image's coordinates (Resize then CenterCrop).
+  CropBox box;
+  /// The JPEG DCT scale denominator of a RandomResizedCrop's decode (1 for PNG, or without
+  /// scaling); Resize chooses its own.
+  int scale_denominator = 1;
+  /// Bit k is set when op k applies to this sample (always for a deterministic op; for a
+  /// random one, when its draw said so).
+  std::uint64_t applied = 0;
+  /// Per op, what it drew (empty unless the recipe has ColorJitter, GaussianBlur or
+  /// RandomErasing).
+  std::vector<OpDraw> draws;
+
+  /// Whether op `k` applies.
+  bool applies(std::size_t k) const noexcept { return (applied >> k) & 1u; }
+};
+
+/// A composition of torchvision ops run by the fused pipeline; see the file comment. Copies
+/// share the built plan. Thread-safe: scratch memory is per thread.
+class Recipe {
+ public:
+  /// Builds and checks the recipe (std::invalid_argument naming the op and its parameter).
+  Recipe(std::initializer_list<RecipeOp> ops);
+  /// The same, from a vector.
+  explicit Recipe(std::vector<RecipeOp> ops);
+
+  /// The ops, as given.
+  const std::vector<RecipeOp>& ops() const noexcept;
+  /// Output height and width of every sample.
+  int output_height() const noexcept;
+  int output_width() const noexcept;
+  /// Whether JPEGs decode at a reduced DCT scale where it covers the output (on by default;
+  /// off, outputs equal torchvision's on PIL images bit for bit).
+  bool dct_scaling() const noexcept;
+  /// A copy with DCT scaling on or off.
+  Recipe with_dct_scaling(bool on) const;
+
+  /// Draws every random op's choice for an image of `info`'s size, in the ops' order.
+  RecipeParams sample(const ImageInfo& info, at::Generator& gen) const;
+  /// Decodes `encoded` and writes the sample for `params` into `dst`
+  /// (3 × output_height × output_width floats, CHW).
+  void apply(std::span<const std::byte> encoded, const ImageInfo& info,
+             const RecipeParams& params, float* dst) const;
+  /// Samples with `gen`, then applies.
+  void operator()(std::span<const std::byte> encoded, at::Generator& gen, float* dst) const;
+  /// Samples with a generator made from `rng`, then applies.
+  void operator()(std::span<const std::byte> encoded, Rng& rng, float* dst) const;
+  /// The sample as a new [3, H, W] float tensor.
+  at::Tensor operator()(std::span<const std::byte> encoded, Rng& rng) const;
+
+  /// Whether the recipe ends with a batch op (MixUp, CutMix, or a RandomChoice of them).
+  bool has_batch_op() const noexcept;
+  /// Draws the batch op's choice for a batch of `height` × `width` images, as torchvision's
+  /// transforms draw (multinomial, Beta through _sample_dirichlet, CutMix's randint centre).
+  BatchMixParams sample_batch(int height, int width, at::Generator& gen) const;
+  /// The batch op on a collated batch: images changed in place, the soft labels returned;
+  /// `num_classes` stands in for an op's num_classes of 0. Without a batch op, `labels`.
+  at::Tensor mix_batch(at::Tensor& images, const at::Tensor& labels, int num_classes,
+                       at::Generator& gen) const;
+  /// The generator a loader's batch op draws from: a function of (seed, epoch, batch) only,
+  /// so batches mix alike whatever the workers.
+  static at::Generator batch_generator(std::uint64_t seed, std::int64_t epoch,
+                                       std::int64_t batch);
+
+  struct Plan;  // the built form (lib/vision/recipe.cpp)
+
+ private:
+  void apply_rows(std::span<const std::byte> encoded, const ImageInfo& info,
+                  const RecipeParams& params, bool hflip, bool vflip, int grays, bool erase,
+                  float* dst) const;
+  void apply_whole(std::span<const std::byte> encoded, const ImageInfo& info,
+                   const RecipeParams& params, bool erase, float* dst) const;
+  void finish_whole(const RecipeParams& params, bool erase, float* dst) const;
+  void erase_output(const RecipeParams& params, float* dst) const;
+
+  std::shared_ptr<const Plan> plan_;
+};
+
+/// Named recipes: `classic` is RandomResizedCrop(224), RandomHorizontalFlip(), ToTensor(),
+/// Normalize(ImageNet) for training and Resize(256), CenterCrop(224), ToTensor(), Normalize for
+/// evaluation (TrainTransform's and EvalTransform's outputs, bit for bit).
+namespace presets {
+/// The named preset's training recipe (std::invalid_argument for an unknown name, listing the
+/// known ones).
+Recipe train(const std::string& name);
+/// The named preset's evaluation recipe.
+Recipe eval(const std::string& name);
+/// The presets' names.
+std::vector<std::string> names();
+}  // namespace presets
+
+/// The transforms the image pipelines run: the two fixed ones or a recipe.
+using FusedTransform = std::variant<TrainTransform, EvalTransform, Recipe>;
+
+/// The side of `t`'s square output, or 0 when its output is not square.
+int fused_output_size(const FusedTransform& t) noexcept;
+/// Runs `t` on `encoded`, drawing from `rng`, into `dst` (3 × S × S floats).
+void fused_apply(const FusedTransform& t, std::span<const std::byte> encoded, Rng& rng,
+                 float* dst);
+
+namespace detail {
+/// The image pipelines' last step of a batch: keeps the rows in `keep` (when fewer than all
+/// `n` loaded) and runs a recipe's batch op with the batch's own generator;
+/// `num_classes` stands in for an op's num_classes of 0.
+std::pair<at::Tensor, at::Tensor> finish_batch(const FusedTransform& t, const BatchContext& ctx,
+                                               at::Tensor images, at::Tensor labels,
+                                               const std::vector<std::int64_t>& keep,
+                                               std::int64_t n, int num_classes);
+/// Throws std::invalid_argument naming `who` when `t`'s output is not square (the pipelines'
+/// batches are [N, 3, S, S]).
+void check_square_output(const FusedTransform& t, const char* who);
+}  // namespace detail
+
+}  // namespace coload::vision

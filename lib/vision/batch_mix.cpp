@@ -1,0 +1,128 @@
+// vision/batch_mix: a recipe's batch op, MixUp or CutMix (or a RandomChoice of them), drawn and
+// applied as torchvision.transforms.v2 does on a collated batch, with one-hot soft labels.
+
+#include "coload/core/error.hpp"
+#include "coload/vision/recipe.hpp"
+
+#include "recipe_plan.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <string>
+
+namespace coload::vision {
+
+at::Tensor apply_batch_mix(at::Tensor& images, const at::Tensor& labels, int num_classes,
+                           const BatchMixParams& params) {
+  if (images.dim() != 4 || !images.is_floating_point() || labels.dim() != 1 ||
+      labels.size(0) != images.size(0)) {
+    throw InvalidArgument("MixUp/CutMix: expected float images [N, C, H, W] and labels [N]");
+  }
+  const at::Tensor long_labels = labels.to(at::kLong);
+  const auto* l = long_labels.data_ptr<std::int64_t>();
+  for (std::int64_t i = 0; i < long_labels.numel(); ++i) {
+    if (l[i] < 0 || l[i] >= num_classes) {
+      throw InvalidArgument("MixUp/CutMix: label " + std::to_string(l[i]) + " of batch row " +
+                            std::to_string(i) + " is not in [0, " + std::to_string(num_classes) +
+                            ") (num_classes)");
+    }
+  }
+  // NOTE: torchvision's expressions, in its order: rolled · (1 - lam) + x · lam; the sum's two
+  // products are each rounded, so adding them the other way round gives the same floats.
+  if (params.op == 0) {
+    at::Tensor rolled = images.roll(1, 0).mul_(1.0 - params.lam);
+    images.mul_(params.lam).add_(rolled);
+  } else if (params.x2 > params.x1 && params.y2 > params.y1) {
+    at::Tensor box =
+        images.narrow(2, params.y1, params.y2 - params.y1).narrow(3, params.x1, params.x2 - params.x1);
+    box.copy_(box.roll(1, 0));
+  }
+  const at::Tensor one_hot = at::one_hot(long_labels, num_classes).to(at::kFloat);
+  return one_hot.roll(1, 0).mul_(1.0 - params.lam).add_(one_hot.mul(params.lam));
+}
+
+bool Recipe::has_batch_op() const noexcept { return !plan_->batch_ops.empty(); }
+
+BatchMixParams Recipe::sample_batch(int height, int width, at::Generator& gen) const {
+  const Plan& plan = *plan_;
+  BatchMixParams params;
+  if (plan.batch_ops.empty()) return params;
+  std::size_t choice = 0;
+  if (!plan.batch_p.empty()) {
+    // RandomChoice: `torch.multinomial(torch.tensor(p), 1)` over the normalised weights.
+    double total = 0;
+    for (double w : plan.batch_p) total += w;
+    std::vector<float> p;
+    for (double w : plan.batch_p) p.push_back(static_cast<float>(w / total));
+    choice = static_cast<std::size_t>(
+        at::multinomial(at::tensor(p, at::kFloat), 1, false, gen).item<std::int64_t>());
+  }
+  const auto& op = plan.batch_ops[choice];
+  const double alpha = std::visit([](const auto& m) { return m.alpha; }, op);
+  // `float(Beta(tensor([alpha]), tensor([alpha])).sample(()))`: Beta samples a Dirichlet of
+  // concentration [alpha, alpha] and keeps its first component.
+  const at::Tensor concentration =
+      at::full({1, 2}, static_cast<float>(alpha), at::TensorOptions().dtype(at::kFloat));
+  const double lam = at::_sample_dirichlet(concentration, gen)[0][0].item<float>();
+  params.op = static_cast<int>(op.index());
+  params.lam = lam;
+  if (params.op == 1) {
+    const auto r_x = at::randint(width, {1}, gen).item<std::int64_t>();
+    const auto r_y = at::randint(height, {1}, gen).item<std::int64_t>();
+    const double r = 0.5 * std::sqrt(1.0 - lam);
+    const auto r_w_half = static_cast<std::int64_t>(r * width);
+    const auto r_h_half = static_cast<std::int64_t>(r * height);
+    params.x1 = static_cast<int>(std::max<std::int64_t>(r_x - r_w_half, 0));
+    params.y1 = static_cast<int>(std::max<std::int64_t>(r_y - r_h_half, 0));
+    params.x2 = static_cast<int>(std::min<std::int64_t>(r_x + r_w_half, width));
+    params.y2 = static_cast<int>(std::min<std::int64_t>(r_y + r_h_half, height));
+    params.lam = 1.0 - static_cast<double>(params.x2 - params.x1) * (params.y2 - params.y1) /
+                           (static_cast<double>(width) * height);
+  }
+  return params;
+}
+
+at::Tensor Recipe::mix_batch(at::Tensor& images, const at::Tensor& labels, int num_classes,
+                             at::Generator& gen) const {
+  const Plan& plan = *plan_;
+  if (plan.batch_ops.empty()) return labels;
+  const BatchMixParams params =
+      sample_batch(static_cast<int>(images.size(2)), static_cast<int>(images.size(3)), gen);
+  const int own = std::visit([](const auto& m) { return m.num_classes; },
+                             plan.batch_ops[static_cast<std::size_t>(params.op)]);
+  const int classes = own > 0 ? own : num_classes;
+  if (classes <= 0) {
+    throw InvalidArgument("MixUp/CutMix: num_classes is 0 and the pipeline knows no class count: "
+                          "give the op its num_classes");
+  }
+  return apply_batch_mix(images, labels, classes, params);
+}
+
+at::Generator Recipe::batch_generator(std::uint64_t seed, std::int64_t epoch, std::int64_t batch) {
+  // A stream apart from every sample's: the seed is mixed with a constant of its own.
+  Rng rng = Rng::for_sample(seed ^ 0x62617463686d6978ULL, epoch, batch);
+  return rng.torch_generator();
+}
+
+namespace detail {
+std::pair<at::Tensor, at::Tensor> finish_batch(const FusedTransform& t, const BatchContext& ctx,
+                                               at::Tensor images, at::Tensor labels,
+                                               const std::vector<std::int64_t>& keep,
+                                               std::int64_t n, int num_classes) {
+  if (static_cast<std::int64_t>(keep.size()) != n) {
+    // NOTE: with skipped samples the batch shrinks; one copy of the rows that loaded.
+    const at::Tensor rows_kept = at::tensor(keep, at::kLong);
+    images = images.index_select(0, rows_kept);
+    labels = labels.index_select(0, rows_kept);
+  }
+  // A recipe's MixUp/CutMix: on the collated batch, drawing from the batch's own generator.
+  if (const auto* recipe = std::get_if<Recipe>(&t); recipe && recipe->has_batch_op()) {
+    at::Generator gen = Recipe::batch_generator(ctx.seed, ctx.epoch, ctx.batch);
+    labels = recipe->mix_batch(images, labels, num_classes, gen);
+  }
+  return {std::move(images), std::move(labels)};
+}
+}  // namespace detail
+
+}  // namespace coload::vision

@@ -1,0 +1,55 @@
+#pragma once
+// Recipe::Plan, a recipe's built form: private to lib/vision (recipe.cpp builds and runs it,
+// batch_mix.cpp reads its batch op).
+
+#include "coload/vision/recipe.hpp"
+
+#include "fused.hpp"
+
+#include <array>
+#include <cstdint>
+#include <variant>
+#include <vector>
+
+namespace coload::vision {
+
+struct Recipe::Plan {
+  std::vector<RecipeOp> ops;
+  // The leading geometry: RandomResizedCrop, or Resize (then CenterCrop).
+  bool random_crop = false;
+  RandomResizedCrop crop;
+  // A leading RandomCrop, or a CenterCrop alone: the full-size image padded and cropped.
+  bool pad_crop = false;
+  bool center_only = false;
+  RandomCrop pad;
+  std::array<std::uint8_t, 3> fill{};
+  Resize resize;
+  bool center = false;
+  int crop_height = 0;
+  int crop_width = 0;
+  int out_height = 0;
+  int out_width = 0;
+  // The ops after the geometry, in order: uint8 ops on the crop, then RandomErasing on the
+  // float output. Flips and grayscale commute (one moves pixels, the other maps each pixel
+  // alone), so without a whole-crop op a sample needs only each kind's count.
+  enum class Kind { hflip, vflip, gray, jitter, blur, erase };
+  struct Step {
+    Kind kind;
+    double p;     // < 0 for an op that always applies
+    std::size_t op;
+    ColorJitter jitter{};
+    GaussianBlur blur{};
+    RandomErasing erase{};
+    std::array<float, 3> erase_value{};
+  };
+  std::vector<Step> steps;
+  bool draws_values = false;  // a ColorJitter, GaussianBlur or RandomErasing: params.draws
+  std::uint64_t always = 0;  // the ops that apply to every sample
+  detail::NormalizeTable table;
+  bool dct_scaling = true;
+  // The batch op (MixUp, CutMix, or a RandomChoice of them), run on the collated batch.
+  std::vector<std::variant<MixUp, CutMix>> batch_ops;
+  std::vector<double> batch_p;  // RandomChoice's weights; empty without a RandomChoice
+};
+
+}  // namespace coload::vision

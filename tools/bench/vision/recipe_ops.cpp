@@ -1,0 +1,138 @@
+// tools/bench/vision/recipe_ops: what a recipe and each of its ops cost per image, against the
+// fixed TrainTransform and EvalTransform in the same run, on the same files held in memory.
+//
+//   recipe_ops ROOT [--limit 400] [--rounds 5]
+//
+// Every variant transforms every image once per round on this one thread (a sample's Rng is
+// (0, 0, index), so each variant draws the same crops); the time is this thread's CPU time,
+// the median of the rounds, and the rounds interleave the variants so that a busy machine
+// slows them alike. An op's cost is its variant's time minus the variant without it; the
+// random ops run with p = 1, so the figure is what the op costs where it applies.
+
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "coload/vision/folder.hpp"
+#include "coload/vision/pipeline.hpp"
+#include "coload/vision/recipe.hpp"
+
+namespace vision = coload::vision;
+
+namespace {
+
+double thread_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Variant {
+  std::string name;
+  std::string baseline;  // the variant whose time this one's op adds to ("" for none)
+  vision::FusedTransform transform;
+  std::vector<double> ms;
+};
+
+vision::Normalize imagenet() {
+  return {{vision::imagenet_mean.begin(), vision::imagenet_mean.end()},
+          {vision::imagenet_std.begin(), vision::imagenet_std.end()}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string root;
+  int limit = 400;
+  int rounds = 5;
+  CLI::App app{"recipe_ops: CPU per image of recipes and their ops, against TrainTransform and "
+               "EvalTransform in the same run"};
+  app.add_option("ROOT", root, "an ImageFolder tree")->required();
+  app.add_option("--limit", limit, "images used")->check(CLI::Range(1, 1000000))->capture_default_str();
+  app.add_option("--rounds", rounds, "interleaved rounds")->check(CLI::Range(1, 1000))->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // a bad flag: exit 2, as every coload tool
+  }
+  at::set_num_threads(1);
+
+  vision::FolderOptions options;
+  options.extensions.emplace(vision::image_extensions.begin(), vision::image_extensions.end());
+  const vision::FolderIndex index = vision::index_folder(root, options);
+  std::vector<std::vector<std::byte>> files;
+  for (const auto& s : index.samples) {
+    if (static_cast<int>(files.size()) == limit) break;
+    std::ifstream in(s.path, std::ios::binary);
+    std::vector<char> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    files.emplace_back(reinterpret_cast<const std::byte*>(bytes.data()),
+                       reinterpret_cast<const std::byte*>(bytes.data()) + bytes.size());
+  }
+  if (files.empty()) {
+    std::fprintf(stderr, "recipe_ops: no images under %s\n", root.c_str());
+    return 1;
+  }
+  using namespace vision;
+  std::vector<Variant> variants;
+  variants.push_back({"TrainTransform", "", TrainTransform{}, {}});
+  variants.push_back({"classic train recipe", "TrainTransform", presets::train("classic"), {}});
+  variants.push_back({"RandomResizedCrop+ToTensor+Normalize", "",
+                      Recipe{RandomResizedCrop{224}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ RandomHorizontalFlip(1)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, RandomHorizontalFlip{1.0}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ RandomVerticalFlip(1)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, RandomVerticalFlip{1.0}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ RandomGrayscale(1)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, RandomGrayscale{1.0}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ Normalize twice", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, ToTensor{}, imagenet(), imagenet()}, {}});
+  variants.push_back({"+ ColorJitter(0.4, 0.4, 0.4)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, ColorJitter{0.4, 0.4, 0.4}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ ColorJitter(0.4, 0.4, 0.4, 0.1)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, ColorJitter{0.4, 0.4, 0.4, 0.1}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ GaussianBlur(23)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, GaussianBlur{23}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ RandomErasing(1)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, ToTensor{}, imagenet(), RandomErasing{1.0}}, {}});
+  variants.push_back({"EvalTransform", "", EvalTransform{}, {}});
+  variants.push_back({"classic eval recipe", "EvalTransform", presets::eval("classic"), {}});
+  std::vector<float> out(3 * 224 * 224);
+  for (int r = 0; r < rounds; ++r) {
+    for (auto& v : variants) {
+      const double t0 = thread_seconds();
+      for (std::size_t i = 0; i < files.size(); ++i) {
+        coload::Rng rng = coload::Rng::for_sample(0, 0, static_cast<coload::Index>(i));
+        fused_apply(v.transform, files[i], rng, out.data());
+      }
+      v.ms.push_back((thread_seconds() - t0) * 1e3 / static_cast<double>(files.size()));
+    }
+  }
+  std::printf("recipe_ops: %zu images of %s, %d interleaved rounds, median thread CPU ms/image\n\n",
+              files.size(), root.c_str(), rounds);
+  std::printf("%-40s %9s %9s %s\n", "variant", "ms/image", "ratio", "(ratio and cost against)");
+  for (const auto& v : variants) {
+    const double ms = median(v.ms);
+    if (v.baseline.empty()) {
+      std::printf("%-40s %9.3f\n", v.name.c_str(), ms);
+      continue;
+    }
+    const auto base = std::find_if(variants.begin(), variants.end(),
+                                   [&](const Variant& b) { return b.name == v.baseline; });
+    const double b = median(base->ms);
+    std::printf("%-40s %9.3f %9.3f %+.3f ms against %s\n", v.name.c_str(), ms, ms / b, ms - b,
+                v.baseline.c_str());
+  }
+  return 0;
+}
