@@ -113,7 +113,17 @@ struct BodyStream::Transfer {
   std::size_t buffered = 0;  // bytes received and not yet read
   std::vector<std::vector<std::byte>> spare;
   bool paused = false, done = false, cancelled = false;
-  std::exception_ptr error;
+  // Why it failed for good: the reader throws an HttpError made on its own thread from these
+  // (an exception_ptr made here and dropped there has its count in uninstrumented libstdc++,
+  // which TSan reports as a race on the exception's frees).
+  bool failed = false;
+  long error_status = 0;
+  int error_attempts = 0;
+  std::string error_what;
+
+  [[noreturn]] void rethrow() const {
+    throw HttpError(url, error_status, error_attempts, error_what);
+  }
 
   /// Appends received bytes (driver thread, under `mutex`).
   void append(const std::byte* p, std::size_t n) {
@@ -343,7 +353,10 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
 void HttpClient::Driver::fail(BodyStream::Transfer& t, const std::string& why) {
   {
     std::lock_guard lock(t.mutex);
-    t.error = std::make_exception_ptr(HttpError(t.url, t.status, t.attempts, why));
+    t.failed = true;
+    t.error_status = t.status;
+    t.error_attempts = t.attempts;
+    t.error_what = why;
     t.done = true;
   }
   t.arrived.notify_all();
@@ -532,7 +545,7 @@ std::string HttpClient::get(const std::string& url, std::uint64_t limit) {
   BodyStream body(shared_from_this(), t, 0);
   std::unique_lock lock(t->mutex);
   t->arrived.wait(lock, [&] { return t->done; });
-  if (t->error) std::rethrow_exception(t->error);
+  if (t->failed) t->rethrow();
   std::string out(t->buffered, '\0');
   t->take(reinterpret_cast<std::byte*>(out.data()), out.size());
   return out;
@@ -564,7 +577,7 @@ void BodyStream::read(std::byte* dst, std::size_t n) {
       std::unique_lock lock(t.mutex);
       t.arrived.wait(lock, [&] { return t.buffered > 0 || t.done; });
       if (t.buffered == 0) {
-        if (t.error) std::rethrow_exception(t.error);
+        if (t.failed) t.rethrow();
         throw HttpError(t.url, 0, 0,
                         "cannot read '" + t.url + "': the body ended at byte " +
                             std::to_string(position_) + ", before the bytes wanted");
