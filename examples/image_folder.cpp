@@ -5,7 +5,7 @@
 //   image_folder ROOT [--batch-size 64] [--workers 2] [--executor threads|processes]
 //                [--epochs 1] [--seed 0] [--val-fraction 0.2] [--limit N] [--json]
 //                [--hashes] [--state FILE] [--resume FILE] [--trace FILE] [--recipe NAME]
-//   image_folder --shards DIR [the same options]
+//   image_folder --shards DIR|URL [the same options]
 //
 // ROOT holds one sub-folder per class, as torchvision's ImageFolder reads it. A fraction of
 // the images (--val-fraction, default 0.2; 0 turns it off) is held out as a validation split
@@ -52,7 +52,9 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -159,7 +161,8 @@ Args parse_args(int argc, char** argv) {
   app.add_option("--resume", args.resume_file,
                  "start from a state saved with --state (--epochs counts from 0)");
   app.add_option("--shards", args.shards,
-                 "train from the tar shards in DIR (coload-shard's output) instead of ROOT");
+                 "train from the tar shards in DIR (coload-shard's output) instead of ROOT; DIR "
+                 "may be a URL: http(s)://host/folder or file:///folder");
   app.add_option("--recipe", args.recipe,
                  "train and evaluate with a preset's recipes (vision::presets) instead of the "
                  "fixed TrainTransform and EvalTransform")
@@ -368,7 +371,20 @@ void print_epoch(const Args& args, std::int64_t e, const EpochStats& s, bool wit
 int train_from_shards(const Args& args) {
   std::vector<std::string> class_names;
   {
-    std::ifstream in(std::filesystem::path(args.shards) / "classes.txt");
+    // DIR may be a URL (http://host/shards): classes.txt is then fetched from beside the
+    // shards, as the shards' list and indices are.
+    std::string text;
+    if (coload::io::is_url(args.shards) && args.shards.rfind("file://", 0) != 0) {
+      std::string base = args.shards;
+      if (base.back() != '/') base += '/';
+      text = coload::io::HttpClient::shared()->get(base + "classes.txt", 16 << 20);
+    } else {
+      std::string dir = args.shards;
+      if (dir.rfind("file://", 0) == 0) dir = dir.substr(7);
+      std::ifstream in(std::filesystem::path(dir) / "classes.txt");
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    std::istringstream in(text);
     for (std::string line; std::getline(in, line);) class_names.push_back(line);
   }
   if (args.limit) throw std::runtime_error("--limit does not apply to --shards (pack fewer images)");

@@ -8,11 +8,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <system_error>
 
 #include "coload/io/file.hpp"
+#include "coload/io/http.hpp"
 #include "coload/io/reader.hpp"
+#include "cache.hpp"
+#include "remote.hpp"
 
 namespace coload::shards {
 
@@ -140,6 +144,35 @@ ShardSample ShardDataset::read(Index index) const {
   const Location at = locate(index);
   const ShardIndex& shard = state_->shards[at.shard];
   const IndexSample& sample = shard.samples[at.sample];
+  if (detail::is_remote(shard.path)) {
+    if (auto cached = detail::cache_find(state_->options, shard)) {
+      // The cached copy, read with pread as a local shard is.
+      ShardSample out;
+      out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
+      const int fd = ::open(cached->c_str(), O_RDONLY | O_CLOEXEC);
+      std::size_t done = 0;
+      while (fd >= 0 && done < out.data.size()) {
+        const ssize_t n = ::pread(fd, out.data.data() + done, out.data.size() - done,
+                                  static_cast<off_t>(sample.begin + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        done += static_cast<std::size_t>(n);
+      }
+      if (fd >= 0) ::close(fd);
+      if (done == out.data.size()) {
+        detail::place_fields(shard, sample, sample.begin, out);
+        return out;
+      }  // evicted meanwhile, or unreadable: from the server after all
+    }
+    // One ranged GET of the sample's bytes; the client retries faults and checks the shard's
+    // size against the index on each response.
+    ShardSample out;
+    out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
+    io::HttpClient::shared()->get_range(shard.path, sample.begin, sample.end,
+                                        out.data.data(), shard.file_size);
+    detail::place_fields(shard, sample, sample.begin, out);
+    return out;
+  }
   const io::File& file = state_->file(at.shard);
   const auto range = detail::sample_range(sample, shard.file_size, state_->align());
   ShardSample out;
@@ -162,10 +195,76 @@ ShardSample ShardDataset::read(Index index) const {
   return out;
 }
 
+std::vector<ShardSample> ShardDataset::read_batch(std::span<const Index> indices,
+                                                  std::uint64_t gap) const {
+  std::vector<ShardSample> out(indices.size());
+  // The remote samples, by shard and offset; each run of neighbours becomes one GET.
+  struct Want {
+    std::size_t shard, sample, slot;
+  };
+  std::vector<Want> remote;
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    const Location at = locate(indices[k]);
+    if (detail::is_remote(state_->shards[at.shard].path)) {
+      remote.push_back({at.shard, at.sample, k});
+    } else {
+      out[k] = read(indices[k]);
+    }
+  }
+  const auto& shards = state_->shards;
+  const auto begin_of = [&](const Want& w) { return shards[w.shard].samples[w.sample].begin; };
+  const auto end_of = [&](const Want& w) { return shards[w.shard].samples[w.sample].end; };
+  std::sort(remote.begin(), remote.end(), [&](const Want& a, const Want& b) {
+    return a.shard != b.shard ? a.shard < b.shard : begin_of(a) < begin_of(b);
+  });
+  struct Run {
+    std::size_t first, last;  // [first, last) of `remote`
+    std::uint64_t begin, end;
+    std::unique_ptr<io::BodyStream> body;
+  };
+  std::vector<Run> runs;
+  for (std::size_t i = 0; i < remote.size(); ++i) {
+    const Want& w = remote[i];
+    if (!runs.empty() && remote[runs.back().first].shard == w.shard &&
+        begin_of(w) <= runs.back().end + gap) {
+      runs.back().last = i + 1;
+      runs.back().end = std::max(runs.back().end, end_of(w));
+    } else {
+      runs.push_back({i, i + 1, begin_of(w), end_of(w), nullptr});
+    }
+  }
+  // Every GET goes out before the first is waited for: the client runs them together.
+  const auto client = io::HttpClient::shared();
+  for (Run& r : runs) {
+    const ShardIndex& shard = shards[remote[r.first].shard];
+    r.body = client->stream(shard.path, r.begin, r.end, static_cast<std::size_t>(r.end - r.begin),
+                            shard.file_size);
+  }
+  std::vector<std::byte> bytes;
+  for (Run& r : runs) {
+    bytes.resize(static_cast<std::size_t>(r.end - r.begin));
+    r.body->read(bytes.data(), bytes.size());
+    r.body.reset();
+    for (std::size_t i = r.first; i < r.last; ++i) {
+      const Want& w = remote[i];
+      const ShardIndex& shard = shards[w.shard];
+      const IndexSample& sample = shard.samples[w.sample];
+      ShardSample& x = out[w.slot];
+      x.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
+      std::memcpy(x.data.data(), bytes.data() + (sample.begin - r.begin), x.data.size());
+      detail::place_fields(shard, sample, sample.begin, x);
+    }
+  }
+  return out;
+}
+
 Task<ShardSample> ShardDataset::read_async(io::Reader& reader, Index index) const {
   const Location at = locate(index);
   const ShardIndex& shard = state_->shards[at.shard];
   const IndexSample& sample = shard.samples[at.sample];
+  // A remote sample is read by the HTTP client's thread; this worker waits for it (the
+  // loader's Reader knows files, not URLs).
+  if (detail::is_remote(shard.path)) co_return read(index);
   const io::File& file = state_->file(at.shard);
   const auto range = detail::sample_range(sample, shard.file_size, state_->align());
   ShardSample out;

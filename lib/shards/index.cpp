@@ -15,6 +15,9 @@
 #include <sstream>
 #include <system_error>
 
+#include "coload/io/http.hpp"
+#include "remote.hpp"
+
 namespace coload::shards {
 
 namespace {
@@ -239,6 +242,7 @@ bool parse_index(std::string_view text, std::uint64_t file_size, ShardIndex& out
 }
 
 ShardIndex load_index(const std::filesystem::path& shard, const IndexOptions& options) {
+  if (detail::is_remote(shard.native())) return detail::load_remote_index(shard.native());
   struct stat st {};
   if (::stat(shard.c_str(), &st) != 0) {
     throw SystemError(errno, std::generic_category(), "cannot stat shard '" + shard.string() + "'");
@@ -281,6 +285,7 @@ ShardIndex load_index(const std::filesystem::path& shard, const IndexOptions& op
 }
 
 std::vector<std::string> find_shards(const std::filesystem::path& root) {
+  if (io::is_url(root.native())) return detail::find_url_shards(root.native());
   std::vector<std::string> shards;
   std::error_code ec;
   if (std::filesystem::is_directory(root, ec)) {

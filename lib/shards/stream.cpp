@@ -14,8 +14,12 @@
 #include <memory>
 #include <sstream>
 #include <system_error>
+#include <utility>
 
 #include "coload/core/warning.hpp"
+#include "coload/io/http.hpp"
+#include "cache.hpp"
+#include "remote.hpp"
 
 namespace coload::shards {
 
@@ -42,8 +46,16 @@ std::size_t below(std::uint64_t& state, std::size_t n) {
 /// a reader per shard would make three of them for every four chunks it reads.
 class ChunkReader {
  public:
+  virtual ~ChunkReader() = default;
+  /// Copies the shard's bytes [begin, end) to `dst`; `begin` never goes backwards.
+  virtual void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst,
+                    const std::string& key) = 0;
+};
 
-  ChunkReader(const ShardIndex& shard, bool direct, std::size_t chunk, std::uint64_t from,
+class LocalReader final : public ChunkReader {
+ public:
+
+  LocalReader(const ShardIndex& shard, bool direct, std::size_t chunk, std::uint64_t from,
               std::vector<io::Buffer>& spare)
       : shard_(shard), spare_(spare), align_(direct ? io::Buffer::alignment : 1) {
     chunk_ = (std::max<std::size_t>(chunk, 64 << 10) + io::Buffer::alignment - 1) /
@@ -60,9 +72,9 @@ class ChunkReader {
     current_.begin = next_;
     for (int k = 0; k < (direct ? 3 : 2); ++k) launch(take_spare());
   }
-  ChunkReader(const ChunkReader&) = delete;
-  ChunkReader& operator=(const ChunkReader&) = delete;
-  ~ChunkReader() {
+  LocalReader(const LocalReader&) = delete;
+  LocalReader& operator=(const LocalReader&) = delete;
+  ~LocalReader() override {
     for (auto& f : ahead_) {
       try {
         spare_.push_back(f.get().data);
@@ -73,8 +85,8 @@ class ChunkReader {
     ::close(fd_);
   }
 
-  /// Copies the shard's bytes [begin, end) to `dst`; `begin` never goes backwards.
-  void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst, const std::string& key) {
+  void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst,
+            const std::string& key) override {
     while (begin < end) {
       while (begin >= current_.begin + current_.data.size()) {
         if ((started_ && current_.data.size() < chunk_) || ahead_.empty()) {
@@ -150,6 +162,75 @@ class ChunkReader {
   bool started_ = false;  // current_ holds a chunk read from the shard  // reads in flight, in file order
 };
 
+/// Reads a shard named by URL with one GET from `from` to its last sample's end (the
+/// end-of-archive blocks are not fetched), at most `window` bytes received ahead of the
+/// samples copied out; faults are retried by the client, resuming from the byte reached.
+/// With a cache entry (`tee`), the GET starts at byte 0 and every byte is also written to it;
+/// the entry is committed when the last sample's end is reached.
+class RemoteReader final : public ChunkReader {
+ public:
+  RemoteReader(const ShardIndex& shard, std::size_t window, std::uint64_t from,
+               std::unique_ptr<detail::CacheEntry> tee)
+      : end_(shard.samples.back().end),
+        tee_(std::move(tee)),
+        body_(io::HttpClient::shared()->stream(shard.path, tee_ ? 0 : from, end_, window,
+                                               shard.file_size)) {}
+  void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst, const std::string&) override {
+    if (begin > body_->position()) {
+      if (!tee_) {
+        body_->skip(begin - body_->position());
+      } else {
+        std::vector<std::byte> gap(static_cast<std::size_t>(begin - body_->position()));
+        body_->read(gap.data(), gap.size());
+        tee_->write(gap.data(), gap.size());
+      }
+    }
+    body_->read(dst, static_cast<std::size_t>(end - begin));
+    if (tee_) {
+      tee_->write(dst, static_cast<std::size_t>(end - begin));
+      if (body_->position() == end_) std::exchange(tee_, nullptr)->commit();
+    }
+  }
+
+ private:
+  std::uint64_t end_;
+  std::unique_ptr<detail::CacheEntry> tee_;
+  std::unique_ptr<io::BodyStream> body_;
+};
+
+/// A cached copy of a remote shard, read as a local shard is.
+class CachedReader final : public ChunkReader {
+ public:
+  CachedReader(std::string path, std::uint64_t size, std::size_t chunk, std::uint64_t from,
+               std::vector<io::Buffer>& spare)
+      : file_{std::move(path), size, 0, {}, {}}, local_(file_, false, chunk, from, spare) {}
+  void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst,
+            const std::string& key) override {
+    local_.copy(begin, end, dst, key);
+  }
+
+ private:
+  ShardIndex file_;  // only the path and size: what LocalReader reads
+  LocalReader local_;
+};
+
+std::unique_ptr<ChunkReader> open_reader(const ShardIndex& shard, const ShardStreamOptions& o,
+                                         bool direct, std::uint64_t from,
+                                         std::vector<io::Buffer>& spare) {
+  if (detail::is_remote(shard.path)) {
+    if (auto cached = detail::cache_find(o.shards, shard)) {
+      return std::make_unique<CachedReader>(std::move(*cached), detail::cached_size(shard),
+                                            o.read_size, from, spare);
+    }
+    // Only a shard streamed from its first sample is cached (a resumed one is not whole).
+    auto tee = from == shard.samples.front().begin ? detail::cache_start(o.shards, shard)
+                                                   : nullptr;
+    return std::make_unique<RemoteReader>(shard, std::max<std::size_t>(o.read_ahead / 2, 1 << 16),
+                                          from, std::move(tee));
+  }
+  return std::make_unique<LocalReader>(shard, direct, o.read_size, from, spare);
+}
+
 }  // namespace
 
 ShardStream::ShardStream(const std::filesystem::path& root, ShardStreamOptions options)
@@ -220,17 +301,15 @@ Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
     // first sample), and the next shard's, so that its first reads overlap this one's tail.
     std::unique_ptr<ChunkReader> reader = std::move(next_reader);
     if (!reader || next_reader_shard != s || pos.sample != 0) {
-      reader = std::make_unique<ChunkReader>(shard, data.options().direct,
-                                             self->options_.read_size,
-                                             shard.samples[pos.sample].begin, spare);
+      reader = open_reader(shard, self->options_, data.options().direct,
+                           shard.samples[pos.sample].begin, spare);
     }
     next_reader.reset();
     for (std::size_t k = pos.shard_pos + 1; k < order.size(); ++k) {
       const ShardIndex& following = data.shards()[order[k]];
       if (following.samples.empty()) continue;
-      next_reader = std::make_unique<ChunkReader>(following, data.options().direct,
-                                                  self->options_.read_size,
-                                                  following.samples.front().begin, spare);
+      next_reader = open_reader(following, self->options_, data.options().direct,
+                                following.samples.front().begin, spare);
       next_reader_shard = order[k];
       break;
     }
@@ -238,7 +317,27 @@ Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
       const IndexSample& is = shard.samples[pos.sample];
       ShardSample x;
       x.data = io::Buffer(static_cast<std::size_t>(is.end - is.begin));
-      reader->copy(is.begin, is.end, x.data.data(), is.key);
+      bool lost = false;
+      try {
+        reader->copy(is.begin, is.end, x.data.data(), is.key);
+      } catch (const io::HttpError& e) {
+        // The client gave up on the shard: say which samples it held and how many of them were
+        // read, so that a caller knows exactly what this epoch is missing.
+        const std::int64_t first = data.offsets()[s];
+        const std::size_t left = shard.samples.size() - pos.sample;
+        io::HttpError named(
+            e.url(), e.status(), e.attempts(),
+            std::string(e.what()) + "; shard '" + shard.path + "' holds samples " +
+                std::to_string(first) + ".." +
+                std::to_string(first + static_cast<std::int64_t>(shard.samples.size()) - 1) +
+                ", of which " + std::to_string(pos.sample) + " were read and " +
+                std::to_string(left) + " are lost to this epoch");
+        if (!self->options_.skip_failed_shards) throw named;
+        coload::detail::warn(std::string("ShardStream: skipped: ") + named.what());
+        self->skipped_ += static_cast<std::int64_t>(left);
+        lost = true;
+      }
+      if (lost) break;  // on to the next shard, whose reader is already running
       detail::place_fields(shard, is, is.begin, x);
       const std::int64_t g = data.offsets()[s] + static_cast<std::int64_t>(pos.sample);
       ++pos.sample;

@@ -147,8 +147,23 @@ std::vector<std::string> Writer::finish() {
   if (!finished_) {
     finished_ = true;
     close_current();
+    if (options_.write_index) write_manifest();
   }
   return written_;
+}
+
+void Writer::write_manifest() {
+  // Written whole under a temporary name and renamed, like the shards: a reader listing the
+  // folder by URL never sees half a list.
+  const std::filesystem::path list = folder_ / shard_list_name;
+  std::filesystem::path tmp = list;
+  tmp += ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    for (const std::string& s : written_) out << std::filesystem::path(s).filename().string() << '\n';
+    if (!out.flush()) throw SystemError(errno, std::generic_category(), "cannot write '" + tmp.string() + "'");
+  }
+  std::filesystem::rename(tmp, list);
 }
 
 std::vector<std::int64_t> pack_order(std::int64_t n, std::optional<std::uint64_t> seed) {

@@ -2,6 +2,8 @@
 # coload-shard packs a generated image folder; tar -tf and Python's tarfile read the shards and
 # find every image's bytes under its key; image_folder --shards trains from them, its loss
 # falling. Skips (77) without the example or /usr/bin/python3.
+# Then image_folder --shards http://127.0.0.1:PORT/shards trains over the same 96 images served
+# by nginx (serve.py; that part is left out when nginx is not installed).
 #   coload_shard_test.sh COLOAD_SHARD MAKE_IMAGE_FOLDER IMAGE_FOLDER
 set -eu
 shard=$1 make_folder=$2 image_folder=$3
@@ -55,3 +57,27 @@ if not runs[-1]["loss"] < runs[0]["loss"]:
     sys.exit(f"FAIL: the loss did not fall: {[r['loss'] for r in runs]}")
 print("image_folder --shards: loss", [r["loss"] for r in runs])
 PY
+# The same shards by URL: nginx on 127.0.0.1 serves $tmp; serve.py runs until fd 3 closes.
+mkfifo "$tmp/ctl" "$tmp/out"
+/usr/bin/python3 "$(dirname "$0")/serve.py" "$tmp" < "$tmp/ctl" > "$tmp/out" &
+server=$!
+exec 3> "$tmp/ctl"
+read -r word nginx _ < "$tmp/out"
+if [ "$word" = PORTS ]; then
+  # Thread workers, and process workers (each forked worker makes its own HTTP client).
+  for executor in threads processes; do
+    "$image_folder" --shards "http://127.0.0.1:$nginx/shards" --epochs 2 --batch-size 16 \
+      --workers 2 --executor $executor --json > "$tmp/http.json"
+    /usr/bin/python3 - "$tmp/http.json" $executor <<'PY'
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+assert len(runs) == 2 and all(r["images"] == 96 for r in runs), runs
+print("image_folder --shards http://... with", sys.argv[2], ": 96 images an epoch, loss",
+      [r["loss"] for r in runs])
+PY
+  done
+else
+  echo "image_folder by URL left out: $word $nginx"
+fi
+exec 3>&-
+wait "$server"

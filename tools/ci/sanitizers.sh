@@ -23,8 +23,11 @@ shift || true
 [ -f "$build/build.ninja" ] || meson setup "$build" -Db_sanitize=address,undefined \
   -Db_lundef=false -Doptimization=1 -Ddebug=false -Dtests=true -Dexamples=false -Dbench=false
 ninja -C "$build" -j2 tests/loader_test tests/exec_test tests/io/io_test tests/vision/vision_test \
-  tests/hardening/hardening_test
+  tests/hardening/hardening_test tests/shards/shards_remote_test
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=0:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 meson test -C "$build" --no-rebuild --print-errorlogs --suite loader --suite exec --suite io \
   --suite vision --suite hardening --timeout-multiplier 3 "$@"
+# Shards by URL: the HTTP client's driver thread, paused and resumed transfers, retries (by
+# name: the rest of the shards suite is not built here).
+meson test -C "$build" --no-rebuild --print-errorlogs --timeout-multiplier 3 "shards by URL"

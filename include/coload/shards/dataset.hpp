@@ -55,6 +55,14 @@ struct ShardOptions {
   /// Open the shards with O_DIRECT (cold storage: no page cache), falling back to buffered
   /// reads for a file system that refuses it. Reads are then aligned to io::Buffer::alignment.
   bool direct = false;
+  /// A local cache of shards named by URL (off while `cache_dir` is empty or `cache_bytes` 0):
+  /// a shard streamed whole is kept in `cache_dir` (its bytes up to its last sample's end), and
+  /// later epochs, streamed or map-style, read it from there. The entries' bytes stay within
+  /// `cache_bytes`, the least recently used evicted first; an entry is used only when its size
+  /// is the index's (the index has no checksum), and is written under a temporary name and
+  /// renamed, so workers and processes may share the folder.
+  std::string cache_dir{};
+  std::uint64_t cache_bytes = 0;
 };
 
 /// The samples of tar shards in the WebDataset layout as a map-style dataset: sample `i` is
@@ -85,6 +93,12 @@ class ShardDataset {
 
   /// Sample `index` read with pread.
   ShardSample read(Index index) const;
+  /// Samples `indices`, in that order. For shards named by URL, samples of one shard whose
+  /// byte ranges lie within `gap` bytes of each other are fetched with one ranged GET (the
+  /// bytes between come along), and every GET of the batch is in flight at once; local
+  /// samples are read with pread, one each.
+  std::vector<ShardSample> read_batch(std::span<const Index> indices,
+                                      std::uint64_t gap = 64 << 10) const;
   /// Sample `index` read through `reader` (which must outlive the task).
   Task<ShardSample> read_async(io::Reader& reader, Index index) const;
 

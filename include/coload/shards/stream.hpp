@@ -27,6 +27,15 @@ struct ShardStreamOptions {
   std::size_t shuffle_buffer = 0;
   /// Bytes of one sequential read; the next one is already in flight while a chunk is used.
   std::size_t read_size = 16 << 20;
+  /// Shards named by http(s) URL: the bytes received ahead of the samples handed out, in all.
+  /// Two shards are in flight (the one being read and the next, so that its first bytes
+  /// overlap this one's tail), each holding at most half of this.
+  std::size_t read_ahead = 64 << 20;
+  /// A remote shard that fails for good (see io::RetryOptions) ends the stream with an
+  /// io::HttpError naming its URL, status, attempts and samples; with this set, a warning says
+  /// so instead, its samples not yet read count in skipped_samples(), and the stream goes on
+  /// with the next shard (what the loader's `on_error = skip` means for a map-style dataset).
+  bool skip_failed_shards = false;
 };
 
 /// Tar shards in the WebDataset layout as an iterable dataset yielding ShardSample.
@@ -63,6 +72,8 @@ class ShardStream {
   /// names a position these shards do not have.
   void load_state(const std::string& state);
 
+  /// The samples this replica left out with `skip_failed_shards`, over all its epochs.
+  std::int64_t skipped_samples() const noexcept { return skipped_; }
   /// The samples over all shards.
   std::int64_t total_samples() const noexcept { return dataset_.size(); }
   /// The shards worker `shard_id` of `num_shards` streams in the epoch of `epoch_seed`, in order.
@@ -89,6 +100,7 @@ class ShardStream {
   ShardStreamOptions options_;
   std::optional<Position> progress_;  // this replica's stream (copies do not share it)
   std::optional<Position> resume_;    // from load_state, for the next stream()
+  std::int64_t skipped_ = 0;
 };
 
 }  // namespace coload::shards

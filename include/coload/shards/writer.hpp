@@ -30,7 +30,9 @@ struct WriterOptions {
   std::uint64_t shard_size = 64ull << 20;
   /// Shard file names: prefix, a zero-padded number from 0, ".tar" ("shard-000000.tar").
   std::string prefix = "shard-";
-  /// Write each shard's index file beside it.
+  /// Write each shard's index file beside it, and `shards.txt` (the shards' file names, one a
+  /// line) in the folder: a folder served over HTTP has no listing, so a reader given the
+  /// folder's URL learns its shards from that file.
   bool write_index = true;
   /// The mtime stored in every header (seconds): a fixed one makes shards reproducible.
   std::uint64_t mtime = 0;
@@ -52,8 +54,8 @@ class Writer {
   /// InvalidArgument for an empty key, a key whose base name holds a dot, a field that is
   /// empty or holds a slash, or two fields of one name; SystemError when writing fails.
   void write(std::string_view key, std::span<const WriteField> fields);
-  /// Closes the open shard (end-of-archive blocks, rename, index file) and returns the paths
-  /// of every shard written. Nothing may be written after.
+  /// Closes the open shard (end-of-archive blocks, rename, index file), writes `shards.txt`
+  /// (with write_index) and returns the paths of every shard written. Nothing may be written after.
   std::vector<std::string> finish();
 
   /// Samples written so far.
@@ -62,6 +64,7 @@ class Writer {
  private:
   void open_next();
   void close_current();
+  void write_manifest();
 
   std::filesystem::path folder_;
   WriterOptions options_;

@@ -1,0 +1,129 @@
+#pragma once
+// Reads by URL (http://, https://, s3://, file://) through libcurl's multi interface: one client runs
+// every transfer from one driver thread (not a thread per request), retries faults with
+// exponential backoff and jitter, and resumes a body from the byte it reached (Range).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "coload/core/error.hpp"
+
+namespace coload::io {
+
+/// Whether `name` is a URL coload reads through HttpClient ("http://", "https://", "s3://",
+/// "file://").
+///
+/// `s3://bucket/key` is fetched from `$AWS_ENDPOINT_URL_S3` or `$AWS_ENDPOINT_URL` when set
+/// (path-style: `<endpoint>/bucket/key`), otherwise from
+/// `https://bucket.s3.<region>.amazonaws.com/key`, the region from `$AWS_REGION` or
+/// `$AWS_DEFAULT_REGION` (default us-east-1); it is signed with SigV4 (libcurl's) with
+/// `$AWS_ACCESS_KEY_ID`, `$AWS_SECRET_ACCESS_KEY` and `$AWS_SESSION_TOKEN` when they are set,
+/// and sent unsigned (a public bucket) when they are not.
+bool is_url(std::string_view name) noexcept;
+
+/// How faults are retried. A reset connection, a timeout, a 429 or 5xx and a body cut short
+/// are retried, from the byte reached; a 4xx other than 408 and 429 (403, 404) fails at once.
+struct RetryOptions {
+  /// Tries in a row that deliver no byte before the transfer fails: an attempt that moved the
+  /// body forward starts the count again, so a long body over a flaky link still completes.
+  int attempts = 6;
+  /// The wait before the second try; it doubles each try up to `max_backoff`, and each wait is
+  /// drawn from [wait/2, wait] (jitter, so that many readers failing together do not return
+  /// together).
+  std::chrono::milliseconds backoff{50};
+  std::chrono::milliseconds max_backoff{4000};
+  std::chrono::milliseconds connect_timeout{10000};
+  /// A transfer that receives nothing for this long (while not paused by its reader) is a fault.
+  std::chrono::seconds stall{30};
+};
+
+/// A transfer that failed for good: its URL, the last HTTP status (0 when none came, e.g. a
+/// reset connection) and how many attempts were made.
+class HttpError : public std::runtime_error, public Error {
+ public:
+  HttpError(std::string url, long status, int attempts, const std::string& what);
+  const char* what() const noexcept override { return std::runtime_error::what(); }
+  const std::string& url() const noexcept { return url_; }
+  long status() const noexcept { return status_; }
+  int attempts() const noexcept { return attempts_; }
+
+ private:
+  std::string url_;
+  long status_;
+  int attempts_;
+};
+
+class HttpClient;
+
+/// The bytes [begin, end) of one URL, arriving in order; at most `window` bytes are held
+/// received ahead of the reader (the transfer is paused beyond it). Destroying it cancels the
+/// transfer. One reader thread at a time.
+class BodyStream {
+ public:
+  ~BodyStream();
+  BodyStream(const BodyStream&) = delete;
+  BodyStream& operator=(const BodyStream&) = delete;
+
+  /// Copies the next `n` bytes to `dst`, waiting for them. Throws HttpError when the transfer
+  /// failed for good, or when the body ends before them.
+  void read(std::byte* dst, std::size_t n);
+  /// Skips the next `n` bytes.
+  void skip(std::uint64_t n);
+  /// The offset in the URL's body of the next byte read() returns.
+  std::uint64_t position() const noexcept { return position_; }
+
+  struct Transfer;
+
+ private:
+  friend class HttpClient;
+  BodyStream(std::shared_ptr<HttpClient> client, std::shared_ptr<Transfer> transfer,
+             std::uint64_t begin);
+  std::shared_ptr<HttpClient> client_;
+  std::shared_ptr<Transfer> transfer_;
+  std::uint64_t position_;
+};
+
+/// A libcurl multi handle and the thread that drives it. Thread-safe.
+class HttpClient : public std::enable_shared_from_this<HttpClient> {
+ public:
+  explicit HttpClient(RetryOptions retry = {});
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  /// The process's client with default options, made on first use and made afresh in a
+  /// forked child (the parent's driver thread does not exist there).
+  static std::shared_ptr<HttpClient> shared();
+
+  /// The whole body of `url` (an index, a list of shards). HttpError when it fails or is
+  /// larger than `limit` bytes.
+  std::string get(const std::string& url, std::uint64_t limit = 256 << 20);
+  /// Bytes [begin, end) of `url` into `dst`; `size`, when not 0, is the size the whole body
+  /// must have (from an index): a different one is an error naming both.
+  void get_range(const std::string& url, std::uint64_t begin, std::uint64_t end, std::byte* dst,
+                 std::uint64_t size = 0);
+  /// Streams bytes [begin, end) of `url` (see BodyStream); `size` as for get_range.
+  std::unique_ptr<BodyStream> stream(const std::string& url, std::uint64_t begin,
+                                     std::uint64_t end, std::size_t window,
+                                     std::uint64_t size = 0);
+
+  const RetryOptions& retry() const noexcept { return retry_; }
+
+  struct Driver;
+
+ private:
+  friend class BodyStream;
+  std::shared_ptr<BodyStream::Transfer> start(const std::string& url, std::uint64_t begin,
+                                              std::uint64_t end, std::size_t window,
+                                              std::uint64_t size,
+                                              std::uint64_t limit = ~std::uint64_t{0});
+  RetryOptions retry_;
+  std::unique_ptr<Driver> driver_;
+};
+
+}  // namespace coload::io

@@ -1,0 +1,613 @@
+// HttpClient: one curl multi handle driven by one thread; each BodyStream's Transfer holds the
+// bytes received ahead of its reader, the byte reached, and the count of faults in a row.
+
+#include "coload/io/http.hpp"
+
+#include <curl/curl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace coload::io {
+
+namespace {
+constexpr std::uint64_t to_end = std::numeric_limits<std::uint64_t>::max();
+constexpr std::size_t block_size = 1 << 20;
+using Clock = std::chrono::steady_clock;
+
+bool starts_with(std::string_view s, std::string_view p) noexcept {
+  return s.size() >= p.size() && s.substr(0, p.size()) == p;
+}
+}  // namespace
+
+bool is_url(std::string_view name) noexcept {
+  return starts_with(name, "http://") || starts_with(name, "https://") ||
+         starts_with(name, "file://") || starts_with(name, "s3://");
+}
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+/// How an s3:// URL is fetched: the HTTP(S) URL and its signing, from the standard AWS
+/// variables (read at each attempt, so a rotated session token is picked up).
+struct S3Target {
+  std::string url, sigv4, userpwd, token;
+};
+
+S3Target resolve_s3(const std::string& url) {
+  const std::string rest = url.substr(5);
+  const auto slash = rest.find('/');
+  const std::string bucket = rest.substr(0, slash);
+  const std::string key = slash == std::string::npos ? "" : rest.substr(slash + 1);
+  std::string region = env("AWS_REGION");
+  if (region.empty()) region = env("AWS_DEFAULT_REGION");
+  if (region.empty()) region = "us-east-1";
+  std::string endpoint = env("AWS_ENDPOINT_URL_S3");
+  if (endpoint.empty()) endpoint = env("AWS_ENDPOINT_URL");
+  S3Target t;
+  if (!endpoint.empty()) {
+    // A custom endpoint (MinIO, moto, a proxy): path-style, as such servers expect.
+    if (endpoint.back() == '/') endpoint.pop_back();
+    t.url = endpoint + "/" + bucket + "/" + key;
+  } else {
+    t.url = "https://" + bucket + ".s3." + region + ".amazonaws.com/" + key;
+  }
+  const std::string id = env("AWS_ACCESS_KEY_ID"), secret = env("AWS_SECRET_ACCESS_KEY");
+  if (!id.empty() && !secret.empty()) {
+    t.sigv4 = "aws:amz:" + region + ":s3";
+    t.userpwd = id + ":" + secret;
+    t.token = env("AWS_SESSION_TOKEN");
+  }
+  return t;
+}
+
+}  // namespace
+
+HttpError::HttpError(std::string url, long status, int attempts, const std::string& what)
+    : std::runtime_error(what), url_(std::move(url)), status_(status), attempts_(attempts) {}
+
+struct BodyStream::Transfer {
+  // Set before the transfer starts; read-only after.
+  std::string url;
+  std::uint64_t begin = 0, end = to_end;  // end: to_end reads to the body's end
+  std::size_t window = 0;                 // 0: no bound (get)
+  std::uint64_t size = 0;                 // the body's size when known (0: not checked)
+  std::uint64_t limit = to_end;           // get(): the most bytes accepted
+
+  // The driver thread's alone.
+  CURL* easy = nullptr;
+  curl_slist* headers = nullptr;  // this attempt's extra headers (s3://), freed with `easy`
+  std::uint64_t reached = 0;        // the next byte of the body wanted
+  std::uint64_t attempt_start = 0;  // reached when this attempt began
+  std::uint64_t skip = 0;           // bytes of this response before `reached` (a 200 to a Range)
+  std::int64_t range_start = -1, range_total = -1;  // this response's Content-Range
+  bool checked = false;  // this response's status and range checked
+  long status = 0;
+  int attempts = 0, failures = 0;  // in all; in a row without a byte gained
+  std::string fatal;               // why the response cannot be used (no retry)
+  char errbuf[CURL_ERROR_SIZE] = {};
+
+  // Shared with the reader, under `mutex`.
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::deque<std::vector<std::byte>> blocks;
+  std::size_t front = 0;     // bytes of blocks.front() already read
+  std::size_t buffered = 0;  // bytes received and not yet read
+  std::vector<std::vector<std::byte>> spare;
+  bool paused = false, done = false, cancelled = false;
+  // Why it failed for good: the reader throws an HttpError made on its own thread from these
+  // (an exception_ptr made here and dropped there has its count in uninstrumented libstdc++,
+  // which TSan reports as a race on the exception's frees).
+  bool failed = false;
+  long error_status = 0;
+  int error_attempts = 0;
+  std::string error_what;
+
+  [[noreturn]] void rethrow() const {
+    throw HttpError(url, error_status, error_attempts, error_what);
+  }
+
+  /// Appends received bytes (driver thread, under `mutex`).
+  void append(const std::byte* p, std::size_t n) {
+    buffered += n;
+    while (n > 0) {
+      if (blocks.empty() || blocks.back().size() == blocks.back().capacity()) {
+        std::vector<std::byte> b;
+        if (!spare.empty()) {
+          b = std::move(spare.back());
+          spare.pop_back();
+          b.clear();
+        }
+        b.reserve(block_size);
+        blocks.push_back(std::move(b));
+      }
+      std::vector<std::byte>& last = blocks.back();
+      const std::size_t take = std::min(n, last.capacity() - last.size());
+      last.insert(last.end(), p, p + take);
+      p += take;
+      n -= take;
+    }
+  }
+  /// Moves up to `n` buffered bytes to `dst` (nullptr drops them); under `mutex`.
+  std::size_t take(std::byte* dst, std::size_t n) {
+    std::size_t got = 0;
+    while (got < n && buffered > 0) {
+      std::vector<std::byte>& b = blocks.front();
+      const std::size_t k = std::min(n - got, b.size() - front);
+      if (dst) std::memcpy(dst + got, b.data() + front, k);
+      got += k;
+      front += k;
+      buffered -= k;
+      if (front == b.size()) {
+        if (spare.size() < 2) spare.push_back(std::move(b));
+        blocks.pop_front();
+        front = 0;
+      }
+    }
+    return got;
+  }
+};
+
+struct HttpClient::Driver {
+  RetryOptions retry;
+  CURLM* multi = nullptr;
+  std::thread thread;
+  std::mutex mutex;  // guards the three queues and stop; never held while taking a Transfer's
+  std::vector<std::shared_ptr<BodyStream::Transfer>> incoming, unpause, cancel;
+  bool stop = false;
+  // The driver thread's alone.
+  std::unordered_map<CURL*, std::shared_ptr<BodyStream::Transfer>> running;
+  std::vector<std::pair<Clock::time_point, std::shared_ptr<BodyStream::Transfer>>> waiting;
+  std::minstd_rand jitter{static_cast<unsigned>(::getpid()) ^ 0x5eed};
+
+  void wake() { curl_multi_wakeup(multi); }
+  void loop();
+  void launch(const std::shared_ptr<BodyStream::Transfer>& t);
+  void finished(CURL* easy, CURLcode result);
+  void fail(BodyStream::Transfer& t, const std::string& why);
+  void drop(BodyStream::Transfer& t) {
+    if (!t.easy) return;
+    curl_multi_remove_handle(multi, t.easy);
+    CURL* easy = std::exchange(t.easy, nullptr);
+    curl_easy_cleanup(easy);
+    curl_slist_free_all(std::exchange(t.headers, nullptr));
+    running.erase(easy);  // may free t: last
+  }
+};
+
+namespace {
+
+std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
+  auto* t = static_cast<BodyStream::Transfer*>(user);
+  std::string_view line(p, size * n);
+  constexpr std::string_view name = "content-range:";
+  if (line.size() > name.size()) {
+    std::string head(line.substr(0, name.size()));
+    std::transform(head.begin(), head.end(), head.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (head == name) {
+      unsigned long long a = 0, b = 0, total = 0;
+      const std::string rest(line.substr(name.size()));
+      if (std::sscanf(rest.c_str(), " bytes %llu-%llu/%llu", &a, &b, &total) == 3) {
+        t->range_start = static_cast<std::int64_t>(a);
+        t->range_total = static_cast<std::int64_t>(total);
+      }
+    }
+  }
+  return size * n;
+}
+
+std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
+  auto* t = static_cast<BodyStream::Transfer*>(user);
+  const std::size_t bytes = size * n;
+  if (!t->checked) {
+    t->checked = true;
+    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
+    const bool http = !starts_with(t->url, "file://");  // s3:// is HTTP too
+    if (http && t->status == 206) {
+      if (t->range_start != static_cast<std::int64_t>(t->reached)) {
+        t->fatal = "asked for bytes from " + std::to_string(t->reached) +
+                   ", the server sent a range from " + std::to_string(t->range_start);
+        return 0;
+      }
+      if (t->size && t->range_total >= 0 &&
+          static_cast<std::uint64_t>(t->range_total) != t->size) {
+        t->fatal = "the server has " + std::to_string(t->range_total) +
+                   " bytes, the index was made of " + std::to_string(t->size) +
+                   " (the shard changed since it was indexed)";
+        return 0;
+      }
+    } else if (http) {
+      t->skip = t->reached;  // a 200 sends the body from its start
+    }
+  }
+  {
+    std::lock_guard lock(t->mutex);
+    if (t->cancelled) return 0;
+    if (t->window && t->buffered >= t->window) {
+      t->paused = true;
+      return CURL_WRITEFUNC_PAUSE;  // libcurl keeps these bytes and gives them again on resume
+    }
+  }
+  std::size_t used = static_cast<std::size_t>(std::min<std::uint64_t>(t->skip, bytes));
+  t->skip -= used;
+  const std::size_t take =
+      static_cast<std::size_t>(std::min<std::uint64_t>(bytes - used, t->end - t->reached));
+  if (take > 0) {
+    if (t->reached + take > t->limit) {
+      t->fatal = "the body is larger than " + std::to_string(t->limit) + " bytes";
+      return 0;
+    }
+    {
+      std::lock_guard lock(t->mutex);
+      t->append(reinterpret_cast<const std::byte*>(p + used), take);
+    }
+    t->reached += take;
+    t->arrived.notify_all();
+  }
+  // Past the range wanted (a 200 to a Range): stop; finished() sees the range complete.
+  return t->reached >= t->end ? 0 : bytes;
+}
+
+bool retryable(CURLcode result, long status) {
+  switch (result) {
+    case CURLE_HTTP_RETURNED_ERROR:
+      return status == 408 || status == 429 || status >= 500;
+    case CURLE_OK:  // a body shorter than asked for (a Content-Length that lied)
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) {
+  CURL* easy = curl_easy_init();
+  if (!easy) {
+    fail(*t, "curl_easy_init failed");
+    return;
+  }
+  t->easy = easy;
+  t->attempt_start = t->reached;
+  t->skip = 0;
+  t->range_start = t->range_total = -1;
+  t->checked = false;
+  t->status = 0;
+  t->fatal.clear();
+  t->errbuf[0] = '\0';
+  ++t->attempts;
+  if (starts_with(t->url, "s3://")) {
+    // Signed with SigV4 by libcurl itself; the payload hash header S3 requires is the hash of
+    // the empty body of a GET. Without credentials the request goes unsigned (a public bucket).
+    const S3Target s3 = resolve_s3(t->url);
+    curl_easy_setopt(easy, CURLOPT_URL, s3.url.c_str());
+    if (!s3.sigv4.empty()) {
+      curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, s3.sigv4.c_str());
+      curl_easy_setopt(easy, CURLOPT_USERPWD, s3.userpwd.c_str());
+      t->headers = curl_slist_append(
+          t->headers, "x-amz-content-sha256: "
+                      "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+      if (!s3.token.empty()) {
+        t->headers = curl_slist_append(t->headers, ("x-amz-security-token: " + s3.token).c_str());
+      }
+      curl_easy_setopt(easy, CURLOPT_HTTPHEADER, t->headers);
+    }
+  } else {
+    curl_easy_setopt(easy, CURLOPT_URL, t->url.c_str());
+  }
+  curl_easy_setopt(easy, CURLOPT_PRIVATE, t.get());
+  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(easy, CURLOPT_WRITEDATA, t.get());
+  curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(easy, CURLOPT_HEADERDATA, t.get());
+  curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, t->errbuf);
+  curl_easy_setopt(easy, CURLOPT_FAILONERROR, 1L);
+  curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, 256L << 10);
+  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(retry.connect_timeout.count()));
+  curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, static_cast<long>(retry.stall.count()));
+  // Identity encoding: byte offsets are offsets of the file itself.
+  curl_easy_setopt(easy, CURLOPT_HTTP_CONTENT_DECODING, 0L);
+  std::string range;
+  if (t->end != to_end) {
+    range = std::to_string(t->reached) + "-" + std::to_string(t->end - 1);
+  } else if (t->reached > 0) {
+    range = std::to_string(t->reached) + "-";
+  }
+  if (!range.empty()) curl_easy_setopt(easy, CURLOPT_RANGE, range.c_str());  // copied by curl
+  running.emplace(easy, t);
+  curl_multi_add_handle(multi, easy);
+}
+
+void HttpClient::Driver::fail(BodyStream::Transfer& t, const std::string& why) {
+  {
+    std::lock_guard lock(t.mutex);
+    t.failed = true;
+    t.error_status = t.status;
+    t.error_attempts = t.attempts;
+    t.error_what = why;
+    t.done = true;
+  }
+  t.arrived.notify_all();
+}
+
+void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
+  const auto it = running.find(easy);
+  if (it == running.end()) return;
+  std::shared_ptr<BodyStream::Transfer> keep = it->second;
+  BodyStream::Transfer& t = *keep;
+  curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &t.status);
+  drop(t);
+  bool cancelled = false;
+  {
+    std::lock_guard lock(t.mutex);
+    cancelled = t.cancelled;
+  }
+  if (cancelled) return;
+  const bool complete = t.end != to_end ? t.reached >= t.end : result == CURLE_OK;
+  if (complete && t.fatal.empty()) {
+    {
+      std::lock_guard lock(t.mutex);
+      t.done = true;
+    }
+    t.arrived.notify_all();
+    return;
+  }
+  if (t.reached > t.attempt_start) t.failures = 0;
+  ++t.failures;
+  std::string why;
+  if (!t.fatal.empty()) {
+    why = t.fatal;
+  } else if (result == CURLE_HTTP_RETURNED_ERROR) {
+    why = "HTTP " + std::to_string(t.status);
+  } else if (result == CURLE_OK) {
+    why = "the body ended at byte " + std::to_string(t.reached) + " of " +
+          std::to_string(t.end) + " (HTTP " + std::to_string(t.status) + ")";
+  } else {
+    why = curl_easy_strerror(result);
+    if (t.errbuf[0]) why += std::string(" (") + t.errbuf + ")";
+  }
+  const std::string where = "cannot read '" + t.url + "': " + why + "; " +
+                            std::to_string(t.attempts) +
+                            (t.attempts == 1 ? " attempt" : " attempts") + ", at byte " +
+                            std::to_string(t.reached);
+  if (!t.fatal.empty() || !retryable(result, t.status) || t.failures >= retry.attempts) {
+    fail(t, where);
+    return;
+  }
+  auto wait = retry.backoff * (1LL << std::min(t.failures - 1, 20));
+  wait = std::min<std::chrono::milliseconds>(wait, retry.max_backoff);
+  const auto ms = static_cast<long long>(wait.count());
+  const auto drawn = std::uniform_int_distribution<long long>(ms / 2, std::max(ms, 1LL))(jitter);
+  waiting.emplace_back(Clock::now() + std::chrono::milliseconds(drawn), std::move(keep));
+}
+
+void HttpClient::Driver::loop() {
+  for (;;) {
+    std::vector<std::shared_ptr<BodyStream::Transfer>> in, go, gone;
+    {
+      std::lock_guard lock(mutex);
+      if (stop) break;
+      in.swap(incoming);
+      go.swap(unpause);
+      gone.swap(cancel);
+    }
+    for (auto& t : in) launch(t);
+    for (auto& t : go) {
+      if (t->easy) curl_easy_pause(t->easy, CURLPAUSE_CONT);  // may call on_body at once
+    }
+    for (auto& t : gone) {
+      drop(*t);
+      std::erase_if(waiting, [&](const auto& w) { return w.second == t; });
+    }
+    const auto now = Clock::now();
+    auto next = now + std::chrono::seconds(1);
+    for (std::size_t i = 0; i < waiting.size();) {
+      if (waiting[i].first <= now) {
+        auto t = std::move(waiting[i].second);
+        waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
+        launch(t);
+      } else {
+        next = std::min(next, waiting[i].first);
+        ++i;
+      }
+    }
+    int active = 0;
+    curl_multi_perform(multi, &active);
+    int left = 0;
+    while (CURLMsg* m = curl_multi_info_read(multi, &left)) {
+      if (m->msg == CURLMSG_DONE) finished(m->easy_handle, m->data.result);
+    }
+    if (!waiting.empty()) {
+      for (const auto& w : waiting) next = std::min(next, w.first);
+    }
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now());
+    curl_multi_poll(multi, nullptr, 0, static_cast<int>(std::max<long long>(ms.count(), 0)),
+                    nullptr);
+  }
+  // Closing: whatever is still running or waiting fails, so no reader waits forever.
+  while (!running.empty()) {
+    auto t = running.begin()->second;
+    drop(*t);
+    fail(*t, "cannot read '" + t->url + "': the HTTP client was closed");
+  }
+  for (auto& w : waiting) fail(*w.second, "cannot read '" + w.second->url + "': the HTTP client was closed");
+  waiting.clear();
+}
+
+HttpClient::HttpClient(RetryOptions retry) : retry_(retry), driver_(std::make_unique<Driver>()) {
+  static const CURLcode global = curl_global_init(CURL_GLOBAL_DEFAULT);
+  if (global != CURLE_OK) throw RuntimeError("curl_global_init failed");
+  if (retry.attempts < 1) throw InvalidArgument("RetryOptions::attempts must be at least 1");
+  driver_->retry = retry;
+  driver_->multi = curl_multi_init();
+  if (!driver_->multi) throw RuntimeError("curl_multi_init failed");
+  driver_->thread = std::thread([d = driver_.get()] { d->loop(); });
+}
+
+HttpClient::~HttpClient() {
+  {
+    std::lock_guard lock(driver_->mutex);
+    driver_->stop = true;
+  }
+  driver_->wake();
+  driver_->thread.join();
+  curl_multi_cleanup(driver_->multi);
+}
+
+std::shared_ptr<HttpClient> HttpClient::shared() {
+  static std::mutex mutex;
+  static std::shared_ptr<HttpClient> client;
+  static pid_t owner = 0;
+  std::lock_guard lock(mutex);
+  if (client && owner != ::getpid()) {
+    // A forked child: the parent's driver thread is not here, so its client can be neither
+    // used nor destroyed (the destructor would join a thread that does not exist). Kept.
+    static auto* orphans = new std::vector<std::shared_ptr<HttpClient>>;
+    orphans->push_back(std::move(client));
+  }
+  if (!client) {
+    client = std::make_shared<HttpClient>();
+    owner = ::getpid();
+  }
+  return client;
+}
+
+std::shared_ptr<BodyStream::Transfer> HttpClient::start(const std::string& url,
+                                                        std::uint64_t begin, std::uint64_t end,
+                                                        std::size_t window, std::uint64_t size,
+                                                        std::uint64_t limit) {
+  // Every field the driver reads is set here, before the driver can see the transfer.
+  auto t = std::make_shared<BodyStream::Transfer>();
+  t->url = url;
+  t->limit = limit;
+  t->begin = t->reached = begin;
+  t->end = end;
+  t->window = window;
+  t->size = size;
+  {
+    std::lock_guard lock(driver_->mutex);
+    driver_->incoming.push_back(t);
+  }
+  driver_->wake();
+  return t;
+}
+
+std::unique_ptr<BodyStream> HttpClient::stream(const std::string& url, std::uint64_t begin,
+                                               std::uint64_t end, std::size_t window,
+                                               std::uint64_t size) {
+  if (end < begin) throw InvalidArgument("HttpClient::stream: end before begin for '" + url + "'");
+  auto t = start(url, begin, end, std::max<std::size_t>(window, 1), size);
+  return std::unique_ptr<BodyStream>(new BodyStream(shared_from_this(), std::move(t), begin));
+}
+
+void HttpClient::get_range(const std::string& url, std::uint64_t begin, std::uint64_t end,
+                           std::byte* dst, std::uint64_t size) {
+  if (end <= begin) return;
+  // No window: a range read is wanted whole, and its reader waits for all of it.
+  BodyStream body(shared_from_this(), start(url, begin, end, 0, size), begin);
+  body.read(dst, static_cast<std::size_t>(end - begin));
+}
+
+std::string HttpClient::get(const std::string& url, std::uint64_t limit) {
+  auto t = start(url, 0, to_end, 0, 0, limit);
+  BodyStream body(shared_from_this(), t, 0);
+  std::unique_lock lock(t->mutex);
+  t->arrived.wait(lock, [&] { return t->done; });
+  if (t->failed) t->rethrow();
+  std::string out(t->buffered, '\0');
+  t->take(reinterpret_cast<std::byte*>(out.data()), out.size());
+  return out;
+}
+
+BodyStream::BodyStream(std::shared_ptr<HttpClient> client, std::shared_ptr<Transfer> transfer,
+                       std::uint64_t begin)
+    : client_(std::move(client)), transfer_(std::move(transfer)), position_(begin) {}
+
+BodyStream::~BodyStream() {
+  {
+    std::lock_guard lock(transfer_->mutex);
+    if (transfer_->done) return;
+    transfer_->cancelled = true;
+  }
+  HttpClient::Driver& d = *client_->driver_;
+  {
+    std::lock_guard lock(d.mutex);
+    d.cancel.push_back(transfer_);
+  }
+  d.wake();
+}
+
+void BodyStream::read(std::byte* dst, std::size_t n) {
+  Transfer& t = *transfer_;
+  while (n > 0) {
+    bool resume = false;
+    {
+      std::unique_lock lock(t.mutex);
+      t.arrived.wait(lock, [&] { return t.buffered > 0 || t.done; });
+      if (t.buffered == 0) {
+        if (t.failed) t.rethrow();
+        throw HttpError(t.url, 0, 0,
+                        "cannot read '" + t.url + "': the body ended at byte " +
+                            std::to_string(position_) + ", before the bytes wanted");
+      }
+      const std::size_t got = t.take(dst, n);
+      if (dst) dst += got;
+      n -= got;
+      position_ += got;
+      if (t.paused && t.buffered <= t.window / 2) {
+        t.paused = false;
+        resume = true;
+      }
+    }
+    if (resume) {
+      HttpClient::Driver& d = *client_->driver_;
+      {
+        std::lock_guard lock(d.mutex);
+        d.unpause.push_back(transfer_);
+      }
+      d.wake();
+    }
+  }
+}
+
+void BodyStream::skip(std::uint64_t n) {
+  while (n > 0) {
+    const std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1 << 30));
+    read(nullptr, k);
+    n -= k;
+  }
+}
+
+}  // namespace coload::io

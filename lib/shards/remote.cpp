@@ -1,0 +1,177 @@
+// Shards named by URL: brace patterns, a folder URL's shards.txt, and remote index files.
+
+#include "remote.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <sstream>
+
+#include "coload/core/error.hpp"
+#include "coload/io/http.hpp"
+
+namespace coload::shards {
+
+namespace {
+
+constexpr std::size_t max_names = 1'000'000;
+
+bool all_digits(std::string_view s) noexcept {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The alternatives one brace group stands for.
+std::vector<std::string> alternatives(std::string_view body, std::string_view pattern) {
+  const auto dots = body.find("..");
+  if (dots != std::string_view::npos) {
+    const std::string_view a = body.substr(0, dots), b = body.substr(dots + 2);
+    std::uint64_t lo = 0, hi = 0;
+    if (!all_digits(a) || !all_digits(b) || a.size() > 18 || b.size() > 18) {
+      throw InvalidArgument("brace pattern '" + std::string(pattern) + "': {" +
+                            std::string(body) + "} is not a range of numbers");
+    }
+    std::from_chars(a.data(), a.data() + a.size(), lo);
+    std::from_chars(b.data(), b.data() + b.size(), hi);
+    if (hi < lo || hi - lo >= max_names) {
+      throw InvalidArgument("brace pattern '" + std::string(pattern) + "': the range {" +
+                            std::string(body) + "} goes down or names over " +
+                            std::to_string(max_names) + " shards");
+    }
+    const bool pad = (a.size() > 1 && a[0] == '0') || a.size() == b.size();
+    std::vector<std::string> out;
+    for (std::uint64_t k = lo; k <= hi; ++k) {
+      std::string n = std::to_string(k);
+      if (pad && n.size() < a.size()) n.insert(0, a.size() - n.size(), '0');
+      out.push_back(std::move(n));
+    }
+    return out;
+  }
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (;;) {
+    const auto comma = body.find(',', start);
+    out.emplace_back(body.substr(start, comma - start));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string base_of(const std::string& url) {
+  return url.back() == '/' ? url : url + '/';
+}
+
+}  // namespace
+
+std::vector<std::string> expand_braces(std::string_view pattern) {
+  std::vector<std::string> names{""};
+  std::size_t at = 0;
+  while (at < pattern.size()) {
+    const auto open = pattern.find('{', at);
+    const std::string_view literal = pattern.substr(at, open - at);
+    for (std::string& n : names) n += literal;
+    if (open == std::string_view::npos) break;
+    const auto close = pattern.find('}', open);
+    if (close == std::string_view::npos) {
+      throw InvalidArgument("brace pattern '" + std::string(pattern) + "': '{' at " +
+                            std::to_string(open) + " is not closed");
+    }
+    const auto alts = alternatives(pattern.substr(open + 1, close - open - 1), pattern);
+    if (names.size() * alts.size() > max_names) {
+      throw InvalidArgument("brace pattern '" + std::string(pattern) + "' names over " +
+                            std::to_string(max_names) + " shards");
+    }
+    std::vector<std::string> next;
+    next.reserve(names.size() * alts.size());
+    for (const std::string& n : names) {
+      for (const std::string& a : alts) next.push_back(n + a);
+    }
+    names = std::move(next);
+    at = close + 1;
+  }
+  return names;
+}
+
+namespace detail {
+
+bool is_remote(std::string_view name) noexcept {
+  return io::is_url(name) && name.substr(0, 7) != "file://";
+}
+
+std::string file_url_path(std::string_view url) {
+  std::string_view rest = url.substr(7);
+  if (rest.substr(0, 9) == "localhost") rest.remove_prefix(9);
+  if (rest.empty() || rest[0] != '/') {
+    throw InvalidArgument("'" + std::string(url) +
+                          "': a file:// URL names a local path (file:///path)");
+  }
+  return std::string(rest);
+}
+
+std::vector<std::string> find_url_shards(const std::string& root) {
+  if (!is_remote(root)) {
+    // file://: local paths, read as any local shard is (pread, io_uring, the page cache).
+    if (root.find('{') == std::string::npos) return find_shards(file_url_path(root));
+    std::vector<std::string> out;
+    for (const std::string& name : expand_braces(root)) out.push_back(file_url_path(name));
+    return out;
+  }
+  if (root.find('{') != std::string::npos) return expand_braces(root);
+  if (root.size() > 4 && root.compare(root.size() - 4, 4, ".tar") == 0) return {root};
+  const std::string base = base_of(root);
+  const std::string list_url = base + std::string(shard_list_name);
+  std::string text;
+  try {
+    text = io::HttpClient::shared()->get(list_url, 64 << 20);
+  } catch (const io::HttpError& e) {
+    throw io::HttpError(e.url(), e.status(), e.attempts(),
+                        std::string(e.what()) + " (a folder URL is read through the " +
+                            std::string(shard_list_name) +
+                            " that coload-shard writes beside its shards; or name the shards "
+                            "with a brace pattern, .../shard-{000000..000009}.tar)");
+  }
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    if (line.find('/') != std::string::npos || line == "..") {
+      throw InvalidArgument("'" + list_url + "' names '" + line +
+                            "': shards are listed by file name, in that folder");
+    }
+    out.push_back(base + line);
+  }
+  if (out.empty()) throw InvalidArgument("no shards in '" + list_url + "'");
+  return out;
+}
+
+ShardIndex load_remote_index(const std::string& url) {
+  const std::string idx = url + ".idx";
+  std::string text;
+  try {
+    text = io::HttpClient::shared()->get(idx, 1u << 30);
+  } catch (const io::HttpError& e) {
+    throw io::HttpError(e.url(), e.status(), e.attempts(),
+                        std::string(e.what()) + " (shard '" + url +
+                            "' is read by URL through the index file beside it, which "
+                            "coload-shard writes)");
+  }
+  // The size of the shard is the second line's first field; the index is checked against it
+  // here, and the shard against it on every read (the server's Content-Range).
+  std::uint64_t size = 0;
+  const auto nl = text.find('\n');
+  if (nl != std::string::npos) {
+    const char* p = text.data() + nl + 1;
+    std::from_chars(p, text.data() + text.size(), size);
+  }
+  ShardIndex index;
+  if (!parse_index(text, size, index)) {
+    throw ShardError(url, "", 0, "its index '" + idx + "' is not a coload shard index");
+  }
+  index.path = url;
+  return index;
+}
+
+}  // namespace detail
+
+}  // namespace coload::shards

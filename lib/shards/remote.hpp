@@ -1,0 +1,23 @@
+#pragma once
+// Shards named by URL: the list of a folder URL, brace patterns, and the index file fetched
+// beside a remote shard (remote.cpp). Private to lib/shards.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "coload/shards/index.hpp"
+
+namespace coload::shards::detail {
+
+/// Whether `name` is an http://, https:// or s3:// URL (file:// URLs are read as local paths).
+bool is_remote(std::string_view name) noexcept;
+/// The local path a file:// URL names ("file:///data/x.tar", "file://localhost/data/x.tar");
+/// InvalidArgument for another host.
+std::string file_url_path(std::string_view url);
+/// find_shards for a URL (see find_shards).
+std::vector<std::string> find_url_shards(const std::string& root);
+/// load_index for an http(s) URL.
+ShardIndex load_remote_index(const std::string& url);
+
+}  // namespace coload::shards::detail

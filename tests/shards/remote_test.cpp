@@ -1,0 +1,428 @@
+// Shards by URL against nginx on 127.0.0.1 and a fault-injecting proxy in front of it
+// (serve.py, started once for the whole executable): every sample exactly once and the epoch's
+// bytes equal to the local folder's, under each fault, or the named error.
+
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "coload/io/http.hpp"
+#include "coload/shards/dataset.hpp"
+#include "coload/shards/index.hpp"
+#include "coload/shards/stream.hpp"
+#include "coload/shards/writer.hpp"
+#include "serve.hpp"
+#include "shards_test_support.hpp"
+
+// After the coload headers: libtorch's glog defines a CHECK of its own, which doctest's replaces.
+#include <doctest/doctest.h>
+
+using namespace coload;
+namespace fs = std::filesystem;
+using shards_test::bytes_of;
+
+namespace {
+
+shards_test::Server* server = nullptr;
+fs::path* root = nullptr;  // the served folder: "shards/" holds the shards
+constexpr std::int64_t total = 120;
+
+std::string payload(std::int64_t i) {
+  std::string s(static_cast<std::size_t>(100 + (i * 677) % 9000), '\0');
+  for (std::size_t k = 0; k < s.size(); ++k) s[k] = static_cast<char>((i * 31 + k * 7) & 0xff);
+  return s;
+}
+
+void write_shards(const fs::path& dir) {
+  shards::Writer writer(dir, {.shard_size = 60000});
+  for (std::int64_t i = 0; i < total; ++i) {
+    char key[16];
+    std::snprintf(key, sizeof key, "s%05lld", static_cast<long long>(i));
+    const std::string id = std::to_string(i), bin = payload(i);
+    const shards::WriteField fields[] = {{"id", bytes_of(id)}, {"bin", bytes_of(bin)}};
+    writer.write(key, fields);
+  }
+  writer.finish();
+}
+
+std::string url(const std::string& mode, const std::string& path = "shards/") {
+  return "http://127.0.0.1:" + std::to_string(server->proxy) + "/" + mode + "/" + path;
+}
+
+// Each sample's key and bytes, in the order streamed.
+std::vector<std::string> epoch(shards::ShardStream& stream, const WorkerInfo& info) {
+  std::vector<std::string> out;
+  for (auto& s : stream.stream(info)) {
+    if (s.text("bin") != payload(std::stoll(s.text("id")))) {
+      throw std::runtime_error("sample " + s.key + " came back altered");
+    }
+    out.push_back(s.key + '\0' + s.text("id") + '\0' + s.text("bin"));
+  }
+  return out;
+}
+
+shards::ShardStreamOptions stream_options(std::size_t read_ahead = 64 << 10) {
+  return {.shuffle_shards = true, .shuffle_buffer = 7, .read_ahead = read_ahead};
+}
+
+std::vector<std::string> local_epoch(const WorkerInfo& info) {
+  shards::ShardStream local(*root / "shards", stream_options());
+  return epoch(local, info);
+}
+
+}  // namespace
+
+TEST_SUITE("shards") {
+
+TEST_CASE("brace patterns expand as WebDataset's do, and bad ones are named") {
+  CHECK((shards::expand_braces("s-{0..2}.tar") ==
+         std::vector<std::string>{"s-0.tar", "s-1.tar", "s-2.tar"}));
+  CHECK((shards::expand_braces("t-{000008..000010}.tar") ==
+         std::vector<std::string>{"t-000008.tar", "t-000009.tar", "t-000010.tar"}));
+  CHECK((shards::expand_braces("{a,b}-{1..2}") ==
+         std::vector<std::string>{"a-1", "a-2", "b-1", "b-2"}));
+  CHECK(shards::expand_braces("plain.tar") == std::vector<std::string>{"plain.tar"});
+  CHECK_THROWS_WITH_AS(shards::expand_braces("x-{1..3.tar"), doctest::Contains("is not closed"),
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(shards::expand_braces("x-{5..3}.tar"), doctest::Contains("goes down"),
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(shards::expand_braces("x-{0..9999999}.tar"),
+                       doctest::Contains("x-{0..9999999}.tar"), InvalidArgument);
+}
+
+TEST_CASE("a folder URL, a brace pattern and file:// stream the local epoch, sample for sample") {
+  const std::size_t n = shards::find_shards(*root / "shards").size();
+  REQUIRE(n >= 8);
+  const WorkerInfo info{.id = 1, .num_workers = 2, .seed = 5};
+  const auto local = local_epoch(info);
+  REQUIRE(local.size() > 40);
+
+  shards::ShardStream folder(url("ok"), stream_options());
+  CHECK(folder.dataset().shards().size() == n);
+  CHECK(folder.dataset().shards()[0].path == url("ok") + "shard-000000.tar");
+  CHECK(folder.total_samples() == total);
+  CHECK(epoch(folder, info) == local);
+
+  char last[16];
+  std::snprintf(last, sizeof last, "%06zu", n - 1);
+  // nginx directly, no proxy.
+  const std::string direct = "http://127.0.0.1:" + std::to_string(server->nginx) +
+                             "/shards/shard-{000000.." + last + "}.tar";
+  shards::ShardStream braces(direct, stream_options());
+  CHECK(epoch(braces, info) == local);
+
+  shards::ShardStream file("file://" + (*root / "shards").string(), stream_options());
+  CHECK(epoch(file, info) == local);
+}
+
+TEST_CASE("ranks x workers over URLs: every sample exactly once, as from the folder") {
+  shards::ShardStream remote(url("ok"), stream_options(16 << 10));
+  std::multiset<std::string> seen, local;
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int id = 0; id < 2; ++id) {
+      const WorkerInfo info{.id = id, .num_workers = 2, .seed = 9u + static_cast<unsigned>(id),
+                            .rank = rank, .world_size = 2};
+      const auto got = epoch(remote, info);
+      CHECK(got == local_epoch(info));
+      seen.insert(got.begin(), got.end());
+    }
+  }
+  CHECK(seen.size() == static_cast<std::size_t>(total));
+  CHECK(std::set<std::string>(seen.begin(), seen.end()).size() == static_cast<std::size_t>(total));
+}
+
+TEST_CASE("map-style by URL: each sample one ranged GET, the same bytes as the folder") {
+  const shards::ShardDataset local(*root / "shards");
+  const shards::ShardDataset remote(url("ok"));
+  REQUIRE(remote.size() == local.size());
+  for (Index i = 0; i < remote.size(); i += 7) {
+    const auto a = local.read(i), b = remote.read(i);
+    CHECK(b.key == a.key);
+    CHECK(b.text("bin") == a.text("bin"));
+    CHECK(b.text("id") == std::to_string(i));
+  }
+  CHECK(remote.read(-1).text("id") == std::to_string(total - 1));
+}
+
+TEST_CASE("map-style batches by URL: neighbours in a shard share one ranged GET") {
+  const std::string mode = "ok,batch";
+  const auto requests = [&] {
+    return std::stoi(io::HttpClient::shared()->get(
+        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
+  };
+  const shards::ShardDataset remote(url(mode));
+  const int after_index = requests();  // shards.txt and one .idx a shard
+  CHECK(after_index == 1 + static_cast<int>(remote.shards().size()));
+  const std::size_t last = remote.shards().size() - 1;
+  const Index far = remote.offsets()[last];  // the last shard's first sample
+  // Shard 0's samples 1 and 3..5 (5 twice) lie within 64 KiB of each other; the last shard's
+  // first two are another run.
+  const std::vector<Index> indices{5, 3, far + 1, 4, far, 5, 1};
+  const auto got = remote.read_batch(indices, 64 << 10);
+  REQUIRE(got.size() == indices.size());
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    CHECK(got[k].text("id") == std::to_string(indices[k]));
+    CHECK(got[k].text("bin") == payload(indices[k]));
+  }
+  CHECK(requests() - after_index == 2);  // {1, 3, 4, 5, 5} and {far, far + 1}
+  // With no gap allowed (a sample's tar headers lie between it and the next), each sample
+  // is a GET of its own; the repeated one shares its own.
+  const int before = requests();
+  remote.read_batch(indices, 0);
+  CHECK(requests() - before == 6);
+}
+
+TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, entries verified") {
+  const std::string mode = "ok,cache";
+  const auto requests = [&] {
+    return std::stoi(io::HttpClient::shared()->get(
+        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
+  };
+  shards_test::TempDir cache;
+  shards::ShardStreamOptions o = stream_options();
+  o.shards.cache_dir = cache.path.string();
+  o.shards.cache_bytes = 1ull << 30;
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 21};
+  const auto local = local_epoch(info);
+  shards::ShardStream remote(url(mode), o);
+  const std::size_t n = remote.dataset().shards().size();
+  const int before = requests();
+  CHECK(epoch(remote, info) == local);
+  CHECK(requests() - before == static_cast<int>(n));  // one GET a shard
+  const auto entries = [&] {
+    std::vector<std::uint64_t> sizes;
+    for (const auto& e : fs::directory_iterator(cache.path)) sizes.push_back(e.file_size());
+    return sizes;
+  };
+  CHECK(entries().size() == n);
+  // The second epoch (another order) reads every shard from the cache: no request.
+  const int cached = requests();
+  CHECK(epoch(remote, WorkerInfo{.id = 0, .num_workers = 1, .seed = 22}) ==
+        local_epoch(WorkerInfo{.id = 0, .num_workers = 1, .seed = 22}));
+  CHECK(requests() == cached);
+  // Map-style reads use it too.
+  const shards::ShardDataset ds(url(mode), o.shards);
+  const int indexed = requests();
+  for (Index i = 0; i < total; i += 11) CHECK(ds.read(i).text("bin") == payload(i));
+  CHECK(requests() == indexed);
+  // An entry of the wrong size (torn, or the shard changed) is not used: that shard is fetched
+  // again, and the epoch is still the local one.
+  const fs::path some = fs::directory_iterator(cache.path)->path();
+  fs::resize_file(some, fs::file_size(some) - 100);
+  const int torn = requests();
+  CHECK(epoch(remote, info) == local);
+  CHECK(requests() - torn == 1);
+  // A bound of two shards' bytes: never more than that on disk, the latest entries kept.
+  shards_test::TempDir small;
+  o.shards.cache_dir = small.path.string();
+  o.shards.cache_bytes = 2 * 60000;
+  shards::ShardStream bounded(url(mode), o);
+  CHECK(epoch(bounded, info) == local);
+  std::uint64_t bytes = 0;
+  for (const auto& e : fs::directory_iterator(small.path)) bytes += e.file_size();
+  CHECK(bytes <= o.shards.cache_bytes);
+  CHECK(bytes > 0);
+}
+
+TEST_CASE("exact resume by URL: a state taken mid-shard continues with nothing lost or repeated") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 3};
+  const auto whole = local_epoch(info);
+  shards::ShardStream first(url("ok"), stream_options());
+  std::vector<std::string> got;
+  std::string state;
+  for (auto& s : first.stream(info)) {
+    got.push_back(s.key + '\0' + s.text("id") + '\0' + s.text("bin"));
+    if (got.size() == 50) {
+      state = first.state();
+      break;
+    }
+  }
+  shards::ShardStream second(url("ok"), stream_options());
+  second.load_state(state);
+  const auto rest = epoch(second, info);
+  got.insert(got.end(), rest.begin(), rest.end());
+  CHECK(got == whole);
+}
+
+TEST_CASE("faults are retried from the byte reached: each gives the local epoch exactly") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  const auto local = local_epoch(info);
+  // Each mode names a fault the proxy puts on the first requests of every shard; "all" puts
+  // it on the index files too. The last token is a nonce: each case counts requests afresh.
+  const char* modes[] = {"lat30",       "reset1",       "reset3,all",  "503x2",
+                         "503x1,all",   "short1",       "short2,all",  "lie1",
+                         "lielong1",    "lie1,reset1",  "bw4000"};
+  int nonce = 0;
+  for (const char* mode : modes) {
+    CAPTURE(mode);
+    const std::string m = std::string(mode) + ",n" + std::to_string(nonce++);
+    shards::ShardStream remote(url(m), stream_options(16 << 10));
+    CHECK(epoch(remote, info) == local);
+    // Map-style reads through the same faults.
+    const shards::ShardDataset ds(url(m + "m"));
+    for (Index i : {Index{0}, Index{61}, Index{total - 1}}) {
+      CHECK(ds.read(i).text("bin") == payload(i));
+    }
+  }
+}
+
+TEST_CASE("a shard that keeps failing ends the epoch with an error naming URL, status, attempts and samples") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  shards::ShardStream remote(url("always503"), {.shuffle_shards = false});
+  std::size_t got = 0;
+  try {
+    for (auto& s : remote.stream(info)) {
+      (void)s;
+      ++got;
+    }
+    FAIL("the stream ended without an error");
+  } catch (const io::HttpError& e) {
+    const std::string what = e.what();
+    CHECK(got == 0);
+    CHECK(e.status() == 503);
+    CHECK(e.attempts() == io::RetryOptions{}.attempts);
+    CHECK(e.url() == url("always503") + "shard-000000.tar");
+    CHECK(what.find("HTTP 503") != std::string::npos);
+    CHECK(what.find("6 attempts") != std::string::npos);
+    const auto held = remote.dataset().shards()[0].samples.size();
+    CHECK(what.find("holds samples 0.." + std::to_string(held - 1) + ", of which 0 were read") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("skip_failed_shards: a shard that fails for good is left out and counted, the rest arrive") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  shards::ShardStream remote(url("always503,on000002"),
+                             {.shuffle_shards = false, .skip_failed_shards = true});
+  const auto& lost = remote.dataset().shards()[2];
+  std::set<std::int64_t> ids;
+  for (auto& s : remote.stream(info)) ids.insert(std::stoll(s.text("id")));
+  const auto first = remote.dataset().offsets()[2];
+  const auto n = static_cast<std::int64_t>(lost.samples.size());
+  CHECK(remote.skipped_samples() == n);
+  CHECK(ids.size() == static_cast<std::size_t>(total - n));
+  for (std::int64_t i = 0; i < total; ++i) {
+    CHECK(ids.count(i) == (i >= first && i < first + n ? 0u : 1u));
+  }
+}
+
+TEST_CASE("403 and 404 fail at once, naming the URL") {
+  shards::ShardStream forbidden(url("403"), {.shuffle_shards = false});
+  try {
+    for (auto& s : forbidden.stream(WorkerInfo{.num_workers = 1})) (void)s;
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    CHECK(e.status() == 403);
+    CHECK(e.attempts() == 1);
+    CHECK(std::string(e.what()).find(url("403") + "shard-000000.tar") != std::string::npos);
+  }
+  // A brace pattern naming a shard the server does not have: its index is not found.
+  try {
+    shards::ShardDataset missing(url("ok", "shards/shard-{000000..000999}.tar"));
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    CHECK(e.status() == 404);
+    CHECK(e.attempts() == 1);
+    CHECK(e.url().find(".tar.idx") != std::string::npos);
+    CHECK(std::string(e.what()).find("index file") != std::string::npos);
+  }
+  // A folder URL without shards.txt.
+  CHECK_THROWS_WITH_AS(shards::ShardDataset(url("ok", "nothing/")),
+                       doctest::Contains("shards.txt"), io::HttpError);
+}
+
+TEST_CASE("a shard whose size differs from its index is refused, naming both sizes") {
+  // shards/ and changed/ hold the same shard names; changed/ has a longer first shard and
+  // the index of the original.
+  const WorkerInfo info{.num_workers = 1};
+  shards::ShardStream remote(url("ok", "changed/"), {.shuffle_shards = false});
+  CHECK_THROWS_WITH_AS(
+      [&] { for (auto& s : remote.stream(info)) (void)s; }(),
+      doctest::Contains("the shard changed since it was indexed"), io::HttpError);
+}
+
+}  // TEST_SUITE
+
+namespace {
+shards_test::Server* s3 = nullptr;  // with --s3: moto's server, bucket "coload"
+}
+
+TEST_CASE("s3: shards in a bucket, signed with SigV4, stream and read the local epoch") {
+  if (!s3) return;  // run by the "s3" registration only
+  const std::string endpoint = "http://127.0.0.1:" + std::to_string(s3->proxy);
+  ::setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", s3->key_id.c_str(), 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", s3->key_secret.c_str(), 1);
+  ::setenv("AWS_REGION", "us-east-1", 1);
+  const WorkerInfo info{.id = 1, .num_workers = 2, .seed = 5};
+  shards::ShardStream folder("s3://coload/shards", stream_options());
+  CHECK(folder.total_samples() == total);
+  CHECK(folder.dataset().shards()[0].path == "s3://coload/shards/shard-000000.tar");
+  CHECK(epoch(folder, info) == local_epoch(info));
+  const shards::ShardDataset ds("s3://coload/shards/shard-{000000..000002}.tar");
+  for (Index i = 0; i < ds.size(); i += 5) CHECK(ds.read(i).text("bin") == payload(i));
+  // The server checks signatures: a wrong secret is refused (403), at once, naming the URL.
+  ::setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret", 1);
+  try {
+    shards::ShardDataset wrong("s3://coload/shards/shard-000000.tar");
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    CHECK(e.status() == 403);
+    CHECK(e.attempts() == 1);
+    CHECK(e.url() == "s3://coload/shards/shard-000000.tar.idx");
+  }
+  ::setenv("AWS_SECRET_ACCESS_KEY", s3->key_secret.c_str(), 1);
+  try {
+    shards::ShardDataset missing("s3://coload/none/shard-000000.tar");
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    CHECK(e.status() == 404);
+    CHECK(e.url() == "s3://coload/none/shard-000000.tar.idx");
+  }
+}
+
+// The HTTP cases by default; with --s3 only the S3 case, against moto (77, meson's skip,
+// with the reason, where moto is not installed).
+int main(int argc, char** argv) {
+  bool with_s3 = false;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::string(argv[i]) == "--s3") {
+      with_s3 = true;
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  shards_test::TempDir dir;
+  fs::path served = dir.path;
+  root = &served;
+  write_shards(served / "shards");
+  fs::create_directories(served / "changed");
+  for (const auto& e : fs::directory_iterator(served / "shards")) {
+    fs::copy_file(e.path(), served / "changed" / e.path().filename());
+  }
+  {
+    std::ofstream grow(served / "changed" / "shard-000000.tar", std::ios::app | std::ios::binary);
+    grow << std::string(1024, '\0');
+  }
+  shards_test::Server s;
+  s.start(with_s3 ? COLOAD_S3_SERVE_SCRIPT : COLOAD_SERVE_SCRIPT, served);
+  if (!s.skip.empty()) {
+    std::printf("SKIP: %s", s.skip.c_str());
+    return 77;  // meson's skip
+  }
+  doctest::Context context(static_cast<int>(args.size()), args.data());
+  if (with_s3) {
+    s3 = &s;
+    context.addFilter("test-case", "s3:*");
+  } else {
+    server = &s;
+    context.addFilter("test-case-exclude", "s3:*");
+  }
+  return context.run();
+}

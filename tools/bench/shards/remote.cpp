@@ -1,0 +1,162 @@
+// tools/bench/shards remote: the same tar shards streamed from the local folder and by URL, in
+// one run: nginx on loopback, and through serve.py's proxy with and without an added delay.
+//
+//   shards_remote [SHARDS] [--size 1GiB-ish MiB] [--workers 2] [--rounds 3] [--lat 20]
+//                 [--bw 0] [--read-ahead 64]
+//
+// SHARDS is a folder of shards (coload-shard's output); without it, shards of random samples
+// (100 KiB each, 64 MiB shards, --size MiB in all) are written to a temporary folder. Each row
+// is raw delivery (every sample's bytes handed out, no decode) by ShardStream, one thread per
+// worker streaming its share, the page cache warm (nginx serves from it too):
+//  - local: the folder (read_size chunks through pread);
+//  - nginx: http://127.0.0.1 straight to nginx (sendfile);
+//  - proxy: through serve.py's proxy (Python, so its own ceiling), no delay;
+//  - proxy+lat: through the proxy with --lat ms added before each response.
+// With --bw, both proxy rows cap each connection at that many MiB/s.
+// Rows alternate within each of --rounds rounds; each figure is the median. Ratios: nginx /
+// local (target >= 0.95) and proxy+lat / proxy (the cost of the delay, target >= 0.9). The
+// peak RSS of each remote row (VmHWM, reset before it) shows the read-ahead bound.
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../../../tests/shards/serve.hpp"
+#include "../../../tests/shards/shards_test_support.hpp"
+#include "coload/shards/stream.hpp"
+#include "coload/shards/writer.hpp"
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// The process's peak resident set since the last reset, in MiB.
+double peak_rss_mib() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024;
+  }
+  return 0;
+}
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+struct Row {
+  std::string name;
+  std::string where;
+  std::vector<double> mb_per_s;
+  double peak_mib = 0;
+};
+
+double stream_all(const std::string& where, int workers, std::size_t read_ahead) {
+  coload::shards::ShardStream stream(
+      where, {.shuffle_shards = false, .read_ahead = read_ahead});
+  std::vector<std::uint64_t> bytes(static_cast<std::size_t>(workers));
+  const auto t = Clock::now();
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      coload::shards::ShardStream mine = stream;  // a replica per worker, as the loader makes
+      for (auto& s : mine.stream(coload::WorkerInfo{.id = w, .num_workers = workers})) {
+        bytes[static_cast<std::size_t>(w)] += s.data.size();
+      }
+    });
+  }
+  for (auto& t2 : threads) t2.join();
+  const double s = std::chrono::duration<double>(Clock::now() - t).count();
+  std::uint64_t total = 0;
+  for (auto b : bytes) total += b;
+  return static_cast<double>(total) / s / 1e6;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Shards streamed from the local folder and by URL (nginx, a delaying proxy)."};
+  std::string shards;
+  int size_mib = 1024, workers = 2, rounds = 3, lat = 20, bw = 0, read_ahead_mib = 64;
+  app.add_option("SHARDS", shards, "a folder of shards (default: written here, random)");
+  app.add_option("--size", size_mib, "MiB of random shards to write when SHARDS is not given");
+  app.add_option("--workers", workers, "streams at once (threads)");
+  app.add_option("--rounds", rounds, "rounds of all rows; each figure is the median");
+  app.add_option("--lat", lat, "ms the proxy waits before each response");
+  app.add_option("--bw", bw, "MiB/s cap of each proxied connection (0: none)");
+  app.add_option("--read-ahead", read_ahead_mib, "ShardStreamOptions::read_ahead, MiB");
+  CLI11_PARSE(app, argc, argv);
+
+  shards_test::TempDir tmp;  // the served root: shards/ in it
+  const fs::path served = tmp.path;
+  if (shards.empty()) {
+    coload::shards::Writer writer(served / "shards");
+    std::mt19937_64 rng(1);
+    std::string payload(100 << 10, '\0');
+    const std::int64_t n = static_cast<std::int64_t>(size_mib) * 10;
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (std::size_t k = 0; k < payload.size(); k += 8) {
+        const auto r = rng();
+        std::memcpy(payload.data() + k, &r, std::min<std::size_t>(8, payload.size() - k));
+      }
+      char key[16];
+      std::snprintf(key, sizeof key, "%09lld", static_cast<long long>(i));
+      const coload::shards::WriteField f[] = {
+          {"bin", {reinterpret_cast<const std::byte*>(payload.data()), payload.size()}}};
+      writer.write(key, f);
+    }
+    writer.finish();
+  } else {
+    fs::create_directory_symlink(fs::absolute(shards), served / "shards");
+  }
+  shards_test::Server server;
+  server.start(COLOAD_SERVE_SCRIPT, served);
+  if (!server.skip.empty()) {
+    std::fprintf(stderr, "shards_remote: %s", server.skip.c_str());
+    return 77;
+  }
+  const std::string host = "http://127.0.0.1:";
+  // The two proxy rows differ by the delay alone: the bandwidth cap, if any, is on both.
+  const std::string cap = bw > 0 ? ",bw" + std::to_string(bw * 1024) : "";
+  const std::string delay = "lat" + std::to_string(lat) + cap;
+  std::vector<Row> rows{
+      {"local", (served / "shards").string(), {}},
+      {"nginx", host + std::to_string(server.nginx) + "/shards/", {}},
+      {"proxy" + cap, host + std::to_string(server.proxy) + "/ok" + cap + "/shards/", {}},
+      {"proxy+" + delay, host + std::to_string(server.proxy) + "/" + delay + "/shards/", {}}};
+  const std::size_t read_ahead = static_cast<std::size_t>(read_ahead_mib) << 20;
+  stream_all(rows[0].where, workers, read_ahead);  // warms the page cache
+  reset_peak_rss();
+  const double base_mib = peak_rss_mib();  // libtorch's pages and the heap kept: every row has them
+  for (int r = 0; r < rounds; ++r) {
+    for (Row& row : rows) {
+      reset_peak_rss();
+      row.mb_per_s.push_back(stream_all(row.where, workers, read_ahead));
+      row.peak_mib = std::max(row.peak_mib, peak_rss_mib());
+    }
+  }
+  std::printf("raw delivery, %d workers, read_ahead %d MiB, median of %d rounds:\n", workers,
+              read_ahead_mib, rounds);
+  for (const Row& row : rows) {
+    std::printf("  %-22s %8.0f MB/s   peak RSS %6.0f MiB\n", row.name.c_str(),
+                median(row.mb_per_s), row.peak_mib);
+  }
+  std::printf("  (resident before any row: %.0f MiB)\n", base_mib);
+  std::printf("nginx / local: %.2f    proxy+delay / proxy: %.2f\n",
+              median(rows[1].mb_per_s) / median(rows[0].mb_per_s),
+              median(rows[3].mb_per_s) / median(rows[2].mb_per_s));
+  return 0;
+}
