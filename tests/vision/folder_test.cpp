@@ -68,7 +68,16 @@ std::pair<int, std::string> run(const std::string& command) {
 }
 
 const coload::testing::Need& torchvision() { return coload::vision::test::torchvision_reference(); }
-bool have_torchvision() { return torchvision().met(); }
+/// Whether a case may compare with torchvision here. Where it is missing but asked for
+/// (COLOAD_REQUIRE_REFERENCES, as tools/test sets it), the case fails naming why, rather than
+/// leaving its comparison out.
+bool have_torchvision() {
+  const coload::testing::Need& need = torchvision();
+  if (!need.met() && need.required()) {
+    FAIL_CHECK(need.missing() << " (" << std::string(need.env()) << " asks for it)");
+  }
+  return need.met();
+}
 
 std::string quoted(const std::string& s) {
   std::string out = "'";
