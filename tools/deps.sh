@@ -17,6 +17,7 @@ ensure_packages() {
 
 COLOAD_BUILD_PACKAGES=(g++ meson ninja-build pkg-config libtorch-dev libasio-dev liburing-dev
                        doctest-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev
+                       libwebp-dev libtiff-dev
                        libgloo-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
                        libcurl4-openssl-dev
                        # the remote-shard tests serve shards with nginx on 127.0.0.1

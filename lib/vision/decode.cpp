@@ -1,10 +1,12 @@
 // vision/decode: JPEG through TurboJPEG (one handle per thread), PNG through libspng, both to
-// RGB as Pillow 9's convert('RGB') gives it.
+// RGB as Pillow 9's convert('RGB') gives it; the other formats ImageFolder admits are in
+// decode_formats.cpp.
 
 #include "coload/vision/decode.hpp"
 #include "coload/core/error.hpp"
 #include "coload/io/errors.hpp"
 #include "coload/io/whole_file.hpp"
+#include "decode_formats.hpp"
 
 #include <spng.h>
 #include <turbojpeg.h>
@@ -44,8 +46,10 @@ ImageFormat sniff(std::span<const std::byte> data) {
   const unsigned char* p = bytes_of(data);
   if (data.size() >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff) return ImageFormat::jpeg;
   if (data.size() >= 8 && std::memcmp(p, png_signature, 8) == 0) return ImageFormat::png;
-  throw DecodeError("unknown image format: the data starts with neither the JPEG nor the PNG "
-                    "signature (" + std::to_string(data.size()) + " bytes)");
+  if (const auto other = detail::sniff_other(data)) return *other;
+  throw DecodeError("unknown image format: the data starts with the signature of none of JPEG, "
+                    "PNG, WebP, TIFF, Netpbm (P1-P6) or BMP (" + std::to_string(data.size()) +
+                    " bytes)");
 }
 
 // One TurboJPEG handle of each kind per thread, created on first use, destroyed at thread exit.
@@ -270,6 +274,7 @@ ImageInfo peek(std::span<const std::byte> data) {
     const JpegHeader header = read_jpeg_header(decompressor(), data);
     return {format, header.width, header.height};
   }
+  if (format != ImageFormat::png) return detail::peek_other(data, format);
   const unsigned char* p = bytes_of(data);
   if (data.size() < 24 || std::memcmp(p + 12, "IHDR", 4) != 0) {
     throw DecodeError("corrupt PNG header: no IHDR chunk after the signature");
@@ -296,8 +301,10 @@ int choose_jpeg_scale(int crop_width, int crop_height, int out_width, int out_he
 ImageView decode_into(std::span<const std::byte> data, std::vector<std::uint8_t>& buffer,
                       int jpeg_scale_denominator) {
   check_scale(jpeg_scale_denominator);
-  if (sniff(data) == ImageFormat::jpeg) return decode_jpeg(data, buffer, jpeg_scale_denominator);
-  return decode_png(data, buffer);
+  const ImageFormat format = sniff(data);
+  if (format == ImageFormat::jpeg) return decode_jpeg(data, buffer, jpeg_scale_denominator);
+  if (format == ImageFormat::png) return decode_png(data, buffer);
+  return detail::decode_other(data, format, buffer);
 }
 
 Image decode(std::span<const std::byte> data, int jpeg_scale_denominator) {

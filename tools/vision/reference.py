@@ -8,6 +8,9 @@ bytes (uint8 RGB, HWC) or raw float32 (CHW), or text for `params`. One process s
 test, because importing torch takes about a second.
 
   decode IN OUT                         PIL: Image.open(IN).convert('RGB'), raw bytes
+  encode IN W H MODE FORMAT OUT [K=V..] PIL: Image.frombytes(MODE, (W, H), IN's bytes), saved
+                                        as FORMAT with options K=V (ints where they parse;
+                                        orientation=N sets the TIFF Orientation tag)
   resized_crop IN TOP LEFT H W SIZE OUT F.resized_crop(img, TOP, LEFT, H, W, [SIZE, SIZE])
   params SEED0 SEED1 H W OUT            for each seed: torch.manual_seed(seed);
                                         RandomResizedCrop.get_params -> "top left h w" lines
@@ -130,6 +133,16 @@ def main():
         op, args = cmd[0], cmd[1:]
         if op == "decode":
             write(args[1], load(args[0]).tobytes())
+        elif op == "encode":
+            with open(args[0], "rb") as f:
+                img = Image.frombytes(args[3], (int(args[1]), int(args[2])), f.read())
+            options = {}
+            for kv in args[6:]:
+                key, val = kv.split("=", 1)
+                options[key] = int(val) if val.lstrip("-").isdigit() else val
+            if "orientation" in options:
+                options["tiffinfo"] = {274: options.pop("orientation")}
+            img.save(args[5], args[4], **options)
         elif op == "resized_crop":
             top, left, h, w, size = map(int, args[1:6])
             img = F.resized_crop(load(args[0]), top, left, h, w, [size, size],

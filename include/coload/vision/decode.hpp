@@ -1,6 +1,7 @@
 #pragma once
-// JPEG (TurboJPEG) and PNG (libspng) decoding from bytes in memory, to RGB as PIL's
-// `Image.open(f).convert('RGB')` gives it; JPEGs optionally at a reduced DCT scale.
+// Image decoding from bytes in memory, to RGB as PIL's `Image.open(f).convert('RGB')` gives it:
+// JPEG (TurboJPEG; optionally at a reduced DCT scale), PNG (libspng), WebP (libwebp), TIFF
+// (libtiff), Netpbm and BMP: every extension ImageFolder admits.
 //
 // Decoding never opens files (the bytes come from the io stage), except `decode_file`, a
 // convenience for tools and tests. Every function is thread-safe: each thread keeps its own
@@ -73,8 +74,9 @@ void set_max_image_pixels(std::int64_t limit);
 /// Raises DecompressionBombError when `width × height` exceeds max_image_pixels().
 void check_image_pixels(std::int64_t width, std::int64_t height);
 
-/// The formats `decode` understands, told apart by their signature bytes.
-enum class ImageFormat { jpeg, png };
+/// The formats `decode` understands, told apart by their signature bytes (never by a file's
+/// extension, as PIL does): `pnm` is Netpbm's P1-P6 (.pbm .pgm .ppm .pnm).
+enum class ImageFormat { jpeg, png, webp, tiff, pnm, bmp };
 
 /// What `peek` learns from an image's header.
 struct ImageInfo {
@@ -106,7 +108,7 @@ constexpr int jpeg_scaled_size(int full_size, int denominator) noexcept {
   return (full_size + denominator - 1) / denominator;
 }
 
-/// Decodes `data` (JPEG or PNG) to a 3-channel RGB image.
+/// Decodes `data` (JPEG, PNG, WebP, TIFF, Netpbm or BMP) to a 3-channel RGB image.
 ///
 /// NOTE: JPEGs are always decoded whole (at the chosen DCT scale) and cropped afterwards:
 /// TurboJPEG 2.1 has no region decode, and libjpeg's jpeg_crop_scanline/jpeg_skip_scanlines
@@ -114,7 +116,7 @@ constexpr int jpeg_scaled_size(int full_size, int denominator) noexcept {
 /// conversion of the rows and columns outside a crop.
 ///
 /// JPEGs are decoded at scale 1/`jpeg_scale_denominator` (1, 2, 4 or 8; other values throw
-/// std::invalid_argument); PNGs ignore it. Grayscale becomes RGB by repetition; CMYK and YCCK
+/// std::invalid_argument); other formats ignore it. Grayscale becomes RGB by repetition; CMYK and YCCK
 /// JPEGs are taken as Adobe-inverted and converted as Pillow 9 converts CMYK to RGB; PNG alpha is
 /// dropped, 16-bit samples keep their high byte, except 16-bit grayscale, which Pillow opens as
 /// 32-bit integers and clamps to 255.

@@ -1,0 +1,702 @@
+// vision/decode_formats: WebP (libwebp's animation decoder, as Pillow uses it), TIFF (libtiff's
+// RGBA interface, on the bytes in memory), and Netpbm and BMP read here, all to RGB as Pillow
+// 9.4's `Image.open(f).convert('RGB')` gives it.
+//
+// Why Netpbm and BMP are read by hand: no Debian library reads them from memory with the size
+// checked before allocating and Pillow's conversions (maxval rescaling with Python's round,
+// 16-bit grayscale clamped rather than scaled, BMP's 5-bit channels by integer division, and
+// its set of bitfield layouts). Both formats are a header and rows of samples.
+
+#include "decode_formats.hpp"
+
+#include <tiffio.h>
+#include <webp/decode.h>
+#include <webp/demux.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+namespace coload::vision::detail {
+namespace {
+
+const unsigned char* bytes_of(std::span<const std::byte> data) noexcept {
+  return reinterpret_cast<const unsigned char*>(data.data());
+}
+
+void grow(std::vector<std::uint8_t>& buffer, std::size_t size) {
+  if (buffer.size() < size) buffer.resize(size);
+}
+
+ImageView rgb_view(std::vector<std::uint8_t>& out, int width, int height) {
+  return ImageView{out.data(), width, height, 3, static_cast<std::ptrdiff_t>(width) * 3};
+}
+
+[[noreturn]] void fail(ImageFormat format, const std::string& what) {
+  throw DecodeError(std::string("corrupt or truncated ") + format_name(format) + " data: " + what);
+}
+
+std::uint16_t le16(const unsigned char* p) noexcept {
+  return static_cast<std::uint16_t>(p[0] | (p[1] << 8));
+}
+std::uint32_t le32(const unsigned char* p) noexcept {
+  return std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16) |
+         (std::uint32_t{p[3]} << 24);
+}
+
+// ---- Netpbm (P1-P6) -------------------------------------------------------------------------
+
+bool pnm_space(unsigned char c) noexcept {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+// Pillow's header tokens: whitespace skipped, '#' to the end of its line dropped (even inside
+// a token), at most 10 characters, ended by one whitespace character, which is consumed.
+struct PnmHeader {
+  char kind = 0;  // '1'..'6'
+  int width = 0;
+  int height = 0;
+  int maxval = 1;
+  std::size_t data = 0;  // offset of the first sample
+};
+
+PnmHeader read_pnm_header(std::span<const std::byte> bytes) {
+  const unsigned char* p = bytes_of(bytes);
+  const std::size_t n = bytes.size();
+  if (n < 3 || p[0] != 'P' || p[1] < '1' || p[1] > '6' || !pnm_space(p[2])) {
+    fail(ImageFormat::pnm, "not a P1-P6 header");
+  }
+  PnmHeader h;
+  h.kind = static_cast<char>(p[1]);
+  std::size_t pos = 3;
+  auto token = [&](const char* name) {
+    std::string t;
+    while (t.size() <= 10) {
+      if (pos >= n) break;
+      const unsigned char c = p[pos++];
+      if (pnm_space(c)) {
+        if (t.empty()) continue;
+        break;
+      }
+      if (c == '#') {
+        while (pos < n && p[pos] != '\r' && p[pos] != '\n') ++pos;
+        if (pos < n) ++pos;
+        continue;
+      }
+      t.push_back(static_cast<char>(c));
+    }
+    if (t.empty()) fail(ImageFormat::pnm, std::string("the header ends before its ") + name);
+    if (t.size() > 10) fail(ImageFormat::pnm, "token too long in the header: " + t);
+    long v = 0;
+    for (char c : t) {
+      if (c < '0' || c > '9') fail(ImageFormat::pnm, std::string("bad ") + name + " '" + t + "'");
+      v = v * 10 + (c - '0');
+    }
+    if (v <= 0 || v > 0x7fffffff) fail(ImageFormat::pnm, std::string("bad ") + name + " '" + t + "'");
+    return static_cast<int>(v);
+  };
+  h.width = token("width");
+  h.height = token("height");
+  if (h.kind != '1' && h.kind != '4') {
+    h.maxval = token("maxval");
+    if (h.maxval >= 65536) {
+      fail(ImageFormat::pnm, "maxval must be greater than 0 and less than 65536, got " +
+                                 std::to_string(h.maxval));
+    }
+  }
+  h.data = pos;
+  return h;
+}
+
+// Python's round(value / maxval * out_max): the quotient in double, ties to even.
+std::uint32_t rescale(std::uint32_t value, int maxval, int out_max) noexcept {
+  return static_cast<std::uint32_t>(
+      std::nearbyint(static_cast<double>(value) / maxval * out_max));
+}
+
+// The samples of a plain (ASCII) P2/P3 body, '#' comments dropped, at most `count`.
+template <typename Sink>
+void plain_samples(const unsigned char* p, std::size_t n, std::size_t count, int maxval, Sink sink) {
+  std::size_t got = 0;
+  std::size_t pos = 0;
+  while (got < count) {
+    while (pos < n && (pnm_space(p[pos]) || p[pos] == '#')) {
+      if (p[pos] == '#') {
+        while (pos < n && p[pos] != '\r' && p[pos] != '\n') ++pos;
+      } else {
+        ++pos;
+      }
+    }
+    if (pos >= n) break;
+    std::uint64_t v = 0;
+    std::size_t len = 0;
+    while (pos < n && !pnm_space(p[pos]) && p[pos] != '#') {
+      if (p[pos] < '0' || p[pos] > '9' || ++len > 10) {
+        fail(ImageFormat::pnm, "bad sample at byte " + std::to_string(pos) + " of the body");
+      }
+      v = v * 10 + (p[pos++] - '0');
+    }
+    if (v > static_cast<std::uint64_t>(maxval)) {
+      fail(ImageFormat::pnm, "sample " + std::to_string(v) + " exceeds maxval " + std::to_string(maxval));
+    }
+    sink(got++, static_cast<std::uint32_t>(v));
+  }
+  if (got < count) {
+    fail(ImageFormat::pnm, std::to_string(got) + " of " + std::to_string(count) + " samples");
+  }
+}
+
+ImageView decode_pnm(std::span<const std::byte> bytes, std::vector<std::uint8_t>& out) {
+  const PnmHeader h = read_pnm_header(bytes);
+  check_image_pixels(h.width, h.height);
+  const std::size_t pixels = static_cast<std::size_t>(h.width) * h.height;
+  const unsigned char* body = bytes_of(bytes) + h.data;
+  const std::size_t n = bytes.size() - h.data;
+  grow(out, pixels * 3);
+  std::uint8_t* rgb = out.data();
+
+  if (h.kind == '1' || h.kind == '4') {  // bilevel: 1 is black
+    if (h.kind == '4') {
+      const std::size_t row = (static_cast<std::size_t>(h.width) + 7) / 8;
+      if (n < row * h.height) fail(ImageFormat::pnm, "the body is shorter than its rows");
+      for (int y = 0; y < h.height; ++y) {
+        for (int x = 0; x < h.width; ++x) {
+          const bool black = (body[y * row + x / 8] >> (7 - x % 8)) & 1;
+          std::memset(rgb + 3 * (static_cast<std::size_t>(y) * h.width + x), black ? 0 : 255, 3);
+        }
+      }
+    } else {
+      std::size_t got = 0;
+      for (std::size_t pos = 0; pos < n && got < pixels; ++pos) {
+        const unsigned char c = body[pos];
+        if (c == '#') {
+          while (pos + 1 < n && body[pos + 1] != '\r' && body[pos + 1] != '\n') ++pos;
+        } else if (c == '0' || c == '1') {
+          std::memset(rgb + 3 * got++, c == '1' ? 0 : 255, 3);
+        } else if (!pnm_space(c)) {
+          fail(ImageFormat::pnm, "bad P1 sample at byte " + std::to_string(pos) + " of the body");
+        }
+      }
+      if (got < pixels) fail(ImageFormat::pnm, std::to_string(got) + " of " + std::to_string(pixels) + " pixels");
+    }
+    return rgb_view(out, h.width, h.height);
+  }
+
+  const bool color = h.kind == '3' || h.kind == '6';
+  const int channels = color ? 3 : 1;
+  // Pillow: gray with maxval > 255 is mode "I" (0..65535), which convert('RGB') clamps to 255;
+  // everything else is rescaled to 0..255 (exactly the samples where maxval is 255).
+  const bool wide_gray = !color && h.maxval > 255;
+  const int out_max = wide_gray ? 65535 : 255;
+  const auto put = [&](std::size_t i, std::uint32_t v) {
+    const std::uint32_t s = std::min<std::uint32_t>(rescale(v, h.maxval, out_max), out_max);
+    const auto b = static_cast<std::uint8_t>(std::min<std::uint32_t>(s, 255));
+    if (color) {
+      rgb[i] = b;
+    } else {
+      rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = b;
+    }
+  };
+  const std::size_t count = pixels * channels;
+  if (h.kind == '2' || h.kind == '3') {
+    plain_samples(body, n, count, h.maxval, put);
+  } else {
+    const std::size_t width = h.maxval > 255 ? 2 : 1;
+    if (n < count * width) fail(ImageFormat::pnm, "the body is shorter than its samples");
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint32_t v = width == 1 ? body[i] : (std::uint32_t{body[2 * i]} << 8) | body[2 * i + 1];
+      put(i, v);
+    }
+  }
+  return rgb_view(out, h.width, h.height);
+}
+
+// ---- BMP ------------------------------------------------------------------------------------
+
+struct BmpHeader {
+  std::int64_t width = 0;
+  std::int64_t height = 0;
+  int bits = 0;
+  std::uint32_t compression = 0;  // 0 raw, 1 RLE8, 2 RLE4, 3 bitfields
+  bool top_down = false;
+  std::size_t palette = 0;  // offset of the palette
+  int palette_entry = 4;    // bytes per palette entry (3 in the OS/2 core header)
+  std::uint64_t colors = 0;
+  std::size_t data = 0;     // offset of the pixels
+  std::array<int, 3> rgb_byte{2, 1, 0};  // 24/32-bit: which byte of a pixel is R, G, B
+  bool rgb565 = false;                   // 16-bit: 5-6-5 (else 5-5-5)
+};
+
+BmpHeader read_bmp_header(std::span<const std::byte> bytes) {
+  const unsigned char* p = bytes_of(bytes);
+  const std::size_t n = bytes.size();
+  if (n < 18) fail(ImageFormat::bmp, "no room for the headers");
+  BmpHeader h;
+  std::uint64_t offset = le32(p + 10);
+  const std::uint32_t header_size = le32(p + 14);
+  if (header_size != 12 && header_size != 40 && header_size != 64 && header_size != 108 &&
+      header_size != 124) {
+    throw DecodeError("unsupported BMP header type (" + std::to_string(header_size) + ")");
+  }
+  if (n < 14 + std::size_t{header_size}) fail(ImageFormat::bmp, "the header is cut short");
+  const unsigned char* d = p + 18;
+  std::size_t after = 14 + header_size;
+  std::array<std::uint32_t, 4> masks{};
+  if (header_size == 12) {
+    h.width = le16(d);
+    h.height = le16(d + 2);
+    h.bits = le16(d + 6);
+    h.palette_entry = 3;
+  } else {
+    h.top_down = d[7] == 0xff;
+    h.width = le32(d);
+    h.height = h.top_down ? (std::int64_t{1} << 32) - le32(d + 4) : le32(d + 4);
+    h.bits = le16(d + 10);
+    h.compression = le32(d + 12);
+    h.colors = le32(d + 28);
+    if (h.compression == 3) {
+      if (header_size >= 56) {
+        for (int i = 0; i < 4; ++i) masks[i] = le32(d + 36 + 4 * i);
+      } else {
+        if (n < after + 12) fail(ImageFormat::bmp, "the bitfield masks are cut short");
+        for (int i = 0; i < 3; ++i) masks[i] = le32(p + after + 4 * i);
+        after += 12;
+      }
+    }
+  }
+  if (h.width <= 0 || h.height <= 0 || h.width > 0x7fffffff || h.height > 0x7fffffff) {
+    fail(ImageFormat::bmp, "invalid size " + std::to_string(h.width) + "x" + std::to_string(h.height));
+  }
+  if (h.bits != 1 && h.bits != 4 && h.bits != 8 && h.bits != 16 && h.bits != 24 && h.bits != 32) {
+    throw DecodeError("unsupported BMP pixel depth (" + std::to_string(h.bits) + ")");
+  }
+  if (h.colors == 0) h.colors = std::uint64_t{1} << h.bits;
+  h.palette = after;
+  // As Pillow does: a file whose pixel offset forgot the palette has the palette first.
+  if (offset == 14 + header_size && h.bits <= 8) offset += 4 * h.colors;
+  if (h.compression == 3) {
+    using M = std::array<std::uint32_t, 4>;
+    const auto same = [&](const M& m, bool alpha) {
+      return masks[0] == m[0] && masks[1] == m[1] && masks[2] == m[2] && (!alpha || masks[3] == m[3]);
+    };
+    // Pillow's bitfield layouts, nothing else; where a pixel's bytes are R, G and B.
+    if (h.bits == 32 && (same({0xff0000, 0xff00, 0xff, 0}, true) || same({0xff0000, 0xff00, 0xff, 0xff000000}, true) ||
+                         same({0, 0, 0, 0}, true))) {
+      h.rgb_byte = {2, 1, 0};
+    } else if (h.bits == 32 && (same({0xff000000, 0xff0000, 0xff00, 0}, true) ||
+                                same({0xff000000, 0xff0000, 0xff00, 0xff}, true))) {
+      h.rgb_byte = {3, 2, 1};
+    } else if (h.bits == 32 && same({0xff, 0xff00, 0xff0000, 0xff000000}, true)) {
+      h.rgb_byte = {0, 1, 2};
+    } else if (h.bits == 24 && same({0xff0000, 0xff00, 0xff, 0}, false)) {
+      h.rgb_byte = {2, 1, 0};
+    } else if (h.bits == 16 && (same({0xf800, 0x7e0, 0x1f, 0}, false) || same({0x7c00, 0x3e0, 0x1f, 0}, false))) {
+      h.rgb565 = masks[0] == 0xf800;
+    } else {
+      throw DecodeError("unsupported BMP bitfields layout");
+    }
+  } else if ((h.compression == 1 && h.bits != 8) || (h.compression == 2 && h.bits != 4) ||
+             h.compression > 3) {
+    throw DecodeError("unsupported BMP compression (" + std::to_string(h.compression) + ") at " +
+                      std::to_string(h.bits) + " bits per pixel");
+  }
+  if (h.bits <= 8 && h.colors > 65536) {
+    throw DecodeError("unsupported BMP palette size (" + std::to_string(h.colors) + ")");
+  }
+  if (offset > n) fail(ImageFormat::bmp, "the pixel offset " + std::to_string(offset) + " is past the end");
+  h.data = static_cast<std::size_t>(offset);
+  return h;
+}
+
+// The palette as RGB triples for all 256 indices; indices past the file's palette read as
+// gray i (Pillow's palette starts as a gray ramp).
+std::array<std::uint8_t, 768> bmp_palette(const BmpHeader& h, std::span<const std::byte> bytes) {
+  std::array<std::uint8_t, 768> rgb{};
+  for (int i = 0; i < 256; ++i) rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = static_cast<std::uint8_t>(i);
+  const unsigned char* p = bytes_of(bytes);
+  const std::uint64_t entries = std::min<std::uint64_t>(h.colors, 256);
+  for (std::uint64_t i = 0; i < entries; ++i) {
+    const std::size_t at = h.palette + i * h.palette_entry;
+    if (at + 3 > bytes.size()) break;
+    rgb[3 * i] = p[at + 2];
+    rgb[3 * i + 1] = p[at + 1];
+    rgb[3 * i + 2] = p[at];
+  }
+  return rgb;
+}
+
+// RLE8/RLE4 to one index per pixel, rows in file order; Pillow's decoder's behaviour for runs
+// past a row's end (cut) and its word alignment by file position.
+void bmp_rle(const BmpHeader& h, std::span<const std::byte> bytes, std::vector<std::uint8_t>& idx) {
+  const unsigned char* p = bytes_of(bytes);
+  const std::size_t n = bytes.size();
+  const auto w = static_cast<std::size_t>(h.width);
+  const std::size_t total = w * static_cast<std::size_t>(h.height);
+  idx.assign(total, 0);
+  std::size_t out = 0;
+  std::size_t x = 0;
+  std::size_t pos = h.data;
+  const bool rle4 = h.compression == 2;
+  while (out < total && pos + 2 <= n) {
+    std::size_t count = p[pos];
+    const unsigned char value = p[pos + 1];
+    pos += 2;
+    if (count != 0) {
+      count = std::min(count, x < w ? w - x : 0);
+      for (std::size_t i = 0; i < count && out < total; ++i) {
+        idx[out++] = rle4 ? (i % 2 == 0 ? value >> 4 : value & 15) : value;
+      }
+      x += count;
+    } else if (value == 0) {  // end of line
+      out = std::min(total, (out + w - 1) / w * w);
+      x = 0;
+    } else if (value == 1) {  // end of bitmap
+      break;
+    } else if (value == 2) {  // delta: right, up (rows in file order)
+      if (pos + 2 > n) break;
+      out = std::min(total, out + p[pos] + std::size_t{p[pos + 1]} * w);
+      x = out % w;
+      pos += 2;
+    } else {  // an absolute run of `value` pixels, padded to a word
+      const std::size_t run_bytes = rle4 ? (value + 1) / 2 : value;
+      if (pos + run_bytes > n) fail(ImageFormat::bmp, "an RLE run is cut short");
+      for (std::size_t i = 0; i < value && out < total; ++i) {
+        idx[out++] = rle4 ? (i % 2 == 0 ? p[pos + i / 2] >> 4 : p[pos + i / 2] & 15) : p[pos + i];
+      }
+      x += value;
+      pos += run_bytes;
+      if (pos % 2 != 0) ++pos;
+    }
+  }
+  if (out < total && pos + 2 > n) fail(ImageFormat::bmp, "the RLE data ends before the image does");
+}
+
+ImageView decode_bmp(std::span<const std::byte> bytes, std::vector<std::uint8_t>& out) {
+  const BmpHeader h = read_bmp_header(bytes);
+  check_image_pixels(h.width, h.height);
+  const int width = static_cast<int>(h.width);
+  const int height = static_cast<int>(h.height);
+  grow(out, static_cast<std::size_t>(width) * height * 3);
+  const unsigned char* p = bytes_of(bytes);
+  const auto dst_row = [&](int file_row) {
+    const int y = h.top_down ? file_row : height - 1 - file_row;
+    return out.data() + static_cast<std::size_t>(y) * width * 3;
+  };
+  if (h.compression == 1 || h.compression == 2) {
+    const auto palette = bmp_palette(h, bytes);
+    thread_local std::vector<std::uint8_t> idx;
+    bmp_rle(h, bytes, idx);
+    for (int r = 0; r < height; ++r) {
+      std::uint8_t* dst = dst_row(r);
+      const std::uint8_t* src = idx.data() + static_cast<std::size_t>(r) * width;
+      for (int x = 0; x < width; ++x) std::memcpy(dst + 3 * x, &palette[3 * src[x]], 3);
+    }
+    return rgb_view(out, width, height);
+  }
+  const std::size_t stride = ((static_cast<std::size_t>(width) * h.bits + 31) >> 3) & ~std::size_t{3};
+  const std::size_t row_bytes = (static_cast<std::size_t>(width) * h.bits + 7) / 8;
+  if (bytes.size() - h.data < stride * (height - 1) + row_bytes) {
+    fail(ImageFormat::bmp, "the pixel data is shorter than its " + std::to_string(height) + " rows");
+  }
+  const auto palette = h.bits <= 8 ? bmp_palette(h, bytes) : std::array<std::uint8_t, 768>{};
+  for (int r = 0; r < height; ++r) {
+    const unsigned char* src = p + h.data + stride * r;
+    std::uint8_t* dst = dst_row(r);
+    for (int x = 0; x < width; ++x, dst += 3) {
+      switch (h.bits) {
+        case 1: std::memcpy(dst, &palette[3 * ((src[x / 8] >> (7 - x % 8)) & 1)], 3); break;
+        case 4: std::memcpy(dst, &palette[3 * ((src[x / 2] >> (x % 2 ? 0 : 4)) & 15)], 3); break;
+        case 8: std::memcpy(dst, &palette[3 * src[x]], 3); break;
+        case 16: {
+          // Pillow's BGR;15 and BGR;16 unpackers: each field times 255, divided (truncating).
+          const unsigned v = le16(src + 2 * x);
+          if (h.rgb565) {
+            dst[0] = static_cast<std::uint8_t>(((v >> 11) & 31) * 255 / 31);
+            dst[1] = static_cast<std::uint8_t>(((v >> 5) & 63) * 255 / 63);
+          } else {
+            dst[0] = static_cast<std::uint8_t>(((v >> 10) & 31) * 255 / 31);
+            dst[1] = static_cast<std::uint8_t>(((v >> 5) & 31) * 255 / 31);
+          }
+          dst[2] = static_cast<std::uint8_t>((v & 31) * 255 / 31);
+          break;
+        }
+        default: {
+          const unsigned char* px = src + static_cast<std::size_t>(x) * (h.bits / 8);
+          dst[0] = px[h.rgb_byte[0]];
+          dst[1] = px[h.rgb_byte[1]];
+          dst[2] = px[h.rgb_byte[2]];
+        }
+      }
+    }
+  }
+  return rgb_view(out, width, height);
+}
+
+// ---- WebP -----------------------------------------------------------------------------------
+
+struct AnimDecoderDeleter {
+  void operator()(WebPAnimDecoder* d) const noexcept { WebPAnimDecoderDelete(d); }
+};
+
+ImageInfo peek_webp(std::span<const std::byte> bytes) {
+  WebPBitstreamFeatures features{};
+  const VP8StatusCode status =
+      WebPGetFeatures(bytes_of(bytes), bytes.size(), &features);
+  if (status != VP8_STATUS_OK || features.width <= 0 || features.height <= 0) {
+    fail(ImageFormat::webp, "no readable header (libwebp status " + std::to_string(status) + ")");
+  }
+  return {ImageFormat::webp, features.width, features.height};
+}
+
+// Pillow opens every WebP through libwebp's animation decoder in RGBA and takes the first
+// frame's canvas: so a transparent pixel's colour is the canvas's (0, 0, 0), not the stored one.
+ImageView decode_webp(std::span<const std::byte> bytes, std::vector<std::uint8_t>& out) {
+  const ImageInfo info = peek_webp(bytes);
+  check_image_pixels(info.width, info.height);
+  WebPAnimDecoderOptions options;
+  if (!WebPAnimDecoderOptionsInit(&options)) throw DecodeError("libwebp: version mismatch");
+  options.color_mode = MODE_RGBA;
+  options.use_threads = 0;
+  const WebPData data{bytes_of(bytes), bytes.size()};
+  std::unique_ptr<WebPAnimDecoder, AnimDecoderDeleter> dec(WebPAnimDecoderNew(&data, &options));
+  if (!dec) fail(ImageFormat::webp, "libwebp refused the container");
+  WebPAnimInfo anim{};
+  if (!WebPAnimDecoderGetInfo(dec.get(), &anim)) fail(ImageFormat::webp, "no canvas");
+  std::uint8_t* rgba = nullptr;
+  int timestamp = 0;
+  if (!WebPAnimDecoderGetNext(dec.get(), &rgba, &timestamp)) fail(ImageFormat::webp, "the first frame does not decode");
+  const int width = static_cast<int>(anim.canvas_width);
+  const int height = static_cast<int>(anim.canvas_height);
+  const std::size_t pixels = static_cast<std::size_t>(width) * height;
+  grow(out, pixels * 3);
+  for (std::size_t i = 0; i < pixels; ++i) std::memcpy(out.data() + 3 * i, rgba + 4 * i, 3);
+  return rgb_view(out, width, height);
+}
+
+// ---- TIFF -----------------------------------------------------------------------------------
+// The first directory (Pillow's first frame), through libtiff's RGBA interface, which reads
+// every photometric interpretation, compression, strip and tile layout libtiff supports.
+
+// The bytes libtiff reads, and the first error it reports (its handlers are per handle, so
+// threads do not share them).
+struct TiffSource {
+  std::span<const std::byte> bytes;
+  std::uint64_t pos = 0;
+  std::string error;
+};
+
+tmsize_t tiff_read(thandle_t h, void* buf, tmsize_t size) {
+  auto* s = static_cast<TiffSource*>(h);
+  if (size < 0 || s->pos >= s->bytes.size()) return 0;
+  const auto n = static_cast<tmsize_t>(std::min<std::uint64_t>(size, s->bytes.size() - s->pos));
+  std::memcpy(buf, s->bytes.data() + s->pos, static_cast<std::size_t>(n));
+  s->pos += static_cast<std::uint64_t>(n);
+  return n;
+}
+tmsize_t tiff_write(thandle_t, void*, tmsize_t) { return 0; }
+toff_t tiff_seek(thandle_t h, toff_t off, int whence) {
+  auto* s = static_cast<TiffSource*>(h);
+  const std::uint64_t base = whence == SEEK_CUR ? s->pos : whence == SEEK_END ? s->bytes.size() : 0;
+  s->pos = base + off;
+  return s->pos;
+}
+int tiff_close(thandle_t) { return 0; }
+toff_t tiff_size(thandle_t h) { return static_cast<TiffSource*>(h)->bytes.size(); }
+int tiff_map(thandle_t h, void** base, toff_t* size) {
+  auto* s = static_cast<TiffSource*>(h);
+  *base = const_cast<std::byte*>(s->bytes.data());
+  *size = s->bytes.size();
+  return 1;
+}
+void tiff_unmap(thandle_t, void*, toff_t) {}
+
+int tiff_error(TIFF*, void* user, const char* module, const char* fmt, va_list ap) {
+  auto* s = static_cast<TiffSource*>(user);
+  if (s->error.empty()) {
+    char buf[512];
+    std::vsnprintf(buf, sizeof buf, fmt, ap);
+    s->error = (module ? std::string(module) + ": " : std::string()) + buf;
+  }
+  return 1;
+}
+int tiff_warning(TIFF*, void*, const char*, const char*, va_list) { return 1; }
+
+struct TiffCloser {
+  void operator()(TIFF* t) const noexcept { TIFFClose(t); }
+};
+struct TiffOptionsDeleter {
+  void operator()(TIFFOpenOptions* o) const noexcept { TIFFOpenOptionsFree(o); }
+};
+
+// Opens the first directory of the TIFF in `source` (DecodeError with libtiff's message).
+std::unique_ptr<TIFF, TiffCloser> open_tiff(TiffSource& source) {
+  std::unique_ptr<TIFFOpenOptions, TiffOptionsDeleter> options(TIFFOpenOptionsAlloc());
+  if (!options) throw std::bad_alloc();
+  TIFFOpenOptionsSetErrorHandlerExtR(options.get(), tiff_error, &source);
+  TIFFOpenOptionsSetWarningHandlerExtR(options.get(), tiff_warning, &source);
+  // No single allocation of libtiff's above what the pixel limit allows for a 16-bit RGBA image
+  // (at least 64 MiB, for its tables): a strip or tile that claims more is refused.
+  const std::int64_t limit = max_image_pixels();
+  if (limit > 0) {
+    TIFFOpenOptionsSetMaxSingleMemAlloc(options.get(),
+                                        static_cast<tmsize_t>(std::max<std::int64_t>(limit * 8, 64 << 20)));
+  }
+  std::unique_ptr<TIFF, TiffCloser> tif(TIFFClientOpenExt(
+      "memory", "rm", &source, tiff_read, tiff_write, tiff_seek, tiff_close, tiff_size, tiff_map,
+      tiff_unmap, options.get()));
+  if (!tif) fail(ImageFormat::tiff, source.error.empty() ? "libtiff cannot open it" : source.error);
+  return tif;
+}
+
+// Width and height as stored (before the Orientation tag turns them).
+std::pair<int, int> tiff_stored_size(TIFF* tif, const TiffSource& source) {
+  std::uint32_t width = 0;
+  std::uint32_t height = 0;
+  if (!TIFFGetField(tif, TIFFTAG_IMAGEWIDTH, &width) || !TIFFGetField(tif, TIFFTAG_IMAGELENGTH, &height) ||
+      width == 0 || height == 0 || width > 0x7fffffff || height > 0x7fffffff) {
+    fail(ImageFormat::tiff, source.error.empty() ? "no valid image width and length" : source.error);
+  }
+  return {static_cast<int>(width), static_cast<int>(height)};
+}
+
+int tiff_orientation(TIFF* tif) {
+  std::uint16_t orientation = ORIENTATION_TOPLEFT;
+  TIFFGetFieldDefaulted(tif, TIFFTAG_ORIENTATION, &orientation);
+  return orientation >= 1 && orientation <= 8 ? orientation : ORIENTATION_TOPLEFT;
+}
+
+struct RgbaImageEnd {
+  void operator()(TIFFRGBAImage* img) const noexcept { TIFFRGBAImageEnd(img); }
+};
+
+// Pillow turns a TIFF as its Orientation tag says (TiffImagePlugin's load_end): 2 mirrors, 3
+// rotates 180 degrees, 4 flips, 5 transposes, 6 and 8 rotate a quarter turn (clockwise,
+// counter-clockwise), 7 transverses. Where output pixel (x, y) comes from in the stored image.
+std::pair<int, int> oriented_source(int orientation, int x, int y, int sw, int sh) noexcept {
+  switch (orientation) {
+    case 2: return {sw - 1 - x, y};
+    case 3: return {sw - 1 - x, sh - 1 - y};
+    case 4: return {x, sh - 1 - y};
+    case 5: return {y, x};
+    case 6: return {y, sh - 1 - x};
+    case 7: return {sw - 1 - y, sh - 1 - x};
+    case 8: return {sw - 1 - y, x};
+    default: return {x, y};
+  }
+}
+
+ImageView decode_tiff(std::span<const std::byte> bytes, std::vector<std::uint8_t>& out) {
+  TiffSource source{bytes, 0, {}};
+  const auto tif = open_tiff(source);
+  const auto [sw, sh] = tiff_stored_size(tif.get(), source);
+  check_image_pixels(sw, sh);
+  // Pillow's convert('RGB') drops alpha as stored, where libtiff's RGBA interface would
+  // premultiply unassociated alpha into the colours: call every extra sample unspecified.
+  std::uint16_t extra_count = 0;
+  std::uint16_t* extra = nullptr;
+  if (TIFFGetField(tif.get(), TIFFTAG_EXTRASAMPLES, &extra_count, &extra) && extra_count > 0) {
+    std::vector<std::uint16_t> unspecified(extra_count, EXTRASAMPLE_UNSPECIFIED);
+    TIFFSetField(tif.get(), TIFFTAG_EXTRASAMPLES, extra_count, unspecified.data());
+  }
+  char message[1024] = {};
+  if (!TIFFRGBAImageOK(tif.get(), message)) throw DecodeError(std::string("unsupported TIFF: ") + message);
+  TIFFRGBAImage img{};
+  if (!TIFFRGBAImageBegin(&img, tif.get(), 0, message)) {
+    throw DecodeError(std::string("unsupported TIFF: ") + message);
+  }
+  const std::unique_ptr<TIFFRGBAImage, RgbaImageEnd> end(&img);
+  // Asking for the file's own orientation makes libtiff flip nothing: rows come as stored,
+  // and the turn is Pillow's, below.
+  const int orientation = tiff_orientation(tif.get());
+  img.req_orientation = static_cast<std::uint16_t>(orientation);
+  thread_local std::vector<std::uint32_t> raster;
+  const std::size_t pixels = static_cast<std::size_t>(sw) * sh;
+  if (raster.size() < pixels) raster.resize(pixels);
+  if (!TIFFRGBAImageGet(&img, raster.data(), static_cast<std::uint32_t>(sw), static_cast<std::uint32_t>(sh))) {
+    fail(ImageFormat::tiff, source.error.empty() ? "the pixels do not decode" : source.error);
+  }
+  const bool turned = orientation >= 5;
+  const int width = turned ? sh : sw;
+  const int height = turned ? sw : sh;
+  grow(out, pixels * 3);
+  std::uint8_t* dst = out.data();
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x, dst += 3) {
+      const auto [sx, sy] = oriented_source(orientation, x, y, sw, sh);
+      const std::uint32_t v = raster[static_cast<std::size_t>(sy) * sw + sx];
+      dst[0] = static_cast<std::uint8_t>(TIFFGetR(v));
+      dst[1] = static_cast<std::uint8_t>(TIFFGetG(v));
+      dst[2] = static_cast<std::uint8_t>(TIFFGetB(v));
+    }
+  }
+  return rgb_view(out, width, height);
+}
+
+}  // namespace
+
+const char* format_name(ImageFormat format) noexcept {
+  switch (format) {
+    case ImageFormat::jpeg: return "JPEG";
+    case ImageFormat::png: return "PNG";
+    case ImageFormat::webp: return "WebP";
+    case ImageFormat::tiff: return "TIFF";
+    case ImageFormat::pnm: return "Netpbm";
+    case ImageFormat::bmp: return "BMP";
+  }
+  return "image";
+}
+
+std::optional<ImageFormat> sniff_other(std::span<const std::byte> data) noexcept {
+  const unsigned char* p = bytes_of(data);
+  const std::size_t n = data.size();
+  if (n >= 12 && std::memcmp(p, "RIFF", 4) == 0 && std::memcmp(p + 8, "WEBP", 4) == 0) return ImageFormat::webp;
+  if (n >= 4 && (std::memcmp(p, "II*\0", 4) == 0 || std::memcmp(p, "MM\0*", 4) == 0 ||
+                 std::memcmp(p, "II+\0", 4) == 0 || std::memcmp(p, "MM\0+", 4) == 0)) {
+    return ImageFormat::tiff;
+  }
+  if (n >= 3 && p[0] == 'P' && p[1] >= '1' && p[1] <= '6' && pnm_space(p[2])) return ImageFormat::pnm;
+  if (n >= 2 && p[0] == 'B' && p[1] == 'M') return ImageFormat::bmp;
+  return std::nullopt;
+}
+
+ImageInfo peek_other(std::span<const std::byte> data, ImageFormat format) {
+  switch (format) {
+    case ImageFormat::webp: return peek_webp(data);
+    case ImageFormat::tiff: {
+      TiffSource source{data, 0, {}};
+      const auto tif = open_tiff(source);
+      const auto [w, h] = tiff_stored_size(tif.get(), source);
+      if (tiff_orientation(tif.get()) >= 5) return {format, h, w};
+      return {format, w, h};
+    }
+    case ImageFormat::pnm: {
+      const PnmHeader h = read_pnm_header(data);
+      return {format, h.width, h.height};
+    }
+    case ImageFormat::bmp: {
+      const BmpHeader h = read_bmp_header(data);
+      return {format, static_cast<int>(h.width), static_cast<int>(h.height)};
+    }
+    default: break;
+  }
+  throw DecodeError(std::string("not a WebP, TIFF, Netpbm or BMP image: ") + format_name(format));
+}
+
+ImageView decode_other(std::span<const std::byte> data, ImageFormat format,
+                       std::vector<std::uint8_t>& out) {
+  switch (format) {
+    case ImageFormat::webp: return decode_webp(data, out);
+    case ImageFormat::tiff: return decode_tiff(data, out);
+    case ImageFormat::pnm: return decode_pnm(data, out);
+    case ImageFormat::bmp: return decode_bmp(data, out);
+    default: break;
+  }
+  throw DecodeError(std::string("not a WebP, TIFF, Netpbm or BMP image: ") + format_name(format));
+}
+
+}  // namespace coload::vision::detail
