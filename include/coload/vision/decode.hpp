@@ -61,7 +61,7 @@ inline constexpr std::int64_t default_max_image_pixels = 89'478'485;
 
 /// The most pixels (width × height, at full size) an image may declare: every decode path
 /// (`decode`, `decode_into`, `decode_file`, the default ImageFolder loader, the fused train and
-/// eval transforms, DCT-scaled and region decodes, JPEG and PNG) checks the header against it
+/// eval transforms, DCT-scaled and region decodes, every format) checks the header against it
 /// before allocating and raises DecompressionBombError above it. 0 means no limit.
 ///
 /// NOTE: PIL only warns between the limit and twice the limit and raises above that; here the
@@ -120,6 +120,15 @@ constexpr int jpeg_scaled_size(int full_size, int denominator) noexcept {
 /// JPEGs are taken as Adobe-inverted and converted as Pillow 9 converts CMYK to RGB; PNG alpha is
 /// dropped, 16-bit samples keep their high byte, except 16-bit grayscale, which Pillow opens as
 /// 32-bit integers and clamps to 255.
+///
+/// The other formats, as Pillow 9.4 reads them: WebP's first frame through libwebp's animation
+/// decoder, alpha dropped (a fully transparent pixel is black, as Pillow's canvas has it). TIFF's
+/// first directory through libtiff (any compression, strips or tiles, palette, bilevel, gray,
+/// YCbCr, CMYK: within 1 of Pillow, which rounds where libtiff truncates), turned as its
+/// Orientation tag says, as Pillow turns it; alpha dropped as stored. Netpbm P1-P6, maxval other
+/// than 255 rescaled with Python's round, 16-bit gray clamped to 255 (Pillow's mode "I"). BMP
+/// at 1, 4, 8, 16, 24 and 32 bits, RLE4/RLE8, bottom-up or top-down, Pillow's bitfield layouts
+/// (others, and JPEG or PNG inside a BMP, are refused as Pillow refuses them).
 Image decode(std::span<const std::byte> data, int jpeg_scale_denominator = 1);
 
 /// Like `decode`, but writes the pixels into `buffer` (grown when too small, never shrunk) and
