@@ -262,9 +262,17 @@ Task<ShardSample> ShardDataset::read_async(io::Reader& reader, Index index) cons
   const Location at = locate(index);
   const ShardIndex& shard = state_->shards[at.shard];
   const IndexSample& sample = shard.samples[at.sample];
-  // A remote sample is read by the HTTP client's thread; this worker waits for it (the
-  // loader's Reader knows files, not URLs).
-  if (detail::is_remote(shard.path)) co_return read(index);
+  if (detail::is_remote(shard.path)) {
+    if (detail::cache_find(state_->options, shard)) co_return read(index);  // a local file
+    // One ranged GET on the reader's io_context (the loader's driver): the fetch holds no
+    // thread while it waits, as a file's read does.
+    ShardSample out;
+    out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
+    co_await io::HttpClient::on(reader.context())
+        ->get_range_async(shard.path, sample.begin, sample.end, out.data.data(), shard.file_size);
+    detail::place_fields(shard, sample, sample.begin, out);
+    co_return out;
+  }
   const io::File& file = state_->file(at.shard);
   const auto range = detail::sample_range(sample, shard.file_size, state_->align());
   ShardSample out;

@@ -1,7 +1,8 @@
 #pragma once
-// Reads by URL (http://, https://, s3://, file://) through libcurl's multi interface: one client runs
-// every transfer from one driver thread (not a thread per request), retries faults with
-// exponential backoff and jitter, and resumes a body from the byte it reached (Range).
+// Reads by URL (http://, https://, s3://, file://) through libcurl's multi interface, whose
+// sockets and timer an asio::io_context waits on: a loader's driver (HttpClient::on), or the
+// client's own, run by one thread of its own (not a thread per request). Faults are retried with
+// exponential backoff and jitter, and a body resumes from the byte it reached (Range).
 
 #include <chrono>
 #include <cstddef>
@@ -12,6 +13,11 @@
 #include <string_view>
 
 #include "coload/core/error.hpp"
+#include "coload/coro/task.hpp"
+
+namespace asio {
+class io_context;
+}  // namespace asio
 
 namespace coload::io {
 
@@ -88,9 +94,10 @@ class BodyStream {
   std::uint64_t position_;
 };
 
-/// A libcurl multi handle and the thread that drives it. Thread-safe.
+/// A libcurl multi handle and the io_context that drives it. Thread-safe.
 class HttpClient : public std::enable_shared_from_this<HttpClient> {
  public:
+  /// A client with an io_context of its own, run by a thread of its own.
   explicit HttpClient(RetryOptions retry = {});
   ~HttpClient();
   HttpClient(const HttpClient&) = delete;
@@ -99,6 +106,12 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
   /// The process's client with default options, made on first use and made afresh in a
   /// forked child (the parent's driver thread does not exist there).
   static std::shared_ptr<HttpClient> shared();
+  /// The client driven by `ctx` (a loader's driver), made on first use and closed when `ctx`
+  /// is destroyed (what is still in flight then fails, naming the URL). Its transfers run
+  /// between ctx's other handlers: no thread of their own. Call on ctx's thread, or while no
+  /// thread runs it. Its blocking calls (get, get_range, stream) refuse to run on ctx's
+  /// thread, which they would wait for: co_await get_range_async there.
+  static std::shared_ptr<HttpClient> on(asio::io_context& ctx);
 
   /// The whole body of `url` (an index, a list of shards). HttpError when it fails or is
   /// larger than `limit` bytes.
@@ -107,6 +120,10 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
   /// must have (from an index): a different one is an error naming both.
   void get_range(const std::string& url, std::uint64_t begin, std::uint64_t end, std::byte* dst,
                  std::uint64_t size = 0);
+  /// get_range for a coroutine: it waits without holding its thread and goes on in a handler
+  /// of the client's io_context (on()'s: the loader's driver). `dst` must outlive it.
+  Task<void> get_range_async(std::string url, std::uint64_t begin, std::uint64_t end,
+                             std::byte* dst, std::uint64_t size = 0);
   /// Streams bytes [begin, end) of `url` (see BodyStream); `size` as for get_range.
   std::unique_ptr<BodyStream> stream(const std::string& url, std::uint64_t begin,
                                      std::uint64_t end, std::size_t window,
@@ -115,9 +132,12 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
   const RetryOptions& retry() const noexcept { return retry_; }
 
   struct Driver;
+  struct Service;
 
  private:
   friend class BodyStream;
+  HttpClient(asio::io_context& ctx, RetryOptions retry);
+  void blocking(const char* what) const;
   std::shared_ptr<BodyStream::Transfer> start(const std::string& url, std::uint64_t begin,
                                               std::uint64_t end, std::size_t window,
                                               std::uint64_t size,
