@@ -11,7 +11,13 @@
 #include <string>
 #include <vector>
 
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+
+#include "coload/coro/sync_wait.hpp"
+#include "coload/dataset/sample_context.hpp"
 #include "coload/io/http.hpp"
+#include "coload/io/reader.hpp"
 #include "coload/shards/dataset.hpp"
 #include "coload/shards/index.hpp"
 #include "coload/shards/stream.hpp"
@@ -175,6 +181,74 @@ TEST_CASE("map-style batches by URL: neighbours in a shard share one ranged GET"
   const int before = requests();
   remote.read_batch(indices, 0);
   CHECK(requests() - before == 6);
+}
+
+namespace {
+// The threads of this process now.
+std::size_t threads_now() {
+  return static_cast<std::size_t>(std::distance(fs::directory_iterator("/proc/self/task"),
+                                                fs::directory_iterator{}));
+}
+// get_async(i) run as the loader's inline driver runs it: this thread runs the io_context's
+// handlers (the curl sockets' and timer's among them) until the sample is there.
+shards::ShardSample get_on(asio::io_context& ctx, const shards::ShardDataset& ds, io::Reader& r,
+                           Index i) {
+  SampleContext sc{.index = i, .io = &r};
+  ctx.restart();  // run_one() stops the io_context when it runs out of work
+  return sync_wait_pumping(ds.get_async(i, sc), [&] { ctx.run_one(); });
+}
+}  // namespace
+
+TEST_CASE("get_async by URL: the GETs run on the reader's io_context, with no thread of their own") {
+  const shards::ShardDataset local(*root / "shards");
+  int nonce = 0;
+  // Faults too: a retry's backoff is a timer on the same io_context.
+  for (const char* mode : {"ok", "reset1", "503x2", "short1,all", "lat30"}) {
+    CAPTURE(mode);
+    const shards::ShardDataset remote(url(std::string(mode) + ",a" + std::to_string(nonce++)));
+    asio::io_context ctx;
+    {
+      io::Reader reader(ctx);
+      const std::size_t before = threads_now();
+      for (Index i : {Index{0}, Index{1}, Index{61}, Index{total - 1}}) {
+        const auto s = get_on(ctx, remote, reader, i);
+        CHECK(s.key == local.read(i).key);
+        CHECK(s.text("bin") == payload(i));
+        CHECK(s.text("id") == std::to_string(i));
+      }
+      CHECK(threads_now() == before);  // curl ran on this thread, between ctx's handlers
+    }
+  }
+  // The blocking calls refuse to wait for the io_context they run on, naming why.
+  asio::io_context ctx;
+  std::string refused;
+  asio::post(ctx, [&] {
+    try {
+      (void)io::HttpClient::on(ctx)->get(url("ok") + "shards.txt");
+    } catch (const LogicError& e) {
+      refused = e.what();
+    }
+  });
+  ctx.run();
+  CHECK(refused.find("HttpClient::get waits for the io_context it is called on") !=
+        std::string::npos);
+}
+
+TEST_CASE("get_async by URL: a shard that fails for good is a named error; a 404 at once") {
+  const shards::ShardDataset remote(url("always503,on000001"));
+  asio::io_context ctx;
+  io::Reader reader(ctx);
+  const Index far = remote.offsets()[1];  // shard 1's first sample
+  CHECK(get_on(ctx, remote, reader, 0).text("bin") == payload(0));
+  try {
+    (void)get_on(ctx, remote, reader, far);
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    CHECK(e.status() == 503);
+    CHECK(e.attempts() == io::RetryOptions{}.attempts);
+    CHECK(e.url() == url("always503,on000001") + "shard-000001.tar");
+  }
+  CHECK(get_on(ctx, remote, reader, far - 1).text("bin") == payload(far - 1));  // the rest reads
 }
 
 TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, entries verified") {
