@@ -332,9 +332,14 @@ Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
                 std::to_string(first + static_cast<std::int64_t>(shard.samples.size()) - 1) +
                 ", of which " + std::to_string(pos.sample) + " were read and " +
                 std::to_string(left) + " are lost to this epoch");
-        if (!self->options_.skip_failed_shards) throw named;
+        const bool skip =
+            self->options_.skip_failed_shards || self->on_error_ == OnError::skip;
+        if (!skip) throw named;
         coload::detail::warn(std::string("ShardStream: skipped: ") + named.what());
         self->skipped_ += static_cast<std::int64_t>(left);
+        // Counted where the loader counts its skips (DataLoader::skipped()); the warning
+        // above names them, once for the shard rather than once a sample.
+        if (self->skip_log_) self->skip_log_->add(static_cast<std::int64_t>(left));
         lost = true;
       }
       if (lost) break;  // on to the next shard, whose reader is already running

@@ -3,6 +3,8 @@
 // bytes equal to the local folder's, under each fault, or the named error.
 
 #define DOCTEST_CONFIG_IMPLEMENT
+#include <ATen/ATen.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +20,7 @@
 #include "coload/dataset/sample_context.hpp"
 #include "coload/io/http.hpp"
 #include "coload/io/reader.hpp"
+#include "coload/loader/data_loader.hpp"
 #include "coload/shards/dataset.hpp"
 #include "coload/shards/index.hpp"
 #include "coload/shards/stream.hpp"
@@ -382,6 +385,81 @@ TEST_CASE("skip_failed_shards: a shard that fails for good is left out and count
   CHECK(ids.size() == static_cast<std::size_t>(total - n));
   for (std::int64_t i = 0; i < total; ++i) {
     CHECK(ids.count(i) == (i >= first && i < first + n ? 0u : 1u));
+  }
+}
+
+namespace {
+// The samples' ids as an int64 tensor, each sample checked against what was written.
+struct CheckedIds {
+  at::Tensor operator()(std::vector<shards::ShardSample> samples) const {
+    std::vector<std::int64_t> ids;
+    for (const auto& s : samples) {
+      const std::int64_t i = std::stoll(s.text("id"));
+      if (s.text("bin") != payload(i)) {
+        throw std::runtime_error("sample " + std::to_string(i) + " came back altered");
+      }
+      ids.push_back(i);
+    }
+    return at::tensor(ids, at::kLong);
+  }
+};
+
+template <class Loader>
+std::vector<std::int64_t> all_ids(Loader& loader) {
+  std::vector<std::int64_t> out;
+  for (auto& b : loader) {
+    const at::Tensor t = b.contiguous();
+    out.insert(out.end(), t.data_ptr<std::int64_t>(), t.data_ptr<std::int64_t>() + t.numel());
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a loader over a ShardDataset by URL: its GETs on the loader's driver, every sample once") {
+  int nonce = 0;
+  for (const char* mode : {"ok", "reset1", "503x1"}) {
+    for (int workers : {0, 2}) {
+      CAPTURE(mode);
+      CAPTURE(workers);
+      const shards::ShardDataset remote(url(std::string(mode) + ",l" + std::to_string(nonce++)));
+      auto loader = make_data_loader(
+          remote, LoaderOptions<CheckedIds>{.batch_size = 8, .shuffle = true,
+                                            .num_workers = workers, .seed = 5});
+      auto ids = all_ids(loader);
+      std::sort(ids.begin(), ids.end());
+      std::vector<std::int64_t> every(static_cast<std::size_t>(total));
+      for (std::int64_t i = 0; i < total; ++i) every[static_cast<std::size_t>(i)] = i;
+      CHECK(ids == every);
+    }
+  }
+}
+
+TEST_CASE("a loader's on_error = skip over a ShardStream: a shard that fails for good is skipped and counted by the loader") {
+  const std::string u = url("always503,on000002");
+  for (int workers : {0, 2}) {
+    CAPTURE(workers);
+    const shards::ShardStream remote(u, {.shuffle_shards = true, .shuffle_buffer = 5});
+    const auto& lost = remote.dataset().shards()[2];
+    const auto first = remote.dataset().offsets()[2];
+    const auto n = static_cast<std::int64_t>(lost.samples.size());
+    {
+      auto loader = make_data_loader(
+          remote, LoaderOptions<CheckedIds>{.batch_size = 4, .num_workers = workers,
+                                            .seed = 3, .on_error = OnError::skip});
+      std::vector<std::int64_t> ids = all_ids(loader);
+      std::sort(ids.begin(), ids.end());
+      std::vector<std::int64_t> rest;
+      for (std::int64_t i = 0; i < total; ++i) {
+        if (i < first || i >= first + n) rest.push_back(i);
+      }
+      CHECK(ids == rest);  // every other sample exactly once
+      CHECK(loader.skipped() == n);
+    }
+    // With raise, the epoch ends with the error naming the URL.
+    auto loader = make_data_loader(
+        remote, LoaderOptions<CheckedIds>{.batch_size = 4, .num_workers = workers, .seed = 3});
+    const std::string named = u + "shard-000002.tar";
+    CHECK_THROWS_WITH(all_ids(loader), doctest::Contains(named.c_str()));
   }
 }
 
