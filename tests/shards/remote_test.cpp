@@ -41,18 +41,21 @@ shards_test::Server* server = nullptr;
 fs::path* root = nullptr;  // the served folder: "shards/" holds the shards
 constexpr std::int64_t total = 120;
 
-std::string payload(std::int64_t i) {
+// Sample i's bytes; another `version` changes every byte but no length.
+std::string payload(std::int64_t i, int version = 0) {
   std::string s(static_cast<std::size_t>(100 + (i * 677) % 9000), '\0');
-  for (std::size_t k = 0; k < s.size(); ++k) s[k] = static_cast<char>((i * 31 + k * 7) & 0xff);
+  for (std::size_t k = 0; k < s.size(); ++k) {
+    s[k] = static_cast<char>((i * 31 + k * 7 + static_cast<std::size_t>(version) * 101) & 0xff);
+  }
   return s;
 }
 
-void write_shards(const fs::path& dir) {
+void write_shards(const fs::path& dir, int version = 0) {
   shards::Writer writer(dir, {.shard_size = 60000});
   for (std::int64_t i = 0; i < total; ++i) {
     char key[16];
     std::snprintf(key, sizeof key, "s%05lld", static_cast<long long>(i));
-    const std::string id = std::to_string(i), bin = payload(i);
+    const std::string id = std::to_string(i), bin = payload(i, version);
     const shards::WriteField fields[] = {{"id", bytes_of(id)}, {"bin", bytes_of(bin)}};
     writer.write(key, fields);
   }
@@ -196,7 +199,9 @@ std::size_t threads_now() {
 // handlers (the curl sockets' and timer's among them) until the sample is there.
 shards::ShardSample get_on(asio::io_context& ctx, const shards::ShardDataset& ds, io::Reader& r,
                            Index i) {
-  SampleContext sc{.index = i, .io = &r};
+  SampleContext sc;
+  sc.index = i;
+  sc.io = &r;
   ctx.restart();  // run_one() stops the io_context when it runs out of work
   return sync_wait_pumping(ds.get_async(i, sc), [&] { ctx.run_one(); });
 }
@@ -304,6 +309,48 @@ TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, en
   for (const auto& e : fs::directory_iterator(small.path)) bytes += e.file_size();
   CHECK(bytes <= o.shards.cache_bytes);
   CHECK(bytes > 0);
+}
+
+TEST_CASE("a cache entry is for one version of its shard: one rewritten to the same size is fetched again") {
+  const std::string mode = "ok,version";
+  const auto requests = [&] {
+    return std::stoi(io::HttpClient::shared()->get(
+        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
+  };
+  const fs::path folder = *root / "versioned";
+  write_shards(folder);
+  shards_test::TempDir cache;
+  shards::ShardStreamOptions o = stream_options();
+  o.shards.cache_dir = cache.path.string();
+  o.shards.cache_bytes = 1ull << 30;
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 21};
+  const auto bins = [&](shards::ShardStream& stream, int version) {
+    std::size_t good = 0;
+    for (auto& s : stream.stream(info)) {
+      good += s.text("bin") == payload(std::stoll(s.text("id")), version);
+    }
+    return good;
+  };
+  std::vector<std::uintmax_t> sizes;
+  {
+    shards::ShardStream first(url(mode, "versioned/"), o);
+    CHECK(bins(first, 0) == static_cast<std::size_t>(total));
+    for (const auto& s : first.dataset().shards()) sizes.push_back(fs::file_size(folder / fs::path(s.path).filename()));
+  }
+  // The shards are written again, every byte changed but none of their sizes.
+  fs::remove_all(folder);
+  write_shards(folder, 1);
+  shards::ShardStream second(url(mode, "versioned/"), o);
+  std::vector<std::uintmax_t> now;
+  for (const auto& s : second.dataset().shards()) now.push_back(fs::file_size(folder / fs::path(s.path).filename()));
+  REQUIRE(now == sizes);
+  const int before = requests();
+  CHECK(bins(second, 1) == static_cast<std::size_t>(total));  // not one stale sample
+  CHECK(requests() - before == static_cast<int>(now.size()));  // each shard fetched again
+  // And the new entries serve the next epoch.
+  const int cached = requests();
+  CHECK(bins(second, 1) == static_cast<std::size_t>(total));
+  CHECK(requests() == cached);
 }
 
 TEST_CASE("exact resume by URL: a state taken mid-shard continues with nothing lost or repeated") {
