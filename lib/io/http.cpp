@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include <asio/post.hpp>
@@ -76,6 +77,33 @@ S3Target resolve_s3(const std::string& url) {
 }
 
 }  // namespace
+
+void validate(const RetryOptions& retry, std::string_view name) {
+  const auto bad = [&](const char* field, long long value, const char* must) {
+    throw InvalidArgument(std::string(name) + "." + field + " is " + std::to_string(value) +
+                          "; it must be " + must);
+  };
+  if (retry.attempts < 1) bad("attempts", retry.attempts, "at least 1");
+  if (retry.backoff.count() < 0) bad("backoff", retry.backoff.count(), "at least 0 ms");
+  if (retry.max_backoff < retry.backoff) {
+    bad("max_backoff", retry.max_backoff.count(),
+        ("at least backoff (" + std::to_string(retry.backoff.count()) + " ms)").c_str());
+  }
+  if (retry.max_backoff > std::chrono::hours(1)) {
+    bad("max_backoff", retry.max_backoff.count(), "at most an hour (3600000 ms)");
+  }
+  if (retry.connect_timeout.count() <= 0) {
+    bad("connect_timeout", retry.connect_timeout.count(), "above 0 ms");
+  }
+  // curl takes both as a long (ms, s): a value it cannot hold is refused rather than cut.
+  if (retry.connect_timeout.count() > std::numeric_limits<long>::max()) {
+    bad("connect_timeout", retry.connect_timeout.count(), "at most LONG_MAX ms");
+  }
+  if (retry.stall.count() <= 0) bad("stall", retry.stall.count(), "above 0 s");
+  if (retry.stall.count() > std::numeric_limits<long>::max()) {
+    bad("stall", retry.stall.count(), "at most LONG_MAX s");
+  }
+}
 
 HttpError::HttpError(std::string url, long status, int attempts, const std::string& what)
     : std::runtime_error(what), url_(std::move(url)), status_(status), attempts_(attempts) {}
@@ -260,9 +288,10 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, 256L << 10);
-  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(retry.connect_timeout.count()));
+  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(t->retry.connect_timeout.count()));
   curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, static_cast<long>(retry.stall.count()));
+  curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, static_cast<long>(t->retry.stall.count()));
   // Identity encoding: byte offsets are offsets of the file itself.
   curl_easy_setopt(easy, CURLOPT_HTTP_CONTENT_DECODING, 0L);
   std::string range;
@@ -356,12 +385,14 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
                             std::to_string(t.attempts) +
                             (t.attempts == 1 ? " attempt" : " attempts") + ", at byte " +
                             std::to_string(t.reached);
-  if (!t.fatal.empty() || !retryable(result, t.status) || t.failures >= retry.attempts) {
+  if (!t.fatal.empty() || !retryable(result, t.status) || t.failures >= t.retry.attempts) {
     fail(t, where);
     return;
   }
-  auto wait = retry.backoff * (1LL << std::min(t.failures - 1, 20));
-  wait = std::min<std::chrono::milliseconds>(wait, retry.max_backoff);
+  // Doubled per failure in a row up to the cap (both at most an hour: no overflow).
+  auto wait = t.retry.backoff;
+  for (int k = 1; k < t.failures && wait < t.retry.max_backoff; ++k) wait *= 2;
+  wait = std::min(wait, t.retry.max_backoff);
   const auto ms = static_cast<long long>(wait.count());
   const auto drawn = std::uniform_int_distribution<long long>(ms / 2, std::max(ms, 1LL))(jitter);
   t.backoff = std::make_unique<asio::steady_timer>(*ctx, std::chrono::milliseconds(drawn));
@@ -380,9 +411,12 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
 std::shared_ptr<BodyStream::Transfer> HttpClient::start(const std::string& url,
                                                         std::uint64_t begin, std::uint64_t end,
                                                         std::size_t window, std::uint64_t size,
+                                                        const RetryOptions& retry,
                                                         std::uint64_t limit) {
+  validate(retry);
   // Every field the loop reads is set here, before the loop can see the transfer.
   auto t = std::make_shared<BodyStream::Transfer>();
+  t->retry = retry;
   t->url = url;
   t->limit = limit;
   t->begin = t->reached = begin;
@@ -407,19 +441,19 @@ void HttpClient::blocking(const char* what) const {
 
 std::unique_ptr<BodyStream> HttpClient::stream(const std::string& url, std::uint64_t begin,
                                                std::uint64_t end, std::size_t window,
-                                               std::uint64_t size) {
+                                               std::uint64_t size, const RetryOptions& retry) {
   if (end < begin) throw InvalidArgument("HttpClient::stream: end before begin for '" + url + "'");
   blocking("stream");
-  auto t = start(url, begin, end, std::max<std::size_t>(window, 1), size);
+  auto t = start(url, begin, end, std::max<std::size_t>(window, 1), size, retry);
   return std::unique_ptr<BodyStream>(new BodyStream(shared_from_this(), std::move(t), begin));
 }
 
 void HttpClient::get_range(const std::string& url, std::uint64_t begin, std::uint64_t end,
-                           std::byte* dst, std::uint64_t size) {
+                           std::byte* dst, std::uint64_t size, const RetryOptions& retry) {
   if (end <= begin) return;
   blocking("get_range");
   // No window: a range read is wanted whole, and its reader waits for all of it.
-  BodyStream body(shared_from_this(), start(url, begin, end, 0, size), begin);
+  BodyStream body(shared_from_this(), start(url, begin, end, 0, size, retry), begin);
   body.read(dst, static_cast<std::size_t>(end - begin));
 }
 
@@ -442,18 +476,19 @@ struct DoneAwaiter {
 }  // namespace
 
 Task<void> HttpClient::get_range_async(std::string url, std::uint64_t begin, std::uint64_t end,
-                                       std::byte* dst, std::uint64_t size) {
+                                       std::byte* dst, std::uint64_t size, RetryOptions retry) {
   if (end <= begin) co_return;
-  auto t = start(url, begin, end, 0, size);
+  auto t = start(url, begin, end, 0, size, retry);
   // Destroyed early (the fetch was dropped), it cancels the transfer.
   BodyStream body(shared_from_this(), t, begin);
   co_await DoneAwaiter{*t};
   body.read(dst, static_cast<std::size_t>(end - begin));  // all there, or the error: no wait
 }
 
-std::string HttpClient::get(const std::string& url, std::uint64_t limit) {
+std::string HttpClient::get(const std::string& url, std::uint64_t limit,
+                            const RetryOptions& retry) {
   blocking("get");
-  auto t = start(url, 0, to_end, 0, 0, limit);
+  auto t = start(url, 0, to_end, 0, 0, retry, limit);
   BodyStream body(shared_from_this(), t, 0);
   std::unique_lock lock(t->mutex);
   t->arrived.wait(lock, [&] { return t->done; });

@@ -42,6 +42,7 @@ struct BodyStream::Transfer {
   std::size_t window = 0;                 // 0: no bound (get)
   std::uint64_t size = 0;                 // the body's size when known (0: not checked)
   std::uint64_t limit = http_detail::to_end;  // get(): the most bytes accepted
+  RetryOptions retry;
 
   // The loop's alone (the io_context's thread).
   CURL* easy = nullptr;
@@ -88,7 +89,6 @@ struct BodyStream::Transfer {
 /// either one the client was given (a loader's driver) or its own, run by a thread of its own.
 /// Every member below `mutex`'s group is touched only on the io_context's thread.
 struct HttpClient::Driver {
-  RetryOptions retry;
   asio::io_context* ctx = nullptr;
   std::unique_ptr<asio::io_context> own;  // with `thread`, when the client has no io_context
   std::thread thread;

@@ -169,11 +169,9 @@ void global_init() {
 }
 }  // namespace
 
-HttpClient::HttpClient(RetryOptions retry) : retry_(retry), driver_(std::make_unique<Driver>()) {
+HttpClient::HttpClient() : driver_(std::make_unique<Driver>()) {
   global_init();
-  if (retry.attempts < 1) throw InvalidArgument("RetryOptions::attempts must be at least 1");
   Driver& d = *driver_;
-  d.retry = retry;
   d.own = std::make_unique<asio::io_context>(1);
   d.ctx = d.own.get();
   d.open();
@@ -183,10 +181,8 @@ HttpClient::HttpClient(RetryOptions retry) : retry_(retry), driver_(std::make_un
   });
 }
 
-HttpClient::HttpClient(asio::io_context& ctx, RetryOptions retry)
-    : retry_(retry), driver_(std::make_unique<Driver>()) {
+HttpClient::HttpClient(asio::io_context& ctx) : driver_(std::make_unique<Driver>()) {
   global_init();
-  driver_->retry = retry;
   driver_->ctx = &ctx;
   driver_->open();
 }
@@ -204,7 +200,7 @@ HttpClient::~HttpClient() {
 
 std::shared_ptr<HttpClient> HttpClient::on(asio::io_context& ctx) {
   Service& service = asio::use_service<Service>(ctx);
-  if (!service.client) service.client.reset(new HttpClient(ctx, RetryOptions{}));
+  if (!service.client) service.client.reset(new HttpClient(ctx));
   return service.client;
 }
 

@@ -104,15 +104,32 @@ struct ShardDataset::State {
   std::size_t align() const noexcept { return options.direct ? io::Buffer::alignment : 1; }
 };
 
+namespace {
+// The options checked before anything is fetched with them.
+const ShardOptions& checked(const ShardOptions& options) {
+  io::validate(options.retry, "ShardOptions::retry");
+  return options;
+}
+
+// find_shards, a URL's list fetched with the options' retry.
+std::vector<std::string> shards_of(const std::filesystem::path& root, const ShardOptions& o) {
+  if (io::is_url(root.native())) return detail::find_url_shards(root.native(), o.retry);
+  return find_shards(root);
+}
+}  // namespace
+
 ShardDataset::ShardDataset(const std::filesystem::path& root, ShardOptions options)
-    : ShardDataset(find_shards(root), std::move(options)) {}
+    : ShardDataset(shards_of(root, checked(options)), options) {}
 
 ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options)
     : state_(std::make_shared<State>()) {
+  checked(options);
   state_->options = std::move(options);
   state_->offsets.push_back(0);
   for (const std::string& path : shards) {
-    state_->shards.push_back(load_index(path, state_->options.index));
+    state_->shards.push_back(detail::is_remote(path)
+                                 ? detail::load_remote_index(path, state_->options.retry)
+                                 : load_index(path, state_->options.index));
     state_->offsets.push_back(state_->offsets.back() +
                               static_cast<std::int64_t>(state_->shards.back().samples.size()));
   }
@@ -169,7 +186,8 @@ ShardSample ShardDataset::read(Index index) const {
     ShardSample out;
     out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
     io::HttpClient::shared()->get_range(shard.path, sample.begin, sample.end,
-                                        out.data.data(), shard.file_size);
+                                        out.data.data(), shard.file_size,
+                                        state_->options.retry);
     detail::place_fields(shard, sample, sample.begin, out);
     return out;
   }
@@ -238,7 +256,7 @@ std::vector<ShardSample> ShardDataset::read_batch(std::span<const Index> indices
   for (Run& r : runs) {
     const ShardIndex& shard = shards[remote[r.first].shard];
     r.body = client->stream(shard.path, r.begin, r.end, static_cast<std::size_t>(r.end - r.begin),
-                            shard.file_size);
+                            shard.file_size, state_->options.retry);
   }
   std::vector<std::byte> bytes;
   for (Run& r : runs) {
@@ -269,7 +287,8 @@ Task<ShardSample> ShardDataset::read_async(io::Reader& reader, Index index) cons
     ShardSample out;
     out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
     co_await io::HttpClient::on(reader.context())
-        ->get_range_async(shard.path, sample.begin, sample.end, out.data.data(), shard.file_size);
+        ->get_range_async(shard.path, sample.begin, sample.end, out.data.data(), shard.file_size,
+                          state_->options.retry);
     detail::place_fields(shard, sample, sample.begin, out);
     co_return out;
   }

@@ -170,11 +170,11 @@ class LocalReader final : public ChunkReader {
 class RemoteReader final : public ChunkReader {
  public:
   RemoteReader(const ShardIndex& shard, std::size_t window, std::uint64_t from,
-               std::unique_ptr<detail::CacheEntry> tee)
+               std::unique_ptr<detail::CacheEntry> tee, const io::RetryOptions& retry)
       : end_(shard.samples.back().end),
         tee_(std::move(tee)),
         body_(io::HttpClient::shared()->stream(shard.path, tee_ ? 0 : from, end_, window,
-                                               shard.file_size)) {}
+                                               shard.file_size, retry)) {}
   void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst, const std::string&) override {
     if (begin > body_->position()) {
       if (!tee_) {
@@ -226,7 +226,7 @@ std::unique_ptr<ChunkReader> open_reader(const ShardIndex& shard, const ShardStr
     auto tee = from == shard.samples.front().begin ? detail::cache_start(o.shards, shard)
                                                    : nullptr;
     return std::make_unique<RemoteReader>(shard, std::max<std::size_t>(o.read_ahead / 2, 1 << 16),
-                                          from, std::move(tee));
+                                          from, std::move(tee), o.shards.retry);
   }
   return std::make_unique<LocalReader>(shard, direct, o.read_size, from, spare);
 }
@@ -234,7 +234,7 @@ std::unique_ptr<ChunkReader> open_reader(const ShardIndex& shard, const ShardStr
 }  // namespace
 
 ShardStream::ShardStream(const std::filesystem::path& root, ShardStreamOptions options)
-    : ShardStream(find_shards(root), std::move(options)) {}
+    : dataset_(root, options.shards), options_(std::move(options)) {}
 
 ShardStream::ShardStream(std::vector<std::string> shards, ShardStreamOptions options)
     : dataset_(std::move(shards), options.shards), options_(std::move(options)) {}

@@ -510,6 +510,70 @@ TEST_CASE("a loader's on_error = skip over a ShardStream: a shard that fails for
   }
 }
 
+TEST_CASE("retry options: checked when the dataset is made, each error naming the option") {
+  using namespace std::chrono_literals;
+  struct Case {
+    io::RetryOptions retry;
+    const char* error;
+  };
+  const Case cases[] = {
+      {{.attempts = 0}, "ShardOptions::retry.attempts is 0; it must be at least 1"},
+      {{.backoff = -1ms}, "ShardOptions::retry.backoff is -1; it must be at least 0 ms"},
+      {{.backoff = 500ms, .max_backoff = 100ms},
+       "ShardOptions::retry.max_backoff is 100; it must be at least backoff (500 ms)"},
+      {{.max_backoff = 2h}, "ShardOptions::retry.max_backoff is 7200000; it must be at most an hour"},
+      {{.connect_timeout = 0ms}, "ShardOptions::retry.connect_timeout is 0; it must be above 0 ms"},
+      {{.stall = -3s}, "ShardOptions::retry.stall is -3; it must be above 0 s"},
+  };
+  const int before = std::stoi(io::HttpClient::shared()->get(
+      "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/ok,checked"));
+  for (const Case& c : cases) {
+    CAPTURE(c.error);
+    CHECK_THROWS_WITH_AS(shards::ShardDataset(url("ok,checked"), {.retry = c.retry}),
+                         doctest::Contains(c.error), InvalidArgument);
+    CHECK_THROWS_WITH_AS(
+        shards::ShardStream(url("ok,checked"), {.shards = {.retry = c.retry}}),
+        doctest::Contains(c.error), InvalidArgument);
+  }
+  // Refused before anything was fetched with them.
+  CHECK(std::stoi(io::HttpClient::shared()->get("http://127.0.0.1:" + std::to_string(server->proxy) +
+                                                "/count/ok,checked")) == before);
+  // The client checks a request's own, under the name RetryOptions.
+  CHECK_THROWS_WITH_AS(io::HttpClient::shared()->get(url("ok") + "shards.txt", 1 << 20,
+                                                     {.attempts = -2}),
+                       doctest::Contains("RetryOptions.attempts is -2"), InvalidArgument);
+}
+
+TEST_CASE("retry options: the attempts set are the attempts made") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  // Two 503s on each shard: 2 attempts in a row fail the shard, 3 get every sample.
+  const io::RetryOptions two{.attempts = 2, .backoff = std::chrono::milliseconds(1)};
+  const io::RetryOptions three{.attempts = 3, .backoff = std::chrono::milliseconds(1)};
+  {
+    shards::ShardStream remote(url("503x2,r2"), {.shards = {.retry = two}, .shuffle_shards = false});
+    try {
+      (void)epoch(remote, info);
+      FAIL("no error");
+    } catch (const io::HttpError& e) {
+      CHECK(e.status() == 503);
+      CHECK(e.attempts() == 2);
+      CHECK(std::string(e.what()).find("2 attempts") != std::string::npos);
+    }
+    const shards::ShardDataset ds(url("503x2,r2m"), {.retry = two});
+    CHECK_THROWS_AS(ds.read(0), io::HttpError);
+  }
+  shards::ShardStream remote(url("503x2,r3"), {.shards = {.retry = three}, .shuffle_shards = false});
+  std::vector<std::string> got = epoch(remote, info);
+  CHECK(got.size() == static_cast<std::size_t>(total));
+  const shards::ShardDataset ds(url("503x2,r3m"), {.retry = three});
+  CHECK(ds.read(0).text("bin") == payload(0));
+  // Each sample by itself, through the loader's path too.
+  asio::io_context ctx;
+  io::Reader reader(ctx);
+  const shards::ShardDataset failing(url("503x2,r2a"), {.retry = two});
+  CHECK_THROWS_AS(get_on(ctx, failing, reader, 0), io::HttpError);
+}
+
 TEST_CASE("403 and 404 fail at once, naming the URL") {
   shards::ShardStream forbidden(url("403"), {.shuffle_shards = false});
   try {

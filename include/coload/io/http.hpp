@@ -32,21 +32,29 @@ namespace coload::io {
 /// and sent unsigned (a public bucket) when they are not.
 bool is_url(std::string_view name) noexcept;
 
-/// How faults are retried. A reset connection, a timeout, a 429 or 5xx and a body cut short
-/// are retried, from the byte reached; a 4xx other than 408 and 429 (403, 404) fails at once.
+/// How faults are retried, for one request (ShardOptions::retry for a shard's). A reset
+/// connection, a timeout, a 429 or 5xx and a body cut short are retried, from the byte reached;
+/// a 4xx other than 408 and 429 (403, 404) fails at once.
 struct RetryOptions {
-  /// Tries in a row that deliver no byte before the transfer fails: an attempt that moved the
-  /// body forward starts the count again, so a long body over a flaky link still completes.
+  /// Tries in a row that deliver no byte before the transfer fails (at least 1): an attempt
+  /// that moved the body forward starts the count again, so a long body over a flaky link
+  /// still completes.
   int attempts = 6;
-  /// The wait before the second try; it doubles each try up to `max_backoff`, and each wait is
-  /// drawn from [wait/2, wait] (jitter, so that many readers failing together do not return
-  /// together).
+  /// The wait before the second try (at least 0); it doubles each try up to `max_backoff`
+  /// (at least `backoff`, at most an hour), and each wait is drawn from [wait/2, wait] (jitter, so that many
+  /// readers failing together do not return together).
   std::chrono::milliseconds backoff{50};
   std::chrono::milliseconds max_backoff{4000};
+  /// The most a connection may take to open (above 0).
   std::chrono::milliseconds connect_timeout{10000};
-  /// A transfer that receives nothing for this long (while not paused by its reader) is a fault.
+  /// A transfer that receives nothing for this long (while not paused by its reader) is a
+  /// fault (above 0).
   std::chrono::seconds stall{30};
 };
+
+/// Checks `retry`: InvalidArgument naming the option (`name` + "." + field, e.g.
+/// "ShardOptions::retry.attempts"), its value and what it must be.
+void validate(const RetryOptions& retry, std::string_view name = "RetryOptions");
 
 /// A transfer that failed for good: its URL, the last HTTP status (0 when none came, e.g. a
 /// reset connection) and how many attempts were made.
@@ -98,7 +106,7 @@ class BodyStream {
 class HttpClient : public std::enable_shared_from_this<HttpClient> {
  public:
   /// A client with an io_context of its own, run by a thread of its own.
-  explicit HttpClient(RetryOptions retry = {});
+  HttpClient();
   ~HttpClient();
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
@@ -113,36 +121,36 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
   /// thread, which they would wait for: co_await get_range_async there.
   static std::shared_ptr<HttpClient> on(asio::io_context& ctx);
 
+  // Each request retries as `retry` says (validated: InvalidArgument naming the option).
+
   /// The whole body of `url` (an index, a list of shards). HttpError when it fails or is
   /// larger than `limit` bytes.
-  std::string get(const std::string& url, std::uint64_t limit = 256 << 20);
+  std::string get(const std::string& url, std::uint64_t limit = 256 << 20,
+                  const RetryOptions& retry = {});
   /// Bytes [begin, end) of `url` into `dst`; `size`, when not 0, is the size the whole body
   /// must have (from an index): a different one is an error naming both.
   void get_range(const std::string& url, std::uint64_t begin, std::uint64_t end, std::byte* dst,
-                 std::uint64_t size = 0);
+                 std::uint64_t size = 0, const RetryOptions& retry = {});
   /// get_range for a coroutine: it waits without holding its thread and goes on in a handler
   /// of the client's io_context (on()'s: the loader's driver). `dst` must outlive it.
   Task<void> get_range_async(std::string url, std::uint64_t begin, std::uint64_t end,
-                             std::byte* dst, std::uint64_t size = 0);
+                             std::byte* dst, std::uint64_t size = 0, RetryOptions retry = {});
   /// Streams bytes [begin, end) of `url` (see BodyStream); `size` as for get_range.
   std::unique_ptr<BodyStream> stream(const std::string& url, std::uint64_t begin,
                                      std::uint64_t end, std::size_t window,
-                                     std::uint64_t size = 0);
-
-  const RetryOptions& retry() const noexcept { return retry_; }
+                                     std::uint64_t size = 0, const RetryOptions& retry = {});
 
   struct Driver;
   struct Service;
 
  private:
   friend class BodyStream;
-  HttpClient(asio::io_context& ctx, RetryOptions retry);
+  explicit HttpClient(asio::io_context& ctx);
   void blocking(const char* what) const;
   std::shared_ptr<BodyStream::Transfer> start(const std::string& url, std::uint64_t begin,
                                               std::uint64_t end, std::size_t window,
-                                              std::uint64_t size,
+                                              std::uint64_t size, const RetryOptions& retry,
                                               std::uint64_t limit = ~std::uint64_t{0});
-  RetryOptions retry_;
   std::unique_ptr<Driver> driver_;
 };
 

@@ -16,6 +16,7 @@
 #include "coload/coro/task.hpp"
 #include "coload/dataset/sample_context.hpp"
 #include "coload/io/buffer.hpp"
+#include "coload/io/http.hpp"
 #include "coload/shards/index.hpp"
 
 namespace coload::io {
@@ -63,6 +64,10 @@ struct ShardOptions {
   /// renamed, so workers and processes may share the folder.
   std::string cache_dir{};
   std::uint64_t cache_bytes = 0;
+  /// How every request for shards named by URL (the shard list, the indices, the shards'
+  /// bytes) retries its faults; checked when the dataset is made, an error naming
+  /// "ShardOptions::retry.<field>".
+  io::RetryOptions retry{};
 };
 
 /// The samples of tar shards in the WebDataset layout as a map-style dataset: sample `i` is
