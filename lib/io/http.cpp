@@ -513,7 +513,16 @@ BodyStream::~BodyStream() {
 }
 
 void BodyStream::read(std::byte* dst, std::size_t n) {
+  if (read_up_to(dst, n) != n) {
+    throw HttpError(transfer_->url, 0, 0,
+                    "cannot read '" + transfer_->url + "': the body ended at byte " +
+                        std::to_string(position_) + ", before the bytes wanted");
+  }
+}
+
+std::size_t BodyStream::read_up_to(std::byte* dst, std::size_t n) {
   Transfer& t = *transfer_;
+  std::size_t done = 0;
   while (n > 0) {
     bool resume = false;
     {
@@ -521,13 +530,12 @@ void BodyStream::read(std::byte* dst, std::size_t n) {
       t.arrived.wait(lock, [&] { return t.buffered > 0 || t.done; });
       if (t.buffered == 0) {
         if (t.failed) t.rethrow();
-        throw HttpError(t.url, 0, 0,
-                        "cannot read '" + t.url + "': the body ended at byte " +
-                            std::to_string(position_) + ", before the bytes wanted");
+        return done;  // the body's end
       }
       const std::size_t got = t.take(dst, n);
       if (dst) dst += got;
       n -= got;
+      done += got;
       position_ += got;
       if (t.paused && t.buffered <= t.window / 2) {
         t.paused = false;
@@ -541,6 +549,7 @@ void BodyStream::read(std::byte* dst, std::size_t n) {
       });
     }
   }
+  return done;
 }
 
 void BodyStream::skip(std::uint64_t n) {

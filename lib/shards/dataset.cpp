@@ -72,6 +72,7 @@ void place_fields(const ShardIndex& index, const IndexSample& sample, std::uint6
 
 struct ShardDataset::State {
   std::vector<ShardIndex> shards;
+  std::vector<bool> unindexed;  // a ShardStream's shards by URL without an index
   std::vector<std::int64_t> offsets;  // shards.size() + 1
   ShardOptions options;
   std::mutex mutex;
@@ -122,18 +123,53 @@ ShardDataset::ShardDataset(const std::filesystem::path& root, ShardOptions optio
     : ShardDataset(shards_of(root, checked(options)), options) {}
 
 ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options)
+    : ShardDataset(std::move(shards), std::move(options), AllowUnindexed{}) {
+  for (std::size_t s = 0; s < state_->shards.size(); ++s) {
+    if (!state_->unindexed[s]) continue;
+    const std::string& url = state_->shards[s].path;
+    throw io::HttpError(url + ".idx", 404, 1,
+                        "shard '" + url + "' has no index ('" + url +
+                            ".idx': HTTP 404): a ShardDataset reads samples by URL through "
+                            "it; write it with coload-shard, or stream the shards with "
+                            "ShardStream, which reads them by their tar headers");
+  }
+}
+
+ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options,
+                           AllowUnindexed)
     : state_(std::make_shared<State>()) {
   checked(options);
   state_->options = std::move(options);
   state_->offsets.push_back(0);
   for (const std::string& path : shards) {
-    state_->shards.push_back(detail::is_remote(path)
-                                 ? detail::load_remote_index(path, state_->options.retry)
-                                 : load_index(path, state_->options.index));
+    bool missing = false;
+    if (detail::is_remote(path)) {
+      try {
+        state_->shards.push_back(detail::load_remote_index(path, state_->options.retry));
+      } catch (const io::HttpError& e) {
+        if (e.status() != 404) throw;
+        missing = true;  // its samples are known once streamed
+        ShardIndex none;
+        none.path = path;
+        state_->shards.push_back(std::move(none));
+      }
+    } else {
+      state_->shards.push_back(load_index(path, state_->options.index));
+    }
+    state_->unindexed.push_back(missing);
     state_->offsets.push_back(state_->offsets.back() +
                               static_cast<std::int64_t>(state_->shards.back().samples.size()));
   }
   state_->files.resize(state_->shards.size());
+}
+
+ShardDataset ShardDataset::streamed(const std::filesystem::path& root,
+                                   const ShardOptions& options) {
+  return ShardDataset(shards_of(root, checked(options)), options, AllowUnindexed{});
+}
+
+bool ShardDataset::indexed(std::size_t s) const noexcept {
+  return s >= state_->unindexed.size() || !state_->unindexed[s];
 }
 
 std::int64_t ShardDataset::size() const noexcept { return state_->offsets.back(); }

@@ -19,6 +19,7 @@
 #include "coload/core/warning.hpp"
 #include "coload/io/http.hpp"
 #include "cache.hpp"
+#include "unindexed.hpp"
 #include "remote.hpp"
 
 namespace coload::shards {
@@ -234,10 +235,11 @@ std::unique_ptr<ChunkReader> open_reader(const ShardIndex& shard, const ShardStr
 }  // namespace
 
 ShardStream::ShardStream(const std::filesystem::path& root, ShardStreamOptions options)
-    : dataset_(root, options.shards), options_(std::move(options)) {}
+    : dataset_(ShardDataset::streamed(root, options.shards)), options_(std::move(options)) {}
 
 ShardStream::ShardStream(std::vector<std::string> shards, ShardStreamOptions options)
-    : dataset_(std::move(shards), options.shards), options_(std::move(options)) {}
+    : dataset_(std::move(shards), options.shards, ShardDataset::AllowUnindexed{}),
+      options_(std::move(options)) {}
 
 std::vector<std::size_t> ShardStream::shards_for(std::uint64_t epoch_seed, int shard_id,
                                                  int num_shards) const {
@@ -290,12 +292,56 @@ Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
                                {}};
   }
   Position& pos = *self->progress_;
+  // Passes a sample through the shuffle buffer: what to hand out now, if anything. `g` is its
+  // global index (-1: a shard without an index), kept for the state.
+  const auto shuffle = [&](ShardSample&& x, std::int64_t g) -> std::optional<ShardSample> {
+    if (capacity <= 1) return std::move(x);
+    if (buffer.size() < capacity) {
+      buffer.push_back(std::move(x));
+      pos.buffer.push_back(g);
+      return std::nullopt;
+    }
+    const std::size_t j = below(pos.rng, buffer.size());
+    ShardSample out = std::move(buffer[j]);
+    buffer[j] = std::move(x);
+    pos.buffer[j] = g;
+    return out;
+  };
   std::vector<io::Buffer> spare;  // chunk buffers, reused from shard to shard
   std::unique_ptr<ChunkReader> next_reader;
   std::size_t next_reader_shard = 0;
   for (; pos.shard_pos < order.size(); ++pos.shard_pos, pos.sample = 0) {
     const std::size_t s = order[pos.shard_pos];
     const ShardIndex& shard = data.shards()[s];
+    if (!data.indexed(s)) {
+      // No index: streamed by its tar headers. Its samples have no global index (-1 in the
+      // state's buffer), so a state taken among them cannot be resumed (load_state says so).
+      if (pos.sample > 0) {
+        throw InvalidArgument("ShardStream::load_state: the state is inside shard '" +
+                              shard.path + "', which has no index: a resume cannot find its "
+                              "place there");
+      }
+      std::string lost;
+      try {
+        for (auto& x : detail::stream_unindexed(
+                 shard.path, std::max<std::size_t>(self->options_.read_ahead / 2, 1 << 16),
+                 data.options().retry)) {
+          ++pos.sample;
+          if (auto out = shuffle(std::move(x), -1)) co_yield std::move(*out);
+        }
+      } catch (const io::HttpError& e) {
+        lost = std::string(e.what()) + "; shard '" + shard.path + "' has no index: " +
+               std::to_string(pos.sample) +
+               " of its samples were read, the rest (how many is not known) are lost to this "
+               "epoch";
+        if (!(self->options_.skip_failed_shards || self->on_error_ == OnError::skip)) {
+          throw io::HttpError(e.url(), e.status(), e.attempts(), lost);
+        }
+      }
+      // Skipped: named, not counted (its samples were never known).
+      if (!lost.empty()) coload::detail::warn("ShardStream: skipped: " + lost);
+      continue;
+    }
     if (pos.sample >= shard.samples.size()) continue;
     // This shard's reader (made ahead while the previous shard was used, when it starts at its
     // first sample), and the next shard's, so that its first reads overlap this one's tail.
@@ -346,18 +392,7 @@ Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
       detail::place_fields(shard, is, is.begin, x);
       const std::int64_t g = data.offsets()[s] + static_cast<std::int64_t>(pos.sample);
       ++pos.sample;
-      if (capacity <= 1) {
-        co_yield std::move(x);
-      } else if (buffer.size() < capacity) {
-        buffer.push_back(std::move(x));
-        pos.buffer.push_back(g);
-      } else {
-        const std::size_t j = below(pos.rng, buffer.size());
-        ShardSample out = std::move(buffer[j]);
-        buffer[j] = std::move(x);
-        pos.buffer[j] = g;
-        co_yield std::move(out);
-      }
+      if (auto out = shuffle(std::move(x), g)) co_yield std::move(*out);
     }
   }
   while (!buffer.empty()) {
@@ -398,12 +433,17 @@ void ShardStream::load_state(const std::string& state) {
   in >> p.epoch_seed >> p.shard_id >> p.num_shards >> p.shard_pos >> p.sample >> p.rng >> n;
   const auto total = dataset_.size();
   if (!in || p.num_shards < 1 || p.shard_id < 0 || p.shard_id >= p.num_shards ||
-      p.shard_pos > dataset_.shards().size() || n > static_cast<std::size_t>(total)) {
+      p.shard_pos > dataset_.shards().size() ||
+      n > std::max(static_cast<std::size_t>(total), options_.shuffle_buffer)) {
     throw InvalidArgument("ShardStream::load_state: malformed state '" + state.substr(0, 60) + "'");
   }
   for (std::size_t i = 0; i < n; ++i) {
     std::int64_t g = -1;
     in >> g;
+    if (in && g == -1) {
+      throw InvalidArgument("ShardStream::load_state: the state's shuffle buffer holds samples "
+                            "of a shard without an index, which a resume cannot re-read");
+    }
     if (!in || g < 0 || g >= total) {
       throw InvalidArgument("ShardStream::load_state: a buffered sample outside the shards");
     }

@@ -574,6 +574,95 @@ TEST_CASE("retry options: the attempts set are the attempts made") {
   CHECK_THROWS_AS(get_on(ctx, failing, reader, 0), io::HttpError);
 }
 
+TEST_CASE("shards without an index stream by their tar headers: the local epoch, under faults too") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  const auto local = local_epoch(info);
+  int nonce = 0;
+  for (const char* mode : {"ok", "reset1", "short1", "lie1", "503x2", "bw4000"}) {
+    CAPTURE(mode);
+    shards::ShardStream remote(url(std::string(mode) + ",u" + std::to_string(nonce++), "noindex/"),
+                               stream_options(16 << 10));
+    CHECK(remote.total_samples() == 0);  // not known before they are streamed
+    CHECK(epoch(remote, info) == local);
+  }
+  // Ranks x workers: every sample exactly once.
+  std::multiset<std::string> all;
+  for (int w = 0; w < 3; ++w) {
+    shards::ShardStream remote(url("ok", "noindex/"), stream_options());
+    // The loader's worker seeds: the epoch's seed + the worker's id.
+    const WorkerInfo mine{.id = w, .num_workers = 3, .seed = 4u + static_cast<unsigned>(w)};
+    for (auto& x : epoch(remote, mine)) all.insert(x);
+  }
+  const auto every = local_epoch(info);
+  CHECK(all.size() == every.size());
+  CHECK((all == std::multiset<std::string>(every.begin(), every.end())));
+}
+
+TEST_CASE("shards without an index: map-style says it needs the index; a torn one is named") {
+  try {
+    const shards::ShardDataset ds(url("ok", "noindex/"));
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    const std::string what = e.what();
+    CHECK(e.status() == 404);
+    CHECK(e.url() == url("ok", "noindex/") + "shard-000000.tar.idx");
+    CHECK(what.find("has no index") != std::string::npos);
+    CHECK(what.find("stream the shards with ShardStream") != std::string::npos);
+  }
+  // A shard cut short in the middle: the samples before the cut, then the error naming it.
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  shards::ShardStream torn(url("ok", "torn/"), {.shuffle_shards = false});
+  std::size_t got = 0;
+  try {
+    for (auto& x : torn.stream(info)) {
+      CHECK(x.text("bin") == payload(std::stoll(x.text("id"))));
+      ++got;
+    }
+    FAIL("no error");
+  } catch (const shards::ShardError& e) {
+    CHECK(e.shard() == url("ok", "torn/") + "shard-000001.tar");
+    CHECK(std::string(e.what()).find("torn") != std::string::npos);
+  }
+  const shards::ShardDataset indexed(*root / "shards");
+  CHECK(got > indexed.shards()[0].samples.size());  // shard 0 whole, then part of shard 1
+  CHECK(got < static_cast<std::size_t>(indexed.offsets()[2]));
+  // A state taken among such samples cannot be resumed, and says why.
+  shards::ShardStream remote(url("ok", "noindex/"), stream_options());
+  auto stream = remote.stream(info);
+  auto it = stream.begin();
+  for (int k = 0; k < 10; ++k) ++it;
+  const std::string state = remote.state();
+  shards::ShardStream again(url("ok", "noindex/"), stream_options());
+  CHECK_THROWS_WITH_AS(again.load_state(state),
+                       doctest::Contains("a shard without an index, which a resume cannot re-read"),
+                       InvalidArgument);
+}
+
+TEST_CASE("a loader over shards without an index: every sample once; on_error = skip names a failed one") {
+  for (int workers : {0, 2}) {
+    CAPTURE(workers);
+    const shards::ShardStream remote(url("ok", "noindex/"), stream_options());
+    auto loader = make_data_loader(
+        remote, LoaderOptions<CheckedIds>{.batch_size = 8, .num_workers = workers, .seed = 2});
+    auto ids = all_ids(loader);
+    std::sort(ids.begin(), ids.end());
+    std::vector<std::int64_t> every(static_cast<std::size_t>(total));
+    for (std::int64_t i = 0; i < total; ++i) every[static_cast<std::size_t>(i)] = i;
+    CHECK(ids == every);
+  }
+  const shards::ShardStream failing(url("always503,on000002", "noindex/"), stream_options());
+  auto loader = make_data_loader(
+      failing, LoaderOptions<CheckedIds>{.batch_size = 8, .seed = 2, .on_error = OnError::skip});
+  auto ids = all_ids(loader);
+  std::sort(ids.begin(), ids.end());
+  const shards::ShardDataset indexed(*root / "shards");
+  std::vector<std::int64_t> rest;
+  for (std::int64_t i = 0; i < total; ++i) {
+    if (i < indexed.offsets()[2] || i >= indexed.offsets()[3]) rest.push_back(i);
+  }
+  CHECK(ids == rest);
+}
+
 TEST_CASE("403 and 404 fail at once, naming the URL") {
   shards::ShardStream forbidden(url("403"), {.shuffle_shards = false});
   try {
@@ -673,6 +762,17 @@ int main(int argc, char** argv) {
     std::ofstream grow(served / "changed" / "shard-000000.tar", std::ios::app | std::ios::binary);
     grow << std::string(1024, '\0');
   }
+  // The same shards without their indices, and with one torn in the middle of a sample.
+  for (const char* folder : {"noindex", "torn"}) {
+    fs::create_directories(served / folder);
+    for (const auto& e : fs::directory_iterator(served / "shards")) {
+      if (e.path().extension() != ".idx") {
+        fs::copy_file(e.path(), served / folder / e.path().filename());
+      }
+    }
+  }
+  fs::resize_file(served / "torn" / "shard-000001.tar",
+                  fs::file_size(served / "torn" / "shard-000001.tar") / 2 + 7);
   shards_test::Server s;
   s.start(with_s3 ? COLOAD_S3_SERVE_SCRIPT : COLOAD_SERVE_SCRIPT, served);
   if (!s.skip.empty()) {

@@ -86,6 +86,9 @@ class BodyStream {
   /// Copies the next `n` bytes to `dst`, waiting for them. Throws HttpError when the transfer
   /// failed for good, or when the body ends before them.
   void read(std::byte* dst, std::size_t n);
+  /// Copies up to `n` bytes to `dst` (nullptr drops them), fewer only where the body ends;
+  /// returns how many. Throws HttpError when the transfer failed for good.
+  std::size_t read_up_to(std::byte* dst, std::size_t n);
   /// Skips the next `n` bytes.
   void skip(std::uint64_t n);
   /// The offset in the URL's body of the next byte read() returns.

@@ -83,7 +83,9 @@ class ShardDataset {
  public:
   using sample_type = ShardSample;
 
-  /// Indexes the shards of `root` (a `.tar` file or a folder of them; see find_shards).
+  /// Indexes the shards of `root` (a `.tar` file or a folder of them; see find_shards). A shard
+  /// by URL must have its index beside it (`NAME.tar.idx`, which coload-shard writes): a
+  /// missing one is an io::HttpError (404) saying so (ShardStream reads shards without one).
   explicit ShardDataset(const std::filesystem::path& root, ShardOptions options = {});
   /// Indexes the given shards, in this order.
   explicit ShardDataset(std::vector<std::string> shards, ShardOptions options = {});
@@ -119,10 +121,18 @@ class ShardDataset {
   const std::vector<ShardIndex>& shards() const noexcept;
   /// The options.
   const ShardOptions& options() const noexcept;
+  /// Whether shard `s` has an index: always, but in a ShardStream's view of shards by URL,
+  /// where one without (its samples unknown until streamed) has none.
+  bool indexed(std::size_t s) const noexcept;
 
   struct State;
 
  private:
+  friend class ShardStream;
+  // ShardStream's view: a shard by URL whose index is missing (404) is kept, without samples.
+  struct AllowUnindexed {};
+  ShardDataset(std::vector<std::string> shards, ShardOptions options, AllowUnindexed);
+  static ShardDataset streamed(const std::filesystem::path& root, const ShardOptions& options);
   std::shared_ptr<State> state_;
 };
 
