@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <system_error>
 
 #include "coload/io/file.hpp"
@@ -73,6 +74,7 @@ void place_fields(const ShardIndex& index, const IndexSample& sample, std::uint6
 struct ShardDataset::State {
   std::vector<ShardIndex> shards;
   std::vector<bool> unindexed;  // a ShardStream's shards by URL without an index
+  std::optional<io::HttpError> missing;  // the first one's 404
   std::vector<std::int64_t> offsets;  // shards.size() + 1
   ShardOptions options;
   std::mutex mutex;
@@ -124,14 +126,11 @@ ShardDataset::ShardDataset(const std::filesystem::path& root, ShardOptions optio
 
 ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options)
     : ShardDataset(std::move(shards), std::move(options), AllowUnindexed{}) {
-  for (std::size_t s = 0; s < state_->shards.size(); ++s) {
-    if (!state_->unindexed[s]) continue;
-    const std::string& url = state_->shards[s].path;
-    throw io::HttpError(url + ".idx", 404, 1,
-                        "shard '" + url + "' has no index ('" + url +
-                            ".idx': HTTP 404): a ShardDataset reads samples by URL through "
-                            "it; write it with coload-shard, or stream the shards with "
-                            "ShardStream, which reads them by their tar headers");
+  if (const auto& e = state_->missing) {
+    throw io::HttpError(e->url(), e->status(), e->attempts(),
+                        std::string(e->what()) +
+                            "; it has no index, which a ShardDataset needs: stream the shards "
+                            "with ShardStream, which reads them by their tar headers");
   }
 }
 
@@ -149,6 +148,7 @@ ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options
       } catch (const io::HttpError& e) {
         if (e.status() != 404) throw;
         missing = true;  // its samples are known once streamed
+        if (!state_->missing) state_->missing = e;
         ShardIndex none;
         none.path = path;
         state_->shards.push_back(std::move(none));

@@ -606,7 +606,7 @@ TEST_CASE("shards without an index: map-style says it needs the index; a torn on
     const std::string what = e.what();
     CHECK(e.status() == 404);
     CHECK(e.url() == url("ok", "noindex/") + "shard-000000.tar.idx");
-    CHECK(what.find("has no index") != std::string::npos);
+    CHECK(what.find("has no index, which a ShardDataset needs") != std::string::npos);
     CHECK(what.find("stream the shards with ShardStream") != std::string::npos);
   }
   // A shard cut short in the middle: the samples before the cut, then the error naming it.
