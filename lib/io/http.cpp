@@ -310,7 +310,8 @@ void HttpClient::Driver::complete(BodyStream::Transfer& t) {
   {
     std::lock_guard lock(t.mutex);
     t.done = true;
-    waiter = std::exchange(t.waiter, nullptr);
+    // A cancelled transfer's waiter was destroyed with its BodyStream (the frame went away).
+    if (!t.cancelled) waiter = std::exchange(t.waiter, nullptr);
   }
   t.arrived.notify_all();
   if (!waiter) return;
@@ -507,6 +508,7 @@ BodyStream::~BodyStream() {
     std::lock_guard lock(transfer_->mutex);
     if (transfer_->done) return;
     transfer_->cancelled = true;
+    transfer_->waiter = nullptr;  // its coroutine is going away (get_range_async's frame)
   }
   HttpClient::Driver* d = client_->driver_.get();
   d->post([d, t = transfer_] { d->cancel(t); });
