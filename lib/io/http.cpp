@@ -279,6 +279,8 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
     curl_easy_setopt(easy, CURLOPT_URL, t->url.c_str());
   }
   curl_easy_setopt(easy, CURLOPT_PRIVATE, t.get());
+  curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, close_socket);
+  curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, this);
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(easy, CURLOPT_WRITEDATA, t.get());
   curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);

@@ -126,4 +126,7 @@ struct HttpClient::Driver {
   void drop(BodyStream::Transfer& t);
 };
 
+/// CURLOPT_CLOSESOCKETFUNCTION of every transfer (`user`: its Driver), in http_driver.cpp.
+int close_socket(void* user, curl_socket_t fd);
+
 }  // namespace coload::io

@@ -37,6 +37,25 @@ int on_socket(CURL*, curl_socket_t fd, int what, void* user, void*) {
   return 0;
 }
 
+}  // namespace
+
+// curl closes its sockets through here (CURLOPT_CLOSESOCKETFUNCTION), so that the io_context
+// lets go of one while its number is still its own. curl may report a socket gone
+// (CURL_POLL_REMOVE) only after closing it, and by then the number may name another file
+// (an io_uring eventfd on the same io_context, whose wait that deregistration would drop).
+int close_socket(void* user, curl_socket_t fd) {
+  auto* d = static_cast<Driver*>(user);
+  const auto it = d->sockets.find(fd);
+  if (it != d->sockets.end()) {
+    it->second->gone = true;
+    it->second->sd.release();
+    d->sockets.erase(it);
+  }
+  return ::close(fd);
+}
+
+namespace {
+
 int on_timer(CURLM*, long ms, void* user) {
   auto* d = static_cast<Driver*>(user);
   if (!d->timer) return 0;  // closing
