@@ -1,5 +1,6 @@
-// HttpClient: one curl multi handle driven by one thread; each BodyStream's Transfer holds the
-// bytes received ahead of its reader, the byte reached, and the count of faults in a row.
+// HttpClient's transfers: each BodyStream's Transfer holds the bytes received ahead of its
+// reader, the byte reached, and the count of faults in a row; a fault is retried from the byte
+// reached after a backoff. The loop that drives them is http_driver.cpp's.
 
 #include "coload/io/http.hpp"
 
@@ -7,28 +8,24 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <limits>
-#include <mutex>
-#include <random>
-#include <thread>
-#include <unordered_map>
 #include <utility>
-#include <vector>
+
+#include <asio/post.hpp>
+
+#include "http_detail.hpp"
 
 namespace coload::io {
 
-namespace {
-constexpr std::uint64_t to_end = std::numeric_limits<std::uint64_t>::max();
-constexpr std::size_t block_size = 1 << 20;
-using Clock = std::chrono::steady_clock;
+using http_detail::block_size;
+using http_detail::Clock;
+using http_detail::to_end;
 
+namespace {
 bool starts_with(std::string_view s, std::string_view p) noexcept {
   return s.size() >= p.size() && s.substr(0, p.size()) == p;
 }
@@ -81,117 +78,74 @@ S3Target resolve_s3(const std::string& url) {
 
 }  // namespace
 
+void validate(const RetryOptions& retry, std::string_view name) {
+  const auto bad = [&](const char* field, long long value, const char* must) {
+    throw InvalidArgument(std::string(name) + "." + field + " is " + std::to_string(value) +
+                          "; it must be " + must);
+  };
+  if (retry.attempts < 1) bad("attempts", retry.attempts, "at least 1");
+  if (retry.backoff.count() < 0) bad("backoff", retry.backoff.count(), "at least 0 ms");
+  if (retry.max_backoff < retry.backoff) {
+    bad("max_backoff", retry.max_backoff.count(),
+        ("at least backoff (" + std::to_string(retry.backoff.count()) + " ms)").c_str());
+  }
+  if (retry.max_backoff > std::chrono::hours(1)) {
+    bad("max_backoff", retry.max_backoff.count(), "at most an hour (3600000 ms)");
+  }
+  if (retry.connect_timeout.count() <= 0) {
+    bad("connect_timeout", retry.connect_timeout.count(), "above 0 ms");
+  }
+  // curl takes both as a long (ms, s): a value it cannot hold is refused rather than cut.
+  if (retry.connect_timeout.count() > std::numeric_limits<long>::max()) {
+    bad("connect_timeout", retry.connect_timeout.count(), "at most LONG_MAX ms");
+  }
+  if (retry.stall.count() <= 0) bad("stall", retry.stall.count(), "above 0 s");
+  if (retry.stall.count() > std::numeric_limits<long>::max()) {
+    bad("stall", retry.stall.count(), "at most LONG_MAX s");
+  }
+}
+
 HttpError::HttpError(std::string url, long status, int attempts, const std::string& what)
     : std::runtime_error(what), url_(std::move(url)), status_(status), attempts_(attempts) {}
 
-struct BodyStream::Transfer {
-  // Set before the transfer starts; read-only after.
-  std::string url;
-  std::uint64_t begin = 0, end = to_end;  // end: to_end reads to the body's end
-  std::size_t window = 0;                 // 0: no bound (get)
-  std::uint64_t size = 0;                 // the body's size when known (0: not checked)
-  std::uint64_t limit = to_end;           // get(): the most bytes accepted
-
-  // The driver thread's alone.
-  CURL* easy = nullptr;
-  curl_slist* headers = nullptr;  // this attempt's extra headers (s3://), freed with `easy`
-  std::uint64_t reached = 0;        // the next byte of the body wanted
-  std::uint64_t attempt_start = 0;  // reached when this attempt began
-  std::uint64_t skip = 0;           // bytes of this response before `reached` (a 200 to a Range)
-  std::int64_t range_start = -1, range_total = -1;  // this response's Content-Range
-  bool checked = false;  // this response's status and range checked
-  long status = 0;
-  int attempts = 0, failures = 0;  // in all; in a row without a byte gained
-  std::string fatal;               // why the response cannot be used (no retry)
-  char errbuf[CURL_ERROR_SIZE] = {};
-
-  // Shared with the reader, under `mutex`.
-  std::mutex mutex;
-  std::condition_variable arrived;
-  std::deque<std::vector<std::byte>> blocks;
-  std::size_t front = 0;     // bytes of blocks.front() already read
-  std::size_t buffered = 0;  // bytes received and not yet read
-  std::vector<std::vector<std::byte>> spare;
-  bool paused = false, done = false, cancelled = false;
-  // Why it failed for good: the reader throws an HttpError made on its own thread from these
-  // (an exception_ptr made here and dropped there has its count in uninstrumented libstdc++,
-  // which TSan reports as a race on the exception's frees).
-  bool failed = false;
-  long error_status = 0;
-  int error_attempts = 0;
-  std::string error_what;
-
-  [[noreturn]] void rethrow() const {
-    throw HttpError(url, error_status, error_attempts, error_what);
-  }
-
-  /// Appends received bytes (driver thread, under `mutex`).
-  void append(const std::byte* p, std::size_t n) {
-    buffered += n;
-    while (n > 0) {
-      if (blocks.empty() || blocks.back().size() == blocks.back().capacity()) {
-        std::vector<std::byte> b;
-        if (!spare.empty()) {
-          b = std::move(spare.back());
-          spare.pop_back();
-          b.clear();
-        }
-        b.reserve(block_size);
-        blocks.push_back(std::move(b));
+void BodyStream::Transfer::append(const std::byte* p, std::size_t n) {
+  buffered += n;
+  while (n > 0) {
+    if (blocks.empty() || blocks.back().size() == blocks.back().capacity()) {
+      std::vector<std::byte> b;
+      if (!spare.empty()) {
+        b = std::move(spare.back());
+        spare.pop_back();
+        b.clear();
       }
-      std::vector<std::byte>& last = blocks.back();
-      const std::size_t take = std::min(n, last.capacity() - last.size());
-      last.insert(last.end(), p, p + take);
-      p += take;
-      n -= take;
+      b.reserve(block_size);
+      blocks.push_back(std::move(b));
+    }
+    std::vector<std::byte>& last = blocks.back();
+    const std::size_t take = std::min(n, last.capacity() - last.size());
+    last.insert(last.end(), p, p + take);
+    p += take;
+    n -= take;
+  }
+}
+
+std::size_t BodyStream::Transfer::take(std::byte* dst, std::size_t n) {
+  std::size_t got = 0;
+  while (got < n && buffered > 0) {
+    std::vector<std::byte>& b = blocks.front();
+    const std::size_t k = std::min(n - got, b.size() - front);
+    if (dst) std::memcpy(dst + got, b.data() + front, k);
+    got += k;
+    front += k;
+    buffered -= k;
+    if (front == b.size()) {
+      if (spare.size() < 2) spare.push_back(std::move(b));
+      blocks.pop_front();
+      front = 0;
     }
   }
-  /// Moves up to `n` buffered bytes to `dst` (nullptr drops them); under `mutex`.
-  std::size_t take(std::byte* dst, std::size_t n) {
-    std::size_t got = 0;
-    while (got < n && buffered > 0) {
-      std::vector<std::byte>& b = blocks.front();
-      const std::size_t k = std::min(n - got, b.size() - front);
-      if (dst) std::memcpy(dst + got, b.data() + front, k);
-      got += k;
-      front += k;
-      buffered -= k;
-      if (front == b.size()) {
-        if (spare.size() < 2) spare.push_back(std::move(b));
-        blocks.pop_front();
-        front = 0;
-      }
-    }
-    return got;
-  }
-};
-
-struct HttpClient::Driver {
-  RetryOptions retry;
-  CURLM* multi = nullptr;
-  std::thread thread;
-  std::mutex mutex;  // guards the three queues and stop; never held while taking a Transfer's
-  std::vector<std::shared_ptr<BodyStream::Transfer>> incoming, unpause, cancel;
-  bool stop = false;
-  // The driver thread's alone.
-  std::unordered_map<CURL*, std::shared_ptr<BodyStream::Transfer>> running;
-  std::vector<std::pair<Clock::time_point, std::shared_ptr<BodyStream::Transfer>>> waiting;
-  std::minstd_rand jitter{static_cast<unsigned>(::getpid()) ^ 0x5eed};
-
-  void wake() { curl_multi_wakeup(multi); }
-  void loop();
-  void launch(const std::shared_ptr<BodyStream::Transfer>& t);
-  void finished(CURL* easy, CURLcode result);
-  void fail(BodyStream::Transfer& t, const std::string& why);
-  void drop(BodyStream::Transfer& t) {
-    if (!t.easy) return;
-    curl_multi_remove_handle(multi, t.easy);
-    CURL* easy = std::exchange(t.easy, nullptr);
-    curl_easy_cleanup(easy);
-    curl_slist_free_all(std::exchange(t.headers, nullptr));
-    running.erase(easy);  // may free t: last
-  }
-};
+  return got;
+}
 
 namespace {
 
@@ -325,6 +279,8 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
     curl_easy_setopt(easy, CURLOPT_URL, t->url.c_str());
   }
   curl_easy_setopt(easy, CURLOPT_PRIVATE, t.get());
+  curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, close_socket);
+  curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, this);
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(easy, CURLOPT_WRITEDATA, t.get());
   curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
@@ -334,9 +290,10 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, 256L << 10);
-  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(retry.connect_timeout.count()));
+  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(t->retry.connect_timeout.count()));
   curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, static_cast<long>(retry.stall.count()));
+  curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, static_cast<long>(t->retry.stall.count()));
   // Identity encoding: byte offsets are offsets of the file itself.
   curl_easy_setopt(easy, CURLOPT_HTTP_CONTENT_DECODING, 0L);
   std::string range;
@@ -350,6 +307,25 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   curl_multi_add_handle(multi, easy);
 }
 
+void HttpClient::Driver::complete(BodyStream::Transfer& t) {
+  std::coroutine_handle<> waiter;
+  {
+    std::lock_guard lock(t.mutex);
+    t.done = true;
+    // A cancelled transfer's waiter was destroyed with its BodyStream (the frame went away).
+    if (!t.cancelled) waiter = std::exchange(t.waiter, nullptr);
+  }
+  t.arrived.notify_all();
+  if (!waiter) return;
+  // The waiting coroutine goes on in a handler of its own, not inside the loop's turn; while
+  // closing there is no later turn, so it goes on here (and finds the transfer failed).
+  if (closing) {
+    waiter.resume();
+  } else {
+    asio::post(*ctx, [waiter] { waiter.resume(); });
+  }
+}
+
 void HttpClient::Driver::fail(BodyStream::Transfer& t, const std::string& why) {
   {
     std::lock_guard lock(t.mutex);
@@ -357,9 +333,23 @@ void HttpClient::Driver::fail(BodyStream::Transfer& t, const std::string& why) {
     t.error_status = t.status;
     t.error_attempts = t.attempts;
     t.error_what = why;
-    t.done = true;
   }
-  t.arrived.notify_all();
+  complete(t);
+}
+
+void HttpClient::Driver::drop(BodyStream::Transfer& t) {
+  if (!t.easy) return;
+  curl_multi_remove_handle(multi, t.easy);
+  CURL* easy = std::exchange(t.easy, nullptr);
+  curl_easy_cleanup(easy);
+  curl_slist_free_all(std::exchange(t.headers, nullptr));
+  running.erase(easy);  // may free t: last
+}
+
+void HttpClient::Driver::cancel(const std::shared_ptr<BodyStream::Transfer>& t) {
+  drop(*t);
+  t->backoff.reset();  // its wait ends as cancelled
+  std::erase(waiting, t);
 }
 
 void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
@@ -377,11 +367,7 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
   if (cancelled) return;
   const bool complete = t.end != to_end ? t.reached >= t.end : result == CURLE_OK;
   if (complete && t.fatal.empty()) {
-    {
-      std::lock_guard lock(t.mutex);
-      t.done = true;
-    }
-    t.arrived.notify_all();
+    this->complete(t);
     return;
   }
   if (t.reached > t.attempt_start) t.failures = 0;
@@ -402,146 +388,110 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
                             std::to_string(t.attempts) +
                             (t.attempts == 1 ? " attempt" : " attempts") + ", at byte " +
                             std::to_string(t.reached);
-  if (!t.fatal.empty() || !retryable(result, t.status) || t.failures >= retry.attempts) {
+  if (!t.fatal.empty() || !retryable(result, t.status) || t.failures >= t.retry.attempts) {
     fail(t, where);
     return;
   }
-  auto wait = retry.backoff * (1LL << std::min(t.failures - 1, 20));
-  wait = std::min<std::chrono::milliseconds>(wait, retry.max_backoff);
+  // Doubled per failure in a row up to the cap (both at most an hour: no overflow).
+  auto wait = t.retry.backoff;
+  for (int k = 1; k < t.failures && wait < t.retry.max_backoff; ++k) wait *= 2;
+  wait = std::min(wait, t.retry.max_backoff);
   const auto ms = static_cast<long long>(wait.count());
   const auto drawn = std::uniform_int_distribution<long long>(ms / 2, std::max(ms, 1LL))(jitter);
-  waiting.emplace_back(Clock::now() + std::chrono::milliseconds(drawn), std::move(keep));
-}
-
-void HttpClient::Driver::loop() {
-  for (;;) {
-    std::vector<std::shared_ptr<BodyStream::Transfer>> in, go, gone;
-    {
-      std::lock_guard lock(mutex);
-      if (stop) break;
-      in.swap(incoming);
-      go.swap(unpause);
-      gone.swap(cancel);
-    }
-    for (auto& t : in) launch(t);
-    for (auto& t : go) {
-      if (t->easy) curl_easy_pause(t->easy, CURLPAUSE_CONT);  // may call on_body at once
-    }
-    for (auto& t : gone) {
-      drop(*t);
-      std::erase_if(waiting, [&](const auto& w) { return w.second == t; });
-    }
-    const auto now = Clock::now();
-    auto next = now + std::chrono::seconds(1);
-    for (std::size_t i = 0; i < waiting.size();) {
-      if (waiting[i].first <= now) {
-        auto t = std::move(waiting[i].second);
-        waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
-        launch(t);
-      } else {
-        next = std::min(next, waiting[i].first);
-        ++i;
-      }
-    }
-    int active = 0;
-    curl_multi_perform(multi, &active);
-    int left = 0;
-    while (CURLMsg* m = curl_multi_info_read(multi, &left)) {
-      if (m->msg == CURLMSG_DONE) finished(m->easy_handle, m->data.result);
-    }
-    if (!waiting.empty()) {
-      for (const auto& w : waiting) next = std::min(next, w.first);
-    }
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now());
-    curl_multi_poll(multi, nullptr, 0, static_cast<int>(std::max<long long>(ms.count(), 0)),
-                    nullptr);
-  }
-  // Closing: whatever is still running or waiting fails, so no reader waits forever.
-  while (!running.empty()) {
-    auto t = running.begin()->second;
-    drop(*t);
-    fail(*t, "cannot read '" + t->url + "': the HTTP client was closed");
-  }
-  for (auto& w : waiting) fail(*w.second, "cannot read '" + w.second->url + "': the HTTP client was closed");
-  waiting.clear();
-}
-
-HttpClient::HttpClient(RetryOptions retry) : retry_(retry), driver_(std::make_unique<Driver>()) {
-  static const CURLcode global = curl_global_init(CURL_GLOBAL_DEFAULT);
-  if (global != CURLE_OK) throw RuntimeError("curl_global_init failed");
-  if (retry.attempts < 1) throw InvalidArgument("RetryOptions::attempts must be at least 1");
-  driver_->retry = retry;
-  driver_->multi = curl_multi_init();
-  if (!driver_->multi) throw RuntimeError("curl_multi_init failed");
-  driver_->thread = std::thread([d = driver_.get()] { d->loop(); });
-}
-
-HttpClient::~HttpClient() {
-  {
-    std::lock_guard lock(driver_->mutex);
-    driver_->stop = true;
-  }
-  driver_->wake();
-  driver_->thread.join();
-  curl_multi_cleanup(driver_->multi);
-}
-
-std::shared_ptr<HttpClient> HttpClient::shared() {
-  static std::mutex mutex;
-  static std::shared_ptr<HttpClient> client;
-  static pid_t owner = 0;
-  std::lock_guard lock(mutex);
-  if (client && owner != ::getpid()) {
-    // A forked child: the parent's driver thread is not here, so its client can be neither
-    // used nor destroyed (the destructor would join a thread that does not exist). Kept.
-    static auto* orphans = new std::vector<std::shared_ptr<HttpClient>>;
-    orphans->push_back(std::move(client));
-  }
-  if (!client) {
-    client = std::make_shared<HttpClient>();
-    owner = ::getpid();
-  }
-  return client;
+  t.backoff = std::make_unique<asio::steady_timer>(*ctx, std::chrono::milliseconds(drawn));
+  waiting.push_back(keep);
+  t.backoff->async_wait([this, w = std::weak_ptr(keep)](const asio::error_code& ec) {
+    // Cancelled (the reader let go, or the client closed) ends the wait with an error; the
+    // transfer is then no longer waiting.
+    const auto t = w.lock();
+    if (ec || !t || closing) return;
+    std::erase(waiting, t);
+    t->backoff.reset();
+    launch(t);
+  });
 }
 
 std::shared_ptr<BodyStream::Transfer> HttpClient::start(const std::string& url,
                                                         std::uint64_t begin, std::uint64_t end,
                                                         std::size_t window, std::uint64_t size,
+                                                        const RetryOptions& retry,
                                                         std::uint64_t limit) {
-  // Every field the driver reads is set here, before the driver can see the transfer.
+  validate(retry);
+  // Every field the loop reads is set here, before the loop can see the transfer.
   auto t = std::make_shared<BodyStream::Transfer>();
+  t->retry = retry;
   t->url = url;
   t->limit = limit;
   t->begin = t->reached = begin;
   t->end = end;
   t->window = window;
   t->size = size;
-  {
-    std::lock_guard lock(driver_->mutex);
-    driver_->incoming.push_back(t);
+  Driver* d = driver_.get();
+  if (!d->post([d, t] { d->launch(t); })) {
+    t->done = t->failed = true;
+    t->error_what = "cannot read '" + url + "': the HTTP client was closed";
   }
-  driver_->wake();
   return t;
+}
+
+void HttpClient::blocking(const char* what) const {
+  // The loop runs on this very thread: waiting here would wait for ourselves.
+  if (driver_->own == nullptr && driver_->ctx->get_executor().running_in_this_thread()) {
+    throw LogicError(std::string("HttpClient::") + what +
+                     " waits for the io_context it is called on; co_await get_range_async");
+  }
 }
 
 std::unique_ptr<BodyStream> HttpClient::stream(const std::string& url, std::uint64_t begin,
                                                std::uint64_t end, std::size_t window,
-                                               std::uint64_t size) {
+                                               std::uint64_t size, const RetryOptions& retry) {
   if (end < begin) throw InvalidArgument("HttpClient::stream: end before begin for '" + url + "'");
-  auto t = start(url, begin, end, std::max<std::size_t>(window, 1), size);
+  blocking("stream");
+  auto t = start(url, begin, end, std::max<std::size_t>(window, 1), size, retry);
   return std::unique_ptr<BodyStream>(new BodyStream(shared_from_this(), std::move(t), begin));
 }
 
 void HttpClient::get_range(const std::string& url, std::uint64_t begin, std::uint64_t end,
-                           std::byte* dst, std::uint64_t size) {
+                           std::byte* dst, std::uint64_t size, const RetryOptions& retry) {
   if (end <= begin) return;
+  blocking("get_range");
   // No window: a range read is wanted whole, and its reader waits for all of it.
-  BodyStream body(shared_from_this(), start(url, begin, end, 0, size), begin);
+  BodyStream body(shared_from_this(), start(url, begin, end, 0, size, retry), begin);
   body.read(dst, static_cast<std::size_t>(end - begin));
 }
 
-std::string HttpClient::get(const std::string& url, std::uint64_t limit) {
-  auto t = start(url, 0, to_end, 0, 0, limit);
+namespace {
+/// Waits for a transfer to be done (complete or failed), resumed on the client's io_context.
+struct DoneAwaiter {
+  BodyStream::Transfer& t;
+  bool await_ready() const {
+    std::lock_guard lock(t.mutex);
+    return t.done;
+  }
+  bool await_suspend(std::coroutine_handle<> h) const {
+    std::lock_guard lock(t.mutex);
+    if (t.done) return false;
+    t.waiter = h;
+    return true;
+  }
+  void await_resume() const noexcept {}
+};
+}  // namespace
+
+Task<void> HttpClient::get_range_async(std::string url, std::uint64_t begin, std::uint64_t end,
+                                       std::byte* dst, std::uint64_t size, RetryOptions retry) {
+  if (end <= begin) co_return;
+  auto t = start(url, begin, end, 0, size, retry);
+  // Destroyed early (the fetch was dropped), it cancels the transfer.
+  BodyStream body(shared_from_this(), t, begin);
+  co_await DoneAwaiter{*t};
+  body.read(dst, static_cast<std::size_t>(end - begin));  // all there, or the error: no wait
+}
+
+std::string HttpClient::get(const std::string& url, std::uint64_t limit,
+                            const RetryOptions& retry) {
+  blocking("get");
+  auto t = start(url, 0, to_end, 0, 0, retry, limit);
   BodyStream body(shared_from_this(), t, 0);
   std::unique_lock lock(t->mutex);
   t->arrived.wait(lock, [&] { return t->done; });
@@ -560,17 +510,23 @@ BodyStream::~BodyStream() {
     std::lock_guard lock(transfer_->mutex);
     if (transfer_->done) return;
     transfer_->cancelled = true;
+    transfer_->waiter = nullptr;  // its coroutine is going away (get_range_async's frame)
   }
-  HttpClient::Driver& d = *client_->driver_;
-  {
-    std::lock_guard lock(d.mutex);
-    d.cancel.push_back(transfer_);
-  }
-  d.wake();
+  HttpClient::Driver* d = client_->driver_.get();
+  d->post([d, t = transfer_] { d->cancel(t); });
 }
 
 void BodyStream::read(std::byte* dst, std::size_t n) {
+  if (read_up_to(dst, n) != n) {
+    throw HttpError(transfer_->url, 0, 0,
+                    "cannot read '" + transfer_->url + "': the body ended at byte " +
+                        std::to_string(position_) + ", before the bytes wanted");
+  }
+}
+
+std::size_t BodyStream::read_up_to(std::byte* dst, std::size_t n) {
   Transfer& t = *transfer_;
+  std::size_t done = 0;
   while (n > 0) {
     bool resume = false;
     {
@@ -578,13 +534,12 @@ void BodyStream::read(std::byte* dst, std::size_t n) {
       t.arrived.wait(lock, [&] { return t.buffered > 0 || t.done; });
       if (t.buffered == 0) {
         if (t.failed) t.rethrow();
-        throw HttpError(t.url, 0, 0,
-                        "cannot read '" + t.url + "': the body ended at byte " +
-                            std::to_string(position_) + ", before the bytes wanted");
+        return done;  // the body's end
       }
       const std::size_t got = t.take(dst, n);
       if (dst) dst += got;
       n -= got;
+      done += got;
       position_ += got;
       if (t.paused && t.buffered <= t.window / 2) {
         t.paused = false;
@@ -592,14 +547,13 @@ void BodyStream::read(std::byte* dst, std::size_t n) {
       }
     }
     if (resume) {
-      HttpClient::Driver& d = *client_->driver_;
-      {
-        std::lock_guard lock(d.mutex);
-        d.unpause.push_back(transfer_);
-      }
-      d.wake();
+      // curl_easy_pause may deliver the bytes it held at once: on the loop's thread.
+      client_->driver_->post([t = transfer_] {
+        if (t->easy) curl_easy_pause(t->easy, CURLPAUSE_CONT);
+      });
     }
   }
+  return done;
 }
 
 void BodyStream::skip(std::uint64_t n) {

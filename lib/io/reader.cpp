@@ -43,7 +43,7 @@ void say_once(const std::string& why) {
 
 }  // namespace
 
-Reader::Reader(asio::io_context& ctx, ReaderOptions options) {
+Reader::Reader(asio::io_context& ctx, ReaderOptions options) : ctx_(&ctx) {
   std::string why = uring_refused(options);
 #if COLOAD_HAVE_IO_URING
   if (why.empty()) {

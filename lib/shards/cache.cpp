@@ -20,10 +20,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The entry's file name: a hash of the URL (FNV-1a) and the URL's last part, for a reader.
-std::string entry_name(const std::string& url) {
+// The entry's file name: a hash (FNV-1a) of the URL and of the version of the shard its index
+// describes (size and mtime, from the index's header line), and the URL's last part, for a
+// reader. A shard rewritten on the server, even to the same size, has a new index and so
+// another entry: the old one's bytes are never taken for it, and age out of the cache.
+std::string entry_name(const ShardIndex& shard) {
+  const std::string& url = shard.path;
   std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : url) h = (h ^ c) * 0x100000001b3ULL;
+  const auto mix = [&](std::string_view s) {
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  };
+  mix(url);
+  mix("\n" + std::to_string(shard.file_size) + "\n" + std::to_string(shard.mtime_ns));
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   const auto slash = url.find_last_of('/');
@@ -62,7 +70,7 @@ std::uint64_t cached_size(const ShardIndex& shard) noexcept {
 
 std::optional<std::string> cache_find(const ShardOptions& options, const ShardIndex& shard) {
   if (options.cache_dir.empty() || options.cache_bytes == 0) return std::nullopt;
-  const std::string path = (fs::path(options.cache_dir) / entry_name(shard.path)).string();
+  const std::string path = (fs::path(options.cache_dir) / entry_name(shard)).string();
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return std::nullopt;
   if (static_cast<std::uint64_t>(st.st_size) != cached_size(shard)) {
@@ -82,7 +90,7 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
   fs::create_directories(options.cache_dir, ec);
   std::unique_ptr<CacheEntry> e(new CacheEntry);
   e->dir_ = options.cache_dir;
-  e->final_ = (fs::path(options.cache_dir) / entry_name(shard.path)).string();
+  e->final_ = (fs::path(options.cache_dir) / entry_name(shard)).string();
   e->tmp_ = e->final_ + ".part" + std::to_string(::getpid()) + "-" +
             std::to_string(reinterpret_cast<std::uintptr_t>(e.get()));
   e->bound_ = options.cache_bytes;

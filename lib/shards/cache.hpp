@@ -15,8 +15,9 @@ namespace coload::shards::detail {
 /// The bytes a cache entry of `shard` holds: [0, its last sample's end).
 std::uint64_t cached_size(const ShardIndex& shard) noexcept;
 
-/// The cached file of `shard`, verified by its size (the index has no checksum), and marked
-/// most recently used; nothing when the cache is off or has no such entry. An entry of the
+/// The cached file of `shard`, and marked most recently used; nothing when the cache is off or
+/// has no such entry. An entry is named for the URL and the version of the shard its index
+/// describes (size, mtime), and verified by its size (the index has no checksum); one of the
 /// wrong size is removed.
 std::optional<std::string> cache_find(const ShardOptions& options, const ShardIndex& shard);
 

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <system_error>
 
 #include "coload/io/file.hpp"
@@ -72,6 +73,8 @@ void place_fields(const ShardIndex& index, const IndexSample& sample, std::uint6
 
 struct ShardDataset::State {
   std::vector<ShardIndex> shards;
+  std::vector<bool> unindexed;  // a ShardStream's shards by URL without an index
+  std::optional<io::HttpError> missing;  // the first one's 404
   std::vector<std::int64_t> offsets;  // shards.size() + 1
   ShardOptions options;
   std::mutex mutex;
@@ -104,19 +107,69 @@ struct ShardDataset::State {
   std::size_t align() const noexcept { return options.direct ? io::Buffer::alignment : 1; }
 };
 
+namespace {
+// The options checked before anything is fetched with them.
+const ShardOptions& checked(const ShardOptions& options) {
+  io::validate(options.retry, "ShardOptions::retry");
+  return options;
+}
+
+// find_shards, a URL's list fetched with the options' retry.
+std::vector<std::string> shards_of(const std::filesystem::path& root, const ShardOptions& o) {
+  if (io::is_url(root.native())) return detail::find_url_shards(root.native(), o.retry);
+  return find_shards(root);
+}
+}  // namespace
+
 ShardDataset::ShardDataset(const std::filesystem::path& root, ShardOptions options)
-    : ShardDataset(find_shards(root), std::move(options)) {}
+    : ShardDataset(shards_of(root, checked(options)), options) {}
 
 ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options)
+    : ShardDataset(std::move(shards), std::move(options), AllowUnindexed{}) {
+  if (const auto& e = state_->missing) {
+    throw io::HttpError(e->url(), e->status(), e->attempts(),
+                        std::string(e->what()) +
+                            "; it has no index, which a ShardDataset needs: stream the shards "
+                            "with ShardStream, which reads them by their tar headers");
+  }
+}
+
+ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options,
+                           AllowUnindexed)
     : state_(std::make_shared<State>()) {
+  checked(options);
   state_->options = std::move(options);
   state_->offsets.push_back(0);
   for (const std::string& path : shards) {
-    state_->shards.push_back(load_index(path, state_->options.index));
+    bool missing = false;
+    if (detail::is_remote(path)) {
+      try {
+        state_->shards.push_back(detail::load_remote_index(path, state_->options.retry));
+      } catch (const io::HttpError& e) {
+        if (e.status() != 404) throw;
+        missing = true;  // its samples are known once streamed
+        if (!state_->missing) state_->missing = e;
+        ShardIndex none;
+        none.path = path;
+        state_->shards.push_back(std::move(none));
+      }
+    } else {
+      state_->shards.push_back(load_index(path, state_->options.index));
+    }
+    state_->unindexed.push_back(missing);
     state_->offsets.push_back(state_->offsets.back() +
                               static_cast<std::int64_t>(state_->shards.back().samples.size()));
   }
   state_->files.resize(state_->shards.size());
+}
+
+ShardDataset ShardDataset::streamed(const std::filesystem::path& root,
+                                   const ShardOptions& options) {
+  return ShardDataset(shards_of(root, checked(options)), options, AllowUnindexed{});
+}
+
+bool ShardDataset::indexed(std::size_t s) const noexcept {
+  return s >= state_->unindexed.size() || !state_->unindexed[s];
 }
 
 std::int64_t ShardDataset::size() const noexcept { return state_->offsets.back(); }
@@ -169,7 +222,8 @@ ShardSample ShardDataset::read(Index index) const {
     ShardSample out;
     out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
     io::HttpClient::shared()->get_range(shard.path, sample.begin, sample.end,
-                                        out.data.data(), shard.file_size);
+                                        out.data.data(), shard.file_size,
+                                        state_->options.retry);
     detail::place_fields(shard, sample, sample.begin, out);
     return out;
   }
@@ -238,7 +292,7 @@ std::vector<ShardSample> ShardDataset::read_batch(std::span<const Index> indices
   for (Run& r : runs) {
     const ShardIndex& shard = shards[remote[r.first].shard];
     r.body = client->stream(shard.path, r.begin, r.end, static_cast<std::size_t>(r.end - r.begin),
-                            shard.file_size);
+                            shard.file_size, state_->options.retry);
   }
   std::vector<std::byte> bytes;
   for (Run& r : runs) {
@@ -262,9 +316,18 @@ Task<ShardSample> ShardDataset::read_async(io::Reader& reader, Index index) cons
   const Location at = locate(index);
   const ShardIndex& shard = state_->shards[at.shard];
   const IndexSample& sample = shard.samples[at.sample];
-  // A remote sample is read by the HTTP client's thread; this worker waits for it (the
-  // loader's Reader knows files, not URLs).
-  if (detail::is_remote(shard.path)) co_return read(index);
+  if (detail::is_remote(shard.path)) {
+    if (detail::cache_find(state_->options, shard)) co_return read(index);  // a local file
+    // One ranged GET on the reader's io_context (the loader's driver): the fetch holds no
+    // thread while it waits, as a file's read does.
+    ShardSample out;
+    out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
+    co_await io::HttpClient::on(reader.context())
+        ->get_range_async(shard.path, sample.begin, sample.end, out.data.data(), shard.file_size,
+                          state_->options.retry);
+    detail::place_fields(shard, sample, sample.begin, out);
+    co_return out;
+  }
   const io::File& file = state_->file(at.shard);
   const auto range = detail::sample_range(sample, shard.file_size, state_->align());
   ShardSample out;

@@ -108,7 +108,7 @@ std::string file_url_path(std::string_view url) {
   return std::string(rest);
 }
 
-std::vector<std::string> find_url_shards(const std::string& root) {
+std::vector<std::string> find_url_shards(const std::string& root, const io::RetryOptions& retry) {
   if (!is_remote(root)) {
     // file://: local paths, read as any local shard is (pread, io_uring, the page cache).
     if (root.find('{') == std::string::npos) return find_shards(file_url_path(root));
@@ -122,7 +122,7 @@ std::vector<std::string> find_url_shards(const std::string& root) {
   const std::string list_url = base + std::string(shard_list_name);
   std::string text;
   try {
-    text = io::HttpClient::shared()->get(list_url, 64 << 20);
+    text = io::HttpClient::shared()->get(list_url, 64 << 20, retry);
   } catch (const io::HttpError& e) {
     throw io::HttpError(e.url(), e.status(), e.attempts(),
                         std::string(e.what()) + " (a folder URL is read through the " +
@@ -145,11 +145,11 @@ std::vector<std::string> find_url_shards(const std::string& root) {
   return out;
 }
 
-ShardIndex load_remote_index(const std::string& url) {
+ShardIndex load_remote_index(const std::string& url, const io::RetryOptions& retry) {
   const std::string idx = url + ".idx";
   std::string text;
   try {
-    text = io::HttpClient::shared()->get(idx, 1u << 30);
+    text = io::HttpClient::shared()->get(idx, 1u << 30, retry);
   } catch (const io::HttpError& e) {
     throw io::HttpError(e.url(), e.status(), e.attempts(),
                         std::string(e.what()) + " (shard '" + url +

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "coload/io/http.hpp"
 #include "coload/shards/index.hpp"
 
 namespace coload::shards::detail {
@@ -15,9 +16,10 @@ bool is_remote(std::string_view name) noexcept;
 /// The local path a file:// URL names ("file:///data/x.tar", "file://localhost/data/x.tar");
 /// InvalidArgument for another host.
 std::string file_url_path(std::string_view url);
-/// find_shards for a URL (see find_shards).
-std::vector<std::string> find_url_shards(const std::string& root);
-/// load_index for an http(s) URL.
-ShardIndex load_remote_index(const std::string& url);
+/// find_shards for a URL (see find_shards); a folder URL's list is fetched with `retry`.
+std::vector<std::string> find_url_shards(const std::string& root,
+                                         const io::RetryOptions& retry = {});
+/// load_index for an http(s) URL, fetched with `retry`.
+ShardIndex load_remote_index(const std::string& url, const io::RetryOptions& retry = {});
 
 }  // namespace coload::shards::detail

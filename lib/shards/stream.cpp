@@ -19,6 +19,7 @@
 #include "coload/core/warning.hpp"
 #include "coload/io/http.hpp"
 #include "cache.hpp"
+#include "unindexed.hpp"
 #include "remote.hpp"
 
 namespace coload::shards {
@@ -170,11 +171,11 @@ class LocalReader final : public ChunkReader {
 class RemoteReader final : public ChunkReader {
  public:
   RemoteReader(const ShardIndex& shard, std::size_t window, std::uint64_t from,
-               std::unique_ptr<detail::CacheEntry> tee)
+               std::unique_ptr<detail::CacheEntry> tee, const io::RetryOptions& retry)
       : end_(shard.samples.back().end),
         tee_(std::move(tee)),
         body_(io::HttpClient::shared()->stream(shard.path, tee_ ? 0 : from, end_, window,
-                                               shard.file_size)) {}
+                                               shard.file_size, retry)) {}
   void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst, const std::string&) override {
     if (begin > body_->position()) {
       if (!tee_) {
@@ -226,7 +227,7 @@ std::unique_ptr<ChunkReader> open_reader(const ShardIndex& shard, const ShardStr
     auto tee = from == shard.samples.front().begin ? detail::cache_start(o.shards, shard)
                                                    : nullptr;
     return std::make_unique<RemoteReader>(shard, std::max<std::size_t>(o.read_ahead / 2, 1 << 16),
-                                          from, std::move(tee));
+                                          from, std::move(tee), o.shards.retry);
   }
   return std::make_unique<LocalReader>(shard, direct, o.read_size, from, spare);
 }
@@ -234,10 +235,11 @@ std::unique_ptr<ChunkReader> open_reader(const ShardIndex& shard, const ShardStr
 }  // namespace
 
 ShardStream::ShardStream(const std::filesystem::path& root, ShardStreamOptions options)
-    : ShardStream(find_shards(root), std::move(options)) {}
+    : dataset_(ShardDataset::streamed(root, options.shards)), options_(std::move(options)) {}
 
 ShardStream::ShardStream(std::vector<std::string> shards, ShardStreamOptions options)
-    : dataset_(std::move(shards), options.shards), options_(std::move(options)) {}
+    : dataset_(std::move(shards), options.shards, ShardDataset::AllowUnindexed{}),
+      options_(std::move(options)) {}
 
 std::vector<std::size_t> ShardStream::shards_for(std::uint64_t epoch_seed, int shard_id,
                                                  int num_shards) const {
@@ -290,12 +292,56 @@ Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
                                {}};
   }
   Position& pos = *self->progress_;
+  // Passes a sample through the shuffle buffer: what to hand out now, if anything. `g` is its
+  // global index (-1: a shard without an index), kept for the state.
+  const auto shuffle = [&](ShardSample&& x, std::int64_t g) -> std::optional<ShardSample> {
+    if (capacity <= 1) return std::move(x);
+    if (buffer.size() < capacity) {
+      buffer.push_back(std::move(x));
+      pos.buffer.push_back(g);
+      return std::nullopt;
+    }
+    const std::size_t j = below(pos.rng, buffer.size());
+    ShardSample out = std::move(buffer[j]);
+    buffer[j] = std::move(x);
+    pos.buffer[j] = g;
+    return out;
+  };
   std::vector<io::Buffer> spare;  // chunk buffers, reused from shard to shard
   std::unique_ptr<ChunkReader> next_reader;
   std::size_t next_reader_shard = 0;
   for (; pos.shard_pos < order.size(); ++pos.shard_pos, pos.sample = 0) {
     const std::size_t s = order[pos.shard_pos];
     const ShardIndex& shard = data.shards()[s];
+    if (!data.indexed(s)) {
+      // No index: streamed by its tar headers. Its samples have no global index (-1 in the
+      // state's buffer), so a state taken among them cannot be resumed (load_state says so).
+      if (pos.sample > 0) {
+        throw InvalidArgument("ShardStream::load_state: the state is inside shard '" +
+                              shard.path + "', which has no index: a resume cannot find its "
+                              "place there");
+      }
+      std::string lost;
+      try {
+        for (auto& x : detail::stream_unindexed(
+                 shard.path, std::max<std::size_t>(self->options_.read_ahead / 2, 1 << 16),
+                 data.options().retry)) {
+          ++pos.sample;
+          if (auto out = shuffle(std::move(x), -1)) co_yield std::move(*out);
+        }
+      } catch (const io::HttpError& e) {
+        lost = std::string(e.what()) + "; shard '" + shard.path + "' has no index: " +
+               std::to_string(pos.sample) +
+               " of its samples were read, the rest (how many is not known) are lost to this "
+               "epoch";
+        if (!(self->options_.skip_failed_shards || self->on_error_ == OnError::skip)) {
+          throw io::HttpError(e.url(), e.status(), e.attempts(), lost);
+        }
+      }
+      // Skipped: named, not counted (its samples were never known).
+      if (!lost.empty()) coload::detail::warn("ShardStream: skipped: " + lost);
+      continue;
+    }
     if (pos.sample >= shard.samples.size()) continue;
     // This shard's reader (made ahead while the previous shard was used, when it starts at its
     // first sample), and the next shard's, so that its first reads overlap this one's tail.
@@ -332,27 +378,21 @@ Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
                 std::to_string(first + static_cast<std::int64_t>(shard.samples.size()) - 1) +
                 ", of which " + std::to_string(pos.sample) + " were read and " +
                 std::to_string(left) + " are lost to this epoch");
-        if (!self->options_.skip_failed_shards) throw named;
+        const bool skip =
+            self->options_.skip_failed_shards || self->on_error_ == OnError::skip;
+        if (!skip) throw named;
         coload::detail::warn(std::string("ShardStream: skipped: ") + named.what());
         self->skipped_ += static_cast<std::int64_t>(left);
+        // Counted where the loader counts its skips (DataLoader::skipped()); the warning
+        // above names them, once for the shard rather than once a sample.
+        if (self->skip_log_) self->skip_log_->add(static_cast<std::int64_t>(left));
         lost = true;
       }
       if (lost) break;  // on to the next shard, whose reader is already running
       detail::place_fields(shard, is, is.begin, x);
       const std::int64_t g = data.offsets()[s] + static_cast<std::int64_t>(pos.sample);
       ++pos.sample;
-      if (capacity <= 1) {
-        co_yield std::move(x);
-      } else if (buffer.size() < capacity) {
-        buffer.push_back(std::move(x));
-        pos.buffer.push_back(g);
-      } else {
-        const std::size_t j = below(pos.rng, buffer.size());
-        ShardSample out = std::move(buffer[j]);
-        buffer[j] = std::move(x);
-        pos.buffer[j] = g;
-        co_yield std::move(out);
-      }
+      if (auto out = shuffle(std::move(x), g)) co_yield std::move(*out);
     }
   }
   while (!buffer.empty()) {
@@ -393,12 +433,17 @@ void ShardStream::load_state(const std::string& state) {
   in >> p.epoch_seed >> p.shard_id >> p.num_shards >> p.shard_pos >> p.sample >> p.rng >> n;
   const auto total = dataset_.size();
   if (!in || p.num_shards < 1 || p.shard_id < 0 || p.shard_id >= p.num_shards ||
-      p.shard_pos > dataset_.shards().size() || n > static_cast<std::size_t>(total)) {
+      p.shard_pos > dataset_.shards().size() ||
+      n > std::max(static_cast<std::size_t>(total), options_.shuffle_buffer)) {
     throw InvalidArgument("ShardStream::load_state: malformed state '" + state.substr(0, 60) + "'");
   }
   for (std::size_t i = 0; i < n; ++i) {
     std::int64_t g = -1;
     in >> g;
+    if (in && g == -1) {
+      throw InvalidArgument("ShardStream::load_state: the state's shuffle buffer holds samples "
+                            "of a shard without an index, which a resume cannot re-read");
+    }
     if (!in || g < 0 || g >= total) {
       throw InvalidArgument("ShardStream::load_state: a buffered sample outside the shards");
     }

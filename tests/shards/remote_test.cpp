@@ -3,6 +3,8 @@
 // bytes equal to the local folder's, under each fault, or the named error.
 
 #define DOCTEST_CONFIG_IMPLEMENT
+#include <ATen/ATen.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,7 +13,14 @@
 #include <string>
 #include <vector>
 
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+
+#include "coload/coro/sync_wait.hpp"
+#include "coload/dataset/sample_context.hpp"
 #include "coload/io/http.hpp"
+#include "coload/io/reader.hpp"
+#include "coload/loader/data_loader.hpp"
 #include "coload/shards/dataset.hpp"
 #include "coload/shards/index.hpp"
 #include "coload/shards/stream.hpp"
@@ -32,18 +41,21 @@ shards_test::Server* server = nullptr;
 fs::path* root = nullptr;  // the served folder: "shards/" holds the shards
 constexpr std::int64_t total = 120;
 
-std::string payload(std::int64_t i) {
+// Sample i's bytes; another `version` changes every byte but no length.
+std::string payload(std::int64_t i, int version = 0) {
   std::string s(static_cast<std::size_t>(100 + (i * 677) % 9000), '\0');
-  for (std::size_t k = 0; k < s.size(); ++k) s[k] = static_cast<char>((i * 31 + k * 7) & 0xff);
+  for (std::size_t k = 0; k < s.size(); ++k) {
+    s[k] = static_cast<char>((i * 31 + k * 7 + static_cast<std::size_t>(version) * 101) & 0xff);
+  }
   return s;
 }
 
-void write_shards(const fs::path& dir) {
+void write_shards(const fs::path& dir, int version = 0) {
   shards::Writer writer(dir, {.shard_size = 60000});
   for (std::int64_t i = 0; i < total; ++i) {
     char key[16];
     std::snprintf(key, sizeof key, "s%05lld", static_cast<long long>(i));
-    const std::string id = std::to_string(i), bin = payload(i);
+    const std::string id = std::to_string(i), bin = payload(i, version);
     const shards::WriteField fields[] = {{"id", bytes_of(id)}, {"bin", bytes_of(bin)}};
     writer.write(key, fields);
   }
@@ -177,6 +189,76 @@ TEST_CASE("map-style batches by URL: neighbours in a shard share one ranged GET"
   CHECK(requests() - before == 6);
 }
 
+namespace {
+// The threads of this process now.
+std::size_t threads_now() {
+  return static_cast<std::size_t>(std::distance(fs::directory_iterator("/proc/self/task"),
+                                                fs::directory_iterator{}));
+}
+// get_async(i) run as the loader's inline driver runs it: this thread runs the io_context's
+// handlers (the curl sockets' and timer's among them) until the sample is there.
+shards::ShardSample get_on(asio::io_context& ctx, const shards::ShardDataset& ds, io::Reader& r,
+                           Index i) {
+  SampleContext sc;
+  sc.index = i;
+  sc.io = &r;
+  ctx.restart();  // run_one() stops the io_context when it runs out of work
+  return sync_wait_pumping(ds.get_async(i, sc), [&] { ctx.run_one(); });
+}
+}  // namespace
+
+TEST_CASE("get_async by URL: the GETs run on the reader's io_context, with no thread of their own") {
+  const shards::ShardDataset local(*root / "shards");
+  int nonce = 0;
+  // Faults too: a retry's backoff is a timer on the same io_context.
+  for (const char* mode : {"ok", "reset1", "503x2", "short1,all", "lat30"}) {
+    CAPTURE(mode);
+    const shards::ShardDataset remote(url(std::string(mode) + ",a" + std::to_string(nonce++)));
+    asio::io_context ctx;
+    {
+      io::Reader reader(ctx);
+      const std::size_t before = threads_now();
+      for (Index i : {Index{0}, Index{1}, Index{61}, Index{total - 1}}) {
+        const auto s = get_on(ctx, remote, reader, i);
+        CHECK(s.key == local.read(i).key);
+        CHECK(s.text("bin") == payload(i));
+        CHECK(s.text("id") == std::to_string(i));
+      }
+      CHECK(threads_now() == before);  // curl ran on this thread, between ctx's handlers
+    }
+  }
+  // The blocking calls refuse to wait for the io_context they run on, naming why.
+  asio::io_context ctx;
+  std::string refused;
+  asio::post(ctx, [&] {
+    try {
+      (void)io::HttpClient::on(ctx)->get(url("ok") + "shards.txt");
+    } catch (const LogicError& e) {
+      refused = e.what();
+    }
+  });
+  ctx.run();
+  CHECK(refused.find("HttpClient::get waits for the io_context it is called on") !=
+        std::string::npos);
+}
+
+TEST_CASE("get_async by URL: a shard that fails for good is a named error; a 404 at once") {
+  const shards::ShardDataset remote(url("always503,on000001"));
+  asio::io_context ctx;
+  io::Reader reader(ctx);
+  const Index far = remote.offsets()[1];  // shard 1's first sample
+  CHECK(get_on(ctx, remote, reader, 0).text("bin") == payload(0));
+  try {
+    (void)get_on(ctx, remote, reader, far);
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    CHECK(e.status() == 503);
+    CHECK(e.attempts() == io::RetryOptions{}.attempts);
+    CHECK(e.url() == url("always503,on000001") + "shard-000001.tar");
+  }
+  CHECK(get_on(ctx, remote, reader, far - 1).text("bin") == payload(far - 1));  // the rest reads
+}
+
 TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, entries verified") {
   const std::string mode = "ok,cache";
   const auto requests = [&] {
@@ -227,6 +309,48 @@ TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, en
   for (const auto& e : fs::directory_iterator(small.path)) bytes += e.file_size();
   CHECK(bytes <= o.shards.cache_bytes);
   CHECK(bytes > 0);
+}
+
+TEST_CASE("a cache entry is for one version of its shard: one rewritten to the same size is fetched again") {
+  const std::string mode = "ok,version";
+  const auto requests = [&] {
+    return std::stoi(io::HttpClient::shared()->get(
+        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
+  };
+  const fs::path folder = *root / "versioned";
+  write_shards(folder);
+  shards_test::TempDir cache;
+  shards::ShardStreamOptions o = stream_options();
+  o.shards.cache_dir = cache.path.string();
+  o.shards.cache_bytes = 1ull << 30;
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 21};
+  const auto bins = [&](shards::ShardStream& stream, int version) {
+    std::size_t good = 0;
+    for (auto& s : stream.stream(info)) {
+      good += s.text("bin") == payload(std::stoll(s.text("id")), version);
+    }
+    return good;
+  };
+  std::vector<std::uintmax_t> sizes;
+  {
+    shards::ShardStream first(url(mode, "versioned/"), o);
+    CHECK(bins(first, 0) == static_cast<std::size_t>(total));
+    for (const auto& s : first.dataset().shards()) sizes.push_back(fs::file_size(folder / fs::path(s.path).filename()));
+  }
+  // The shards are written again, every byte changed but none of their sizes.
+  fs::remove_all(folder);
+  write_shards(folder, 1);
+  shards::ShardStream second(url(mode, "versioned/"), o);
+  std::vector<std::uintmax_t> now;
+  for (const auto& s : second.dataset().shards()) now.push_back(fs::file_size(folder / fs::path(s.path).filename()));
+  REQUIRE(now == sizes);
+  const int before = requests();
+  CHECK(bins(second, 1) == static_cast<std::size_t>(total));  // not one stale sample
+  CHECK(requests() - before == static_cast<int>(now.size()));  // each shard fetched again
+  // And the new entries serve the next epoch.
+  const int cached = requests();
+  CHECK(bins(second, 1) == static_cast<std::size_t>(total));
+  CHECK(requests() == cached);
 }
 
 TEST_CASE("exact resume by URL: a state taken mid-shard continues with nothing lost or repeated") {
@@ -309,6 +433,234 @@ TEST_CASE("skip_failed_shards: a shard that fails for good is left out and count
   for (std::int64_t i = 0; i < total; ++i) {
     CHECK(ids.count(i) == (i >= first && i < first + n ? 0u : 1u));
   }
+}
+
+namespace {
+// The samples' ids as an int64 tensor, each sample checked against what was written.
+struct CheckedIds {
+  at::Tensor operator()(std::vector<shards::ShardSample> samples) const {
+    std::vector<std::int64_t> ids;
+    for (const auto& s : samples) {
+      const std::int64_t i = std::stoll(s.text("id"));
+      if (s.text("bin") != payload(i)) {
+        throw std::runtime_error("sample " + std::to_string(i) + " came back altered");
+      }
+      ids.push_back(i);
+    }
+    return at::tensor(ids, at::kLong);
+  }
+};
+
+template <class Loader>
+std::vector<std::int64_t> all_ids(Loader& loader) {
+  std::vector<std::int64_t> out;
+  for (auto& b : loader) {
+    const at::Tensor t = b.contiguous();
+    out.insert(out.end(), t.data_ptr<std::int64_t>(), t.data_ptr<std::int64_t>() + t.numel());
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a loader over a ShardDataset by URL: its GETs on the loader's driver, every sample once") {
+  int nonce = 0;
+  for (const char* mode : {"ok", "reset1", "503x1"}) {
+    for (int workers : {0, 2}) {
+      CAPTURE(mode);
+      CAPTURE(workers);
+      const shards::ShardDataset remote(url(std::string(mode) + ",l" + std::to_string(nonce++)));
+      auto loader = make_data_loader(
+          remote, LoaderOptions<CheckedIds>{.batch_size = 8, .shuffle = true,
+                                            .num_workers = workers, .seed = 5});
+      auto ids = all_ids(loader);
+      std::sort(ids.begin(), ids.end());
+      std::vector<std::int64_t> every(static_cast<std::size_t>(total));
+      for (std::int64_t i = 0; i < total; ++i) every[static_cast<std::size_t>(i)] = i;
+      CHECK(ids == every);
+    }
+  }
+}
+
+TEST_CASE("a loader's on_error = skip over a ShardStream: a shard that fails for good is skipped and counted by the loader") {
+  const std::string u = url("always503,on000002");
+  for (int workers : {0, 2}) {
+    CAPTURE(workers);
+    const shards::ShardStream remote(u, {.shuffle_shards = true, .shuffle_buffer = 5});
+    const auto& lost = remote.dataset().shards()[2];
+    const auto first = remote.dataset().offsets()[2];
+    const auto n = static_cast<std::int64_t>(lost.samples.size());
+    {
+      auto loader = make_data_loader(
+          remote, LoaderOptions<CheckedIds>{.batch_size = 4, .num_workers = workers,
+                                            .seed = 3, .on_error = OnError::skip});
+      std::vector<std::int64_t> ids = all_ids(loader);
+      std::sort(ids.begin(), ids.end());
+      std::vector<std::int64_t> rest;
+      for (std::int64_t i = 0; i < total; ++i) {
+        if (i < first || i >= first + n) rest.push_back(i);
+      }
+      CHECK(ids == rest);  // every other sample exactly once
+      CHECK(loader.skipped() == n);
+    }
+    // With raise, the epoch ends with the error naming the URL.
+    auto loader = make_data_loader(
+        remote, LoaderOptions<CheckedIds>{.batch_size = 4, .num_workers = workers, .seed = 3});
+    const std::string named = u + "shard-000002.tar";
+    CHECK_THROWS_WITH(all_ids(loader), doctest::Contains(named.c_str()));
+  }
+}
+
+TEST_CASE("retry options: checked when the dataset is made, each error naming the option") {
+  using namespace std::chrono_literals;
+  struct Case {
+    io::RetryOptions retry;
+    const char* error;
+  };
+  const Case cases[] = {
+      {{.attempts = 0}, "ShardOptions::retry.attempts is 0; it must be at least 1"},
+      {{.backoff = -1ms}, "ShardOptions::retry.backoff is -1; it must be at least 0 ms"},
+      {{.backoff = 500ms, .max_backoff = 100ms},
+       "ShardOptions::retry.max_backoff is 100; it must be at least backoff (500 ms)"},
+      {{.max_backoff = 2h}, "ShardOptions::retry.max_backoff is 7200000; it must be at most an hour"},
+      {{.connect_timeout = 0ms}, "ShardOptions::retry.connect_timeout is 0; it must be above 0 ms"},
+      {{.stall = -3s}, "ShardOptions::retry.stall is -3; it must be above 0 s"},
+  };
+  const int before = std::stoi(io::HttpClient::shared()->get(
+      "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/ok,checked"));
+  for (const Case& c : cases) {
+    CAPTURE(c.error);
+    CHECK_THROWS_WITH_AS(shards::ShardDataset(url("ok,checked"), {.retry = c.retry}),
+                         doctest::Contains(c.error), InvalidArgument);
+    CHECK_THROWS_WITH_AS(
+        shards::ShardStream(url("ok,checked"), {.shards = {.retry = c.retry}}),
+        doctest::Contains(c.error), InvalidArgument);
+  }
+  // Refused before anything was fetched with them.
+  CHECK(std::stoi(io::HttpClient::shared()->get("http://127.0.0.1:" + std::to_string(server->proxy) +
+                                                "/count/ok,checked")) == before);
+  // The client checks a request's own, under the name RetryOptions.
+  CHECK_THROWS_WITH_AS(io::HttpClient::shared()->get(url("ok") + "shards.txt", 1 << 20,
+                                                     {.attempts = -2}),
+                       doctest::Contains("RetryOptions.attempts is -2"), InvalidArgument);
+}
+
+TEST_CASE("retry options: the attempts set are the attempts made") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  // Two 503s on each shard: 2 attempts in a row fail the shard, 3 get every sample.
+  const io::RetryOptions two{.attempts = 2, .backoff = std::chrono::milliseconds(1)};
+  const io::RetryOptions three{.attempts = 3, .backoff = std::chrono::milliseconds(1)};
+  {
+    shards::ShardStream remote(url("503x2,r2"), {.shards = {.retry = two}, .shuffle_shards = false});
+    try {
+      (void)epoch(remote, info);
+      FAIL("no error");
+    } catch (const io::HttpError& e) {
+      CHECK(e.status() == 503);
+      CHECK(e.attempts() == 2);
+      CHECK(std::string(e.what()).find("2 attempts") != std::string::npos);
+    }
+    const shards::ShardDataset ds(url("503x2,r2m"), {.retry = two});
+    CHECK_THROWS_AS(ds.read(0), io::HttpError);
+  }
+  shards::ShardStream remote(url("503x2,r3"), {.shards = {.retry = three}, .shuffle_shards = false});
+  std::vector<std::string> got = epoch(remote, info);
+  CHECK(got.size() == static_cast<std::size_t>(total));
+  const shards::ShardDataset ds(url("503x2,r3m"), {.retry = three});
+  CHECK(ds.read(0).text("bin") == payload(0));
+  // Each sample by itself, through the loader's path too.
+  asio::io_context ctx;
+  io::Reader reader(ctx);
+  const shards::ShardDataset failing(url("503x2,r2a"), {.retry = two});
+  CHECK_THROWS_AS(get_on(ctx, failing, reader, 0), io::HttpError);
+}
+
+TEST_CASE("shards without an index stream by their tar headers: the local epoch, under faults too") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  const auto local = local_epoch(info);
+  int nonce = 0;
+  for (const char* mode : {"ok", "reset1", "short1", "lie1", "503x2", "bw4000"}) {
+    CAPTURE(mode);
+    shards::ShardStream remote(url(std::string(mode) + ",u" + std::to_string(nonce++), "noindex/"),
+                               stream_options(16 << 10));
+    CHECK(remote.total_samples() == 0);  // not known before they are streamed
+    CHECK(epoch(remote, info) == local);
+  }
+  // Ranks x workers: every sample exactly once.
+  std::multiset<std::string> all;
+  for (int w = 0; w < 3; ++w) {
+    shards::ShardStream remote(url("ok", "noindex/"), stream_options());
+    // The loader's worker seeds: the epoch's seed + the worker's id.
+    const WorkerInfo mine{.id = w, .num_workers = 3, .seed = 4u + static_cast<unsigned>(w)};
+    for (auto& x : epoch(remote, mine)) all.insert(x);
+  }
+  const auto every = local_epoch(info);
+  CHECK(all.size() == every.size());
+  CHECK((all == std::multiset<std::string>(every.begin(), every.end())));
+}
+
+TEST_CASE("shards without an index: map-style says it needs the index; a torn one is named") {
+  try {
+    const shards::ShardDataset ds(url("ok", "noindex/"));
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    const std::string what = e.what();
+    CHECK(e.status() == 404);
+    CHECK(e.url() == url("ok", "noindex/") + "shard-000000.tar.idx");
+    CHECK(what.find("has no index, which a ShardDataset needs") != std::string::npos);
+    CHECK(what.find("stream the shards with ShardStream") != std::string::npos);
+  }
+  // A shard cut short in the middle: the samples before the cut, then the error naming it.
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  shards::ShardStream torn(url("ok", "torn/"), {.shuffle_shards = false});
+  std::size_t got = 0;
+  try {
+    for (auto& x : torn.stream(info)) {
+      CHECK(x.text("bin") == payload(std::stoll(x.text("id"))));
+      ++got;
+    }
+    FAIL("no error");
+  } catch (const shards::ShardError& e) {
+    CHECK(e.shard() == url("ok", "torn/") + "shard-000001.tar");
+    CHECK(std::string(e.what()).find("torn") != std::string::npos);
+  }
+  const shards::ShardDataset indexed(*root / "shards");
+  CHECK(got > indexed.shards()[0].samples.size());  // shard 0 whole, then part of shard 1
+  CHECK(got < static_cast<std::size_t>(indexed.offsets()[2]));
+  // A state taken among such samples cannot be resumed, and says why.
+  shards::ShardStream remote(url("ok", "noindex/"), stream_options());
+  auto stream = remote.stream(info);
+  auto it = stream.begin();
+  for (int k = 0; k < 10; ++k) ++it;
+  const std::string state = remote.state();
+  shards::ShardStream again(url("ok", "noindex/"), stream_options());
+  CHECK_THROWS_WITH_AS(again.load_state(state),
+                       doctest::Contains("a shard without an index, which a resume cannot re-read"),
+                       InvalidArgument);
+}
+
+TEST_CASE("a loader over shards without an index: every sample once; on_error = skip names a failed one") {
+  for (int workers : {0, 2}) {
+    CAPTURE(workers);
+    const shards::ShardStream remote(url("ok", "noindex/"), stream_options());
+    auto loader = make_data_loader(
+        remote, LoaderOptions<CheckedIds>{.batch_size = 8, .num_workers = workers, .seed = 2});
+    auto ids = all_ids(loader);
+    std::sort(ids.begin(), ids.end());
+    std::vector<std::int64_t> every(static_cast<std::size_t>(total));
+    for (std::int64_t i = 0; i < total; ++i) every[static_cast<std::size_t>(i)] = i;
+    CHECK(ids == every);
+  }
+  const shards::ShardStream failing(url("always503,on000002", "noindex/"), stream_options());
+  auto loader = make_data_loader(
+      failing, LoaderOptions<CheckedIds>{.batch_size = 8, .seed = 2, .on_error = OnError::skip});
+  auto ids = all_ids(loader);
+  std::sort(ids.begin(), ids.end());
+  const shards::ShardDataset indexed(*root / "shards");
+  std::vector<std::int64_t> rest;
+  for (std::int64_t i = 0; i < total; ++i) {
+    if (i < indexed.offsets()[2] || i >= indexed.offsets()[3]) rest.push_back(i);
+  }
+  CHECK(ids == rest);
 }
 
 TEST_CASE("403 and 404 fail at once, naming the URL") {
@@ -410,6 +762,17 @@ int main(int argc, char** argv) {
     std::ofstream grow(served / "changed" / "shard-000000.tar", std::ios::app | std::ios::binary);
     grow << std::string(1024, '\0');
   }
+  // The same shards without their indices, and with one torn in the middle of a sample.
+  for (const char* folder : {"noindex", "torn"}) {
+    fs::create_directories(served / folder);
+    for (const auto& e : fs::directory_iterator(served / "shards")) {
+      if (e.path().extension() != ".idx") {
+        fs::copy_file(e.path(), served / folder / e.path().filename());
+      }
+    }
+  }
+  fs::resize_file(served / "torn" / "shard-000001.tar",
+                  fs::file_size(served / "torn" / "shard-000001.tar") / 2 + 7);
   shards_test::Server s;
   s.start(with_s3 ? COLOAD_S3_SERVE_SCRIPT : COLOAD_SERVE_SCRIPT, served);
   if (!s.skip.empty()) {

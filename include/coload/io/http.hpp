@@ -1,7 +1,8 @@
 #pragma once
-// Reads by URL (http://, https://, s3://, file://) through libcurl's multi interface: one client runs
-// every transfer from one driver thread (not a thread per request), retries faults with
-// exponential backoff and jitter, and resumes a body from the byte it reached (Range).
+// Reads by URL (http://, https://, s3://, file://) through libcurl's multi interface, whose
+// sockets and timer an asio::io_context waits on: a loader's driver (HttpClient::on), or the
+// client's own, run by one thread of its own (not a thread per request). Faults are retried with
+// exponential backoff and jitter, and a body resumes from the byte it reached (Range).
 
 #include <chrono>
 #include <cstddef>
@@ -12,6 +13,11 @@
 #include <string_view>
 
 #include "coload/core/error.hpp"
+#include "coload/coro/task.hpp"
+
+namespace asio {
+class io_context;
+}  // namespace asio
 
 namespace coload::io {
 
@@ -26,21 +32,29 @@ namespace coload::io {
 /// and sent unsigned (a public bucket) when they are not.
 bool is_url(std::string_view name) noexcept;
 
-/// How faults are retried. A reset connection, a timeout, a 429 or 5xx and a body cut short
-/// are retried, from the byte reached; a 4xx other than 408 and 429 (403, 404) fails at once.
+/// How faults are retried, for one request (ShardOptions::retry for a shard's). A reset
+/// connection, a timeout, a 429 or 5xx and a body cut short are retried, from the byte reached;
+/// a 4xx other than 408 and 429 (403, 404) fails at once.
 struct RetryOptions {
-  /// Tries in a row that deliver no byte before the transfer fails: an attempt that moved the
-  /// body forward starts the count again, so a long body over a flaky link still completes.
+  /// Tries in a row that deliver no byte before the transfer fails (at least 1): an attempt
+  /// that moved the body forward starts the count again, so a long body over a flaky link
+  /// still completes.
   int attempts = 6;
-  /// The wait before the second try; it doubles each try up to `max_backoff`, and each wait is
-  /// drawn from [wait/2, wait] (jitter, so that many readers failing together do not return
-  /// together).
+  /// The wait before the second try (at least 0); it doubles each try up to `max_backoff`
+  /// (at least `backoff`, at most an hour), and each wait is drawn from [wait/2, wait] (jitter, so that many
+  /// readers failing together do not return together).
   std::chrono::milliseconds backoff{50};
   std::chrono::milliseconds max_backoff{4000};
+  /// The most a connection may take to open (above 0).
   std::chrono::milliseconds connect_timeout{10000};
-  /// A transfer that receives nothing for this long (while not paused by its reader) is a fault.
+  /// A transfer that receives nothing for this long (while not paused by its reader) is a
+  /// fault (above 0).
   std::chrono::seconds stall{30};
 };
+
+/// Checks `retry`: InvalidArgument naming the option (`name` + "." + field, e.g.
+/// "ShardOptions::retry.attempts"), its value and what it must be.
+void validate(const RetryOptions& retry, std::string_view name = "RetryOptions");
 
 /// A transfer that failed for good: its URL, the last HTTP status (0 when none came, e.g. a
 /// reset connection) and how many attempts were made.
@@ -72,6 +86,9 @@ class BodyStream {
   /// Copies the next `n` bytes to `dst`, waiting for them. Throws HttpError when the transfer
   /// failed for good, or when the body ends before them.
   void read(std::byte* dst, std::size_t n);
+  /// Copies up to `n` bytes to `dst` (nullptr drops them), fewer only where the body ends;
+  /// returns how many. Throws HttpError when the transfer failed for good.
+  std::size_t read_up_to(std::byte* dst, std::size_t n);
   /// Skips the next `n` bytes.
   void skip(std::uint64_t n);
   /// The offset in the URL's body of the next byte read() returns.
@@ -88,10 +105,11 @@ class BodyStream {
   std::uint64_t position_;
 };
 
-/// A libcurl multi handle and the thread that drives it. Thread-safe.
+/// A libcurl multi handle and the io_context that drives it. Thread-safe.
 class HttpClient : public std::enable_shared_from_this<HttpClient> {
  public:
-  explicit HttpClient(RetryOptions retry = {});
+  /// A client with an io_context of its own, run by a thread of its own.
+  HttpClient();
   ~HttpClient();
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
@@ -99,30 +117,43 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
   /// The process's client with default options, made on first use and made afresh in a
   /// forked child (the parent's driver thread does not exist there).
   static std::shared_ptr<HttpClient> shared();
+  /// The client driven by `ctx` (a loader's driver), made on first use and closed when `ctx`
+  /// is destroyed (what is still in flight then fails, naming the URL). Its transfers run
+  /// between ctx's other handlers: no thread of their own. Call on ctx's thread, or while no
+  /// thread runs it. Its blocking calls (get, get_range, stream) refuse to run on ctx's
+  /// thread, which they would wait for: co_await get_range_async there.
+  static std::shared_ptr<HttpClient> on(asio::io_context& ctx);
+
+  // Each request retries as `retry` says (validated: InvalidArgument naming the option).
 
   /// The whole body of `url` (an index, a list of shards). HttpError when it fails or is
   /// larger than `limit` bytes.
-  std::string get(const std::string& url, std::uint64_t limit = 256 << 20);
+  std::string get(const std::string& url, std::uint64_t limit = 256 << 20,
+                  const RetryOptions& retry = {});
   /// Bytes [begin, end) of `url` into `dst`; `size`, when not 0, is the size the whole body
   /// must have (from an index): a different one is an error naming both.
   void get_range(const std::string& url, std::uint64_t begin, std::uint64_t end, std::byte* dst,
-                 std::uint64_t size = 0);
+                 std::uint64_t size = 0, const RetryOptions& retry = {});
+  /// get_range for a coroutine: it waits without holding its thread and goes on in a handler
+  /// of the client's io_context (on()'s: the loader's driver). `dst` must outlive it.
+  Task<void> get_range_async(std::string url, std::uint64_t begin, std::uint64_t end,
+                             std::byte* dst, std::uint64_t size = 0, RetryOptions retry = {});
   /// Streams bytes [begin, end) of `url` (see BodyStream); `size` as for get_range.
   std::unique_ptr<BodyStream> stream(const std::string& url, std::uint64_t begin,
                                      std::uint64_t end, std::size_t window,
-                                     std::uint64_t size = 0);
-
-  const RetryOptions& retry() const noexcept { return retry_; }
+                                     std::uint64_t size = 0, const RetryOptions& retry = {});
 
   struct Driver;
+  struct Service;
 
  private:
   friend class BodyStream;
+  explicit HttpClient(asio::io_context& ctx);
+  void blocking(const char* what) const;
   std::shared_ptr<BodyStream::Transfer> start(const std::string& url, std::uint64_t begin,
                                               std::uint64_t end, std::size_t window,
-                                              std::uint64_t size,
+                                              std::uint64_t size, const RetryOptions& retry,
                                               std::uint64_t limit = ~std::uint64_t{0});
-  RetryOptions retry_;
   std::unique_ptr<Driver> driver_;
 };
 

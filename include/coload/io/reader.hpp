@@ -112,8 +112,12 @@ class Reader {
   Backend backend() const noexcept;
   /// The counters so far. Call on the io_context's thread (or while no thread runs it).
   ReaderStats stats() const noexcept;
+  /// The io_context it is bound to: other I/O of an asynchronous fetch (HttpClient::on) runs
+  /// there too.
+  asio::io_context& context() const noexcept { return *ctx_; }
 
  private:
+  asio::io_context* ctx_;
   std::unique_ptr<detail::ReaderBackend> backend_;
 };
 

@@ -16,6 +16,7 @@
 #include "coload/coro/task.hpp"
 #include "coload/dataset/sample_context.hpp"
 #include "coload/io/buffer.hpp"
+#include "coload/io/http.hpp"
 #include "coload/shards/index.hpp"
 
 namespace coload::io {
@@ -63,6 +64,10 @@ struct ShardOptions {
   /// renamed, so workers and processes may share the folder.
   std::string cache_dir{};
   std::uint64_t cache_bytes = 0;
+  /// How every request for shards named by URL (the shard list, the indices, the shards'
+  /// bytes) retries its faults; checked when the dataset is made, an error naming
+  /// "ShardOptions::retry.<field>".
+  io::RetryOptions retry{};
 };
 
 /// The samples of tar shards in the WebDataset layout as a map-style dataset: sample `i` is
@@ -78,7 +83,9 @@ class ShardDataset {
  public:
   using sample_type = ShardSample;
 
-  /// Indexes the shards of `root` (a `.tar` file or a folder of them; see find_shards).
+  /// Indexes the shards of `root` (a `.tar` file or a folder of them; see find_shards). A shard
+  /// by URL must have its index beside it (`NAME.tar.idx`, which coload-shard writes): a
+  /// missing one is an io::HttpError (404) saying so (ShardStream reads shards without one).
   explicit ShardDataset(const std::filesystem::path& root, ShardOptions options = {});
   /// Indexes the given shards, in this order.
   explicit ShardDataset(std::vector<std::string> shards, ShardOptions options = {});
@@ -114,10 +121,18 @@ class ShardDataset {
   const std::vector<ShardIndex>& shards() const noexcept;
   /// The options.
   const ShardOptions& options() const noexcept;
+  /// Whether shard `s` has an index: always, but in a ShardStream's view of shards by URL,
+  /// where one without (its samples unknown until streamed) has none.
+  bool indexed(std::size_t s) const noexcept;
 
   struct State;
 
  private:
+  friend class ShardStream;
+  // ShardStream's view: a shard by URL whose index is missing (404) is kept, without samples.
+  struct AllowUnindexed {};
+  ShardDataset(std::vector<std::string> shards, ShardOptions options, AllowUnindexed);
+  static ShardDataset streamed(const std::filesystem::path& root, const ShardOptions& options);
   std::shared_ptr<State> state_;
 };
 

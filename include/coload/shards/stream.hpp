@@ -32,9 +32,9 @@ struct ShardStreamOptions {
   /// overlap this one's tail), each holding at most half of this.
   std::size_t read_ahead = 64 << 20;
   /// A remote shard that fails for good (see io::RetryOptions) ends the stream with an
-  /// io::HttpError naming its URL, status, attempts and samples; with this set, a warning says
-  /// so instead, its samples not yet read count in skipped_samples(), and the stream goes on
-  /// with the next shard (what the loader's `on_error = skip` means for a map-style dataset).
+  /// io::HttpError naming its URL, status, attempts and samples; with this set (or the
+  /// loader's `on_error = skip`, see set_error_policy), a warning says so instead, its samples
+  /// not yet read count in skipped_samples(), and the stream goes on with the next shard.
   bool skip_failed_shards = false;
 };
 
@@ -72,7 +72,16 @@ class ShardStream {
   /// names a position these shards do not have.
   void load_state(const std::string& state);
 
-  /// The samples this replica left out with `skip_failed_shards`, over all its epochs.
+  /// The loader's `on_error` and its count of skipped samples, given by the loader before it
+  /// starts each stream: with OnError::skip a remote shard that fails for good is skipped as
+  /// with `skip_failed_shards` (its URL and samples in the warning), and its samples not yet
+  /// read count in `log` too (DataLoader::skipped()). `log` must outlive the streams.
+  void set_error_policy(OnError on_error, coload::detail::SkipLog* log) noexcept {
+    on_error_ = on_error;
+    skip_log_ = log;
+  }
+  /// The samples this replica left out (`skip_failed_shards`, or the loader's `on_error =
+  /// skip`), over all its epochs.
   std::int64_t skipped_samples() const noexcept { return skipped_; }
   /// The samples over all shards.
   std::int64_t total_samples() const noexcept { return dataset_.size(); }
@@ -101,6 +110,8 @@ class ShardStream {
   std::optional<Position> progress_;  // this replica's stream (copies do not share it)
   std::optional<Position> resume_;    // from load_state, for the next stream()
   std::int64_t skipped_ = 0;
+  OnError on_error_ = OnError::raise;
+  coload::detail::SkipLog* skip_log_ = nullptr;  // the loader's, while it streams
 };
 
 }  // namespace coload::shards

@@ -11,7 +11,9 @@
 //  - local: the folder (read_size chunks through pread);
 //  - nginx: http://127.0.0.1 straight to nginx (sendfile);
 //  - proxy: through serve.py's proxy (Python, so its own ceiling), no delay;
-//  - proxy+lat: through the proxy with --lat ms added before each response.
+//  - proxy+lat: through the proxy with --lat ms added before each response;
+//  - nginx, no index: nginx, the same shards without their .idx files, streamed by their tar
+//    headers (lib/shards/unindexed.cpp).
 // With --bw, both proxy rows cap each connection at that many MiB/s.
 // Rows alternate within each of --rounds rounds; each figure is the median. Ratios: nginx /
 // local (target >= 0.95) and proxy+lat / proxy (the cost of the delay, target >= 0.9). The
@@ -122,6 +124,13 @@ int main(int argc, char** argv) {
   } else {
     fs::create_directory_symlink(fs::absolute(shards), served / "shards");
   }
+  // The shards again, without their indices (links to the same files, so the same page cache).
+  fs::create_directory(served / "noindex");
+  for (const auto& e : fs::directory_iterator(served / "shards")) {
+    if (e.path().extension() != ".idx") {
+      fs::create_symlink(fs::canonical(e.path()), served / "noindex" / e.path().filename());
+    }
+  }
   shards_test::Server server;
   server.start(COLOAD_SERVE_SCRIPT, served);
   if (!server.skip.empty()) {
@@ -136,7 +145,8 @@ int main(int argc, char** argv) {
       {"local", (served / "shards").string(), {}},
       {"nginx", host + std::to_string(server.nginx) + "/shards/", {}},
       {"proxy" + cap, host + std::to_string(server.proxy) + "/ok" + cap + "/shards/", {}},
-      {"proxy+" + delay, host + std::to_string(server.proxy) + "/" + delay + "/shards/", {}}};
+      {"proxy+" + delay, host + std::to_string(server.proxy) + "/" + delay + "/shards/", {}},
+      {"nginx, no index", host + std::to_string(server.nginx) + "/noindex/", {}}};
   const std::size_t read_ahead = static_cast<std::size_t>(read_ahead_mib) << 20;
   stream_all(rows[0].where, workers, read_ahead);  // warms the page cache
   reset_peak_rss();
@@ -154,9 +164,12 @@ int main(int argc, char** argv) {
     std::printf("  %-22s %8.0f MB/s   peak RSS %6.0f MiB\n", row.name.c_str(),
                 median(row.mb_per_s), row.peak_mib);
   }
-  std::printf("  (resident before any row: %.0f MiB)\n", base_mib);
-  std::printf("nginx / local: %.2f    proxy+delay / proxy: %.2f\n",
+  // Each worker holds at most read_ahead: half for its shard, half for the next.
+  std::printf("  (resident before any row: %.0f MiB; read-ahead budget %d x %d MiB)\n", base_mib,
+              workers, read_ahead_mib);
+  std::printf("nginx / local: %.2f    proxy+delay / proxy: %.2f    no index / nginx: %.2f\n",
               median(rows[1].mb_per_s) / median(rows[0].mb_per_s),
-              median(rows[3].mb_per_s) / median(rows[2].mb_per_s));
+              median(rows[3].mb_per_s) / median(rows[2].mb_per_s),
+              median(rows[4].mb_per_s) / median(rows[1].mb_per_s));
   return 0;
 }

@@ -276,6 +276,16 @@ class Fetcher {
   PinnedPool* pinned = nullptr;        ///< pin_memory with a device runtime
   Recorder* recorder = nullptr;        ///< the loader's metrics (a forked worker binds to it)
 
+  /// Gives a stream that takes them (ShardStream::set_error_policy) the loader's on_error and
+  /// skip count before it starts: its own faults (a remote shard that failed for good) are
+  /// then skipped and counted as the loader skips a sample.
+  template <class S>
+  void share_error_policy(S& stream) {
+    if constexpr (requires { stream.set_error_policy(options.on_error, &skips); }) {
+      stream.set_error_policy(options.on_error, &skips);
+    }
+  }
+
   /// Worker `id` of `n` for an epoch whose worker seed is `seed` (any thread).
   WorkerInfo worker_info(int id, int n, std::uint64_t seed) const noexcept {
     return WorkerInfo{id, n, seed, static_cast<const void*>(&dataset), rank, world_size};

@@ -362,6 +362,7 @@ class ProcessBridge final : public Place<D, C> {
       if (over) return std::nullopt;
       if (!cursor) {
         try {
+          fetcher.share_error_policy(fetcher.dataset);
           cursor.emplace(fetcher.dataset.stream(info));
         } catch (...) {
           over = true;

@@ -214,6 +214,7 @@ class StreamRun final : public RunBase<D, C>, public StreamSource<typename Fetch
               dataset.load_state(it->second);
             }
           }
+          fetcher.share_error_policy(dataset);
           s.cursor.emplace(dataset.stream(std::as_const(info)));
         } catch (...) {
           throw wrap_current_exception(who, batch_no, -1, "starting the stream for");

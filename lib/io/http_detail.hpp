@@ -1,0 +1,132 @@
+#pragma once
+// The parts of HttpClient shared by http.cpp (transfers: requests, responses, retries) and
+// http_driver.cpp (the loop: libcurl's sockets and timer on an asio::io_context).
+
+#include <curl/curl.h>
+
+#include <asio/io_context.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "coload/io/http.hpp"
+
+namespace coload::io {
+
+namespace http_detail {
+constexpr std::uint64_t to_end = std::numeric_limits<std::uint64_t>::max();
+constexpr std::size_t block_size = 1 << 20;
+using Clock = std::chrono::steady_clock;
+}  // namespace http_detail
+
+struct BodyStream::Transfer {
+  // Set before the transfer starts; read-only after.
+  std::string url;
+  std::uint64_t begin = 0, end = http_detail::to_end;  // end: to_end reads to the body's end
+  std::size_t window = 0;                 // 0: no bound (get)
+  std::uint64_t size = 0;                 // the body's size when known (0: not checked)
+  std::uint64_t limit = http_detail::to_end;  // get(): the most bytes accepted
+  RetryOptions retry;
+
+  // The loop's alone (the io_context's thread).
+  CURL* easy = nullptr;
+  curl_slist* headers = nullptr;  // this attempt's extra headers (s3://), freed with `easy`
+  std::uint64_t reached = 0;        // the next byte of the body wanted
+  std::uint64_t attempt_start = 0;  // reached when this attempt began
+  std::uint64_t skip = 0;           // bytes of this response before `reached` (a 200 to a Range)
+  std::int64_t range_start = -1, range_total = -1;  // this response's Content-Range
+  bool checked = false;  // this response's status and range checked
+  long status = 0;
+  int attempts = 0, failures = 0;  // in all; in a row without a byte gained
+  std::string fatal;               // why the response cannot be used (no retry)
+  char errbuf[CURL_ERROR_SIZE] = {};
+  std::unique_ptr<asio::steady_timer> backoff;  // the wait before the next attempt
+
+  // Shared with the reader, under `mutex`.
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::deque<std::vector<std::byte>> blocks;
+  std::size_t front = 0;     // bytes of blocks.front() already read
+  std::size_t buffered = 0;  // bytes received and not yet read
+  std::vector<std::vector<std::byte>> spare;
+  bool paused = false, done = false, cancelled = false;
+  // A coroutine waiting for `done` (get_range_async), resumed on the io_context.
+  std::coroutine_handle<> waiter;
+  // Why it failed for good: the reader throws an HttpError made on its own thread from these
+  // (an exception_ptr made here and dropped there has its count in uninstrumented libstdc++,
+  // which TSan reports as a race on the exception's frees).
+  bool failed = false;
+  long error_status = 0;
+  int error_attempts = 0;
+  std::string error_what;
+
+  [[noreturn]] void rethrow() const {
+    throw HttpError(url, error_status, error_attempts, error_what);
+  }
+  /// Appends received bytes (the loop's thread, under `mutex`).
+  void append(const std::byte* p, std::size_t n);
+  /// Moves up to `n` buffered bytes to `dst` (nullptr drops them); under `mutex`.
+  std::size_t take(std::byte* dst, std::size_t n);
+};
+
+/// The loop: one curl multi handle whose sockets and timer are waited on by an io_context,
+/// either one the client was given (a loader's driver) or its own, run by a thread of its own.
+/// Every member below `mutex`'s group is touched only on the io_context's thread.
+struct HttpClient::Driver {
+  asio::io_context* ctx = nullptr;
+  std::unique_ptr<asio::io_context> own;  // with `thread`, when the client has no io_context
+  std::thread thread;
+  CURLM* multi = nullptr;
+
+  // Posting onto the io_context from any thread; `closed` once it must no longer be touched.
+  std::mutex mutex;
+  bool closed = false;
+
+  struct Socket {
+    explicit Socket(asio::io_context& ctx, curl_socket_t fd) : sd(ctx, fd), fd(fd) {}
+    asio::posix::stream_descriptor sd;  // curl's socket: released, never closed, by us
+    curl_socket_t fd;
+    int want = 0;  // CURL_POLL_IN / OUT / INOUT
+    bool reading = false, writing = false, gone = false;
+  };
+  std::unordered_map<curl_socket_t, std::shared_ptr<Socket>> sockets;
+  std::unique_ptr<asio::steady_timer> timer;  // curl's timeout (CURLMOPT_TIMERFUNCTION)
+  std::unordered_map<CURL*, std::shared_ptr<BodyStream::Transfer>> running;
+  std::vector<std::shared_ptr<BodyStream::Transfer>> waiting;  // in backoff
+  std::minstd_rand jitter;
+  bool closing = false;
+
+  /// Runs `f` on the io_context, later, from any thread; false once closed.
+  bool post(std::function<void()> f);
+  void open();   // the multi handle and its callbacks
+  void close();  // on the io_context: every transfer fails, curl lets go of every socket
+  void action(curl_socket_t fd, int flags);  // curl_multi_socket_action, then finished ones
+  void arm(const std::shared_ptr<Socket>& s);
+  void launch(const std::shared_ptr<BodyStream::Transfer>& t);
+  void finished(CURL* easy, CURLcode result);
+  void fail(BodyStream::Transfer& t, const std::string& why);
+  void complete(BodyStream::Transfer& t);  // done: wake the reader, resume the waiter
+  void cancel(const std::shared_ptr<BodyStream::Transfer>& t);
+  void drop(BodyStream::Transfer& t);
+};
+
+/// CURLOPT_CLOSESOCKETFUNCTION of every transfer (`user`: its Driver), in http_driver.cpp.
+int close_socket(void* user, curl_socket_t fd);
+
+}  // namespace coload::io

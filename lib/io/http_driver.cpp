@@ -1,0 +1,244 @@
+// HttpClient's loop: libcurl's multi_socket interface on an asio::io_context. curl says which
+// sockets it waits on (CURLMOPT_SOCKETFUNCTION) and when it wants to be called regardless
+// (CURLMOPT_TIMERFUNCTION); the io_context waits on those sockets and that timer beside the
+// loader's other work, and calls curl_multi_socket_action when one is ready. So the transfers of
+// a loader need no thread of their own: they run on its driver, as io_uring's completions do.
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <asio/executor_work_guard.hpp>
+#include <asio/post.hpp>
+
+#include "coload/io/http.hpp"
+#include "http_detail.hpp"
+
+namespace coload::io {
+
+namespace {
+
+using Driver = HttpClient::Driver;
+
+int on_socket(CURL*, curl_socket_t fd, int what, void* user, void*) {
+  auto* d = static_cast<Driver*>(user);
+  if (what == CURL_POLL_REMOVE) {
+    const auto it = d->sockets.find(fd);
+    if (it != d->sockets.end()) {
+      it->second->gone = true;
+      it->second->sd.release();  // ends its waits; curl closes the socket itself
+      d->sockets.erase(it);
+    }
+    return 0;
+  }
+  auto& s = d->sockets[fd];
+  if (!s) s = std::make_shared<Driver::Socket>(*d->ctx, fd);
+  s->want = what;
+  d->arm(s);
+  return 0;
+}
+
+}  // namespace
+
+// curl closes its sockets through here (CURLOPT_CLOSESOCKETFUNCTION), so that the io_context
+// lets go of one while its number is still its own. curl may report a socket gone
+// (CURL_POLL_REMOVE) only after closing it, and by then the number may name another file
+// (an io_uring eventfd on the same io_context, whose wait that deregistration would drop).
+int close_socket(void* user, curl_socket_t fd) {
+  auto* d = static_cast<Driver*>(user);
+  const auto it = d->sockets.find(fd);
+  if (it != d->sockets.end()) {
+    it->second->gone = true;
+    it->second->sd.release();
+    d->sockets.erase(it);
+  }
+  return ::close(fd);
+}
+
+namespace {
+
+int on_timer(CURLM*, long ms, void* user) {
+  auto* d = static_cast<Driver*>(user);
+  if (!d->timer) return 0;  // closing
+  d->timer->cancel();
+  if (ms < 0) return 0;
+  // Even a timeout of 0 waits for a handler of its own: curl must not be called back from
+  // inside this callback.
+  d->timer->expires_after(std::chrono::milliseconds(ms));
+  d->timer->async_wait([d](const asio::error_code& ec) {
+    if (!ec && !d->closing) d->action(CURL_SOCKET_TIMEOUT, 0);
+  });
+  return 0;
+}
+
+/// Whether `fd` has bytes to read now. Asio waits edge-triggered (epoll's EPOLLET): a socket
+/// curl left bytes in would not be reported again until more arrive.
+bool readable(curl_socket_t fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+}
+
+}  // namespace
+
+bool Driver::post(std::function<void()> f) {
+  std::lock_guard lock(mutex);
+  if (closed) return false;
+  asio::post(*ctx, std::move(f));
+  return true;
+}
+
+void Driver::open() {
+  multi = curl_multi_init();
+  if (!multi) throw RuntimeError("curl_multi_init failed");
+  curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+  curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, this);
+  curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, on_timer);
+  curl_multi_setopt(multi, CURLMOPT_TIMERDATA, this);
+  timer = std::make_unique<asio::steady_timer>(*ctx);
+  jitter.seed(static_cast<unsigned>(::getpid()) ^ 0x5eed);
+}
+
+void Driver::arm(const std::shared_ptr<Socket>& s) {
+  if ((s->want & CURL_POLL_IN) && !s->reading) {
+    s->reading = true;
+    s->sd.async_wait(asio::posix::descriptor_base::wait_read,
+                     [this, s](const asio::error_code& ec) {
+                       s->reading = false;
+                       if (ec || s->gone) return;  // released: `this` may be closing
+                       action(s->fd, CURL_CSELECT_IN);
+                       if (s->gone) return;
+                       if ((s->want & CURL_POLL_IN) && readable(s->fd)) {
+                         // Bytes left behind: no new edge will come for them.
+                         s->reading = true;
+                         asio::post(*ctx, [this, s] {
+                           s->reading = false;
+                           if (s->gone) return;
+                           action(s->fd, CURL_CSELECT_IN);
+                           if (!s->gone) arm(s);
+                         });
+                         return;
+                       }
+                       arm(s);
+                     });
+  }
+  if ((s->want & CURL_POLL_OUT) && !s->writing) {
+    s->writing = true;
+    s->sd.async_wait(asio::posix::descriptor_base::wait_write,
+                     [this, s](const asio::error_code& ec) {
+                       s->writing = false;
+                       if (ec || s->gone) return;
+                       action(s->fd, CURL_CSELECT_OUT);
+                       if (!s->gone) arm(s);
+                     });
+  }
+}
+
+void Driver::action(curl_socket_t fd, int flags) {
+  int active = 0;
+  curl_multi_socket_action(multi, fd, flags, &active);
+  int left = 0;
+  while (CURLMsg* m = curl_multi_info_read(multi, &left)) {
+    if (m->msg == CURLMSG_DONE) finished(m->easy_handle, m->data.result);
+  }
+}
+
+void Driver::close() {
+  {
+    std::lock_guard lock(mutex);
+    closed = true;
+  }
+  closing = true;
+  // Whatever is still running or waiting fails, so no reader waits forever.
+  while (!running.empty()) {
+    auto t = running.begin()->second;
+    drop(*t);
+    fail(*t, "cannot read '" + t->url + "': the HTTP client was closed");
+  }
+  for (auto& t : waiting) {
+    t->backoff.reset();
+    fail(*t, "cannot read '" + t->url + "': the HTTP client was closed");
+  }
+  waiting.clear();
+  if (multi) curl_multi_cleanup(std::exchange(multi, nullptr));
+  // Nothing bound to the io_context outlives this: the client may outlive the io_context.
+  for (auto& [fd, s] : sockets) {
+    s->gone = true;
+    s->sd.release();
+  }
+  sockets.clear();
+  timer.reset();
+}
+
+/// Keeps the client of one io_context (HttpClient::on) and closes it when the io_context is
+/// destroyed, before the io_context's own parts go.
+struct HttpClient::Service : asio::io_context::service {
+  static asio::io_context::id id;
+  explicit Service(asio::io_context& ctx) : asio::io_context::service(ctx) {}
+  void shutdown() override {
+    if (client) client->driver_->close();
+  }
+  std::shared_ptr<HttpClient> client;
+};
+
+asio::io_context::id HttpClient::Service::id;
+
+namespace {
+void global_init() {
+  static const CURLcode global = curl_global_init(CURL_GLOBAL_DEFAULT);
+  if (global != CURLE_OK) throw RuntimeError("curl_global_init failed");
+}
+}  // namespace
+
+HttpClient::HttpClient() : driver_(std::make_unique<Driver>()) {
+  global_init();
+  Driver& d = *driver_;
+  d.own = std::make_unique<asio::io_context>(1);
+  d.ctx = d.own.get();
+  d.open();
+  d.thread = std::thread([&d] {
+    auto work = asio::make_work_guard(*d.ctx);
+    d.ctx->run();  // until the destructor's close()
+  });
+}
+
+HttpClient::HttpClient(asio::io_context& ctx) : driver_(std::make_unique<Driver>()) {
+  global_init();
+  driver_->ctx = &ctx;
+  driver_->open();
+}
+
+HttpClient::~HttpClient() {
+  Driver& d = *driver_;
+  if (!d.own) return;  // on(): closed with its io_context, by Service::shutdown
+  d.post([&d] {
+    d.close();
+    d.ctx->stop();
+  });
+  d.thread.join();
+  d.own.reset();  // handlers not run (a posted resume) go with it, before the driver
+}
+
+std::shared_ptr<HttpClient> HttpClient::on(asio::io_context& ctx) {
+  Service& service = asio::use_service<Service>(ctx);
+  if (!service.client) service.client.reset(new HttpClient(ctx));
+  return service.client;
+}
+
+std::shared_ptr<HttpClient> HttpClient::shared() {
+  static std::mutex mutex;
+  static std::shared_ptr<HttpClient> client;
+  static pid_t owner = 0;
+  std::lock_guard lock(mutex);
+  if (client && owner != ::getpid()) {
+    // A forked child: the parent's loop thread is not here, so its client can be neither
+    // used nor destroyed (the destructor would join a thread that does not exist). Kept.
+    static auto* orphans = new std::vector<std::shared_ptr<HttpClient>>;
+    orphans->push_back(std::move(client));
+  }
+  if (!client) {
+    client = std::make_shared<HttpClient>();
+    owner = ::getpid();
+  }
+  return client;
+}
+
+}  // namespace coload::io
