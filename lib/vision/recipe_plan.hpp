@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <variant>
 #include <vector>
 
@@ -51,5 +52,11 @@ struct Recipe::Plan {
   std::vector<std::variant<MixUp, CutMix>> batch_ops;
   std::vector<double> batch_p;  // RandomChoice's weights; empty without a RandomChoice
 };
+
+namespace detail {
+/// Checks `ops` and builds their plan (recipe_build.cpp); std::invalid_argument naming the op
+/// and its parameter.
+std::shared_ptr<Recipe::Plan> build_plan(std::vector<RecipeOp> ops);
+}  // namespace detail
 
 }  // namespace coload::vision
