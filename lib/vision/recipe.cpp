@@ -158,6 +158,7 @@ RecipeParams Recipe::sample(const ImageInfo& info, at::Generator& gen) const {
       case Plan::Kind::blur:
         params.draws[step.op].jitter.factor[0] = step.blur.get_params(gen);
         break;
+      case Plan::Kind::augment: params.draws[step.op].augment = step.augment->draw(gen); break;
       case Plan::Kind::erase:
         if (drawn) {
           // Where no box fits in ten draws torchvision erases nothing.
@@ -192,6 +193,12 @@ void Recipe::apply(std::span<const std::byte> encoded, const ImageInfo& info,
       case Plan::Kind::jitter:
       case Plan::Kind::blur: whole = true; break;
       case Plan::Kind::erase: erase = true; break;
+      case Plan::Kind::augment:
+        // Only an op that changes pixels needs the crop whole.
+        for (const AugmentStep& s : params.draws[step.op].augment) {
+          whole = whole || s.op != AugmentOp::Identity;
+        }
+        break;
     }
   }
   if (whole) {
@@ -254,6 +261,11 @@ void Recipe::finish_whole(const RecipeParams& params, bool erase, float* dst) co
         detail::gaussian_blur(span, step.blur.kernel_x, step.blur.kernel_y, sigma, sigma);
         break;
       }
+      case Plan::Kind::augment:
+        for (const AugmentStep& s : params.draws[step.op].augment) {
+          detail::apply_augment(span, s, step.augment->interpolation, step.augment->fill);
+        }
+        break;
       case Plan::Kind::erase: break;  // on the float output, after
     }
   }

@@ -24,7 +24,7 @@ const char* op_name(const RecipeOp& op) {
       "RandomResizedCrop", "Resize",    "CenterCrop", "RandomHorizontalFlip",
       "RandomVerticalFlip", "Grayscale", "RandomGrayscale", "ToTensor", "ToDtype", "Normalize",
       "ColorJitter", "GaussianBlur", "RandomErasing", "RandomCrop", "MixUp", "CutMix",
-      "RandomChoice"};
+      "RandomChoice", "TrivialAugmentWide", "RandAugment", "AutoAugment"};
   static_assert(std::size(names) == std::variant_size_v<RecipeOp>);
   return names[op.index()];
 }
@@ -299,6 +299,28 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
       plan->steps.push_back(step);
       plan->draws_values = true;
       erased = true;
+    } else if (std::holds_alternative<TrivialAugmentWide>(op) ||
+               std::holds_alternative<RandAugment>(op) || std::holds_alternative<AutoAugment>(op)) {
+      uint8_only();
+      if (erased) refuse(k, op, "runs on the uint8 crop, so it comes before RandomErasing");
+      std::string error;
+      auto augment = std::make_shared<detail::AugmentPlan>(std::visit(
+          [&](const auto& t) -> detail::AugmentPlan {
+            using T = std::decay_t<decltype(t)>;
+            if constexpr (std::is_same_v<T, TrivialAugmentWide> || std::is_same_v<T, RandAugment> ||
+                          std::is_same_v<T, AutoAugment>) {
+              return detail::make_augment_plan(t, plan->out_height, plan->out_width, error);
+            } else {
+              return {};
+            }
+          },
+          op));
+      if (!error.empty()) refuse(k, op, error);
+      Recipe::Plan::Step step{Kind::augment, -1.0, k};
+      step.augment = std::move(augment);
+      plan->steps.push_back(std::move(step));
+      plan->always |= bit(k);
+      plan->draws_values = true;
     } else if (std::holds_alternative<MixUp>(op) || std::holds_alternative<CutMix>(op) ||
                std::holds_alternative<RandomChoice>(op)) {
       if (k + 1 != ops.size()) {

@@ -4,6 +4,7 @@
 
 #include "coload/vision/recipe.hpp"
 
+#include "augment.hpp"
 #include "fused.hpp"
 
 #include <array>
@@ -33,7 +34,7 @@ struct Recipe::Plan {
   // The ops after the geometry, in order: uint8 ops on the crop, then RandomErasing on the
   // float output. Flips and grayscale commute (one moves pixels, the other maps each pixel
   // alone), so without a whole-crop op a sample needs only each kind's count.
-  enum class Kind { hflip, vflip, gray, jitter, blur, erase };
+  enum class Kind { hflip, vflip, gray, jitter, blur, erase, augment };
   struct Step {
     Kind kind;
     double p;     // < 0 for an op that always applies
@@ -42,9 +43,11 @@ struct Recipe::Plan {
     GaussianBlur blur{};
     RandomErasing erase{};
     std::array<float, 3> erase_value{};
+    // An augmentation policy, with its bins for the recipe's crop size.
+    std::shared_ptr<const detail::AugmentPlan> augment{};
   };
   std::vector<Step> steps;
-  bool draws_values = false;  // a ColorJitter, GaussianBlur or RandomErasing: params.draws
+  bool draws_values = false;  // an op that draws values (ColorJitter, ...): params.draws
   std::uint64_t always = 0;  // the ops that apply to every sample
   detail::NormalizeTable table;
   bool dct_scaling = true;

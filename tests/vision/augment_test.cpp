@@ -1,0 +1,326 @@
+// vision tests: the augmentation policies (TrivialAugmentWide, RandAugment, AutoAugment) and
+// their ops. Each op against torchvision's `autoaugment._apply_op` on the same uint8 image, the
+// policies' draws against torchvision's own forward after torch.manual_seed, a recipe with
+// TrivialAugmentWide against torchvision on coload's draws, and the refusals.
+
+#include <doctest/doctest.h>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "coload/sampler/random.hpp"
+#include "coload/vision/recipe.hpp"
+#include "image_test_support.hpp"
+
+namespace vision = coload::vision;
+namespace fs = std::filesystem;
+using vision::AugmentOp;
+using vision::AugmentStep;
+using vision::Image;
+using vision::Interpolation;
+using vision::Recipe;
+using vision::test::Reference;
+using vision::test::TempDir;
+
+namespace {
+
+std::string number(double v) {
+  char text[40];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
+
+std::string fill_text(const std::vector<double>& fill) {
+  if (fill.empty()) return "none";
+  std::string out;
+  for (double f : fill) out += (out.empty() ? "" : ",") + number(f);
+  return out;
+}
+
+// The line reference.py's `augment` reads: NAME MAG INTERP FILL.
+std::string augment_args(const AugmentStep& s, Interpolation interp, const std::vector<double>& fill) {
+  return std::string(vision::augment_op_name(s.op)) + " " + number(s.magnitude) + " " +
+         (interp == Interpolation::nearest ? "nearest" : "bilinear") + " " + fill_text(fill);
+}
+
+// Whether an op's output is exact in torchvision's arithmetic (integer ops, nearest sampling,
+// the blends with one float32 product per term), rather than within 1 of 255 (Sharpness's 3 x 3
+// convolution and bilinear sampling, whose sums torch may order differently).
+bool exact(AugmentOp op, Interpolation interp) {
+  switch (op) {
+    case AugmentOp::Sharpness: return false;
+    case AugmentOp::ShearX:
+    case AugmentOp::ShearY:
+    case AugmentOp::TranslateX:
+    case AugmentOp::TranslateY:
+    case AugmentOp::Rotate: return interp == Interpolation::nearest;
+    default: return true;
+  }
+}
+
+std::string refusal(std::initializer_list<vision::RecipeOp> ops) {
+  try {
+    Recipe recipe(ops);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(built)";
+}
+
+}  // namespace
+
+TEST_SUITE("vision") {
+
+TEST_CASE("augment: every op of the policies equals torchvision's _apply_op on the same image" *
+          coload::testing::needs(vision::test::torchvision_reference())) {
+  coload::testing::require(vision::test::torchvision_reference());
+  TempDir dir;
+  // A 48 x 40 image (not square, so that x and y cannot be swapped unnoticed), and the same
+  // squeezed into [40, 200] so that AutoContrast has a range to stretch.
+  std::vector<Image> images = {vision::test::synthetic_image(48, 40, 7)};
+  images.push_back(images[0]);
+  for (auto& v : images[1].data) v = static_cast<std::uint8_t>(40 + v * 160 / 255);
+  const std::vector<AugmentStep> steps = {
+      {AugmentOp::Identity, 0.0},     {AugmentOp::ShearX, 0.3},        {AugmentOp::ShearX, -0.99},
+      {AugmentOp::ShearY, 0.231},     {AugmentOp::ShearY, -0.66},      {AugmentOp::TranslateX, 14.5},
+      {AugmentOp::TranslateX, -32.0}, {AugmentOp::TranslateY, 9.9},    {AugmentOp::TranslateY, -3.2},
+      {AugmentOp::Rotate, 30.0},      {AugmentOp::Rotate, -135.0},     {AugmentOp::Rotate, 7.3},
+      {AugmentOp::Rotate, 90.0},      {AugmentOp::Brightness, 0.5},    {AugmentOp::Brightness, -0.99},
+      {AugmentOp::Color, 0.9},        {AugmentOp::Color, -0.4},        {AugmentOp::Contrast, 0.66},
+      {AugmentOp::Contrast, -0.9},    {AugmentOp::Sharpness, 0.99},    {AugmentOp::Sharpness, -0.5},
+      {AugmentOp::Posterize, 8.0},    {AugmentOp::Posterize, 5.0},     {AugmentOp::Posterize, 2.0},
+      {AugmentOp::Solarize, 255.0},   {AugmentOp::Solarize, 127.5},    {AugmentOp::Solarize, 0.0},
+      {AugmentOp::AutoContrast, 0.0}, {AugmentOp::Equalize, 0.0},      {AugmentOp::Invert, 0.0}};
+  struct Run {
+    std::size_t image;
+    AugmentStep step;
+    Interpolation interp;
+    std::vector<double> fill;
+    std::vector<std::uint8_t> ours;
+  };
+  std::vector<Run> runs;
+  std::string commands;
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    const fs::path in = dir / ("in" + std::to_string(i));
+    vision::test::write_bytes(in, images[i].data.data(), images[i].data.size());
+    for (const AugmentStep& step : steps) {
+      for (const Interpolation interp : {Interpolation::nearest, Interpolation::bilinear}) {
+        for (const std::vector<double>& fill : {std::vector<double>{}, std::vector<double>{10, 200, 30}}) {
+          Run run{i, step, interp, fill, {}};
+          run.ours = vision::apply_augment_op(images[i].view(), step, interp, fill).data;
+          const fs::path out = dir / ("out" + std::to_string(runs.size()));
+          commands += "augment_op " + in.string() + " 40 48 " + augment_args(step, interp, fill) +
+                      " " + out.string() + "\n";
+          runs.push_back(std::move(run));
+        }
+      }
+    }
+  }
+  REQUIRE(vision::test::run_reference(dir, commands) == Reference::ok);
+  std::map<std::string, std::pair<int, std::size_t>> worst;  // per op: largest difference, count
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    const Run& run = runs[r];
+    CAPTURE(vision::augment_op_name(run.step.op));
+    CAPTURE(run.step.magnitude);
+    CAPTURE(run.image);
+    CAPTURE(static_cast<int>(run.interp));
+    CAPTURE(run.fill.size());
+    const auto theirs = vision::test::read_bytes(dir / ("out" + std::to_string(r)));
+    REQUIRE(theirs.size() == run.ours.size());
+    int largest = 0;
+    std::size_t differing = 0;
+    for (std::size_t k = 0; k < theirs.size(); ++k) {
+      const int d = std::abs(static_cast<int>(theirs[k]) - static_cast<int>(run.ours[k]));
+      largest = std::max(largest, d);
+      differing += d != 0 ? 1 : 0;
+    }
+    CHECK(largest <= (exact(run.step.op, run.interp) ? 0 : 1));
+    auto& [w, n] = worst[std::string(vision::augment_op_name(run.step.op)) +
+                         (run.interp == Interpolation::bilinear ? " (bilinear)" : "")];
+    w = std::max(w, largest);
+    n += differing;
+  }
+  for (const auto& [name, wn] : worst) {
+    MESSAGE(name << ": largest difference " << wn.first << ", " << wn.second << " values differ");
+  }
+  // The ops changed something: each op but Identity moves or maps some value of the first image.
+  for (const Run& run : runs) {
+    if (run.step.op == AugmentOp::Identity || run.image != 0) continue;
+    if (run.step.op == AugmentOp::Posterize && run.step.magnitude == 8.0) continue;
+    if (run.step.op == AugmentOp::Solarize && run.step.magnitude == 255.0) continue;
+    if (run.step.op == AugmentOp::AutoContrast) continue;  // the first image spans 0 to 255
+    CAPTURE(vision::augment_op_name(run.step.op));
+    CAPTURE(run.step.magnitude);
+    CHECK(run.ours != images[0].data);
+  }
+}
+
+TEST_CASE("augment: the policies draw torchvision's ops and magnitudes after torch.manual_seed" *
+          coload::testing::needs(vision::test::torchvision_reference())) {
+  coload::testing::require(vision::test::torchvision_reference());
+  TempDir dir;
+  constexpr int seeds = 300;
+  const std::string range = " 0 " + std::to_string(seeds) + " 40 48 ";
+  const std::string commands = "policy_draws trivial" + range + (dir / "trivial").string() + "\n" +
+                               "policy_draws rand" + range + (dir / "rand").string() + " 2 9\n" +
+                               "policy_draws rand" + range + (dir / "rand3").string() + " 3 30\n" +
+                               "policy_draws auto" + range + (dir / "auto").string() + "\n";
+  REQUIRE(vision::test::run_reference(dir, commands) == Reference::ok);
+  struct Policy {
+    std::string file;
+    std::function<std::vector<AugmentStep>(at::Generator&)> draw;
+  };
+  const std::vector<Policy> policies = {
+      {"trivial", [](at::Generator& g) { return vision::TrivialAugmentWide{}.draw(40, 48, g); }},
+      {"rand", [](at::Generator& g) { return vision::RandAugment{}.draw(40, 48, g); }},
+      {"rand3", [](at::Generator& g) { return vision::RandAugment{3, 30, 31, Interpolation::nearest, {}}.draw(40, 48, g); }},
+      {"auto", [](at::Generator& g) { return vision::AutoAugment{}.draw(40, 48, g); }}};
+  for (const Policy& policy : policies) {
+    CAPTURE(policy.file);
+    std::ifstream in(dir / policy.file);
+    std::set<std::string> ops_seen;
+    int negative = 0;
+    std::size_t steps = 0;
+    for (int seed = 0; seed < seeds; ++seed) {
+      CAPTURE(seed);
+      std::string line;
+      REQUIRE(static_cast<bool>(std::getline(in, line)));
+      std::istringstream words(line);
+      std::vector<std::pair<std::string, double>> theirs;
+      std::string name, magnitude;
+      while (words >> name >> magnitude) theirs.emplace_back(name, std::stod(magnitude));
+      at::Generator gen = coload::make_generator(static_cast<std::uint64_t>(seed));
+      const auto ours = policy.draw(gen);
+      REQUIRE(ours.size() == theirs.size());
+      for (std::size_t i = 0; i < ours.size(); ++i) {
+        CHECK(vision::augment_op_name(ours[i].op) == theirs[i].first);
+        CHECK(ours[i].magnitude == theirs[i].second);
+        ops_seen.insert(theirs[i].first);
+        negative += theirs[i].second < 0 ? 1 : 0;
+      }
+      steps += ours.size();
+    }
+    MESSAGE(policy.file << ": " << steps << " ops over " << seeds << " seeds, " << ops_seen.size()
+                        << " kinds, " << negative << " negative magnitudes");
+    CHECK(ops_seen.size() >= 10);
+    CHECK(negative > 0);
+  }
+}
+
+TEST_CASE("augment: a recipe with TrivialAugmentWide equals torchvision on coload's draws" *
+          coload::testing::needs(vision::test::torchvision_reference())) {
+  coload::testing::require(vision::test::torchvision_reference());
+  TempDir dir;
+  const auto jpeg = vision::test::synthetic_jpeg(500, 375, 41);
+  vision::test::write_bytes(dir / "a.jpg", jpeg);
+  // DCT scaling off: the crop is PIL's to the bit, so a difference is the policy's.
+  const Recipe recipes[] = {
+      Recipe{vision::RandomResizedCrop{56, 48}, vision::TrivialAugmentWide{}, vision::ToTensor{}}
+          .with_dct_scaling(false),
+      Recipe{vision::RandomResizedCrop{40}, vision::RandomHorizontalFlip{},
+             vision::TrivialAugmentWide{31, Interpolation::bilinear, {128.0}},
+             vision::RandAugment{}, vision::AutoAugment{}, vision::ToTensor{}}
+          .with_dct_scaling(false)};
+  constexpr std::uint64_t seeds = 60;
+  std::string commands;
+  std::vector<std::vector<float>> ours;
+  std::vector<bool> exact_case;
+  for (std::size_t r = 0; r < std::size(recipes); ++r) {
+    const Recipe& recipe = recipes[r];
+    for (std::uint64_t s = 0; s < seeds; ++s) {
+      at::Generator gen = coload::make_generator(500 + s);
+      const vision::ImageInfo info = vision::peek(jpeg);
+      const vision::RecipeParams params = recipe.sample(info, gen);
+      std::vector<float> out(3 * static_cast<std::size_t>(recipe.output_height()) *
+                             recipe.output_width());
+      recipe.apply(jpeg, info, params, out.data());
+      ours.push_back(std::move(out));
+      std::ostringstream ops;
+      ops << "resized_crop " << params.box.top << " " << params.box.left << " " << params.box.height
+          << " " << params.box.width << " " << recipe.output_height() << " "
+          << recipe.output_width() << "\n";
+      bool all_exact = true;
+      for (std::size_t k = 1; k < recipe.ops().size(); ++k) {
+        const auto& op = recipe.ops()[k];
+        if (std::holds_alternative<vision::RandomHorizontalFlip>(op) && params.applies(k)) ops << "hflip\n";
+        Interpolation interp = Interpolation::nearest;
+        std::vector<double> fill;
+        if (const auto* t = std::get_if<vision::TrivialAugmentWide>(&op)) {
+          interp = t->interpolation;
+          fill = t->fill;
+        }
+        for (const AugmentStep& step : params.draws.empty() ? std::vector<AugmentStep>{}
+                                                            : params.draws[k].augment) {
+          ops << "augment " << augment_args(step, interp, fill) << "\n";
+          all_exact = all_exact && exact(step.op, interp);
+        }
+      }
+      ops << "to_float 1\n";
+      const fs::path path = dir / ("ops" + std::to_string(ours.size()));
+      vision::test::write_bytes(path, ops.str());
+      commands += "recipe " + (dir / "a.jpg").string() + " " + path.string() + " " +
+                  (dir / ("out" + std::to_string(ours.size()))).string() + "\n";
+      exact_case.push_back(all_exact);
+    }
+  }
+  REQUIRE(vision::test::run_reference(dir, commands) == Reference::ok);
+  std::size_t exact_samples = 0;
+  for (std::size_t i = 0; i < ours.size(); ++i) {
+    CAPTURE(i);
+    const auto ops_file = vision::test::read_bytes(dir / ("ops" + std::to_string(i + 1)));
+    const std::string ops_text(ops_file.begin(), ops_file.end());
+    CAPTURE(ops_text);
+    const auto raw = vision::test::read_bytes(dir / ("out" + std::to_string(i + 1)));
+    std::vector<float> theirs(raw.size() / 4);
+    std::memcpy(theirs.data(), raw.data(), raw.size());
+    REQUIRE(theirs.size() == ours[i].size());
+    float largest = 0;
+    for (std::size_t k = 0; k < theirs.size(); ++k) {
+      largest = std::max(largest, std::fabs(theirs[k] - ours[i][k]));
+    }
+    CHECK(largest <= (exact_case[i] ? 0.0f : 1.0f / 255.0f + 1e-6f));
+    exact_samples += exact_case[i] ? 1 : 0;
+  }
+  MESSAGE(exact_samples << " of " << ours.size() << " samples compared exactly");
+  CHECK(exact_samples > 10);
+}
+
+TEST_CASE("augment: bad policy parameters are refused when the recipe is built") {
+  using vision::RandomResizedCrop;
+  using vision::ToTensor;
+  CHECK(refusal({RandomResizedCrop{32}, vision::TrivialAugmentWide{31, Interpolation::nearest, {1, 2}},
+                 ToTensor{}}) ==
+        "Recipe: op 1 (TrivialAugmentWide): The number of elements in 'fill' cannot broadcast to "
+        "match the number of channels of the image (2 != 3)");
+  CHECK(refusal({RandomResizedCrop{32}, vision::AutoAugment{vision::AutoAugmentPolicy::imagenet,
+                                                             Interpolation::nearest, {300}},
+                 ToTensor{}}) ==
+        "Recipe: op 1 (AutoAugment): fill values of a uint8 image lie in [0, 255], got 300.0");
+  CHECK(refusal({RandomResizedCrop{32}, vision::TrivialAugmentWide{1, Interpolation::nearest, {}}, ToTensor{}}) ==
+        "Recipe: op 1 (TrivialAugmentWide): num_magnitude_bins must be at least 2, got 1");
+  CHECK(refusal({RandomResizedCrop{32}, vision::RandAugment{2, 31, 31, Interpolation::nearest, {}}, ToTensor{}}) ==
+        "Recipe: op 1 (RandAugment): magnitude must lie in [0, num_magnitude_bins) = [0, 31), "
+        "got 31");
+  CHECK(refusal({RandomResizedCrop{32}, vision::RandAugment{-1, 9, 31, Interpolation::nearest, {}}, ToTensor{}}) ==
+        "Recipe: op 1 (RandAugment): num_ops must lie in [0, 64], got -1");
+  CHECK(refusal({RandomResizedCrop{32}, ToTensor{}, vision::TrivialAugmentWide{}}) ==
+        "Recipe: op 2 (TrivialAugmentWide): comes after the conversion to float; the fused "
+        "pipeline runs it on uint8 pixels only, so put it before ToDtype/ToTensor");
+  CHECK_THROWS_WITH_AS(vision::apply_augment_op(Image::zeros(4, 4, 1).view(), {AugmentOp::Rotate, 3}),
+                       "Rotate needs an RGB image, got 1 channels", std::invalid_argument);
+  // RandAugment with no ops draws nothing and leaves the crop as it is.
+  at::Generator gen = coload::make_generator(3);
+  CHECK(vision::RandAugment{0, 9, 31, Interpolation::nearest, {}}.draw(32, 32, gen).empty());
+}
+
+}  // TEST_SUITE
