@@ -324,3 +324,64 @@ TEST_CASE("augment: bad policy parameters are refused when the recipe is built")
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("vision") {
+
+TEST_CASE("augment: the resnet50 preset is torchvision's ResNet-50 recipe, and runs") {
+  const Recipe train = vision::presets::train("resnet50");
+  const Recipe eval = vision::presets::eval("resnet50");
+  CHECK(vision::presets::names() == std::vector<std::string>{"classic", "resnet50"});
+  CHECK(train.output_height() == 176);
+  CHECK(train.output_width() == 176);
+  CHECK(eval.output_height() == 224);
+  CHECK(train.has_batch_op());
+  CHECK_FALSE(eval.has_batch_op());
+  const auto& ops = train.ops();
+  REQUIRE(ops.size() == 7);
+  CHECK(std::get<vision::RandomResizedCrop>(ops[0]).height == 176);
+  CHECK(std::holds_alternative<vision::RandomHorizontalFlip>(ops[1]));
+  CHECK(std::get<vision::TrivialAugmentWide>(ops[2]).num_magnitude_bins == 31);
+  CHECK(std::get<vision::ToDtype>(ops[3]).scale);
+  CHECK(std::get<vision::RandomErasing>(ops[5]).p == 0.1);
+  const auto& choice = std::get<vision::RandomChoice>(ops[6]);
+  REQUIRE(choice.transforms.size() == 2);
+  CHECK(std::get<vision::MixUp>(choice.transforms[0]).alpha == 0.2);
+  CHECK(std::get<vision::CutMix>(choice.transforms[1]).alpha == 1.0);
+  CHECK(std::get<vision::Resize>(eval.ops()[0]).size == 232);
+  CHECK(std::get<vision::CenterCrop>(eval.ops()[1]).height == 224);
+  // Per sample: the policy drew one op, and the output differs from the same recipe without it
+  // on some seeds (where the op is not Identity) and equals it on others.
+  const auto jpeg = vision::test::synthetic_jpeg(400, 300, 5);
+  const Recipe plain{vision::RandomResizedCrop{176}, vision::RandomHorizontalFlip{},
+                     vision::ToDtype{at::kFloat, true},
+                     vision::Normalize{{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}},
+                     vision::RandomErasing{0.1}};
+  int changed = 0;
+  int same = 0;
+  for (std::uint64_t seed = 0; seed < 40; ++seed) {
+    at::Generator g1 = coload::make_generator(seed);
+    const vision::RecipeParams params = train.sample(vision::peek(jpeg), g1);
+    REQUIRE(params.draws.size() == 7);
+    REQUIRE(params.draws[2].augment.size() == 1);
+    std::vector<float> a(3 * 176 * 176);
+    std::vector<float> b(3 * 176 * 176);
+    train.apply(jpeg, vision::peek(jpeg), params, a.data());
+    // The plain recipe draws the same crop and flip, then no policy: it matches where the
+    // policy's op was Identity and RandomErasing did not apply (its draws then shift).
+    at::Generator g2 = coload::make_generator(seed);
+    const vision::RecipeParams plain_params = plain.sample(vision::peek(jpeg), g2);
+    plain.apply(jpeg, vision::peek(jpeg), plain_params, b.data());
+    CHECK((plain_params.box == params.box));
+    if (params.draws[2].augment[0].op == AugmentOp::Identity && !params.applies(5) &&
+        !plain_params.applies(4)) {
+      CHECK(a == b);
+      ++same;
+    } else if (a != b) {
+      ++changed;
+    }
+  }
+  CHECK(same > 0);
+  CHECK(changed > 30);
+}
+
+}  // TEST_SUITE

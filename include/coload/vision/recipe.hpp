@@ -396,7 +396,11 @@ class Recipe {
 
 /// Named recipes: `classic` is RandomResizedCrop(224), RandomHorizontalFlip(), ToTensor(),
 /// Normalize(ImageNet) for training and Resize(256), CenterCrop(224), ToTensor(), Normalize for
-/// evaluation (TrainTransform's and EvalTransform's outputs, bit for bit).
+/// evaluation (TrainTransform's and EvalTransform's outputs, bit for bit). `resnet50` is
+/// torchvision's ResNet-50 IMAGENET1K_V2 recipe: RandomResizedCrop(176), RandomHorizontalFlip(),
+/// TrivialAugmentWide(), ToDtype(float32, scale), Normalize(ImageNet), RandomErasing(0.1),
+/// RandomChoice(MixUp(0.2), CutMix(1.0)) for training; Resize(232), CenterCrop(224), ToDtype,
+/// Normalize for evaluation.
 namespace presets {
 /// The named preset's training recipe (std::invalid_argument for an unknown name, listing the
 /// known ones).
