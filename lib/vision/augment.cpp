@@ -112,6 +112,15 @@ std::int64_t randint(std::int64_t high, at::Generator& gen) {
   return at::randint(high, {1}, gen).item<std::int64_t>();
 }
 
+void check_bins(int bins, std::string& error) {
+  // NOTE: torchvision does not check; with fewer than 2 bins Posterize's bins divide by zero.
+  if (bins < 2 && error.empty()) {
+    error = "num_magnitude_bins must be at least 2, got " + std::to_string(bins);
+  }
+}
+
+}  // namespace
+
 // The fill as torchvision's tensor path checks it (`_assert_grid_transform_inputs`), and
 // within a uint8 image's values.
 std::vector<float> checked_fill(const std::vector<double>& fill, std::string& error) {
@@ -128,15 +137,6 @@ std::vector<float> checked_fill(const std::vector<double>& fill, std::string& er
   }
   return {fill.begin(), fill.end()};
 }
-
-void check_bins(int bins, std::string& error) {
-  // NOTE: torchvision does not check; with fewer than 2 bins Posterize's bins divide by zero.
-  if (bins < 2 && error.empty()) {
-    error = "num_magnitude_bins must be at least 2, got " + std::to_string(bins);
-  }
-}
-
-}  // namespace
 
 AugmentPlan make_augment_plan(const TrivialAugmentWide& t, int height, int width,
                               std::string& error) {

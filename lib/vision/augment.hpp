@@ -45,6 +45,26 @@ AugmentPlan make_augment_plan(const TrivialAugmentWide& t, int height, int width
 AugmentPlan make_augment_plan(const RandAugment& t, int height, int width, std::string& error);
 AugmentPlan make_augment_plan(const AutoAugment& t, int height, int width, std::string& error);
 
+/// A warp's fill as floats, checked as torchvision's tensor path checks it (one value or one
+/// per channel) and within a uint8 image's values; `error` says what is wrong.
+std::vector<float> checked_fill(const std::vector<double>& fill, std::string& error);
+
+/// RandomRotation or RandomAffine, checked, as a recipe's step keeps it.
+struct WarpPlan {
+  bool rotation = true;
+  RandomRotation rotate;
+  RandomAffine affine;
+  std::vector<float> fill;
+};
+/// The plan of a RandomRotation or RandomAffine; `error` says what is wrong with it (torchvision's
+/// wording where it has one).
+WarpPlan make_warp_plan(const RandomRotation& t, std::string& error);
+WarpPlan make_warp_plan(const RandomAffine& t, std::string& error);
+/// The op's draw as {angle, translate x, translate y, scale, shear x, shear y}.
+std::array<double, 6> draw_warp(const WarpPlan& plan, int height, int width, at::Generator& gen);
+/// The drawn warp applied in place (F.rotate or F.affine on the tensor).
+void apply_warp(RgbSpan img, const WarpPlan& plan, const std::array<double, 6>& drawn);
+
 /// `_apply_op` in place on packed RGB.
 void apply_augment(RgbSpan img, const AugmentStep& step, Interpolation interpolation,
                    const std::vector<float>& fill);

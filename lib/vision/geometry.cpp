@@ -10,13 +10,18 @@
 // points), and the source coordinate is grid_sample's `(g + 1) · (size / 2) - 0.5`.
 
 #include "augment.hpp"
+#include "coload/core/error.hpp"
+
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
-namespace coload::vision::detail {
+namespace coload::vision {
+namespace detail {
 
 std::array<double, 6> inverse_affine_matrix(std::array<double, 2> center, double angle,
                                             std::array<double, 2> translate, double scale,
@@ -127,4 +132,110 @@ void warp_affine(RgbSpan img, const std::array<double, 6>& matrix, Interpolation
   }
 }
 
-}  // namespace coload::vision::detail
+
+// ---- RandomRotation and RandomAffine ---------------------------------------------------------
+
+namespace {
+
+float uniform(at::Generator& gen, double lo, double hi) {
+  return at::empty({1}, at::kFloat).uniform_(lo, hi, gen).item<float>();
+}
+
+void check_range(const std::array<double, 2>& r, const char* name, std::string& error) {
+  // NOTE: torchvision's _setup_angle turns a single number d into (-d, d) ("If degrees is a
+  // single number, it must be positive."); a pair reaches uniform_, which refuses from > to.
+  if (error.empty() && !(r[0] <= r[1])) {
+    error = std::string(name) + " should be a range (min, max), got (" + py_float(r[0]) + ", " +
+            py_float(r[1]) + ")";
+  }
+}
+
+}  // namespace
+
+WarpPlan make_warp_plan(const RandomRotation& t, std::string& error) {
+  WarpPlan plan;
+  plan.rotation = true;
+  plan.rotate = t;
+  check_range(t.degrees, "degrees", error);
+  if (error.empty() && t.expand) {
+    error = "expand=True makes each sample's size depend on its angle, but a recipe's batch has "
+            "one size: not supported in a recipe";
+  }
+  plan.fill = checked_fill(t.fill, error);
+  return plan;
+}
+
+WarpPlan make_warp_plan(const RandomAffine& t, std::string& error) {
+  WarpPlan plan;
+  plan.rotation = false;
+  plan.affine = t;
+  check_range(t.degrees, "degrees", error);
+  if (error.empty() && t.translate) {
+    for (double v : *t.translate) {
+      if (!(v >= 0.0 && v <= 1.0)) error = "translation values should be between 0 and 1";
+    }
+  }
+  if (error.empty() && t.scale) {
+    for (double v : *t.scale) {
+      if (!(v > 0)) error = "scale values should be positive";
+    }
+    check_range(*t.scale, "scale", error);
+  }
+  if (error.empty() && !t.shear.empty()) {
+    if (t.shear.size() != 2 && t.shear.size() != 4) {
+      error = "shear should be a sequence of length 2 or 4.";
+    } else {
+      check_range({t.shear[0], t.shear[1]}, "shear", error);
+      if (t.shear.size() == 4) check_range({t.shear[2], t.shear[3]}, "shear", error);
+    }
+  }
+  plan.fill = checked_fill(t.fill, error);
+  return plan;
+}
+
+std::array<double, 6> draw_warp(const WarpPlan& plan, int height, int width, at::Generator& gen) {
+  if (plan.rotation) return {plan.rotate.get_params(gen), 0, 0, 1.0, 0, 0};
+  const RandomAffine::Params p = plan.affine.get_params(height, width, gen);
+  return {p.angle, static_cast<double>(p.translate[0]), static_cast<double>(p.translate[1]),
+          p.scale, p.shear[0], p.shear[1]};
+}
+
+void apply_warp(RgbSpan img, const WarpPlan& plan, const std::array<double, 6>& d) {
+  const auto& center = plan.rotation ? plan.rotate.center : plan.affine.center;
+  const Interpolation interp = plan.rotation ? plan.rotate.interpolation : plan.affine.interpolation;
+  // The tensor path's centre: pixel coordinates made relative to the image's centre.
+  std::array<double, 2> c = {0.0, 0.0};
+  if (center) c = {(*center)[0] - img.width * 0.5, (*center)[1] - img.height * 0.5};
+  // F.rotate negates the angle; F.affine passes it as drawn.
+  const std::array<double, 6> m =
+      plan.rotation ? inverse_affine_matrix(c, -d[0], {0.0, 0.0}, 1.0, {0.0, 0.0})
+                    : inverse_affine_matrix(c, d[0], {d[1], d[2]}, d[3], {d[4], d[5]});
+  warp_affine(img, m, interp, plan.fill);
+}
+
+}  // namespace detail
+
+double RandomRotation::get_params(at::Generator& gen) const {
+  return detail::uniform(gen, degrees[0], degrees[1]);
+}
+
+RandomAffine::Params RandomAffine::get_params(int height, int width, at::Generator& gen) const {
+  // torchvision's get_params(degrees, translate, scale, shear, [width, height]), draw for draw.
+  Params p;
+  p.angle = detail::uniform(gen, degrees[0], degrees[1]);
+  if (translate) {
+    const double max_dx = (*translate)[0] * width;
+    const double max_dy = (*translate)[1] * height;
+    // int(round(x)): Python rounds half to even.
+    p.translate[0] = static_cast<int>(std::nearbyint(static_cast<double>(detail::uniform(gen, -max_dx, max_dx))));
+    p.translate[1] = static_cast<int>(std::nearbyint(static_cast<double>(detail::uniform(gen, -max_dy, max_dy))));
+  }
+  if (scale) p.scale = detail::uniform(gen, (*scale)[0], (*scale)[1]);
+  if (!shear.empty()) {
+    p.shear[0] = detail::uniform(gen, shear[0], shear[1]);
+    if (shear.size() == 4) p.shear[1] = detail::uniform(gen, shear[2], shear[3]);
+  }
+  return p;
+}
+
+}  // namespace coload::vision

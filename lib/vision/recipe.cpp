@@ -159,6 +159,10 @@ RecipeParams Recipe::sample(const ImageInfo& info, at::Generator& gen) const {
         params.draws[step.op].jitter.factor[0] = step.blur.get_params(gen);
         break;
       case Plan::Kind::augment: params.draws[step.op].augment = step.augment->draw(gen); break;
+      case Plan::Kind::warp:
+        params.draws[step.op].affine =
+            detail::draw_warp(*step.warp, plan.out_height, plan.out_width, gen);
+        break;
       case Plan::Kind::erase:
         if (drawn) {
           // Where no box fits in ten draws torchvision erases nothing.
@@ -191,7 +195,8 @@ void Recipe::apply(std::span<const std::byte> encoded, const ImageInfo& info,
       case Plan::Kind::vflip: vflip = !vflip; break;
       case Plan::Kind::gray: ++grays; break;
       case Plan::Kind::jitter:
-      case Plan::Kind::blur: whole = true; break;
+      case Plan::Kind::blur:
+      case Plan::Kind::warp: whole = true; break;
       case Plan::Kind::erase: erase = true; break;
       case Plan::Kind::augment:
         // Only an op that changes pixels needs the crop whole.
@@ -266,6 +271,7 @@ void Recipe::finish_whole(const RecipeParams& params, bool erase, float* dst) co
           detail::apply_augment(span, s, step.augment->interpolation, step.augment->fill);
         }
         break;
+      case Plan::Kind::warp: detail::apply_warp(span, *step.warp, params.draws[step.op].affine); break;
       case Plan::Kind::erase: break;  // on the float output, after
     }
   }

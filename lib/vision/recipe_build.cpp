@@ -24,7 +24,8 @@ const char* op_name(const RecipeOp& op) {
       "RandomResizedCrop", "Resize",    "CenterCrop", "RandomHorizontalFlip",
       "RandomVerticalFlip", "Grayscale", "RandomGrayscale", "ToTensor", "ToDtype", "Normalize",
       "ColorJitter", "GaussianBlur", "RandomErasing", "RandomCrop", "MixUp", "CutMix",
-      "RandomChoice", "TrivialAugmentWide", "RandAugment", "AutoAugment"};
+      "RandomChoice", "TrivialAugmentWide", "RandAugment", "AutoAugment", "RandomRotation",
+      "RandomAffine"};
   static_assert(std::size(names) == std::variant_size_v<RecipeOp>);
   return names[op.index()];
 }
@@ -318,6 +319,20 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
       if (!error.empty()) refuse(k, op, error);
       Recipe::Plan::Step step{Kind::augment, -1.0, k};
       step.augment = std::move(augment);
+      plan->steps.push_back(std::move(step));
+      plan->always |= bit(k);
+      plan->draws_values = true;
+    } else if (std::holds_alternative<RandomRotation>(op) ||
+               std::holds_alternative<RandomAffine>(op)) {
+      uint8_only();
+      std::string error;
+      auto warp = std::make_shared<detail::WarpPlan>(
+          std::holds_alternative<RandomRotation>(op)
+              ? detail::make_warp_plan(std::get<RandomRotation>(op), error)
+              : detail::make_warp_plan(std::get<RandomAffine>(op), error));
+      if (!error.empty()) refuse(k, op, error);
+      Recipe::Plan::Step step{Kind::warp, -1.0, k};
+      step.warp = std::move(warp);
       plan->steps.push_back(std::move(step));
       plan->always |= bit(k);
       plan->draws_values = true;

@@ -34,7 +34,7 @@ struct Recipe::Plan {
   // The ops after the geometry, in order: uint8 ops on the crop, then RandomErasing on the
   // float output. Flips and grayscale commute (one moves pixels, the other maps each pixel
   // alone), so without a whole-crop op a sample needs only each kind's count.
-  enum class Kind { hflip, vflip, gray, jitter, blur, erase, augment };
+  enum class Kind { hflip, vflip, gray, jitter, blur, erase, augment, warp };
   struct Step {
     Kind kind;
     double p;     // < 0 for an op that always applies
@@ -45,6 +45,8 @@ struct Recipe::Plan {
     std::array<float, 3> erase_value{};
     // An augmentation policy, with its bins for the recipe's crop size.
     std::shared_ptr<const detail::AugmentPlan> augment{};
+    // RandomRotation or RandomAffine.
+    std::shared_ptr<const detail::WarpPlan> warp{};
   };
   std::vector<Step> steps;
   bool draws_values = false;  // an op that draws values (ColorJitter, ...): params.draws

@@ -385,3 +385,143 @@ TEST_CASE("augment: the resnet50 preset is torchvision's ResNet-50 recipe, and r
 }
 
 }  // TEST_SUITE
+
+TEST_SUITE("vision") {
+
+TEST_CASE("augment: RandomRotation and RandomAffine draw as torchvision's get_params" *
+          coload::testing::needs(vision::test::torchvision_reference())) {
+  coload::testing::require(vision::test::torchvision_reference());
+  TempDir dir;
+  REQUIRE(vision::test::run_reference(dir, "warp_draws 0 200 40 48 " + (dir / "w").string() + "\n") ==
+          Reference::ok);
+  std::ifstream in(dir / "w");
+  const vision::RandomRotation rotation{.degrees = {-30.0, 45.0}};
+  const vision::RandomAffine affine{.degrees = {-20.0, 10.0}, .translate = {{0.1, 0.2}},
+                                    .scale = {{0.8, 1.2}}, .shear = {-5.0, 5.0, -3.0, 8.0}};
+  std::set<int> shifts;
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    CAPTURE(seed);
+    double angle = 0, a = 0, sc = 0, shx = 0, shy = 0;
+    int tx = 0, ty = 0;
+    REQUIRE(static_cast<bool>(in >> angle >> a >> tx >> ty >> sc >> shx >> shy));
+    at::Generator gen = coload::make_generator(seed);
+    CHECK(rotation.get_params(gen) == angle);
+    const auto p = affine.get_params(40, 48, gen);
+    CHECK(p.angle == a);
+    CHECK(p.translate[0] == tx);
+    CHECK(p.translate[1] == ty);
+    CHECK(p.scale == sc);
+    CHECK(p.shear[0] == shx);
+    CHECK(p.shear[1] == shy);
+    shifts.insert(tx);
+  }
+  CHECK(shifts.size() >= 5);  // -5 .. 5 for 0.1 of 48
+}
+
+TEST_CASE("augment: recipes with RandomRotation and RandomAffine equal F.rotate and F.affine" *
+          coload::testing::needs(vision::test::torchvision_reference())) {
+  coload::testing::require(vision::test::torchvision_reference());
+  TempDir dir;
+  const auto jpeg = vision::test::synthetic_jpeg(500, 375, 43);
+  vision::test::write_bytes(dir / "a.jpg", jpeg);
+  struct Case {
+    Recipe recipe;
+    Interpolation interp;
+  };
+  const Case cases[] = {
+      {Recipe{vision::RandomResizedCrop{56, 48}, vision::RandomRotation{.degrees = {-45.0, 45.0}},
+              vision::ToTensor{}},
+       Interpolation::nearest},
+      {Recipe{vision::RandomResizedCrop{40}, vision::RandomRotation{{-90.0, 90.0}, Interpolation::nearest,
+                                                                    false, {{10.0, 5.0}}, {10, 200, 30}},
+              vision::ToTensor{}},
+       Interpolation::nearest},
+      {Recipe{vision::RandomResizedCrop{48, 56},
+              vision::RandomAffine{.degrees = {-20.0, 20.0}, .translate = {{0.1, 0.2}},
+                                   .scale = {{0.7, 1.3}}, .shear = {-10.0, 10.0, -5.0, 5.0}},
+              vision::ToTensor{}},
+       Interpolation::nearest},
+      {Recipe{vision::RandomResizedCrop{48},
+              vision::RandomAffine{{-20.0, 20.0}, {{0.2, 0.1}}, {{0.9, 1.1}}, {-15.0, 15.0},
+                                   Interpolation::bilinear, {128}, {{5.0, 40.0}}},
+              vision::ToTensor{}},
+       Interpolation::bilinear},
+  };
+  std::string commands;
+  std::vector<std::vector<float>> ours;
+  std::vector<Interpolation> interps;
+  for (const Case& c : cases) {
+    const Recipe recipe = c.recipe.with_dct_scaling(false);
+    for (std::uint64_t s = 0; s < 12; ++s) {
+      at::Generator gen = coload::make_generator(700 + s);
+      const vision::ImageInfo info = vision::peek(jpeg);
+      const vision::RecipeParams params = recipe.sample(info, gen);
+      std::vector<float> out(3 * static_cast<std::size_t>(recipe.output_height()) *
+                             recipe.output_width());
+      recipe.apply(jpeg, info, params, out.data());
+      ours.push_back(std::move(out));
+      interps.push_back(c.interp);
+      const auto& op = recipe.ops()[1];
+      const bool rotate = std::holds_alternative<vision::RandomRotation>(op);
+      const auto& fill = rotate ? std::get<vision::RandomRotation>(op).fill
+                                : std::get<vision::RandomAffine>(op).fill;
+      const auto& center = rotate ? std::get<vision::RandomRotation>(op).center
+                                  : std::get<vision::RandomAffine>(op).center;
+      std::ostringstream ops;
+      ops << "resized_crop " << params.box.top << " " << params.box.left << " " << params.box.height
+          << " " << params.box.width << " " << recipe.output_height() << " "
+          << recipe.output_width() << "\nwarp " << (rotate ? "rotate" : "affine");
+      for (double d : params.draws[1].affine) ops << " " << number(d);
+      ops << " " << (c.interp == Interpolation::nearest ? "nearest" : "bilinear") << " ";
+      for (std::size_t k = 0; k < 3; ++k) ops << (k ? "," : "") << fill[fill.size() == 1 ? 0 : k];
+      ops << " " << (center ? number((*center)[0]) + "," + number((*center)[1]) : "none")
+          << "\nto_float 1\n";
+      const fs::path path = dir / ("ops" + std::to_string(ours.size()));
+      vision::test::write_bytes(path, ops.str());
+      commands += "recipe " + (dir / "a.jpg").string() + " " + path.string() + " " +
+                  (dir / ("out" + std::to_string(ours.size()))).string() + "\n";
+    }
+  }
+  REQUIRE(vision::test::run_reference(dir, commands) == Reference::ok);
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < ours.size(); ++i) {
+    CAPTURE(i);
+    const auto raw = vision::test::read_bytes(dir / ("out" + std::to_string(i + 1)));
+    std::vector<float> theirs(raw.size() / 4);
+    std::memcpy(theirs.data(), raw.data(), raw.size());
+    REQUIRE(theirs.size() == ours[i].size());
+    float largest = 0;
+    for (std::size_t k = 0; k < theirs.size(); ++k) {
+      const float d = std::fabs(theirs[k] - ours[i][k]);
+      largest = std::max(largest, d);
+      differing += d != 0 ? 1 : 0;
+    }
+    CHECK(largest <= (interps[i] == Interpolation::nearest ? 0.0f : 1.0f / 255.0f + 1e-6f));
+  }
+  MESSAGE("RandomRotation/RandomAffine: " << differing << " values differ (bilinear only)");
+}
+
+TEST_CASE("augment: bad RandomRotation and RandomAffine parameters are refused at build") {
+  using vision::RandomResizedCrop;
+  using vision::ToTensor;
+  CHECK(refusal({RandomResizedCrop{32}, vision::RandomRotation{.degrees = {10.0, -10.0}}, ToTensor{}}) ==
+        "Recipe: op 1 (RandomRotation): degrees should be a range (min, max), got (10.0, -10.0)");
+  CHECK(refusal({RandomResizedCrop{32},
+                 vision::RandomRotation{.degrees = {-10.0, 10.0}, .expand = true}, ToTensor{}}) ==
+        "Recipe: op 1 (RandomRotation): expand=True makes each sample's size depend on its angle, "
+        "but a recipe's batch has one size: not supported in a recipe");
+  CHECK(refusal({RandomResizedCrop{32}, vision::RandomAffine{.translate = {{1.5, 0.0}}}, ToTensor{}}) ==
+        "Recipe: op 1 (RandomAffine): translation values should be between 0 and 1");
+  CHECK(refusal({RandomResizedCrop{32}, vision::RandomAffine{.scale = {{0.0, 1.0}}},
+                 ToTensor{}}) == "Recipe: op 1 (RandomAffine): scale values should be positive");
+  CHECK(refusal({RandomResizedCrop{32}, vision::RandomAffine{.shear = {1.0, 2.0, 3.0}},
+                 ToTensor{}}) ==
+        "Recipe: op 1 (RandomAffine): shear should be a sequence of length 2 or 4.");
+  CHECK(refusal({RandomResizedCrop{32},
+                 vision::RandomAffine{.fill = {1, 2}},
+                 ToTensor{}}) ==
+        "Recipe: op 1 (RandomAffine): The number of elements in 'fill' cannot broadcast to match "
+        "the number of channels of the image (2 != 3)");
+}
+
+}  // TEST_SUITE

@@ -25,6 +25,9 @@ test, because importing torch takes about a second.
                                         per seed: the (op, magnitude) pairs KIND's forward
                                         (trivial, rand NUM_OPS MAGNITUDE, auto) passes to
                                         _apply_op after torch.manual_seed, one line each
+  warp_draws SEED0 SEED1 H W OUT        per seed: RandomRotation.get_params((-30, 45)), then
+                                        RandomAffine.get_params((-20, 10), (0.1, 0.2), (0.8, 1.2),
+                                        (-5, 5, -3, 8), [W, H]), one line each
   recipe IN OPS OUT                     a recipe's ops with coload's draws (OPS: one op a line),
                                         geometry on the PIL image, the rest through the tensor
                                         functional API; raw float32 CHW (uint8 values when OPS
@@ -163,6 +166,18 @@ def run_recipe(img, ops_path):
                 t = F.erase(t, i, j, h, w, value)
             elif name == "augment":
                 t = apply_augment(t, v)
+            elif name == "warp":
+                # warp rotate|affine ANGLE TX TY SCALE SHX SHY INTERP F0,F1,F2 CX,CY|none
+                angle, tx, ty, scale, shx, shy = map(float, v[1:7])
+                mode = {"nearest": T.InterpolationMode.NEAREST,
+                        "bilinear": T.InterpolationMode.BILINEAR}[v[7]]
+                fill = [float(x) for x in v[8].split(",")]
+                center = None if v[9] == "none" else [float(x) for x in v[9].split(",")]
+                if v[0] == "rotate":
+                    t = F.rotate(t, angle, interpolation=mode, center=center, fill=fill)
+                else:
+                    t = F.affine(t, angle, [int(tx), int(ty)], scale, [shx, shy],
+                                 interpolation=mode, fill=fill, center=center)
             elif name == "normalize":
                 vals = [float(x) for x in v]
                 t = F.normalize(t, vals[:3], vals[3:])
@@ -265,6 +280,16 @@ def main():
         elif op == "policy_draws":
             seeds = range(int(args[1]), int(args[2]))
             write(args[5], policy_draws(args[0], seeds, int(args[3]), int(args[4]), args[6:]).encode())
+        elif op == "warp_draws":
+            rows = []
+            for seed in range(int(args[0]), int(args[1])):
+                torch.manual_seed(seed)
+                angle = T.RandomRotation.get_params([-30.0, 45.0])
+                a, (tx, ty), sc, (shx, shy) = T.RandomAffine.get_params(
+                    [-20.0, 10.0], [0.1, 0.2], [0.8, 1.2], [-5.0, 5.0, -3.0, 8.0],
+                    [int(args[3]), int(args[2])])
+                rows.append(f"{angle!r} {a!r} {tx} {ty} {sc!r} {shx!r} {shy!r}\n")
+            write(args[4], "".join(rows).encode())
         elif op == "recipe":
             write(args[2], tensor_bytes(run_recipe(load(args[0]), args[1]).to(torch.float32)))
         else:

@@ -260,7 +260,7 @@ struct TrivialAugmentWide {
   int num_magnitude_bins = 31;
   Interpolation interpolation = Interpolation::nearest;
   /// One value, or one per channel (uint8 values); empty: torchvision's None (zeros).
-  std::vector<double> fill;
+  std::vector<double> fill{};
 
   /// What `forward` draws for an image of height × width, with torchvision 0.14's calls in its
   /// order (`torch.randint` for the op, the bin, then the sign).
@@ -274,7 +274,7 @@ struct RandAugment {
   int magnitude = 9;
   int num_magnitude_bins = 31;
   Interpolation interpolation = Interpolation::nearest;
-  std::vector<double> fill;
+  std::vector<double> fill{};
 
   /// What `forward` draws for an image of height × width (torchvision 0.14's calls).
   std::vector<AugmentStep> draw(int height, int width, at::Generator& gen) const;
@@ -288,11 +288,52 @@ enum class AutoAugmentPolicy { imagenet };
 struct AutoAugment {
   AutoAugmentPolicy policy = AutoAugmentPolicy::imagenet;
   Interpolation interpolation = Interpolation::nearest;
-  std::vector<double> fill;
+  std::vector<double> fill{};
 
   /// What `forward` draws (`get_params`: randint(25), rand(2), randint(2, (2,))): the ops that
   /// apply, in order.
   std::vector<AugmentStep> draw(int height, int width, at::Generator& gen) const;
+};
+
+/// `transforms.RandomRotation(degrees, interpolation, expand, center, fill)` on the uint8 crop
+/// (torchvision's tensor path): an angle drawn from `degrees` (torchvision's single number d is
+/// {-d, d}), the image rotated about `center` (pixel coordinates; none: its centre), `fill`
+/// where a pixel maps outside. `expand` changes the output's size, which a recipe's fixed batch
+/// cannot take, so a recipe refuses it.
+struct RandomRotation {
+  std::array<double, 2> degrees = {0.0, 0.0};
+  Interpolation interpolation = Interpolation::nearest;
+  bool expand = false;
+  std::optional<std::array<double, 2>> center{};
+  /// One value, or one per channel (torchvision's default 0: the fill goes through the mask).
+  std::vector<double> fill = {0.0};
+
+  /// `torch.empty(1).uniform_(degrees[0], degrees[1])`.
+  double get_params(at::Generator& gen) const;
+};
+
+/// `transforms.RandomAffine(degrees, translate, scale, shear, interpolation, fill, center)` on
+/// the uint8 crop (tensor path), with torchvision's draws and `F.affine`.
+struct RandomAffine {
+  std::array<double, 2> degrees = {0.0, 0.0};
+  /// Largest shift as fractions of the width and the height; none: no shift.
+  std::optional<std::array<double, 2>> translate{};
+  /// The range of the scale factor; none: 1.
+  std::optional<std::array<double, 2>> scale{};
+  /// Empty (no shear), the x range (2 values), or the x then the y range (4 values).
+  std::vector<double> shear{};
+  Interpolation interpolation = Interpolation::nearest;
+  std::vector<double> fill = {0.0};
+  std::optional<std::array<double, 2>> center{};
+
+  /// What `get_params` draws for an image of height × width.
+  struct Params {
+    double angle = 0.0;
+    std::array<int, 2> translate{};
+    double scale = 1.0;
+    std::array<double, 2> shear{};
+  };
+  Params get_params(int height, int width, at::Generator& gen) const;
 };
 
 // ---- The recipe -----------------------------------------------------------------------------
@@ -302,7 +343,7 @@ using RecipeOp = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomHoriz
                               RandomVerticalFlip, Grayscale, RandomGrayscale, ToTensor, ToDtype,
                               Normalize, ColorJitter, GaussianBlur, RandomErasing, RandomCrop,
                               MixUp, CutMix, RandomChoice, TrivialAugmentWide, RandAugment,
-                              AutoAugment>;
+                              AutoAugment, RandomRotation, RandomAffine>;
 
 /// The values one op drew for a sample, where it draws more than whether it applies.
 struct OpDraw {
@@ -312,6 +353,8 @@ struct OpDraw {
   CropBox box;
   /// An augmentation policy's ops, in order.
   std::vector<AugmentStep> augment;
+  /// RandomRotation's or RandomAffine's draw: angle, translate x and y, scale, shear x and y.
+  std::array<double, 6> affine{};
 };
 
 /// What a recipe drew for one sample.
