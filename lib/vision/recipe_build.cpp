@@ -184,6 +184,12 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
   std::vector<std::pair<std::array<float, 3>, std::array<float, 3>>> norms;
   for (; k < ops.size(); ++k) {
     const RecipeOp& op = ops[k];
+    // An op that always applies and draws values of its own (a policy, a warp).
+    const auto add_drawing_step = [&](Recipe::Plan::Step step) {
+      plan->steps.push_back(std::move(step));
+      plan->always |= bit(k);
+      plan->draws_values = true;
+    };
     const auto uint8_only = [&] {
       if (is_float) {
         refuse(k, op, "comes after the conversion to float; the fused pipeline runs it on uint8 "
@@ -319,9 +325,7 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
       if (!error.empty()) refuse(k, op, error);
       Recipe::Plan::Step step{Kind::augment, -1.0, k};
       step.augment = std::move(augment);
-      plan->steps.push_back(std::move(step));
-      plan->always |= bit(k);
-      plan->draws_values = true;
+      add_drawing_step(std::move(step));
     } else if (std::holds_alternative<RandomRotation>(op) ||
                std::holds_alternative<RandomAffine>(op)) {
       uint8_only();
@@ -333,9 +337,7 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
       if (!error.empty()) refuse(k, op, error);
       Recipe::Plan::Step step{Kind::warp, -1.0, k};
       step.warp = std::move(warp);
-      plan->steps.push_back(std::move(step));
-      plan->always |= bit(k);
-      plan->draws_values = true;
+      add_drawing_step(std::move(step));
     } else if (std::holds_alternative<MixUp>(op) || std::holds_alternative<CutMix>(op) ||
                std::holds_alternative<RandomChoice>(op)) {
       if (k + 1 != ops.size()) {
