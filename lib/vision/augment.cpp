@@ -20,10 +20,10 @@
 namespace coload::vision {
 
 const char* augment_op_name(AugmentOp op) noexcept {
-  static constexpr const char* names[] = {
-      "Identity",   "ShearX", "ShearY",    "TranslateX", "TranslateY",   "Rotate",
-      "Brightness", "Color",  "Contrast",  "Sharpness",  "Posterize",    "Solarize",
-      "AutoContrast", "Equalize", "Invert"};
+  static constexpr const char* names[] = {"Identity",     "ShearX",    "ShearY",     "TranslateX",
+                                          "TranslateY",   "Rotate",    "Brightness", "Color",
+                                          "Contrast",     "Sharpness", "Posterize",  "Solarize",
+                                          "AutoContrast", "Equalize",  "Invert"};
   return names[static_cast<int>(op)];
 }
 
@@ -57,13 +57,13 @@ std::vector<Entry> augmentation_space(bool wide, bool with_identity, bool with_i
   if (with_identity) space.push_back({AugmentOp::Identity, {}, false});
   space.push_back({AugmentOp::ShearX, linspace(0.0, shear, bins), true});
   space.push_back({AugmentOp::ShearY, linspace(0.0, shear, bins), true});
-  space.push_back({AugmentOp::TranslateX,
-                   linspace(0.0, wide ? 32.0 : 150.0 / 331.0 * width, bins), true});
-  space.push_back({AugmentOp::TranslateY,
-                   linspace(0.0, wide ? 32.0 : 150.0 / 331.0 * height, bins), true});
+  space.push_back(
+      {AugmentOp::TranslateX, linspace(0.0, wide ? 32.0 : 150.0 / 331.0 * width, bins), true});
+  space.push_back(
+      {AugmentOp::TranslateY, linspace(0.0, wide ? 32.0 : 150.0 / 331.0 * height, bins), true});
   space.push_back({AugmentOp::Rotate, linspace(0.0, rotate, bins), true});
-  for (AugmentOp op : {AugmentOp::Brightness, AugmentOp::Color, AugmentOp::Contrast,
-                       AugmentOp::Sharpness}) {
+  for (AugmentOp op :
+       {AugmentOp::Brightness, AugmentOp::Color, AugmentOp::Contrast, AugmentOp::Sharpness}) {
     space.push_back({op, linspace(0.0, colour, bins), true});
   }
   space.push_back({AugmentOp::Posterize, posterize_bins(bins, wide ? 6.0 : 4.0), false});
@@ -125,8 +125,10 @@ void check_bins(int bins, std::string& error) {
 // within a uint8 image's values.
 std::vector<float> checked_fill(const std::vector<double>& fill, std::string& error) {
   if (fill.size() > 1 && fill.size() != 3) {
-    error = "The number of elements in 'fill' cannot broadcast to match the number of channels "
-            "of the image (" + std::to_string(fill.size()) + " != 3)";
+    error =
+        "The number of elements in 'fill' cannot broadcast to match the number of channels "
+        "of the image (" +
+        std::to_string(fill.size()) + " != 3)";
     return {};
   }
   for (double f : fill) {
@@ -194,7 +196,8 @@ std::vector<AugmentStep> AugmentPlan::draw(at::Generator& gen) const {
   };
   switch (policy) {
     case Policy::trivial_wide: {
-      const Entry& e = space[static_cast<std::size_t>(randint(static_cast<std::int64_t>(space.size()), gen))];
+      const Entry& e =
+          space[static_cast<std::size_t>(randint(static_cast<std::int64_t>(space.size()), gen))];
       double magnitude = 0.0;
       if (!e.magnitudes.empty()) {
         magnitude = e.magnitudes[static_cast<std::size_t>(
@@ -206,7 +209,8 @@ std::vector<AugmentStep> AugmentPlan::draw(at::Generator& gen) const {
     }
     case Policy::rand:
       for (int i = 0; i < num_ops; ++i) {
-        const Entry& e = space[static_cast<std::size_t>(randint(static_cast<std::int64_t>(space.size()), gen))];
+        const Entry& e =
+            space[static_cast<std::size_t>(randint(static_cast<std::int64_t>(space.size()), gen))];
         double m = e.magnitudes.empty() ? 0.0 : e.magnitudes[static_cast<std::size_t>(magnitude)];
         if (e.is_signed && randint(2, gen) != 0) m *= -1.0;
         steps.push_back({e.op, m});
@@ -220,7 +224,8 @@ std::vector<AugmentStep> AugmentPlan::draw(at::Generator& gen) const {
       for (std::size_t i = 0; i < 2; ++i) {
         const PolicyOp& po = imagenet_policy[id][i];
         // `probs[i] <= p`: a float32 element against a Python float, compared in float32.
-        if (!(probs[static_cast<std::int64_t>(i)].item<float>() <= static_cast<float>(po.p))) continue;
+        if (!(probs[static_cast<std::int64_t>(i)].item<float>() <= static_cast<float>(po.p)))
+          continue;
         const Entry& e = entry_of(po.op);
         double magnitude = po.bin >= 0 ? e.magnitudes[static_cast<std::size_t>(po.bin)] : 0.0;
         if (e.is_signed && signs[static_cast<std::int64_t>(i)].item<std::int64_t>() == 0) {
@@ -238,7 +243,9 @@ std::vector<AugmentStep> AugmentPlan::draw(at::Generator& gen) const {
 
 namespace {
 
-std::size_t values(RgbSpan img) { return static_cast<std::size_t>(img.width) * img.height * 3; }
+std::size_t values(RgbSpan img) {
+  return static_cast<std::size_t>(img.width) * img.height * 3;
+}
 
 // `_blend(img, other, ratio)` on uint8: ratio · a + (1 - ratio) · b in float32, clamped,
 // truncated; (1 - ratio) computed in double from the double ratio, as Python does.
@@ -357,15 +364,17 @@ void apply_augment(RgbSpan img, const AugmentStep& step, Interpolation interpola
   const double w = img.width;
   const double h = img.height;
   switch (step.op) {
-    case AugmentOp::Identity: break;
+    case AugmentOp::Identity:
+      break;
     case AugmentOp::ShearX:
     case AugmentOp::ShearY: {
       // shear = degrees(atan(m)) about the top-left corner (center=[0, 0], which the tensor path
       // turns into (-w/2, -h/2) from the image's centre).
       constexpr double rad_to_deg = 180.0 / 3.14159265358979323846;
       const double s = std::atan(m) * rad_to_deg;
-      const std::array<double, 2> shear =
-          step.op == AugmentOp::ShearX ? std::array<double, 2>{s, 0.0} : std::array<double, 2>{0.0, s};
+      const std::array<double, 2> shear = step.op == AugmentOp::ShearX
+                                              ? std::array<double, 2>{s, 0.0}
+                                              : std::array<double, 2>{0.0, s};
       warp_affine(img, inverse_affine_matrix({-w * 0.5, -h * 0.5}, 0.0, {0.0, 0.0}, 1.0, shear),
                   interpolation, fill);
       break;
@@ -374,8 +383,9 @@ void apply_augment(RgbSpan img, const AugmentStep& step, Interpolation interpola
     case AugmentOp::TranslateY: {
       // translate = [int(m), 0]: truncated toward zero.
       const double t = std::trunc(m);
-      const std::array<double, 2> translate =
-          step.op == AugmentOp::TranslateX ? std::array<double, 2>{t, 0.0} : std::array<double, 2>{0.0, t};
+      const std::array<double, 2> translate = step.op == AugmentOp::TranslateX
+                                                  ? std::array<double, 2>{t, 0.0}
+                                                  : std::array<double, 2>{0.0, t};
       warp_affine(img, inverse_affine_matrix({0.0, 0.0}, 0.0, translate, 1.0, {0.0, 0.0}),
                   interpolation, fill);
       break;
@@ -385,10 +395,18 @@ void apply_augment(RgbSpan img, const AugmentStep& step, Interpolation interpola
       warp_affine(img, inverse_affine_matrix({0.0, 0.0}, -m, {0.0, 0.0}, 1.0, {0.0, 0.0}),
                   interpolation, fill);
       break;
-    case AugmentOp::Brightness: adjust_brightness(img, 1.0 + m); break;
-    case AugmentOp::Color: adjust_saturation(img, 1.0 + m); break;
-    case AugmentOp::Contrast: adjust_contrast(img, 1.0 + m); break;
-    case AugmentOp::Sharpness: adjust_sharpness(img, 1.0 + m); break;
+    case AugmentOp::Brightness:
+      adjust_brightness(img, 1.0 + m);
+      break;
+    case AugmentOp::Color:
+      adjust_saturation(img, 1.0 + m);
+      break;
+    case AugmentOp::Contrast:
+      adjust_contrast(img, 1.0 + m);
+      break;
+    case AugmentOp::Sharpness:
+      adjust_sharpness(img, 1.0 + m);
+      break;
     case AugmentOp::Posterize: {
       const int bits = static_cast<int>(m);
       const auto mask = static_cast<std::uint8_t>(-(1 << (8 - bits)) & 0xff);
@@ -403,8 +421,12 @@ void apply_augment(RgbSpan img, const AugmentStep& step, Interpolation interpola
       });
       break;
     }
-    case AugmentOp::AutoContrast: autocontrast(img); break;
-    case AugmentOp::Equalize: equalize(img); break;
+    case AugmentOp::AutoContrast:
+      autocontrast(img);
+      break;
+    case AugmentOp::Equalize:
+      equalize(img);
+      break;
     case AugmentOp::Invert:
       map_all(img, [](std::uint8_t v) { return static_cast<std::uint8_t>(255 - v); });
       break;

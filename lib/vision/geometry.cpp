@@ -119,7 +119,8 @@ void warp_affine(RgbSpan img, const std::array<double, 6>& matrix, Interpolation
       for (int k = 0; k < 4; ++k) {
         const float px = fx + static_cast<float>(k & 1);
         const float py = fy + static_cast<float>(k >> 1);
-        if (px < 0 || px >= static_cast<float>(w) || py < 0 || py >= static_cast<float>(h)) continue;
+        if (px < 0 || px >= static_cast<float>(w) || py < 0 || py >= static_cast<float>(h))
+          continue;
         const std::uint8_t* p = at(static_cast<int>(px), static_cast<int>(py));
         for (int c = 0; c < 3; ++c) acc[c] += wts[k] * static_cast<float>(p[c]);
         mask += wts[k];
@@ -131,7 +132,6 @@ void warp_affine(RgbSpan img, const std::array<double, 6>& matrix, Interpolation
     }
   }
 }
-
 
 // ---- RandomRotation and RandomAffine ---------------------------------------------------------
 
@@ -158,8 +158,9 @@ WarpPlan make_warp_plan(const RandomRotation& t, std::string& error) {
   plan.rotate = t;
   check_range(t.degrees, "degrees", error);
   if (error.empty() && t.expand) {
-    error = "expand=True makes each sample's size depend on its angle, but a recipe's batch has "
-            "one size: not supported in a recipe";
+    error =
+        "expand=True makes each sample's size depend on its angle, but a recipe's batch has "
+        "one size: not supported in a recipe";
   }
   plan.fill = checked_fill(t.fill, error);
   return plan;
@@ -196,13 +197,18 @@ WarpPlan make_warp_plan(const RandomAffine& t, std::string& error) {
 std::array<double, 6> draw_warp(const WarpPlan& plan, int height, int width, at::Generator& gen) {
   if (plan.rotation) return {plan.rotate.get_params(gen), 0, 0, 1.0, 0, 0};
   const RandomAffine::Params p = plan.affine.get_params(height, width, gen);
-  return {p.angle, static_cast<double>(p.translate[0]), static_cast<double>(p.translate[1]),
-          p.scale, p.shear[0], p.shear[1]};
+  return {p.angle,
+          static_cast<double>(p.translate[0]),
+          static_cast<double>(p.translate[1]),
+          p.scale,
+          p.shear[0],
+          p.shear[1]};
 }
 
 void apply_warp(RgbSpan img, const WarpPlan& plan, const std::array<double, 6>& d) {
   const auto& center = plan.rotation ? plan.rotate.center : plan.affine.center;
-  const Interpolation interp = plan.rotation ? plan.rotate.interpolation : plan.affine.interpolation;
+  const Interpolation interp =
+      plan.rotation ? plan.rotate.interpolation : plan.affine.interpolation;
   // The tensor path's centre: pixel coordinates made relative to the image's centre.
   std::array<double, 2> c = {0.0, 0.0};
   if (center) c = {(*center)[0] - img.width * 0.5, (*center)[1] - img.height * 0.5};
@@ -227,8 +233,10 @@ RandomAffine::Params RandomAffine::get_params(int height, int width, at::Generat
     const double max_dx = (*translate)[0] * width;
     const double max_dy = (*translate)[1] * height;
     // int(round(x)): Python rounds half to even.
-    p.translate[0] = static_cast<int>(std::nearbyint(static_cast<double>(detail::uniform(gen, -max_dx, max_dx))));
-    p.translate[1] = static_cast<int>(std::nearbyint(static_cast<double>(detail::uniform(gen, -max_dy, max_dy))));
+    p.translate[0] = static_cast<int>(
+        std::nearbyint(static_cast<double>(detail::uniform(gen, -max_dx, max_dx))));
+    p.translate[1] = static_cast<int>(
+        std::nearbyint(static_cast<double>(detail::uniform(gen, -max_dy, max_dy))));
   }
   if (scale) p.scale = detail::uniform(gen, (*scale)[0], (*scale)[1]);
   if (!shear.empty()) {
