@@ -544,3 +544,30 @@ TEST_CASE("augment: bad RandomRotation and RandomAffine parameters are refused a
 }
 
 }  // TEST_SUITE
+
+TEST_CASE("augment: every op runs on the smallest images and keeps their size") {
+  // Sharpness leaves images of 2 pixels or less on a side as they are (torchvision does); the
+  // warps sample a one-pixel source; Equalize's step is 0 on so few pixels (unchanged).
+  for (const auto& [w, h] : {std::pair{1, 1}, std::pair{2, 2}, std::pair{3, 2}, std::pair{3, 3}}) {
+    CAPTURE(w);
+    CAPTURE(h);
+    const Image img = vision::test::synthetic_image(w, h, 3);
+    for (int op = 0; op <= static_cast<int>(AugmentOp::Invert); ++op) {
+      CAPTURE(op);
+      for (const Interpolation interp : {Interpolation::nearest, Interpolation::bilinear}) {
+        const Image out =
+            vision::apply_augment_op(img.view(), {static_cast<AugmentOp>(op), 0.5}, interp, {7});
+        CHECK(out.width == w);
+        CHECK(out.height == h);
+        const auto o = static_cast<AugmentOp>(op);
+        if (o == AugmentOp::Identity || o == AugmentOp::Equalize ||
+            (o == AugmentOp::Sharpness && (w <= 2 || h <= 2))) {
+          CHECK(out.data == img.data);
+        }
+        if (o == AugmentOp::Invert) {
+          for (std::size_t i = 0; i < img.data.size(); ++i) CHECK(out.data[i] == 255 - img.data[i]);
+        }
+      }
+    }
+  }
+}
