@@ -219,6 +219,7 @@ TEST_CASE("augment: the policies draw torchvision's ops and magnitudes after tor
     std::set<std::string> ops_seen;
     int negative = 0;
     std::size_t steps = 0;
+    std::size_t exact_magnitudes = 0;
     for (int seed = 0; seed < seeds; ++seed) {
       CAPTURE(seed);
       std::string line;
@@ -232,14 +233,23 @@ TEST_CASE("augment: the policies draw torchvision's ops and magnitudes after tor
       REQUIRE(ours.size() == theirs.size());
       for (std::size_t i = 0; i < ours.size(); ++i) {
         CHECK(vision::augment_op_name(ours[i].op) == theirs[i].first);
-        CHECK(ours[i].magnitude == theirs[i].second);
+        // The bins are torch.linspace's float32 values, computed by the libtorch coload links
+        // (as torchvision computes them with its torch): equal to the bit against the same
+        // torch, but torch 2.11's linspace differs from Debian's 1.13 in the last bit of two
+        // of 31 bins (TrivialAugmentWide's translate bin 15 is 15.999999 there), so a run
+        // against the other torch allows one float32 ulp.
+        const double ulp = std::nextafter(static_cast<float>(std::fabs(theirs[i].second)),
+                                          INFINITY) - std::fabs(static_cast<float>(theirs[i].second));
+        CHECK(std::fabs(ours[i].magnitude - theirs[i].second) <= ulp);
+        exact_magnitudes += ours[i].magnitude == theirs[i].second ? 1 : 0;
         ops_seen.insert(theirs[i].first);
         negative += theirs[i].second < 0 ? 1 : 0;
       }
       steps += ours.size();
     }
     MESSAGE(policy.file << ": " << steps << " ops over " << seeds << " seeds, " << ops_seen.size()
-                        << " kinds, " << negative << " negative magnitudes");
+                        << " kinds, " << negative << " negative magnitudes, " << exact_magnitudes
+                        << " magnitudes equal to the bit");
     CHECK(ops_seen.size() >= 10);
     CHECK(negative > 0);
   }
