@@ -198,7 +198,11 @@ struct Classifier {
     auto loss = torch::nn::functional::cross_entropy(logits, labels);
     loss.backward();
     optimizer.step();
-    const auto correct = logits.argmax(1).eq(labels).sum().item<std::int64_t>();
+    // A recipe's MixUp or CutMix makes the labels soft ([N, classes] probabilities, which
+    // cross_entropy takes as they are): an image counts as right where the model picks the
+    // class with the largest share.
+    const auto hard = labels.dim() == 2 ? labels.argmax(1) : labels;
+    const auto correct = logits.argmax(1).eq(hard).sum().item<std::int64_t>();
     return {loss.item<double>(), correct};
   }
 

@@ -61,12 +61,13 @@ void map_values(RgbSpan img, Fn&& fn) {
 }
 }  // namespace
 
-void adjust_brightness(RgbSpan img, float factor) {
+void adjust_brightness(RgbSpan img, double factor) {
   // `image.mul(factor).clamp_(0, 255)` (0.14's `_blend` with zeros adds (1 - factor) · 0 = 0).
-  map_values(img, [&](std::uint8_t v) { return blend(v, factor, 0.0f); });
+  const auto ratio = static_cast<float>(factor);
+  map_values(img, [&](std::uint8_t v) { return blend(v, ratio, 0.0f); });
 }
 
-void adjust_contrast(RgbSpan img, float factor) {
+void adjust_contrast(RgbSpan img, double factor) {
   // The mean of the truncated grayscale image in float32: torch sums the floats (exact while the
   // sum stays below 2^24, as for any crop up to 256 × 256) and divides by the count.
   std::int64_t sum = 0;
@@ -75,17 +76,20 @@ void adjust_contrast(RgbSpan img, float factor) {
     sum += gray_of(img.data[3 * i], img.data[3 * i + 1], img.data[3 * i + 2]);
   }
   const float mean = static_cast<float>(sum) / static_cast<float>(n);
-  const float other = static_cast<float>(1.0 - static_cast<double>(factor)) * mean;
-  map_values(img, [&](std::uint8_t v) { return blend(v, factor, other); });
+  const float other = static_cast<float>(1.0 - factor) * mean;
+  const auto ratio = static_cast<float>(factor);
+  map_values(img, [&](std::uint8_t v) { return blend(v, ratio, other); });
 }
 
-void adjust_saturation(RgbSpan img, float factor) {
-  const float rest = static_cast<float>(1.0 - static_cast<double>(factor));
+void adjust_saturation(RgbSpan img, double factor) {
+  // (1 - ratio) in double from the double ratio, then float32, as Python and torch compute it.
+  const float rest = static_cast<float>(1.0 - factor);
+  const auto ratio = static_cast<float>(factor);
   const std::size_t n = pixels(img);
   for (std::size_t i = 0; i < n; ++i) {
     std::uint8_t* p = img.data + 3 * i;
     const float other = rest * static_cast<float>(gray_of(p[0], p[1], p[2]));
-    for (int c = 0; c < 3; ++c) p[c] = blend(p[c], factor, other);
+    for (int c = 0; c < 3; ++c) p[c] = blend(p[c], ratio, other);
   }
 }
 
@@ -325,13 +329,13 @@ float draw_uniform(at::Generator& gen, double lo, double hi) {
 namespace {
 // The public form of an adjustment with a non-negative factor: checked, on a copy.
 Image adjusted(const ImageView& src, double factor, const char* name,
-               void (*adjust)(detail::RgbSpan, float)) {
+               void (*adjust)(detail::RgbSpan, double)) {
   if (!(factor >= 0)) {
     throw InvalidArgument(std::string(name) + "_factor (" + detail::py_float(factor) +
                           ") is not non-negative.");
   }
   Image out = checked_copy(src, name);
-  adjust(span_of(out), static_cast<float>(factor));
+  adjust(span_of(out), factor);
   return out;
 }
 }  // namespace

@@ -37,11 +37,11 @@ struct RgbSpan {
 };
 
 /// `F.adjust_brightness`: trunc(clamp(f · v, 0, 255)).
-void adjust_brightness(RgbSpan img, float factor);
+void adjust_brightness(RgbSpan img, double factor);
 /// `F.adjust_contrast`: blends with the mean of the (truncated) grayscale image.
-void adjust_contrast(RgbSpan img, float factor);
+void adjust_contrast(RgbSpan img, double factor);
 /// `F.adjust_saturation`: blends with the (truncated) grayscale image.
-void adjust_saturation(RgbSpan img, float factor);
+void adjust_saturation(RgbSpan img, double factor);
 /// `F.adjust_hue`: to float, HSV, hue shifted modulo 1, back to RGB, to uint8 (× 255.999).
 void adjust_hue(RgbSpan img, float hue_factor);
 /// `F.gaussian_blur` with an odd kernel of kx × ky and one sigma per axis: reflect padding,

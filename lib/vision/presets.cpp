@@ -18,23 +18,40 @@ Normalize imagenet_normalize() {
                    {imagenet_std.begin(), imagenet_std.end()}};
 }
 void check_name(const std::string& name) {
-  if (name != "classic") {
-    throw InvalidArgument("unknown recipe preset '" + name + "'; the presets are: classic");
+  if (name != "classic" && name != "resnet50") {
+    throw InvalidArgument("unknown recipe preset '" + name + "'; the presets are: classic, resnet50");
   }
 }
 }  // namespace
 
 Recipe train(const std::string& name) {
   check_name(name);
+  if (name == "resnet50") {
+    // torchvision's references/classification recipe for ResNet-50 IMAGENET1K_V2 ("How to train
+    // state-of-the-art models"): --train-crop-size 176 --auto-augment ta_wide
+    // --random-erase 0.1 --mixup-alpha 0.2 --cutmix-alpha 1.0 (train.py picks one of MixUp and
+    // CutMix per batch, with equal odds). Its classes are the pipeline's (num_classes 0).
+    return Recipe{RandomResizedCrop{176},
+                  RandomHorizontalFlip{},
+                  TrivialAugmentWide{},
+                  ToDtype{at::kFloat, true},
+                  imagenet_normalize(),
+                  RandomErasing{0.1},
+                  RandomChoice{{MixUp{0.2}, CutMix{1.0}}, {}}};
+  }
   return Recipe{RandomResizedCrop{224}, RandomHorizontalFlip{}, ToTensor{}, imagenet_normalize()};
 }
 
 Recipe eval(const std::string& name) {
   check_name(name);
+  if (name == "resnet50") {
+    // --val-resize-size 232 --val-crop-size 224.
+    return Recipe{Resize{232}, CenterCrop{224}, ToDtype{at::kFloat, true}, imagenet_normalize()};
+  }
   return Recipe{Resize{256}, CenterCrop{224}, ToTensor{}, imagenet_normalize()};
 }
 
-std::vector<std::string> names() { return {"classic"}; }
+std::vector<std::string> names() { return {"classic", "resnet50"}; }
 }  // namespace presets
 
 int fused_output_size(const FusedTransform& t) noexcept {

@@ -17,350 +17,6 @@
 
 namespace coload::vision {
 
-// ---- Building a recipe --------------------------------------------------------------------
-
-
-namespace {
-
-const char* op_name(const RecipeOp& op) {
-  static constexpr const char* names[] = {
-      "RandomResizedCrop", "Resize",    "CenterCrop", "RandomHorizontalFlip",
-      "RandomVerticalFlip", "Grayscale", "RandomGrayscale", "ToTensor", "ToDtype", "Normalize",
-      "ColorJitter", "GaussianBlur", "RandomErasing", "RandomCrop", "MixUp", "CutMix",
-      "RandomChoice"};
-  static_assert(std::size(names) == std::variant_size_v<RecipeOp>);
-  return names[op.index()];
-}
-
-[[noreturn]] void refuse(std::size_t k, const RecipeOp& op, const std::string& why) {
-  throw InvalidArgument(std::string("Recipe: op ") + std::to_string(k) + " (" + op_name(op) + "): " + why);
-}
-
-void check_p(std::size_t k, const RecipeOp& op, double p) {
-  // NOTE: torchvision.transforms.v2's wording (_RandomApplyTransform); a NaN fails it too.
-  if (!(p >= 0.0 && p <= 1.0)) {
-    refuse(k, op, "`p` should be a floating point value in the interval [0.0, 1.0].");
-  }
-}
-
-void check_jitter(std::size_t k, const RecipeOp& op, const ColorJitter& j) {
-  const std::pair<const char*, double> values[] = {
-      {"brightness", j.brightness}, {"contrast", j.contrast}, {"saturation", j.saturation},
-      {"hue", j.hue}};
-  for (const auto& [name, v] : values) {
-    // NOTE: torchvision's _check_input wording, for its single-number form.
-    if (!(v >= 0)) refuse(k, op, std::string("If ") + name + " is a single number, it must be non negative.");
-  }
-  if (j.hue > 0.5) {
-    refuse(k, op, "hue values should be between (-0.5, 0.5), but got [" + detail::py_float(-j.hue) + ", " +
-                      detail::py_float(j.hue) + "].");
-  }
-}
-
-std::array<float, 3> per_channel(std::size_t k, const RecipeOp& op, const std::vector<double>& v,
-                                 const char* what) {
-  if (v.size() != 1 && v.size() != 3) {
-    refuse(k, op, std::string(what) +
-                      " needs 1 or 3 values (one per channel of an RGB image), got " +
-                      std::to_string(v.size()));
-  }
-  std::array<float, 3> out{};
-  for (std::size_t c = 0; c < 3; ++c) out[c] = static_cast<float>(v[v.size() == 1 ? 0 : c]);
-  return out;
-}
-
-std::shared_ptr<Recipe::Plan> build(std::vector<RecipeOp> ops) {
-  auto plan = std::make_shared<Recipe::Plan>();
-  using Kind = Recipe::Plan::Kind;
-  if (ops.empty()) {
-    throw InvalidArgument("Recipe: no ops; a recipe starts with RandomResizedCrop or Resize");
-  }
-  std::size_t k = 0;
-  const auto bit = [](std::size_t i) { return std::uint64_t{1} << i; };
-  if (ops.size() > 64) {
-    throw InvalidArgument(std::string("Recipe: ") + std::to_string(ops.size()) + " ops; at most 64");
-  }
-  // The leading geometry.
-  if (const auto* rrc = std::get_if<RandomResizedCrop>(&ops[0])) {
-    if (rrc->height <= 0 || rrc->width < 0) {
-      refuse(0, ops[0], std::string("size must be positive, got ") + std::to_string(rrc->height) + "x" +
-                            std::to_string(rrc->width));
-    }
-    if (rrc->scale[0] > rrc->scale[1] || rrc->ratio[0] > rrc->ratio[1]) {
-      refuse(0, ops[0], "Scale and ratio should be of kind (min, max)");
-    }
-    if (!(rrc->scale[0] >= 0.0) || !(rrc->ratio[0] > 0.0)) {
-      refuse(0, ops[0], "scale must be non-negative and ratio positive");
-    }
-    plan->random_crop = true;
-    plan->crop = *rrc;
-    plan->out_height = rrc->height;
-    plan->out_width = rrc->width > 0 ? rrc->width : rrc->height;
-    plan->always |= bit(0);
-    k = 1;
-  } else if (const auto* resize = std::get_if<Resize>(&ops[0])) {
-    if (resize->size <= 0 || resize->width < 0) {
-      refuse(0, ops[0], std::string("size must be positive, got ") + std::to_string(resize->size) +
-                            (resize->width > 0 ? std::string("x") + std::to_string(resize->width) : ""));
-    }
-    plan->resize = *resize;
-    plan->always |= bit(0);
-    k = 1;
-    if (k < ops.size()) {
-      if (const auto* cc = std::get_if<CenterCrop>(&ops[k])) {
-        const int ch = cc->height;
-        const int cw = cc->width > 0 ? cc->width : cc->height;
-        if (ch <= 0 || cc->width < 0) {
-          refuse(k, ops[k], std::string("size must be positive, got ") + std::to_string(ch) + "x" +
-                                std::to_string(cw));
-        }
-        // NOTE: a crop larger than the resized image is zero-padded by torchvision; the fused
-        // path computes only pixels inside the resized image, so it refuses such a recipe.
-        const bool fits = resize->width > 0 ? ch <= resize->size && cw <= resize->width
-                                            : ch <= resize->size && cw <= resize->size;
-        if (!fits) {
-          refuse(k, ops[k], "a centre crop larger than the resized image (which torchvision "
-                            "pads with zeros) is not supported in a recipe yet");
-        }
-        plan->center = true;
-        plan->crop_height = ch;
-        plan->crop_width = cw;
-        plan->always |= bit(k);
-        ++k;
-      }
-    }
-    if (!plan->center && resize->width == 0) {
-      refuse(0, ops[0], std::string("Resize(") + std::to_string(resize->size) +
-                            ") keeps each image's aspect ratio, so samples would differ in size: "
-                            "follow it with CenterCrop, or give Resize a height and a width");
-    }
-    plan->out_height = plan->center ? plan->crop_height : resize->size;
-    plan->out_width = plan->center ? plan->crop_width : resize->width;
-  } else if (const auto* rc = std::get_if<RandomCrop>(&ops[0])) {
-    if (rc->height <= 0 || rc->width < 0) {
-      refuse(0, ops[0], std::string("size must be positive, got ") + std::to_string(rc->height) +
-                            "x" + std::to_string(rc->width));
-    }
-    for (const int p : rc->padding) {
-      if (p < 0) refuse(0, ops[0], "padding must be non-negative, got " + std::to_string(p));
-    }
-    if (rc->fill.size() != 1 && rc->fill.size() != 3) {
-      refuse(0, ops[0], "fill needs 1 or 3 values (one per channel of an RGB image), got " +
-                            std::to_string(rc->fill.size()));
-    }
-    for (std::size_t c = 0; c < 3; ++c) {
-      const double f = rc->fill[rc->fill.size() == 1 ? 0 : c];
-      if (!(f >= 0 && f <= 255)) {
-        refuse(0, ops[0], "fill values of a uint8 image lie in [0, 255], got " + detail::py_float(f));
-      }
-      plan->fill[c] = static_cast<std::uint8_t>(f);
-    }
-    plan->pad_crop = true;
-    plan->pad = *rc;
-    plan->out_height = rc->height;
-    plan->out_width = rc->width > 0 ? rc->width : rc->height;
-    plan->always |= bit(0);
-    k = 1;
-  } else if (const auto* cc = std::get_if<CenterCrop>(&ops[0])) {
-    if (cc->height <= 0 || cc->width < 0) {
-      refuse(0, ops[0], std::string("size must be positive, got ") + std::to_string(cc->height) +
-                            "x" + std::to_string(cc->width));
-    }
-    plan->pad_crop = true;
-    plan->center_only = true;
-    plan->out_height = cc->height;
-    plan->out_width = cc->width > 0 ? cc->width : cc->height;
-    plan->always |= bit(0);
-    k = 1;
-  } else {
-    refuse(0, ops[0], "a recipe starts with its geometry (RandomResizedCrop, RandomCrop, "
-                      "CenterCrop, or Resize and then CenterCrop), which the fused pipeline folds "
-                      "into the decode");
-  }
-  // The ops on the crop, then the conversion to float and the normalisations.
-  bool is_float = false;
-  bool scale = false;
-  bool erased = false;
-  std::vector<std::pair<std::array<float, 3>, std::array<float, 3>>> norms;
-  for (; k < ops.size(); ++k) {
-    const RecipeOp& op = ops[k];
-    const auto uint8_only = [&] {
-      if (is_float) {
-        refuse(k, op, "comes after the conversion to float; the fused pipeline runs it on uint8 "
-                      "pixels only, so put it before ToDtype/ToTensor");
-      }
-    };
-    if (const auto* f = std::get_if<RandomHorizontalFlip>(&op)) {
-      check_p(k, op, f->p);
-      plan->steps.push_back({Kind::hflip, f->p, k});
-    } else if (const auto* v = std::get_if<RandomVerticalFlip>(&op)) {
-      check_p(k, op, v->p);
-      plan->steps.push_back({Kind::vflip, v->p, k});
-    } else if (const auto* g = std::get_if<Grayscale>(&op)) {
-      if (g->num_output_channels != 1 && g->num_output_channels != 3) {
-        refuse(k, op, "num_output_channels should be either 1 or 3");
-      }
-      if (g->num_output_channels == 1) {
-        refuse(k, op, "Grayscale(num_output_channels=1) makes one channel, but a recipe's batch "
-                      "has three: use Grayscale(num_output_channels=3)");
-      }
-      uint8_only();
-      plan->steps.push_back({Kind::gray, -1.0, k});
-      plan->always |= bit(k);
-    } else if (const auto* rg = std::get_if<RandomGrayscale>(&op)) {
-      check_p(k, op, rg->p);
-      uint8_only();
-      plan->steps.push_back({Kind::gray, rg->p, k});
-    } else if (std::holds_alternative<ToTensor>(op)) {
-      if (!is_float) scale = true;
-      is_float = true;
-      plan->always |= bit(k);
-    } else if (const auto* t = std::get_if<ToDtype>(&op)) {
-      if (t->dtype != at::kFloat) {
-        refuse(k, op, std::string("the fused pipeline writes float32; ToDtype to ") +
-                          c10::toString(t->dtype) + " is not supported in a recipe yet");
-      }
-      // float32 to float32 changes nothing, scaled or not (torchvision rescales only between
-      // integer and floating dtypes).
-      if (!is_float) scale = t->scale;
-      is_float = true;
-      plan->always |= bit(k);
-    } else if (const auto* n = std::get_if<Normalize>(&op)) {
-      if (!is_float) {
-        // NOTE: torchvision's F.normalize wording for a uint8 tensor.
-        refuse(k, op, "Input tensor should be a float tensor. Got torch.uint8.");
-      }
-      if (erased) {
-        refuse(k, op, "Normalize after RandomErasing is not supported in a recipe yet: erase "
-                      "after normalising, as torchvision's reference recipes do");
-      }
-      const auto mean = per_channel(k, op, n->mean, "mean");
-      const auto std_dev = per_channel(k, op, n->std_dev, "std");
-      for (float s : std_dev) {
-        if (s == 0.0f) {
-          refuse(k, op, "std evaluated to zero after conversion to torch.float32, leading to "
-                        "division by zero.");
-        }
-      }
-      norms.emplace_back(mean, std_dev);
-      plan->always |= bit(k);
-    } else if (const auto* j = std::get_if<ColorJitter>(&op)) {
-      check_jitter(k, op, *j);
-      uint8_only();
-      plan->steps.push_back({Kind::jitter, -1.0, k, *j});
-      plan->always |= bit(k);
-      plan->draws_values = true;
-    } else if (const auto* b = std::get_if<GaussianBlur>(&op)) {
-      const int ky = b->kernel_y > 0 ? b->kernel_y : b->kernel_x;
-      if (b->kernel_x <= 0 || b->kernel_x % 2 == 0 || b->kernel_y < 0 ||
-          (b->kernel_y > 0 && b->kernel_y % 2 == 0)) {
-        refuse(k, op, "Kernel size value should be an odd and positive number.");
-      }
-      if (!(0.0 < b->sigma[0] && b->sigma[0] <= b->sigma[1])) {
-        refuse(k, op, "sigma values should be positive and of the form (min, max).");
-      }
-      if (b->kernel_x / 2 >= plan->out_width || ky / 2 >= plan->out_height) {
-        refuse(k, op, "the kernel's half (" + std::to_string(b->kernel_x / 2) + "x" +
-                          std::to_string(ky / 2) + ", torchvision's reflect padding) must be "
-                          "smaller than the image it blurs (" + std::to_string(plan->out_width) +
-                          "x" + std::to_string(plan->out_height) + ")");
-      }
-      uint8_only();
-      Recipe::Plan::Step step{Kind::blur, -1.0, k};
-      step.blur = *b;
-      step.blur.kernel_y = ky;
-      plan->steps.push_back(step);
-      plan->always |= bit(k);
-      plan->draws_values = true;
-    } else if (const auto* e = std::get_if<RandomErasing>(&op)) {
-      // NOTE: torchvision's RandomErasing wording; it only warns for a reversed range.
-      if (!(e->p >= 0.0 && e->p <= 1.0)) {
-        refuse(k, op, "Random erasing probability should be between 0 and 1");
-      }
-      if (e->scale[0] > e->scale[1] || e->ratio[0] > e->ratio[1]) {
-        refuse(k, op, "Scale and ratio should be of kind (min, max)");
-      }
-      if (!(e->scale[0] >= 0.0) || e->scale[1] > 1.0) {
-        refuse(k, op, "Scale should be between 0 and 1");
-      }
-      if (!(e->ratio[0] > 0.0)) refuse(k, op, "ratio must be positive");
-      if (e->value.size() != 1 && e->value.size() != 3) {
-        refuse(k, op, "If value is a sequence, it should have either a single value or 3 (number "
-                      "of input channels)");
-      }
-      if (!is_float) {
-        refuse(k, op, "erasing uint8 pixels is not supported in a recipe yet: put it after "
-                      "ToDtype/ToTensor");
-      }
-      Recipe::Plan::Step step{Kind::erase, e->p, k};
-      step.erase = *e;
-      for (std::size_t c = 0; c < 3; ++c) {
-        step.erase_value[c] = static_cast<float>(e->value[e->value.size() == 1 ? 0 : c]);
-      }
-      plan->steps.push_back(step);
-      plan->draws_values = true;
-      erased = true;
-    } else if (std::holds_alternative<MixUp>(op) || std::holds_alternative<CutMix>(op) ||
-               std::holds_alternative<RandomChoice>(op)) {
-      if (k + 1 != ops.size()) {
-        refuse(k, op, "a batch op (MixUp, CutMix, RandomChoice of them) runs on the collated "
-                      "batch, so it must be the recipe's last op");
-      }
-      std::vector<std::variant<MixUp, CutMix>> choices;
-      if (const auto* m = std::get_if<MixUp>(&op)) choices.emplace_back(*m);
-      if (const auto* c = std::get_if<CutMix>(&op)) choices.emplace_back(*c);
-      if (const auto* rc = std::get_if<RandomChoice>(&op)) {
-        if (rc->transforms.empty()) refuse(k, op, "no transforms to choose from");
-        if (!rc->p.empty() && rc->p.size() != rc->transforms.size()) {
-          refuse(k, op, "Length of p doesn't match the number of transforms: " +
-                            std::to_string(rc->p.size()) + " != " +
-                            std::to_string(rc->transforms.size()));
-        }
-        for (double w : rc->p) {
-          if (!(w >= 0)) refuse(k, op, "p's weights must be non-negative");
-        }
-        choices = rc->transforms;
-        plan->batch_p = rc->p.empty() ? std::vector<double>(choices.size(), 1.0) : rc->p;
-      }
-      for (const auto& choice : choices) {
-        const double alpha = std::visit([](const auto& m) { return m.alpha; }, choice);
-        const int classes = std::visit([](const auto& m) { return m.num_classes; }, choice);
-        if (!(alpha > 0)) refuse(k, op, "alpha must be greater than 0, got " + detail::py_float(alpha));
-        if (classes < 0) {
-          refuse(k, op, "num_classes must be positive (or 0 for the pipeline's class count), "
-                        "got " + std::to_string(classes));
-        }
-      }
-      if (!is_float) {
-        refuse(k, op, "mixes float batches: put ToDtype/ToTensor before it");
-      }
-      plan->batch_ops = std::move(choices);
-    } else {
-      refuse(k, op, "a geometric op after the recipe's leading geometry is not supported in a "
-                    "recipe yet");
-    }
-  }
-  if (!is_float) {
-    throw InvalidArgument("Recipe: the fused pipeline writes float32 batches: add "
-                          "ToDtype(float32, scale=true) or ToTensor after the uint8 ops");
-  }
-  // One table maps each channel's uint8 value to its final float, computed with torchvision's
-  // float32 operations in its order: the scale, then each Normalize's subtract and divide.
-  for (int c = 0; c < 3; ++c) {
-    for (int v = 0; v < 256; ++v) {
-      float x = scale ? static_cast<float>(v) / 255.0f : static_cast<float>(v);
-      for (const auto& [mean, std_dev] : norms) {
-        x = (x - mean[static_cast<std::size_t>(c)]) / std_dev[static_cast<std::size_t>(c)];
-      }
-      plan->table.value[c][v] = x;
-    }
-  }
-  plan->ops = std::move(ops);
-  return plan;
-}
-
-}  // namespace
-
 namespace {
 
 // Where padded index `i` reads in a source of `n` pixels padded by `before` in front: the
@@ -456,7 +112,7 @@ void run_geometry(const Recipe::Plan& plan, std::span<const std::byte> encoded,
 
 Recipe::Recipe(std::initializer_list<RecipeOp> ops) : Recipe(std::vector<RecipeOp>(ops)) {}
 
-Recipe::Recipe(std::vector<RecipeOp> ops) : plan_(build(std::move(ops))) {}
+Recipe::Recipe(std::vector<RecipeOp> ops) : plan_(detail::build_plan(std::move(ops))) {}
 
 const std::vector<RecipeOp>& Recipe::ops() const noexcept { return plan_->ops; }
 int Recipe::output_height() const noexcept { return plan_->out_height; }
@@ -502,6 +158,11 @@ RecipeParams Recipe::sample(const ImageInfo& info, at::Generator& gen) const {
       case Plan::Kind::blur:
         params.draws[step.op].jitter.factor[0] = step.blur.get_params(gen);
         break;
+      case Plan::Kind::augment: params.draws[step.op].augment = step.augment->draw(gen); break;
+      case Plan::Kind::warp:
+        params.draws[step.op].affine =
+            detail::draw_warp(*step.warp, plan.out_height, plan.out_width, gen);
+        break;
       case Plan::Kind::erase:
         if (drawn) {
           // Where no box fits in ten draws torchvision erases nothing.
@@ -534,8 +195,15 @@ void Recipe::apply(std::span<const std::byte> encoded, const ImageInfo& info,
       case Plan::Kind::vflip: vflip = !vflip; break;
       case Plan::Kind::gray: ++grays; break;
       case Plan::Kind::jitter:
-      case Plan::Kind::blur: whole = true; break;
+      case Plan::Kind::blur:
+      case Plan::Kind::warp: whole = true; break;
       case Plan::Kind::erase: erase = true; break;
+      case Plan::Kind::augment:
+        // Only an op that changes pixels needs the crop whole.
+        for (const AugmentStep& s : params.draws[step.op].augment) {
+          whole = whole || s.op != AugmentOp::Identity;
+        }
+        break;
     }
   }
   if (whole) {
@@ -598,6 +266,12 @@ void Recipe::finish_whole(const RecipeParams& params, bool erase, float* dst) co
         detail::gaussian_blur(span, step.blur.kernel_x, step.blur.kernel_y, sigma, sigma);
         break;
       }
+      case Plan::Kind::augment:
+        for (const AugmentStep& s : params.draws[step.op].augment) {
+          detail::apply_augment(span, s, step.augment->interpolation, step.augment->fill);
+        }
+        break;
+      case Plan::Kind::warp: detail::apply_warp(span, *step.warp, params.draws[step.op].affine); break;
       case Plan::Kind::erase: break;  // on the float output, after
     }
   }

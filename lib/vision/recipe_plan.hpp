@@ -4,10 +4,12 @@
 
 #include "coload/vision/recipe.hpp"
 
+#include "augment.hpp"
 #include "fused.hpp"
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <variant>
 #include <vector>
 
@@ -32,7 +34,7 @@ struct Recipe::Plan {
   // The ops after the geometry, in order: uint8 ops on the crop, then RandomErasing on the
   // float output. Flips and grayscale commute (one moves pixels, the other maps each pixel
   // alone), so without a whole-crop op a sample needs only each kind's count.
-  enum class Kind { hflip, vflip, gray, jitter, blur, erase };
+  enum class Kind { hflip, vflip, gray, jitter, blur, erase, augment, warp };
   struct Step {
     Kind kind;
     double p;     // < 0 for an op that always applies
@@ -41,9 +43,13 @@ struct Recipe::Plan {
     GaussianBlur blur{};
     RandomErasing erase{};
     std::array<float, 3> erase_value{};
+    // An augmentation policy, with its bins for the recipe's crop size.
+    std::shared_ptr<const detail::AugmentPlan> augment{};
+    // RandomRotation or RandomAffine.
+    std::shared_ptr<const detail::WarpPlan> warp{};
   };
   std::vector<Step> steps;
-  bool draws_values = false;  // a ColorJitter, GaussianBlur or RandomErasing: params.draws
+  bool draws_values = false;  // an op that draws values (ColorJitter, ...): params.draws
   std::uint64_t always = 0;  // the ops that apply to every sample
   detail::NormalizeTable table;
   bool dct_scaling = true;
@@ -51,5 +57,11 @@ struct Recipe::Plan {
   std::vector<std::variant<MixUp, CutMix>> batch_ops;
   std::vector<double> batch_p;  // RandomChoice's weights; empty without a RandomChoice
 };
+
+namespace detail {
+/// Checks `ops` and builds their plan (recipe_build.cpp); std::invalid_argument naming the op
+/// and its parameter.
+std::shared_ptr<Recipe::Plan> build_plan(std::vector<RecipeOp> ops);
+}  // namespace detail
 
 }  // namespace coload::vision

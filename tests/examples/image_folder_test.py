@@ -3,7 +3,8 @@
 folder (made under parents that do not exist yet), three epochs print a falling training loss
 and a rising validation accuracy, one JSON object per epoch, each with the loader's verdict and
 per-stage metrics; --trace writes a Chrome trace-event file that parses, with a span for every
-training image's decode and transform on the workers' tracks.
+training image's decode and transform on the workers' tracks. --recipe classic equals the
+default run; --recipe resnet50 trains.
 
 usage: image_folder_test.py IMAGE_FOLDER MAKE_IMAGE_FOLDER
 """
@@ -92,6 +93,21 @@ def main() -> int:
             failures.append(f"--hashes runs failed: {err1} {err2}")
         elif fixed != recipe or len(fixed[0]) != 8:
             failures.append(f"--recipe classic differs from the default run: {fixed} {recipe}")
+        # --recipe resnet50 (TrivialAugmentWide, RandomErasing, MixUp or CutMix, so soft labels)
+        # trains: its loss, noisy with mixed labels, ends well below where it starts, and the
+        # validation accuracy (eval recipe: Resize 232, CenterCrop 224) is far above chance.
+        r = subprocess.run([image_folder, root, "--epochs", "4", "--json", "--recipe", "resnet50"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            failures.append(f"--recipe resnet50 failed: {r.stderr}")
+        else:
+            e50 = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+            losses = [e["loss"] for e in e50]
+            val = [e["val_accuracy"] for e in e50]
+            print("--recipe resnet50: losses", losses, "validation accuracy", val)
+            if len(e50) != 4 or not losses[-1] < losses[0] - 0.2 or not val[-1] > 0.3:
+                failures.append(f"--recipe resnet50 does not train: losses {losses}, "
+                                f"validation accuracy {val}")
         bad = subprocess.run([image_folder, root, "--recipe", "resnet9"], capture_output=True,
                              text=True)
         if bad.returncode != 2 or "resnet9" not in bad.stderr:

@@ -605,7 +605,7 @@ TEST_CASE("recipe: bad parameters and unsupported orders are refused when it is 
         "Recipe: op 3 (Normalize): Normalize after RandomErasing is not supported in a recipe "
         "yet: erase after normalising, as torchvision's reference recipes do");
   CHECK_THROWS_WITH_AS(vision::presets::train("resnet9"),
-                       "unknown recipe preset 'resnet9'; the presets are: classic",
+                       "unknown recipe preset 'resnet9'; the presets are: classic, resnet50",
                        std::invalid_argument);
   // p = 0 and p = 1 are torchvision's bounds, and accepted.
   CHECK(refusal({RandomResizedCrop{8}, RandomHorizontalFlip{0.0}, RandomGrayscale{1.0},

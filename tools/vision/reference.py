@@ -21,6 +21,16 @@ test, because importing torch takes about a second.
                                         get_params after torch.manual_seed, one line each
   batch_draws SEED0 SEED1 H W OUT       per seed: RandomChoice([MixUp(0.2), CutMix(1.0)])'s
                                         draws, with transforms.v2's calls
+  augment_op IN H W NAME MAG INTERP FILL OUT
+                                        autoaugment._apply_op on the raw uint8 HWC image IN
+                                        (H x W), tensor path; FILL: none or F0,F1,F2; raw out
+  policy_draws KIND SEED0 SEED1 H W OUT [ARGS]
+                                        per seed: the (op, magnitude) pairs KIND's forward
+                                        (trivial, rand NUM_OPS MAGNITUDE, auto) passes to
+                                        _apply_op after torch.manual_seed, one line each
+  warp_draws SEED0 SEED1 H W OUT        per seed: RandomRotation.get_params((-30, 45)), then
+                                        RandomAffine.get_params((-20, 10), (0.1, 0.2), (0.8, 1.2),
+                                        (-5, 5, -3, 8), [W, H]), one line each
   recipe IN OPS OUT                     a recipe's ops with coload's draws (OPS: one op a line),
                                         geometry on the PIL image, the rest through the tensor
                                         functional API; raw float32 CHW (uint8 values when OPS
@@ -35,6 +45,7 @@ try:
     import torch
     import torchvision.transforms as T
     import torchvision.transforms.functional as F
+    import torchvision.transforms.autoaugment as AA
     from PIL import Image
 except ImportError as e:  # pragma: no cover
     print(f"reference.py: {e}", file=sys.stderr)
@@ -67,6 +78,44 @@ def adjust_hue(t, factor):
         return F.adjust_hue(t, factor)
     hue = F.adjust_hue(F.convert_image_dtype(t, torch.float32), factor)
     return F.convert_image_dtype(hue, torch.uint8)
+
+
+def apply_augment(t, v):
+    """`augment NAME MAG INTERP FILL`: autoaugment._apply_op on the uint8 tensor t."""
+    name, mag, interp, fill = v[0], float(v[1]), v[2], v[3]
+    mode = {"nearest": T.InterpolationMode.NEAREST, "bilinear": T.InterpolationMode.BILINEAR}[interp]
+    fill = None if fill == "none" else [float(x) for x in fill.split(",")]
+    return AA._apply_op(t, name, mag, interpolation=mode, fill=fill)
+
+
+def policy_draws(kind, seeds, h, w, extra):
+    """What each policy's forward passes to _apply_op, recorded by wrapping _apply_op: the
+    policies' own draws, on this torch's generator."""
+    if kind == "trivial":
+        policy = T.TrivialAugmentWide()
+    elif kind == "rand":
+        policy = T.RandAugment(num_ops=int(extra[0]), magnitude=int(extra[1]))
+    else:
+        policy = T.AutoAugment(T.AutoAugmentPolicy.IMAGENET)
+    calls = []
+    real = AA._apply_op
+
+    def record(img, op_name, magnitude, interpolation, fill):
+        calls.append(f"{op_name} {magnitude!r}")
+        return img
+
+    AA._apply_op = record
+    rows = []
+    try:
+        img = torch.zeros((3, h, w), dtype=torch.uint8)
+        for seed in seeds:
+            torch.manual_seed(seed)
+            calls.clear()
+            policy(img)
+            rows.append(" ".join(calls) + "\n")
+    finally:
+        AA._apply_op = real
+    return "".join(rows)
 
 
 def run_recipe(img, ops_path):
@@ -118,6 +167,20 @@ def run_recipe(img, ops_path):
                 i, j, h, w = map(int, v[:4])
                 value = torch.tensor([float(x) for x in v[4:]])[:, None, None]
                 t = F.erase(t, i, j, h, w, value)
+            elif name == "augment":
+                t = apply_augment(t, v)
+            elif name == "warp":
+                # warp rotate|affine ANGLE TX TY SCALE SHX SHY INTERP F0,F1,F2 CX,CY|none
+                angle, tx, ty, scale, shx, shy = map(float, v[1:7])
+                mode = {"nearest": T.InterpolationMode.NEAREST,
+                        "bilinear": T.InterpolationMode.BILINEAR}[v[7]]
+                fill = [float(x) for x in v[8].split(",")]
+                center = None if v[9] == "none" else [float(x) for x in v[9].split(",")]
+                if v[0] == "rotate":
+                    t = F.rotate(t, angle, interpolation=mode, center=center, fill=fill)
+                else:
+                    t = F.affine(t, angle, [int(tx), int(ty)], scale, [shx, shy],
+                                 interpolation=mode, fill=fill, center=center)
             elif name == "normalize":
                 vals = [float(x) for x in v]
                 t = F.normalize(t, vals[:3], vals[3:])
@@ -219,6 +282,26 @@ def main():
                     y2 = int(torch.clamp(r_y + r_h_half, max=H))
                     lam = float(1.0 - (x2 - x1) * (y2 - y1) / (W * H))
                 rows.append(f"{idx} {lam!r} {x1} {y1} {x2} {y2}\n")
+            write(args[4], "".join(rows).encode())
+        elif op == "augment_op":
+            h, w = int(args[1]), int(args[2])
+            with open(args[0], "rb") as f:
+                raw = f.read()
+            t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(h, w, 3).permute(2, 0, 1)
+            t = apply_augment(t.contiguous(), args[3:7])
+            write(args[7], t.permute(1, 2, 0).contiguous().numpy().tobytes())
+        elif op == "policy_draws":
+            seeds = range(int(args[1]), int(args[2]))
+            write(args[5], policy_draws(args[0], seeds, int(args[3]), int(args[4]), args[6:]).encode())
+        elif op == "warp_draws":
+            rows = []
+            for seed in range(int(args[0]), int(args[1])):
+                torch.manual_seed(seed)
+                angle = T.RandomRotation.get_params([-30.0, 45.0])
+                a, (tx, ty), sc, (shx, shy) = T.RandomAffine.get_params(
+                    [-20.0, 10.0], [0.1, 0.2], [0.8, 1.2], [-5.0, 5.0, -3.0, 8.0],
+                    [int(args[3]), int(args[2])])
+                rows.append(f"{angle!r} {a!r} {tx} {ty} {sc!r} {shx!r} {shy!r}\n")
             write(args[4], "".join(rows).encode())
         elif op == "recipe":
             write(args[2], tensor_bytes(run_recipe(load(args[0]), args[1]).to(torch.float32)))

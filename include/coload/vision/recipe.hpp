@@ -9,9 +9,10 @@
 // the whole image at a reduced DCT scale, and one antialiased resample); a leading RandomCrop
 // or CenterCrop pads and crops the full-size image, resampling nothing. The uint8 ops after them
 // run on the crop: flips and grayscale on each resampled row as it is written; when a sample
-// draws an op that needs the whole crop (ColorJitter, GaussianBlur) the crop is kept as uint8 and
-// the ops run on it in order. ToDtype/ToTensor and Normalize run as one table look-up while a row
-// is written into the CHW float output, and RandomErasing runs on that output. A final MixUp,
+// draws an op that needs the whole crop (ColorJitter, GaussianBlur, an augmentation policy's
+// op, RandomRotation, RandomAffine) the crop is kept as uint8 and the ops run on it in order.
+// ToDtype/ToTensor and Normalize run as one table look-up while a row is written into the CHW
+// float output, and RandomErasing runs on that output. A final MixUp,
 // CutMix or RandomChoice of them runs on the collated batch (the pipelines apply it, with a
 // generator of the batch's own), making the labels soft. Per-sample random choices are
 // drawn from one generator per sample, in the ops' order, with torchvision's calls, before
@@ -224,13 +225,126 @@ struct BatchMixParams {
 at::Tensor apply_batch_mix(at::Tensor& images, const at::Tensor& labels, int num_classes,
                            const BatchMixParams& params);
 
+// ---- Augmentation policies (torchvision.transforms.autoaugment) ------------------------------
+
+/// How a warp (an affine op, a rotation) samples: the two modes torchvision's tensor path has.
+enum class Interpolation { nearest, bilinear };
+
+/// The ops of torchvision's augmentation policies (`autoaugment._apply_op`'s names).
+enum class AugmentOp {
+  Identity, ShearX, ShearY, TranslateX, TranslateY, Rotate, Brightness, Color, Contrast,
+  Sharpness, Posterize, Solarize, AutoContrast, Equalize, Invert
+};
+
+/// torchvision's name of `op` ("ShearX", ...).
+const char* augment_op_name(AugmentOp op) noexcept;
+
+/// One op a policy drew for a sample, with its signed magnitude as torchvision passes it to
+/// `_apply_op` (a float32 bin value, as a double).
+struct AugmentStep {
+  AugmentOp op = AugmentOp::Identity;
+  double magnitude = 0.0;
+};
+
+/// `autoaugment._apply_op(img, op, magnitude, interpolation, fill)` on a uint8 RGB image, with
+/// torchvision's tensor arithmetic: the geometric ops through `F.affine`/`F.rotate` (the inverse
+/// affine matrix, the float32 grid, grid_sample's nearest or bilinear sampling, `fill` where a
+/// pixel maps outside; an empty fill is torchvision's None), the colour ops as
+/// `F.adjust_*`, `F.posterize`, `F.solarize`, `F.autocontrast`, `F.equalize`, `F.invert`.
+Image apply_augment_op(const ImageView& src, const AugmentStep& step,
+                       Interpolation interpolation = Interpolation::nearest,
+                       const std::vector<double>& fill = {});
+
+/// `transforms.TrivialAugmentWide(num_magnitude_bins, interpolation, fill)` on the uint8 crop:
+/// one op of 14 uniformly, one of its magnitude bins uniformly, a random sign where signed.
+struct TrivialAugmentWide {
+  int num_magnitude_bins = 31;
+  Interpolation interpolation = Interpolation::nearest;
+  /// One value, or one per channel (uint8 values); empty: torchvision's None (zeros).
+  std::vector<double> fill{};
+
+  /// What `forward` draws for an image of height × width, with torchvision 0.14's calls in its
+  /// order (`torch.randint` for the op, the bin, then the sign).
+  std::vector<AugmentStep> draw(int height, int width, at::Generator& gen) const;
+};
+
+/// `transforms.RandAugment(num_ops, magnitude, num_magnitude_bins, interpolation, fill)`:
+/// `num_ops` ops of 14 drawn uniformly, each at bin `magnitude`, with a random sign where signed.
+struct RandAugment {
+  int num_ops = 2;
+  int magnitude = 9;
+  int num_magnitude_bins = 31;
+  Interpolation interpolation = Interpolation::nearest;
+  std::vector<double> fill{};
+
+  /// What `forward` draws for an image of height × width (torchvision 0.14's calls).
+  std::vector<AugmentStep> draw(int height, int width, at::Generator& gen) const;
+};
+
+/// AutoAugment's policies; the fused pipeline has ImageNet's.
+enum class AutoAugmentPolicy { imagenet };
+
+/// `transforms.AutoAugment(policy, interpolation, fill)`: one of the policy's 25 sub-policies,
+/// each of its two ops applied with its probability, at its bin, with a random sign.
+struct AutoAugment {
+  AutoAugmentPolicy policy = AutoAugmentPolicy::imagenet;
+  Interpolation interpolation = Interpolation::nearest;
+  std::vector<double> fill{};
+
+  /// What `forward` draws (`get_params`: randint(25), rand(2), randint(2, (2,))): the ops that
+  /// apply, in order.
+  std::vector<AugmentStep> draw(int height, int width, at::Generator& gen) const;
+};
+
+/// `transforms.RandomRotation(degrees, interpolation, expand, center, fill)` on the uint8 crop
+/// (torchvision's tensor path): an angle drawn from `degrees` (torchvision's single number d is
+/// {-d, d}), the image rotated about `center` (pixel coordinates; none: its centre), `fill`
+/// where a pixel maps outside. `expand` changes the output's size, which a recipe's fixed batch
+/// cannot take, so a recipe refuses it.
+struct RandomRotation {
+  std::array<double, 2> degrees = {0.0, 0.0};
+  Interpolation interpolation = Interpolation::nearest;
+  bool expand = false;
+  std::optional<std::array<double, 2>> center{};
+  /// One value, or one per channel (torchvision's default 0: the fill goes through the mask).
+  std::vector<double> fill = {0.0};
+
+  /// `torch.empty(1).uniform_(degrees[0], degrees[1])`.
+  double get_params(at::Generator& gen) const;
+};
+
+/// `transforms.RandomAffine(degrees, translate, scale, shear, interpolation, fill, center)` on
+/// the uint8 crop (tensor path), with torchvision's draws and `F.affine`.
+struct RandomAffine {
+  std::array<double, 2> degrees = {0.0, 0.0};
+  /// Largest shift as fractions of the width and the height; none: no shift.
+  std::optional<std::array<double, 2>> translate{};
+  /// The range of the scale factor; none: 1.
+  std::optional<std::array<double, 2>> scale{};
+  /// Empty (no shear), the x range (2 values), or the x then the y range (4 values).
+  std::vector<double> shear{};
+  Interpolation interpolation = Interpolation::nearest;
+  std::vector<double> fill = {0.0};
+  std::optional<std::array<double, 2>> center{};
+
+  /// What `get_params` draws for an image of height × width.
+  struct Params {
+    double angle = 0.0;
+    std::array<int, 2> translate{};
+    double scale = 1.0;
+    std::array<double, 2> shear{};
+  };
+  Params get_params(int height, int width, at::Generator& gen) const;
+};
+
 // ---- The recipe -----------------------------------------------------------------------------
 
 /// One op of a recipe, in torchvision's names.
 using RecipeOp = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip,
                               RandomVerticalFlip, Grayscale, RandomGrayscale, ToTensor, ToDtype,
                               Normalize, ColorJitter, GaussianBlur, RandomErasing, RandomCrop,
-                              MixUp, CutMix, RandomChoice>;
+                              MixUp, CutMix, RandomChoice, TrivialAugmentWide, RandAugment,
+                              AutoAugment, RandomRotation, RandomAffine>;
 
 /// The values one op drew for a sample, where it draws more than whether it applies.
 struct OpDraw {
@@ -238,6 +352,10 @@ struct OpDraw {
   ColorJitter::Params jitter;
   /// RandomErasing's box, in the output's coordinates.
   CropBox box;
+  /// An augmentation policy's ops, in order.
+  std::vector<AugmentStep> augment;
+  /// RandomRotation's or RandomAffine's draw: angle, translate x and y, scale, shear x and y.
+  std::array<double, 6> affine{};
 };
 
 /// What a recipe drew for one sample.
@@ -251,8 +369,8 @@ struct RecipeParams {
   /// Bit k is set when op k applies to this sample (always for a deterministic op; for a
   /// random one, when its draw said so).
   std::uint64_t applied = 0;
-  /// Per op, what it drew (empty unless the recipe has ColorJitter, GaussianBlur or
-  /// RandomErasing).
+  /// Per op, what it drew (empty unless the recipe has ColorJitter, GaussianBlur,
+  /// RandomErasing or an augmentation policy).
   std::vector<OpDraw> draws;
 
   /// Whether op `k` applies.
@@ -322,7 +440,11 @@ class Recipe {
 
 /// Named recipes: `classic` is RandomResizedCrop(224), RandomHorizontalFlip(), ToTensor(),
 /// Normalize(ImageNet) for training and Resize(256), CenterCrop(224), ToTensor(), Normalize for
-/// evaluation (TrainTransform's and EvalTransform's outputs, bit for bit).
+/// evaluation (TrainTransform's and EvalTransform's outputs, bit for bit). `resnet50` is
+/// torchvision's ResNet-50 IMAGENET1K_V2 recipe: RandomResizedCrop(176), RandomHorizontalFlip(),
+/// TrivialAugmentWide(), ToDtype(float32, scale), Normalize(ImageNet), RandomErasing(0.1),
+/// RandomChoice(MixUp(0.2), CutMix(1.0)) for training; Resize(232), CenterCrop(224), ToDtype,
+/// Normalize for evaluation.
 namespace presets {
 /// The named preset's training recipe (std::invalid_argument for an unknown name, listing the
 /// known ones).

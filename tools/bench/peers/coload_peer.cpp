@@ -270,10 +270,13 @@ int main(int argc, char** argv) {
       // On stderr (the bench shows it only on failure): where the first batch's time goes.
       std::fprintf(stderr, "coload_peer: folder indexed %.3f s, loader constructed %.3f s\n",
                    indexed_s, constructed_s);
+      const std::int64_t side =
+          recipe.empty() ? 224 : coload::vision::presets::train(recipe).output_height();
       auto epoch = [&](bool first) {
         std::int64_t n = 0;
         for (auto&& [x, y] : loader) {
-          if (x.dim() != 4 || x.size(2) != 224 || y.size(0) != x.size(0)) {
+          // The side is the transform's (224; 176 for the resnet50 preset's training crop).
+          if (x.dim() != 4 || x.size(2) != side || y.size(0) != x.size(0)) {
             throw std::runtime_error("unexpected batch shape");
           }
           if (first && n == 0) {

@@ -10,6 +10,8 @@
 // random ops run with p = 1, so the figure is what the op costs where it applies.
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/rand.h>
+#include <ATen/ops/randint.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "coload/vision/decode.hpp"
 #include "coload/vision/folder.hpp"
 #include "coload/vision/pipeline.hpp"
 #include "coload/vision/recipe.hpp"
@@ -106,6 +109,19 @@ int main(int argc, char** argv) {
                       Recipe{RandomResizedCrop{224}, GaussianBlur{23}, ToTensor{}, imagenet()}, {}});
   variants.push_back({"+ RandomErasing(1)", "RandomResizedCrop+ToTensor+Normalize",
                       Recipe{RandomResizedCrop{224}, ToTensor{}, imagenet(), RandomErasing{1.0}}, {}});
+  variants.push_back({"+ TrivialAugmentWide", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, TrivialAugmentWide{}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ RandAugment(2, 9)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, RandAugment{}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ AutoAugment(ImageNet)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, AutoAugment{}, ToTensor{}, imagenet()}, {}});
+  // The resnet50 preset per sample (its batch op is timed below) against the same crop size's
+  // RandomResizedCrop-and-flip recipe: the "whole recipe at most 1.25x" figure.
+  variants.push_back({"RRC(176)+flip+ToDtype+Normalize", "",
+                      Recipe{RandomResizedCrop{176}, RandomHorizontalFlip{}, ToDtype{at::kFloat, true},
+                             imagenet()}, {}});
+  variants.push_back({"resnet50 train recipe, per sample", "RRC(176)+flip+ToDtype+Normalize",
+                      presets::train("resnet50"), {}});
   variants.push_back({"EvalTransform", "", EvalTransform{}, {}});
   variants.push_back({"classic eval recipe", "EvalTransform", presets::eval("classic"), {}});
   std::vector<float> out(3 * 224 * 224);
@@ -133,6 +149,60 @@ int main(int argc, char** argv) {
     const double b = median(base->ms);
     std::printf("%-40s %9.3f %9.3f %+.3f ms against %s\n", v.name.c_str(), ms, ms / b, ms - b,
                 v.baseline.c_str());
+  }
+  // Each augmentation op alone on 224 x 224 uint8 crops of the images (the policies' ops cost
+  // what they cost wherever they are drawn), and the resnet50 preset's batch op per image.
+  std::vector<Image> crops;
+  for (const auto& f : files) {
+    const Image full = decode(f);
+    if (full.width < 224 || full.height < 224) continue;
+    Image crop = Image::zeros(224, 224, 3);
+    for (int y = 0; y < 224; ++y) {
+      std::copy_n(full.pixel(0, y), 224 * 3, crop.pixel(0, y));
+    }
+    crops.push_back(std::move(crop));
+  }
+  if (!crops.empty()) {
+    std::printf("\naugmentation ops alone, on %zu 224 x 224 uint8 crops (each op copies the crop "
+                "once, as the public form does; the copy alone is Identity's row)\n",
+                crops.size());
+    const std::pair<AugmentOp, double> ops[] = {
+        {AugmentOp::Identity, 0.0},   {AugmentOp::ShearX, 0.3},      {AugmentOp::ShearY, 0.3},
+        {AugmentOp::TranslateX, 14.0}, {AugmentOp::TranslateY, 14.0}, {AugmentOp::Rotate, 30.0},
+        {AugmentOp::Brightness, 0.5}, {AugmentOp::Color, 0.5},       {AugmentOp::Contrast, 0.5},
+        {AugmentOp::Sharpness, 0.5},  {AugmentOp::Posterize, 4.0},   {AugmentOp::Solarize, 128.0},
+        {AugmentOp::AutoContrast, 0.0}, {AugmentOp::Equalize, 0.0},  {AugmentOp::Invert, 0.0}};
+    for (const Interpolation interp : {Interpolation::nearest, Interpolation::bilinear}) {
+      for (const auto& [op, m] : ops) {
+        const bool geometric = op == AugmentOp::ShearX || op == AugmentOp::ShearY ||
+                               op == AugmentOp::TranslateX || op == AugmentOp::TranslateY ||
+                               op == AugmentOp::Rotate;
+        if (interp == Interpolation::bilinear && !geometric) continue;
+        std::vector<double> ms;
+        for (int r = 0; r < rounds; ++r) {
+          const double t0 = thread_seconds();
+          for (const Image& c : crops) (void)apply_augment_op(c.view(), {op, m}, interp);
+          ms.push_back((thread_seconds() - t0) * 1e3 / static_cast<double>(crops.size()));
+        }
+        std::printf("%-40s %9.3f\n",
+                    (std::string(augment_op_name(op)) +
+                     (interp == Interpolation::bilinear ? " (bilinear)" : "")).c_str(),
+                    median(ms));
+      }
+    }
+  }
+  {
+    const Recipe r50 = presets::train("resnet50");
+    at::Tensor images = at::rand({64, 3, 176, 176});
+    const at::Tensor labels = at::randint(1000, {64});
+    std::vector<double> ms;
+    for (int r = 0; r < rounds * 4; ++r) {
+      at::Generator gen = Recipe::batch_generator(0, 0, r);
+      const double t0 = thread_seconds();
+      (void)r50.mix_batch(images, labels, 1000, gen);
+      ms.push_back((thread_seconds() - t0) * 1e3 / 64.0);
+    }
+    std::printf("\n%-40s %9.3f\n", "resnet50 MixUp/CutMix, per image (N=64)", median(ms));
   }
   return 0;
 }

@@ -1,0 +1,249 @@
+// vision/geometry: the affine warp of torchvision's tensor path (F.affine, F.rotate), on packed
+// uint8 RGB, for the augmentation policies' ShearX/Y, TranslateX/Y and Rotate.
+//
+// torchvision builds a float32 grid (`_gen_affine_grid`: the output's pixel centres times the
+// inverse matrix rescaled by half the size) and samples it with grid_sample (align_corners
+// False, zeros padding); a fill goes through a mask channel sampled alike. Nearest sampling
+// picks the source pixel by rounding a float32 coordinate, so equality with torchvision needs
+// its float32 arithmetic to the bit: the grid here is `(x · a0 + y · a1) + a2` with each step
+// rounded to float (what its bmm computes: checked against `_gen_affine_grid` on 2 million
+// points), and the source coordinate is grid_sample's `(g + 1) · (size / 2) - 0.5`.
+
+#include "augment.hpp"
+#include "coload/core/error.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace coload::vision {
+namespace detail {
+
+std::array<double, 6> inverse_affine_matrix(std::array<double, 2> center, double angle,
+                                            std::array<double, 2> translate, double scale,
+                                            std::array<double, 2> shear) {
+  // Python's math.radians multiplies by pi / 180; the same double operations in the same order.
+  constexpr double deg_to_rad = 3.14159265358979323846 / 180.0;
+  const double rot = angle * deg_to_rad;
+  const double sx = shear[0] * deg_to_rad;
+  const double sy = shear[1] * deg_to_rad;
+  const auto [cx, cy] = center;
+  const auto [tx, ty] = translate;
+  const double a = std::cos(rot - sy) / std::cos(sy);
+  const double b = -std::cos(rot - sy) * std::tan(sx) / std::cos(sy) - std::sin(rot);
+  const double c = std::sin(rot - sy) / std::cos(sy);
+  const double d = -std::sin(rot - sy) * std::tan(sx) / std::cos(sy) + std::cos(rot);
+  std::array<double, 6> m = {d, -b, 0.0, -c, a, 0.0};
+  for (double& v : m) v = v / scale;
+  m[2] += m[0] * (-cx - tx) + m[1] * (-cy - ty);
+  m[5] += m[3] * (-cx - tx) + m[4] * (-cy - ty);
+  m[2] += cx;
+  m[5] += cy;
+  return m;
+}
+
+namespace {
+
+std::vector<std::uint8_t>& warp_source() {
+  thread_local std::vector<std::uint8_t> src;
+  return src;
+}
+
+// torchvision rounds a float result back to uint8 (torch.round: half to even), unclamped.
+inline std::uint8_t round_u8(float v) noexcept {
+  return static_cast<std::uint8_t>(static_cast<int>(std::nearbyint(v)));
+}
+
+}  // namespace
+
+void warp_affine(RgbSpan img, const std::array<double, 6>& matrix, Interpolation interpolation,
+                 const std::vector<float>& fill) {
+  const int w = img.width;
+  const int h = img.height;
+  const std::size_t bytes = static_cast<std::size_t>(w) * h * 3;
+  std::vector<std::uint8_t>& src_buf = warp_source();
+  src_buf.assign(img.data, img.data + bytes);
+  const std::uint8_t* src = src_buf.data();
+  // theta (float32) transposed and divided by (w / 2, h / 2), as `_gen_affine_grid` does.
+  float theta[6];
+  for (int k = 0; k < 6; ++k) theta[k] = static_cast<float>(matrix[static_cast<std::size_t>(k)]);
+  const float half_w = static_cast<float>(0.5 * w);
+  const float half_h = static_cast<float>(0.5 * h);
+  const float a0 = theta[0] / half_w, a1 = theta[1] / half_w, a2 = theta[2] / half_w;
+  const float b0 = theta[3] / half_h, b1 = theta[4] / half_h, b2 = theta[5] / half_h;
+  // grid_sample's unnormalisation for align_corners=False: (g + 1) · (size / 2) - 0.5.
+  const float scale_x = static_cast<float>(w) / 2.0f;
+  const float scale_y = static_cast<float>(h) / 2.0f;
+  const bool has_fill = !fill.empty();
+  float fills[3] = {0, 0, 0};
+  for (std::size_t c = 0; c < 3 && has_fill; ++c) fills[c] = fill[fill.size() == 1 ? 0 : c];
+  std::uint8_t fill_u8[3];
+  for (int c = 0; c < 3; ++c) fill_u8[c] = round_u8(fills[c]);
+  const auto at = [&](int x, int y) { return src + (static_cast<std::size_t>(y) * w + x) * 3; };
+  for (int y = 0; y < h; ++y) {
+    // The base grid's y: linspace(-h/2 + 0.5, h/2 - 0.5, h), exact in float32.
+    const float yb = static_cast<float>(y - h * 0.5 + 0.5);
+    const float gx_y = yb * a1;
+    const float gy_y = yb * b1;
+    std::uint8_t* out = img.data + static_cast<std::size_t>(y) * w * 3;
+    for (int x = 0; x < w; ++x, out += 3) {
+      const float xb = static_cast<float>(x - w * 0.5 + 0.5);
+      const float gx = (xb * a0 + gx_y) + a2;
+      const float gy = (xb * b0 + gy_y) + b2;
+      const float ix = (gx + 1.0f) * scale_x - 0.5f;
+      const float iy = (gy + 1.0f) * scale_y - 0.5f;
+      if (interpolation == Interpolation::nearest) {
+        const float rx = std::nearbyint(ix);
+        const float ry = std::nearbyint(iy);
+        if (rx >= 0 && rx < static_cast<float>(w) && ry >= 0 && ry < static_cast<float>(h)) {
+          std::memcpy(out, at(static_cast<int>(rx), static_cast<int>(ry)), 3);
+        } else {
+          // Outside: zeros without a fill, else the fill (the mask sampled 0 < 0.5).
+          std::memcpy(out, fill_u8, 3);
+        }
+        continue;
+      }
+      // Bilinear: the four neighbours weighted, those outside counting as zero (and as zero in
+      // the mask channel, which is the sum of the weights inside).
+      const float fx = std::floor(ix);
+      const float fy = std::floor(iy);
+      const float wx1 = ix - fx, wx0 = 1.0f - wx1;
+      const float wy1 = iy - fy, wy0 = 1.0f - wy1;
+      float acc[3] = {0, 0, 0};
+      float mask = 0;
+      const float wts[4] = {wx0 * wy0, wx1 * wy0, wx0 * wy1, wx1 * wy1};
+      for (int k = 0; k < 4; ++k) {
+        const float px = fx + static_cast<float>(k & 1);
+        const float py = fy + static_cast<float>(k >> 1);
+        if (px < 0 || px >= static_cast<float>(w) || py < 0 || py >= static_cast<float>(h))
+          continue;
+        const std::uint8_t* p = at(static_cast<int>(px), static_cast<int>(py));
+        for (int c = 0; c < 3; ++c) acc[c] += wts[k] * static_cast<float>(p[c]);
+        mask += wts[k];
+      }
+      for (int c = 0; c < 3; ++c) {
+        const float v = has_fill ? acc[c] * mask + (1.0f - mask) * fills[c] : acc[c];
+        out[c] = round_u8(std::clamp(v, 0.0f, 255.0f));
+      }
+    }
+  }
+}
+
+// ---- RandomRotation and RandomAffine ---------------------------------------------------------
+
+namespace {
+
+float uniform(at::Generator& gen, double lo, double hi) {
+  return at::empty({1}, at::kFloat).uniform_(lo, hi, gen).item<float>();
+}
+
+void check_range(const std::array<double, 2>& r, const char* name, std::string& error) {
+  // NOTE: torchvision's _setup_angle turns a single number d into (-d, d) ("If degrees is a
+  // single number, it must be positive."); a pair reaches uniform_, which refuses from > to.
+  if (error.empty() && !(r[0] <= r[1])) {
+    error = std::string(name) + " should be a range (min, max), got (" + py_float(r[0]) + ", " +
+            py_float(r[1]) + ")";
+  }
+}
+
+}  // namespace
+
+WarpPlan make_warp_plan(const RandomRotation& t, std::string& error) {
+  WarpPlan plan;
+  plan.rotation = true;
+  plan.rotate = t;
+  check_range(t.degrees, "degrees", error);
+  if (error.empty() && t.expand) {
+    error =
+        "expand=True makes each sample's size depend on its angle, but a recipe's batch has "
+        "one size: not supported in a recipe";
+  }
+  plan.fill = checked_fill(t.fill, error);
+  return plan;
+}
+
+WarpPlan make_warp_plan(const RandomAffine& t, std::string& error) {
+  WarpPlan plan;
+  plan.rotation = false;
+  plan.affine = t;
+  check_range(t.degrees, "degrees", error);
+  if (error.empty() && t.translate) {
+    for (double v : *t.translate) {
+      if (!(v >= 0.0 && v <= 1.0)) error = "translation values should be between 0 and 1";
+    }
+  }
+  if (error.empty() && t.scale) {
+    for (double v : *t.scale) {
+      if (!(v > 0)) error = "scale values should be positive";
+    }
+    check_range(*t.scale, "scale", error);
+  }
+  if (error.empty() && !t.shear.empty()) {
+    if (t.shear.size() != 2 && t.shear.size() != 4) {
+      error = "shear should be a sequence of length 2 or 4.";
+    } else {
+      check_range({t.shear[0], t.shear[1]}, "shear", error);
+      if (t.shear.size() == 4) check_range({t.shear[2], t.shear[3]}, "shear", error);
+    }
+  }
+  plan.fill = checked_fill(t.fill, error);
+  return plan;
+}
+
+std::array<double, 6> draw_warp(const WarpPlan& plan, int height, int width, at::Generator& gen) {
+  if (plan.rotation) return {plan.rotate.get_params(gen), 0, 0, 1.0, 0, 0};
+  const RandomAffine::Params p = plan.affine.get_params(height, width, gen);
+  return {p.angle,
+          static_cast<double>(p.translate[0]),
+          static_cast<double>(p.translate[1]),
+          p.scale,
+          p.shear[0],
+          p.shear[1]};
+}
+
+void apply_warp(RgbSpan img, const WarpPlan& plan, const std::array<double, 6>& d) {
+  const auto& center = plan.rotation ? plan.rotate.center : plan.affine.center;
+  const Interpolation interp =
+      plan.rotation ? plan.rotate.interpolation : plan.affine.interpolation;
+  // The tensor path's centre: pixel coordinates made relative to the image's centre.
+  std::array<double, 2> c = {0.0, 0.0};
+  if (center) c = {(*center)[0] - img.width * 0.5, (*center)[1] - img.height * 0.5};
+  // F.rotate negates the angle; F.affine passes it as drawn.
+  const std::array<double, 6> m =
+      plan.rotation ? inverse_affine_matrix(c, -d[0], {0.0, 0.0}, 1.0, {0.0, 0.0})
+                    : inverse_affine_matrix(c, d[0], {d[1], d[2]}, d[3], {d[4], d[5]});
+  warp_affine(img, m, interp, plan.fill);
+}
+
+}  // namespace detail
+
+double RandomRotation::get_params(at::Generator& gen) const {
+  return detail::uniform(gen, degrees[0], degrees[1]);
+}
+
+RandomAffine::Params RandomAffine::get_params(int height, int width, at::Generator& gen) const {
+  // torchvision's get_params(degrees, translate, scale, shear, [width, height]), draw for draw.
+  Params p;
+  p.angle = detail::uniform(gen, degrees[0], degrees[1]);
+  if (translate) {
+    const double max_dx = (*translate)[0] * width;
+    const double max_dy = (*translate)[1] * height;
+    // int(round(x)): Python rounds half to even.
+    p.translate[0] = static_cast<int>(
+        std::nearbyint(static_cast<double>(detail::uniform(gen, -max_dx, max_dx))));
+    p.translate[1] = static_cast<int>(
+        std::nearbyint(static_cast<double>(detail::uniform(gen, -max_dy, max_dy))));
+  }
+  if (scale) p.scale = detail::uniform(gen, (*scale)[0], (*scale)[1]);
+  if (!shear.empty()) {
+    p.shear[0] = detail::uniform(gen, shear[0], shear[1]);
+    if (shear.size() == 4) p.shear[1] = detail::uniform(gen, shear[2], shear[3]);
+  }
+  return p;
+}
+
+}  // namespace coload::vision
