@@ -48,6 +48,36 @@ class _Pending:
         return it
 
 
+class _EpochIterator:
+    """One epoch, as torch's _BaseDataLoaderIter: an iterator (not a generator, which an
+    exception would close), so that after a batch's error the epoch goes on with the next."""
+
+    def __init__(self, loader, native):
+        self._loader = loader
+        self._native = native
+        self._pin = (loader.pin_memory and not loader._native_dataset
+                     and torch.cuda.is_available())
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return len(self._loader)
+
+    def __next__(self):
+        if self._native is None:
+            raise StopIteration
+        batch = self._native.next()
+        if batch is None:
+            self._native = None
+            self._loader._epoch_open = False
+            raise StopIteration
+        if self._pin:
+            from torch.utils.data._utils.pin_memory import pin_memory
+            batch = pin_memory(batch)
+        return batch
+
+
 class DataLoader:
     """torch.utils.data.DataLoader's arguments and semantics, loaded by coload.
 
@@ -242,16 +272,7 @@ class DataLoader:
         return self._epoch(native)
 
     def _epoch(self, native):
-        pin = self.pin_memory and not self._native_dataset and torch.cuda.is_available()
-        while True:
-            batch = native.next()
-            if batch is None:
-                self._epoch_open = False
-                return
-            if pin:
-                from torch.utils.data._utils.pin_memory import pin_memory
-                batch = pin_memory(batch)
-            yield batch
+        return _EpochIterator(self, native)
 
     # -- coload's additions ------------------------------------------------------------------------
     def state_dict(self):
