@@ -135,25 +135,23 @@ PYBIND11_MODULE(_C, m) {
   register_errors(m);
   register_datasets(m);
 
-  py::class_<Options>(m, "Options")
-      .def(py::init<>())
-      .def_property(
-          "batches", [](const Options& o) { return o.batches ? o.batches.get() : py::none(); },
-          [](Options& o, py::object f) { o.batches = f.is_none() ? PyRef() : PyRef(f); })
+  py::class_<Options> options(m, "Options");
+  for (auto [name, member] : {std::pair{"batches", &Options::batches},
+                              std::pair{"collate", &Options::collate},
+                              std::pair{"worker_init_fn", &Options::worker_init_fn}}) {
+    // A Python object (None: unset), held as a PyRef that worker threads may drop.
+    options.def_property(
+        name, [member](const Options& o) { return o.*member ? (o.*member).get() : py::none(); },
+        [member](Options& o, py::object f) { o.*member = f.is_none() ? PyRef() : PyRef(f); });
+  }
+  options.def(py::init<>())
       .def_readwrite("batches_len", &Options::batches_len)
       .def_readwrite("batch_size", &Options::batch_size)
       .def_readwrite("drop_last", &Options::drop_last)
       .def_readwrite("num_workers", &Options::num_workers)
       .def_readwrite("auto_workers", &Options::auto_workers)
-      .def_property(
-          "collate", [](const Options& o) { return o.collate ? o.collate.get() : py::none(); },
-          [](Options& o, py::object f) { o.collate = f.is_none() ? PyRef() : PyRef(f); })
       .def_readwrite("pin_memory", &Options::pin_memory)
       .def_readwrite("timeout", &Options::timeout)
-      .def_property(
-          "worker_init_fn",
-          [](const Options& o) { return o.worker_init_fn ? o.worker_init_fn.get() : py::none(); },
-          [](Options& o, py::object f) { o.worker_init_fn = f.is_none() ? PyRef() : PyRef(f); })
       .def_readwrite("prefetch_factor", &Options::prefetch_factor)
       .def_readwrite("persistent_workers", &Options::persistent_workers)
       .def_readwrite("in_order", &Options::in_order)

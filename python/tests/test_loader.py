@@ -169,3 +169,28 @@ def test_processes_executor_over_native_dataset():
 def test_processes_executor_refused_for_python_datasets():
     with pytest.raises(ValueError, match="not supported yet for Python datasets"):
         list(coload.DataLoader(IndexDataset(4), num_workers=1, executor="processes"))
+
+
+def test_pin_memory_without_cuda_gives_the_same_batches():
+    x = torch.arange(10)
+    for dataset in (coload.TensorDataset(x), IndexDataset(10)):
+        loader = coload.DataLoader(dataset, batch_size=4, pin_memory=True)
+        got = [b[0] if isinstance(b, list) else b for b in loader]
+        assert torch.cat(got).tolist() == list(range(10))
+
+
+def test_multiprocessing_context():
+    x = torch.arange(9)
+    loader = coload.DataLoader(coload.TensorDataset(x), batch_size=4, num_workers=1,
+                               multiprocessing_context="fork")
+    assert loader.executor == "processes"
+    assert torch.cat([b[0] for b in loader]).tolist() == x.tolist()
+    with pytest.raises(ValueError, match="must be 'fork', got 'spawn'"):
+        coload.DataLoader(coload.TensorDataset(x), num_workers=1, multiprocessing_context="spawn")
+    with pytest.raises(ValueError, match="num_workers > 0"):
+        coload.DataLoader(coload.TensorDataset(x), multiprocessing_context="fork")
+
+
+def test_collate_fn_refused_for_native_datasets():
+    with pytest.raises(ValueError, match="collate_fn is not supported with TensorDataset"):
+        coload.DataLoader(coload.TensorDataset(torch.arange(3)), collate_fn=list)

@@ -14,7 +14,9 @@ EPOCHS = 3
 
 def epochs(loader_cls, make_kwargs, dataset, n_epochs=EPOCHS):
     loader = loader_cls(dataset, **make_kwargs())
-    return [[b.tolist() for b in loader] for _ in range(n_epochs)]
+    out = [[b.tolist() for b in loader] for _ in range(n_epochs)]
+    assert all(len(e) == len(loader) for e in out)
+    return out
 
 
 def both(dataset_n, make_kwargs, workers=0):
