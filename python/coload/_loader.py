@@ -7,9 +7,11 @@ the base seed from the same generator as torch's DataLoader iterator takes; so a
 epoch. Fetching, decoding and collating run on coload's worker threads (native datasets without
 the GIL; Python datasets take it for their own code).
 """
+import atexit
 import json
 import math
 import os
+import weakref
 
 import torch
 from torch.utils.data import BatchSampler, IterableDataset, RandomSampler, SequentialSampler
@@ -18,6 +20,16 @@ from torch.utils.data._utils.collate import default_collate, default_convert
 from . import _C
 
 _STATE_VERSION = 1
+
+# Every native loader alive, closed at exit while the interpreter still runs: a worker thread
+# that asked for the GIL during finalization would be ended mid-call by Python.
+_LIVE = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    for native in list(_LIVE):
+        native.close()
 
 
 def _draw_seed(generator):
@@ -235,6 +247,7 @@ class DataLoader:
     def _loader(self):
         if self._native is None:
             self._native = self._make_native()
+            _LIVE.add(self._native)
         return self._native
 
     def _rng_state(self):
@@ -314,7 +327,10 @@ class DataLoader:
         return self._loader().skipped()
 
     def close(self):
-        """Stops the epoch and the workers now (as dropping the loader does)."""
+        """Stops the epoch and the workers now (as dropping the loader does); an iterator of
+        the loader raises RuntimeError after. The loader makes new workers if used again."""
+        if self._native is not None:
+            self._native.close()
         self._native = None
         self._epoch_open = False
 

@@ -101,6 +101,10 @@ class Loader {
   virtual std::string verdict() const = 0;
   virtual std::int64_t skipped() const = 0;
   virtual int workers() const = 0;
+  /// Stops the epoch and joins the workers now; the loader cannot be used after (RuntimeError).
+  /// The package closes every loader at exit, before the interpreter finalizes: a worker thread
+  /// that asks for the GIL after that is ended by Python mid-call.
+  virtual void close() = 0;
 };
 
 /// A loader over a Python dataset (map-style or iterable), a coload.TensorDataset, an image

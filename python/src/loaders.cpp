@@ -181,15 +181,18 @@ class LoaderImpl final : public Loader {
     py::gil_scoped_release nogil;  // the constructor starts threads that may want the GIL
     loader_.emplace(std::move(dataset), std::move(options));
   }
-  ~LoaderImpl() override {
+  ~LoaderImpl() override { close(); }
+
+  void close() override {
     // Joining the workers waits for fetches that may need the GIL.
     py::gil_scoped_release nogil;
     epoch_.reset();
     loader_.reset();
   }
 
-  std::int64_t size() const override { return loader_->size(); }
+  std::int64_t size() const override { return open().size(); }
   void start_epoch() override {
+    open();
     py::gil_scoped_release nogil;
     epoch_.reset();
     epoch_.emplace(loader_->epoch());
@@ -200,6 +203,7 @@ class LoaderImpl final : public Loader {
   }
 
   py::object next() override {
+    open();
     if (!epoch_) return py::none();
     auto channel = epoch_->channel();
     auto wait = std::make_shared<Wait<Batch>>();
@@ -249,18 +253,23 @@ class LoaderImpl final : public Loader {
     return to_python(std::move(*batch));
   }
 
-  std::string state() const override { return loader_->state().to_string(); }
+  std::string state() const override { return open().state().to_string(); }
   void load_state(const std::string& text) override {
-    loader_->load_state(LoaderState::parse(text));
+    open().load_state(LoaderState::parse(text));
   }
   std::string metrics_json(bool total) const override {
-    return (total ? loader_->total_metrics() : loader_->metrics()).to_json();
+    return (total ? open().total_metrics() : open().metrics()).to_json();
   }
-  std::string verdict() const override { return loader_->metrics().report(); }
-  std::int64_t skipped() const override { return loader_->skipped(); }
-  int workers() const override { return loader_->worker_tuning().workers; }
+  std::string verdict() const override { return open().metrics().report(); }
+  std::int64_t skipped() const override { return open().skipped(); }
+  int workers() const override { return open().worker_tuning().workers; }
 
  private:
+  Native& open() const {
+    if (!loader_) throw LogicError("coload.DataLoader: the loader was closed");
+    return const_cast<Native&>(*loader_);
+  }
+
   std::optional<Native> loader_;
   std::optional<Epoch<Batch>> epoch_;
 };

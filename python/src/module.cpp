@@ -172,7 +172,8 @@ PYBIND11_MODULE(_C, m) {
       .def("metrics_json", &Loader::metrics_json, py::arg("total") = false)
       .def("verdict", &Loader::verdict)
       .def("skipped", &Loader::skipped)
-      .def("workers", &Loader::workers);
+      .def("workers", &Loader::workers)
+      .def("close", &Loader::close);
 
   // Which worker the calling thread is, for get_worker_info(): (id, num_workers, seed, dataset)
   // or None outside a worker.
