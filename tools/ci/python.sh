@@ -29,8 +29,18 @@ fi
 build=$PWD/${COLOAD_PYTHON_BUILD:-build-python}
 # NOTE: the venv is not activated, so meson-python runs the system's Meson and ninja, as the
 # other stages do; pip's own cache is off (the wheel is built into the venv each run).
-"$venv/bin/pip" install --quiet --no-build-isolation --no-deps --no-cache-dir \
-  --config-settings=build-dir="$build" .
+install() {
+  "$venv/bin/pip" install --quiet --no-build-isolation --no-deps --no-cache-dir \
+    --config-settings=build-dir="$build" .
+}
+# NOTE: once, ccache handed this build a precompiled header that GCC then refused ("one or more
+# PCH files were found, but they were invalid"), failing every object of libcoload; compiling
+# again without taking results from ccache cured it. A real error fails both tries.
+if ! install; then
+  echo "python.sh: the build failed; once more without ccache's results (CCACHE_RECACHE)" >&2
+  rm -f "$build"/lib/libcoload.a.p/*.gch
+  CCACHE_RECACHE=1 install
+fi
 export COLOAD_MAKE_IMAGE_FOLDER=$build/tools/gen/make_image_folder
 cd python/tests
 "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout=300 "$@"
