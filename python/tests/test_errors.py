@@ -118,3 +118,38 @@ def test_folder_errors_are_file_not_found(tmp_path):
         coload.vision.ImageFolder(tmp_path / "missing")
     with pytest.raises(ValueError, match="classic"):
         coload.vision.ImageFolder(tmp_path, recipe="no-such-recipe")
+
+
+def children_of_self():
+    pids = set()
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids.update(int(p) for p in f.read().split())
+        except OSError:
+            pass
+    return pids
+
+
+def test_worker_process_killed_is_worker_died():
+    import signal
+    before = children_of_self()
+    loader = coload.DataLoader(coload.TensorDataset(torch.arange(4000)), batch_size=1,
+                               num_workers=2, executor="processes")
+    it = iter(loader)
+    next(it)
+    workers = children_of_self() - before
+    assert len(workers) == 2
+    victim = min(workers)
+    os.kill(victim, signal.SIGKILL)
+    with pytest.raises(coload.WorkerDied) as info:
+        for _ in it:
+            pass
+    e = info.value
+    assert e.pid == victim and e.signal == signal.SIGKILL and e.worker_id in (0, 1)
+    assert str(victim) in str(e)
+    del it, loader
+    deadline = time.monotonic() + 10
+    while children_of_self() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert children_of_self() - before == set()  # no child left behind
