@@ -11,6 +11,8 @@ this file, once), then runs each of them on the same ImageFolder tree with the s
 
   coload_threads    coload's vision::ImagePipeline through its DataLoader, 2 worker threads
   coload_processes  the same with 2 worker processes (persistent)
+  coload_python     coload_threads' pipeline from Python (the coload package: coload.DataLoader
+                    over coload.vision.ImageFolder, the preset recipe, default classic)
   torch2_default    PyTorch 2.x (PyPI) DataLoader over ImageFolder, PyTorch's defaults
   torch2_tuned      the same with persistent_workers, prefetch_factor and set_num_threads(1)
   torch113_default  Debian's PyTorch 1.13 (/usr/bin/python3), PyTorch's defaults
@@ -64,6 +66,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 PEERS = {
     "coload_threads": ("coload vision::ImagePipeline + DataLoader, worker threads", "coload"),
     "coload_processes": ("the same, worker processes (persistent)", "coload"),
+    "coload_python": ("the same from Python: coload.DataLoader, worker threads", "coload_python"),
     "torch2_default": ("PyTorch 2.x DataLoader + ImageFolder, defaults", "venv"),
     "torch2_tuned": ("PyTorch 2.x, persistent_workers, prefetch_factor, 1 thread", "venv"),
     "torch113_default": ("Debian's PyTorch 1.13 DataLoader + ImageFolder, defaults", "system"),
@@ -437,6 +440,21 @@ def resnet50_missing(args, name):
             "MixUp/CutMix): its row would time a different recipe")
 
 
+# The coload package's venv (tools/ci/python.sh builds it there); COLOAD_PYTHON overrides it.
+COLOAD_PYTHON = os.path.expanduser(os.environ.get(
+    "COLOAD_PYTHON", "~/.cache/coload/venv-torch-2.11.0/bin/python"))
+
+
+def coload_python_command(args, common, script):
+    """coload_python's command, or why it cannot run (the package is not installed)."""
+    check = subprocess.run([COLOAD_PYTHON, "-c", "import coload"], capture_output=True)
+    if check.returncode != 0:
+        return (f"the coload package does not import in {COLOAD_PYTHON} "
+                "(tools/ci/python.sh installs it)")
+    recipe = ["--recipe", args.recipe] if getattr(args, "recipe", None) else []
+    return [COLOAD_PYTHON, script("peer_coload_python.py")] + common + recipe
+
+
 def commands(args, coload_exe, venv_python):
     """name -> the command list, or a string saying why it cannot run."""
     common = [args.root, "--epochs", str(args.epochs)]
@@ -450,6 +468,9 @@ def commands(args, coload_exe, venv_python):
             continue
         if kind == "venv" and not venv_python:
             cmds[name] = f"the peers' venv ({VENV}) could not be set up: see setup_venv.sh's output"
+            continue
+        if kind == "coload_python":
+            cmds[name] = coload_python_command(args, common + workers, script)
             continue
         if resnet50_missing(args, name):
             cmds[name] = resnet50_missing(args, name)

@@ -1,0 +1,338 @@
+"""coload.DataLoader: torch.utils.data.DataLoader's signature over coload's native loader.
+
+The index order is torch's own: samplers and batch samplers are torch's classes (or the user's),
+iterated here and handed to the native loader one index list at a time, after the same draw of
+the base seed from the same generator as torch's DataLoader iterator takes; so a loader given
+`generator=torch.Generator().manual_seed(s)` yields exactly the batches torch's does, epoch after
+epoch. Fetching, decoding and collating run on coload's worker threads (native datasets without
+the GIL; Python datasets take it for their own code).
+"""
+import atexit
+import json
+import math
+import os
+import weakref
+
+import torch
+from torch.utils.data import BatchSampler, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data._utils.collate import default_collate, default_convert
+
+from . import _C
+
+_STATE_VERSION = 1
+
+# Every native loader alive, closed at exit while the interpreter still runs: a worker thread
+# that asked for the GIL during finalization would be ended mid-call by Python.
+_LIVE = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    for native in list(_LIVE):
+        native.close()
+
+
+def _draw_seed(generator):
+    # As torch's _BaseDataLoaderIter: one int64 from the loader's generator (or the global one).
+    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+
+
+class _PerSample:
+    """batch_size=None: each index is a batch of one, and the collate sees the sample alone."""
+
+    def __init__(self, collate_fn):
+        self.collate_fn = collate_fn
+
+    def __call__(self, samples):
+        return self.collate_fn(samples[0])
+
+
+class _Pending:
+    """The index iterator of the epoch about to start, handed to the native loader: a box of its
+    own, so that the native loader holds no reference to the DataLoader (a cycle through C++
+    that Python's collector cannot see would keep both, and the worker threads, alive)."""
+
+    def __init__(self):
+        self.it = None
+
+    def __call__(self):
+        it, self.it = self.it, None
+        return it
+
+
+class _EpochIterator:
+    """One epoch, as torch's _BaseDataLoaderIter: an iterator (not a generator, which an
+    exception would close), so that after a batch's error the epoch goes on with the next."""
+
+    def __init__(self, loader, native):
+        self._loader = loader
+        self._native = native
+        self._pin = (loader.pin_memory and not loader._native_dataset
+                     and torch.cuda.is_available())
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return len(self._loader)
+
+    def __next__(self):
+        if self._native is None:
+            raise StopIteration
+        batch = self._native.next()
+        if batch is None:
+            self._native = None
+            self._loader._epoch_open = False
+            raise StopIteration
+        if self._pin:
+            from torch.utils.data._utils.pin_memory import pin_memory
+            batch = pin_memory(batch)
+        return batch
+
+
+class DataLoader:
+    """torch.utils.data.DataLoader's arguments and semantics, loaded by coload.
+
+    coload's own keywords: `executor` ("threads", or "processes": forked workers, for coload's
+    native datasets), `seed` (seeds the shuffle, as generator=torch.Generator().manual_seed(seed),
+    and the native pipelines' per-sample augmentation), `auto_workers` (coload picks and adjusts
+    the number of worker threads, up to num_workers or the CPUs), `on_error` ("raise", or "skip":
+    a sample that fails is left out and counted).
+    """
+
+    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
+                 num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,
+                 worker_init_fn=None, multiprocessing_context=None, generator=None, *,
+                 prefetch_factor=None, persistent_workers=False, pin_memory_device="",
+                 in_order=True, executor="threads", seed=None, auto_workers=False,
+                 on_error="raise"):
+        # torch.utils.data.DataLoader's checks, in its order and with its messages.
+        if num_workers < 0:
+            raise ValueError("num_workers option should be non-negative; "
+                             "use num_workers=0 to disable multiprocessing.")
+        if timeout < 0:
+            raise ValueError("timeout option should be non-negative")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError("prefetch_factor option could only be specified in multiprocessing."
+                             "let num_workers > 0 to enable multiprocessing, otherwise set "
+                             "prefetch_factor to None.")
+        if persistent_workers and num_workers == 0:
+            raise ValueError("persistent_workers option needs num_workers > 0")
+        iterable = isinstance(dataset, IterableDataset)
+        if iterable:
+            if shuffle not in {False, None}:
+                raise ValueError("DataLoader with IterableDataset: expected unspecified shuffle "
+                                 f"option, but got shuffle={shuffle}")
+            if sampler is not None:
+                raise ValueError("DataLoader with IterableDataset: expected unspecified sampler "
+                                 f"option, but got sampler={sampler}")
+            if batch_sampler is not None:
+                raise ValueError("DataLoader with IterableDataset: expected unspecified "
+                                 f"batch_sampler option, but got batch_sampler={batch_sampler}")
+        shuffle = bool(shuffle)
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError("batch_sampler option is mutually exclusive with batch_size, "
+                                 "shuffle, sampler, and drop_last")
+            batch_size = None
+            drop_last = False
+        elif batch_size is None and drop_last:
+            raise ValueError("batch_size=None option disables auto-batching and is mutually "
+                             "exclusive with drop_last")
+        if executor not in ("threads", "processes"):
+            raise ValueError(f"executor must be 'threads' or 'processes', got {executor!r}")
+        if multiprocessing_context is not None:
+            if num_workers == 0:
+                raise ValueError("multiprocessing_context can only be used with multi-process "
+                                 "loading (num_workers > 0), but got num_workers=0")
+            method = getattr(multiprocessing_context, "get_start_method",
+                             lambda: multiprocessing_context)()
+            if method != "fork":
+                raise ValueError("coload's worker processes are forked: multiprocessing_context "
+                                 f"must be 'fork', got {method!r}")
+            executor = "processes"
+        if executor == "processes" and worker_init_fn is not None:
+            raise ValueError("worker_init_fn runs Python, which coload's forked worker processes "
+                             "cannot run: use executor='threads'")
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+
+        if generator is None and seed is not None:
+            generator = torch.Generator().manual_seed(seed)
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.num_workers = num_workers
+        self.collate_fn = collate_fn
+        self.pin_memory = pin_memory
+        self.pin_memory_device = pin_memory_device
+        self.timeout = timeout
+        self.worker_init_fn = worker_init_fn
+        self.multiprocessing_context = multiprocessing_context
+        self.generator = generator
+        self.prefetch_factor = prefetch_factor
+        self.persistent_workers = persistent_workers
+        self.in_order = in_order
+        self.executor = executor
+        self.seed = seed
+        self.auto_workers = auto_workers
+        self.on_error = on_error
+
+        native = isinstance(dataset, (_C.TensorDataset, _C.ImagePipeline, _C.ShardDataset))
+        self._native_dataset = native
+        if native and collate_fn is not None:
+            raise ValueError(f"collate_fn is not supported with {type(dataset).__name__}, whose "
+                             "batches are collated natively; wrap it in a Python dataset")
+        if native and batch_size is None and batch_sampler is None:
+            raise ValueError(f"batch_size=None is not supported with {type(dataset).__name__}")
+
+        # Where indices come from: natively in order (no sampler given), or torch's samplers.
+        self._own_order = iterable or (sampler is None and batch_sampler is None and not shuffle)
+        if sampler is None and not iterable:
+            sampler = (RandomSampler(dataset, generator=generator) if shuffle
+                       else SequentialSampler(dataset))
+        if batch_size is not None and batch_sampler is None and not iterable:
+            batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+
+        # The native pipelines' per-sample random streams: `seed`, else fresh per loader (from
+        # the OS, not torch's generators, whose draws must stay torch's).
+        self._native_seed = (seed if seed is not None
+                             else int.from_bytes(os.urandom(8), "little") >> 1)
+        self._native = None
+        self._pending = _Pending()
+        self._iterated = False
+        self._epoch_open = False
+        self._epoch_rng = None
+        self._base_seed = None
+
+    # -- the native loader, made on first use (load_state_dict may change its seed first) --------
+    def _index_iter(self):
+        if self.batch_sampler is not None:
+            return iter(self.batch_sampler)
+        return ([i] for i in self.sampler)  # batch_size=None: one index per batch
+
+    def _make_native(self):
+        o = _C.Options()
+        iterable = isinstance(self.dataset, IterableDataset)
+        if self._own_order:
+            o.batch_size = 1 if self.batch_size is None else self.batch_size
+            o.drop_last = self.drop_last
+        else:
+            o.batches = self._pending
+            source = self.batch_sampler if self.batch_sampler is not None else self.sampler
+            o.batches_len = len(source) if hasattr(source, "__len__") else None
+        o.num_workers = self.num_workers
+        o.auto_workers = bool(self.auto_workers)
+        if not self._native_dataset:
+            collate = self.collate_fn
+            if self.batch_size is None and self.batch_sampler is None:
+                collate = _PerSample(collate or default_convert)
+            o.collate = collate or default_collate
+        o.pin_memory = bool(self.pin_memory) and self._native_dataset
+        o.timeout = float(self.timeout)
+        o.worker_init_fn = self.worker_init_fn
+        o.prefetch_factor = self.prefetch_factor
+        o.persistent_workers = self.persistent_workers
+        o.in_order = self.in_order
+        o.seed = self._native_seed
+        o.on_error = self.on_error
+        o.executor = self.executor
+        del iterable
+        return _C.Loader(self.dataset, o)
+
+    def _loader(self):
+        if self._native is None:
+            self._native = self._make_native()
+            _LIVE.add(self._native)
+        return self._native
+
+    def _rng_state(self):
+        return self.generator.get_state() if self.generator is not None else torch.get_rng_state()
+
+    def _set_rng_state(self, state):
+        if self.generator is not None:
+            self.generator.set_state(state)
+        else:
+            torch.set_rng_state(state)
+
+    # -- torch.utils.data.DataLoader's interface ---------------------------------------------------
+    def __len__(self):
+        if isinstance(self.dataset, IterableDataset):
+            n = len(self.dataset)  # TypeError without __len__, as torch's
+            if self.batch_size is not None:
+                n = n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+            return n
+        return len(self._loader())
+
+    def __iter__(self):
+        native = self._loader()
+        if self._epoch_open:
+            native.stop_epoch()
+        self._epoch_rng = self._rng_state()
+        # As torch's iterator: the sampler's iterator first, then the base seed (its draws come
+        # at the first next(), after it); persistent workers draw it once.
+        if not self._own_order:
+            self._pending.it = self._index_iter()
+        if not (self.persistent_workers and self.num_workers > 0 and self._iterated):
+            self._base_seed = _draw_seed(self.generator)
+        self._iterated = True
+        native.start_epoch()
+        self._epoch_open = True
+        return self._epoch(native)
+
+    def _epoch(self, native):
+        return _EpochIterator(self, native)
+
+    # -- coload's additions ------------------------------------------------------------------------
+    def state_dict(self):
+        """Where the loader stands between two batches: load it into a loader made with the same
+        arguments (any generator state) and it delivers exactly the batches this one had not,
+        then the epochs the uninterrupted run would."""
+        native = self._loader()
+        return {
+            "version": _STATE_VERSION,
+            "native": native.state(),
+            "native_seed": self._native_seed,
+            "rng": (self._epoch_rng if self._epoch_open else self._rng_state()).clone(),
+            "iterated": self._iterated,
+        }
+
+    def load_state_dict(self, state):
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"coload.DataLoader state version {state.get('version')!r} is not "
+                             f"{_STATE_VERSION}")
+        if self._epoch_open:
+            raise RuntimeError("load_state_dict while an epoch is in progress")
+        if self._native is None or state["native_seed"] != self._native_seed:
+            self._native = None
+            self._native_seed = state["native_seed"]
+        self._loader().load_state(state["native"])
+        self._set_rng_state(state["rng"])
+        self._iterated = state["iterated"]
+
+    def metrics(self, total=False):
+        """Where the current (or last) epoch's time went, as a dict (`total`: every epoch)."""
+        return json.loads(self._loader().metrics_json(total))
+
+    def verdict(self):
+        """The metrics' verdict in a line or two: input-bound or compute-bound, and why."""
+        return self._loader().verdict()
+
+    def skipped(self):
+        """Samples on_error='skip' has left out so far."""
+        return self._loader().skipped()
+
+    def close(self):
+        """Stops the epoch and the workers now (as dropping the loader does); an iterator of
+        the loader raises RuntimeError after. The loader makes new workers if used again."""
+        if self._native is not None:
+            self._native.close()
+        self._native = None
+        self._epoch_open = False
+
+    def __del__(self):
+        self._native = None

@@ -1,0 +1,187 @@
+// coload._C: the extension module. Bindings over coload's public C++ API only; what Python
+// users see is shaped by the thin Python package around it (python/coload/).
+
+#include <exception>
+#include <filesystem>
+#include <string>
+
+#include "binding.hpp"
+#include "coload/core/error.hpp"
+#include "coload/core/worker_info.hpp"
+#include "coload/dataset/tensor_dataset.hpp"
+#include "coload/exec/errors.hpp"
+#include "coload/loader/errors.hpp"
+#include "coload/shards/dataset.hpp"
+#include "coload/vision/folder.hpp"
+#include "coload/vision/pipeline.hpp"
+#include "coload/vision/recipe.hpp"
+
+namespace coload::python {
+
+PyObject* worker_dataset() noexcept;  // loaders.cpp
+
+namespace {
+
+py::object error_class(const char* name) {
+  return py::module_::import("coload._errors").attr(name);
+}
+
+/// Raises `cls(message)` with `attrs` set on it and, when given, `cause` as its __cause__.
+void raise(py::object cls, const std::string& message, py::dict attrs = {},
+           py::object cause = py::none()) {
+  py::object error = cls(message);
+  for (auto item : attrs) py::setattr(error, item.first, item.second);
+  if (!cause.is_none()) {
+    PyException_SetCause(error.ptr(), cause.release().ptr());  // steals the reference
+  }
+  PyErr_SetObject(cls.ptr(), error.ptr());
+}
+
+/// The original Python exception behind a WorkerError, with its traceback, or None.
+py::object python_cause(const WorkerError& e) {
+  if (!e.original()) return py::none();
+  try {
+    std::rethrow_exception(e.original());
+  } catch (py::error_already_set& py_error) {
+    py::object value = py_error.value();
+    if (py_error.trace() && !py_error.trace().is_none()) {
+      PyException_SetTraceback(value.ptr(), py_error.trace().ptr());
+    }
+    return value;
+  } catch (...) {
+  }
+  return py::none();
+}
+
+}  // namespace
+
+void translate_exception(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (py::error_already_set&) {
+    throw;  // pybind11 restores it
+  } catch (const WorkerError& e) {
+    raise(error_class("SampleError"), e.what(),
+          py::dict(py::arg("worker_id") = e.worker_id(), py::arg("pid") = e.pid(),
+                   py::arg("batch") = e.batch(), py::arg("index") = e.index(),
+                   py::arg("original_type") = e.original_type()),
+          python_cause(e));
+  } catch (const WorkerDied& e) {
+    raise(error_class("WorkerDied"), e.what(),
+          py::dict(py::arg("worker_id") = e.worker_id(), py::arg("pid") = e.pid(),
+                   py::arg("batch") = e.batch(), py::arg("signal") = e.signal(),
+                   py::arg("exit_code") = e.exit_code()));
+  } catch (const TimeoutError& e) {
+    raise(error_class("TimeoutError"), e.what(),
+          py::dict(py::arg("worker_id") = e.worker_id(), py::arg("pid") = e.pid(),
+                   py::arg("batch") = e.batch(), py::arg("seconds") = e.seconds()));
+  } catch (const vision::FolderError& e) {
+    raise(py::reinterpret_borrow<py::object>(PyExc_FileNotFoundError), e.what());
+  } catch (const LoaderError& e) {
+    raise(error_class("LoaderError"), e.what());
+  } catch (const std::invalid_argument& e) {
+    raise(py::reinterpret_borrow<py::object>(PyExc_ValueError), e.what());
+  } catch (const std::out_of_range& e) {
+    raise(py::reinterpret_borrow<py::object>(PyExc_IndexError), e.what());
+  } catch (const std::system_error& e) {
+    raise(py::reinterpret_borrow<py::object>(PyExc_OSError), e.what());
+  }
+  // Anything else: pybind11's own translation (RuntimeError with what()).
+}
+
+void register_errors(py::module_& m) {
+  (void)m;
+  py::register_exception_translator([](std::exception_ptr p) { translate_exception(p); });
+}
+
+void register_datasets(py::module_& m) {
+  py::class_<TensorDataset>(m, "TensorDataset")
+      .def(py::init([](const std::vector<at::Tensor>& tensors) { return TensorDataset(tensors); }))
+      .def("__len__", &TensorDataset::size)
+      .def("__getitem__", [](const TensorDataset& d, Index i) { return d.get(i); })
+      .def_property_readonly("tensors", &TensorDataset::tensors);
+
+  py::class_<vision::ImagePipeline>(m, "ImagePipeline")
+      .def(py::init([](const std::string& root, const std::string& recipe, bool train) {
+             auto r = train ? vision::presets::train(recipe) : vision::presets::eval(recipe);
+             return vision::ImagePipeline(root, vision::FusedTransform(std::move(r)));
+           }),
+           py::arg("root"), py::arg("recipe"), py::arg("train"))
+      .def("__len__", &vision::ImagePipeline::size)
+      .def_property_readonly("classes",
+                             [](const vision::ImagePipeline& p) { return p.index().classes; })
+      .def_property_readonly("class_to_idx",
+                             [](const vision::ImagePipeline& p) { return p.index().class_to_idx; })
+      .def_property_readonly("targets",
+                             [](const vision::ImagePipeline& p) { return p.index().targets; })
+      .def_property_readonly("samples", [](const vision::ImagePipeline& p) {
+        py::list out;
+        for (const auto& s : p.index().samples) out.append(py::make_tuple(s.path, s.class_index));
+        return out;
+      });
+  m.def("recipe_presets", [] { return vision::presets::names(); });
+
+  py::class_<shards::ShardDataset>(m, "ShardDataset")
+      .def(py::init([](const std::string& path) { return shards::ShardDataset(path); }),
+           py::arg("path"))
+      .def("__len__", &shards::ShardDataset::size);
+}
+
+}  // namespace coload::python
+
+PYBIND11_MODULE(_C, m) {
+  using namespace coload::python;
+  m.doc() = "coload's native loader (use the coload package, not this module)";
+  register_errors(m);
+  register_datasets(m);
+
+  py::class_<Options> options(m, "Options");
+  for (auto [name, member] : {std::pair{"batches", &Options::batches},
+                              std::pair{"collate", &Options::collate},
+                              std::pair{"worker_init_fn", &Options::worker_init_fn}}) {
+    // A Python object (None: unset), held as a PyRef that worker threads may drop.
+    options.def_property(
+        name, [member](const Options& o) { return o.*member ? (o.*member).get() : py::none(); },
+        [member](Options& o, py::object f) { o.*member = f.is_none() ? PyRef() : PyRef(f); });
+  }
+  options.def(py::init<>())
+      .def_readwrite("batches_len", &Options::batches_len)
+      .def_readwrite("batch_size", &Options::batch_size)
+      .def_readwrite("drop_last", &Options::drop_last)
+      .def_readwrite("num_workers", &Options::num_workers)
+      .def_readwrite("auto_workers", &Options::auto_workers)
+      .def_readwrite("pin_memory", &Options::pin_memory)
+      .def_readwrite("timeout", &Options::timeout)
+      .def_readwrite("prefetch_factor", &Options::prefetch_factor)
+      .def_readwrite("persistent_workers", &Options::persistent_workers)
+      .def_readwrite("in_order", &Options::in_order)
+      .def_readwrite("seed", &Options::seed)
+      .def_readwrite("on_error", &Options::on_error)
+      .def_readwrite("executor", &Options::executor);
+
+  py::class_<Loader>(m, "Loader")
+      .def(py::init([](py::object dataset, Options options) {
+        return make_loader(std::move(dataset), std::move(options));
+      }))
+      .def("__len__", &Loader::size)
+      .def("start_epoch", &Loader::start_epoch)
+      .def("next", &Loader::next)
+      .def("stop_epoch", &Loader::stop_epoch)
+      .def("state", &Loader::state)
+      .def("load_state", &Loader::load_state)
+      .def("metrics_json", &Loader::metrics_json, py::arg("total") = false)
+      .def("verdict", &Loader::verdict)
+      .def("skipped", &Loader::skipped)
+      .def("workers", &Loader::workers)
+      .def("close", &Loader::close);
+
+  // Which worker the calling thread is, for get_worker_info(): (id, num_workers, seed, dataset)
+  // or None outside a worker.
+  m.def("worker_info", []() -> py::object {
+    const std::optional<coload::WorkerInfo> info = coload::get_worker_info();
+    if (!info) return py::none();
+    PyObject* ds = worker_dataset();
+    return py::make_tuple(info->id, info->num_workers, info->seed,
+                          ds ? py::reinterpret_borrow<py::object>(ds) : py::none());
+  });
+}

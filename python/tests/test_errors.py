@@ -1,0 +1,155 @@
+"""Errors arrive as Python's: classes, what the message names, the dataset's traceback; Ctrl-C."""
+import _thread
+import os
+import threading
+import time
+import traceback
+
+import pytest
+import torch
+
+import coload
+from conftest import IndexDataset, task_count
+
+
+class Fails(IndexDataset):
+    def __getitem__(self, i):
+        if i == 6:
+            raise KeyError(f"no sample {i} here")
+        return i
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_sample_error_names_worker_batch_sample_and_keeps_traceback(workers):
+    loader = coload.DataLoader(Fails(10), batch_size=4, num_workers=workers)
+    it = iter(loader)
+    assert next(it).tolist() == [0, 1, 2, 3]
+    with pytest.raises(coload.SampleError) as info:
+        next(it)
+    e = info.value
+    assert isinstance(e, RuntimeError)
+    assert e.batch == 1 and e.index == 6
+    assert (e.worker_id in (0, 1)) if workers else e.worker_id == -1
+    assert e.pid == -1
+    message = str(e)
+    assert "6" in message and "no sample 6 here" in message
+    assert isinstance(e.__cause__, KeyError)
+    frames = traceback.extract_tb(e.__cause__.__traceback__)
+    assert frames[-1].name == "__getitem__" and frames[-1].filename == __file__
+    # The epoch goes on after the failed batch, as torch's does not (it re-raises); coload
+    # delivers the batches after it.
+    assert next(it).tolist() == [8, 9]
+
+
+def test_on_error_skip_leaves_the_sample_out():
+    loader = coload.DataLoader(Fails(10), batch_size=4, on_error="skip")
+    assert [b.tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 7], [8, 9]]
+    assert loader.skipped() == 1
+
+
+def test_collate_error_is_a_sample_error_with_no_index():
+    def collate(samples):
+        raise ValueError("cannot collate")
+    with pytest.raises(coload.SampleError, match="cannot collate") as info:
+        list(coload.DataLoader(IndexDataset(4), batch_size=2, collate_fn=collate))
+    assert info.value.index == -1 and isinstance(info.value.__cause__, ValueError)
+
+
+def test_timeout_error():
+    release = threading.Event()
+
+    class Slow(IndexDataset):
+        def __getitem__(self, i):
+            if i == 2:
+                release.wait(10)
+            return i
+
+    loader = coload.DataLoader(Slow(4), batch_size=2, num_workers=1, timeout=0.2)
+    it = iter(loader)
+    assert next(it).tolist() == [0, 1]
+    t0 = time.monotonic()
+    with pytest.raises(coload.TimeoutError) as info:
+        next(it)
+    assert time.monotonic() - t0 < 5
+    assert isinstance(info.value, TimeoutError) and isinstance(info.value, RuntimeError)
+    assert info.value.batch == 1 and "0.2" in str(info.value)
+    release.set()
+
+
+def test_bad_index_from_a_sampler_names_it():
+    loader = coload.DataLoader(coload.TensorDataset(torch.arange(5)), sampler=[0, 7],
+                               batch_size=2)
+    with pytest.raises(IndexError, match="the batch_sampler gave index 7 in batch 0, outside the "
+                       "dataset's 5 samples"):
+        list(loader)
+
+
+def test_keyboard_interrupt_stops_the_epoch_and_leaves_no_thread():
+    before = task_count()
+    release = threading.Event()
+
+    class Stuck(IndexDataset):
+        def __getitem__(self, i):
+            if i >= 4:
+                release.wait(20)
+            return i
+
+    loader = coload.DataLoader(Stuck(100), batch_size=2, num_workers=2)
+    it = iter(loader)
+    assert next(it).tolist() == [0, 1]
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in it:
+            pass
+    assert time.monotonic() - t0 < 3  # promptly: the wait checks for signals every 50 ms
+    timer.join()
+    release.set()
+    del it, loader
+    deadline = time.monotonic() + 10
+    while task_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)  # the threads' exit is observed, not waited for with a fixed sleep
+    assert task_count() == before, os.listdir("/proc/self/task")
+
+
+def test_folder_errors_are_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        coload.vision.ImageFolder(tmp_path / "missing")
+    with pytest.raises(ValueError, match="classic"):
+        coload.vision.ImageFolder(tmp_path, recipe="no-such-recipe")
+
+
+def children_of_self():
+    pids = set()
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids.update(int(p) for p in f.read().split())
+        except OSError:
+            pass
+    return pids
+
+
+def test_worker_process_killed_is_worker_died():
+    import signal
+    before = children_of_self()
+    loader = coload.DataLoader(coload.TensorDataset(torch.arange(4000)), batch_size=1,
+                               num_workers=2, executor="processes")
+    it = iter(loader)
+    next(it)
+    workers = children_of_self() - before
+    assert len(workers) == 2
+    victim = min(workers)
+    os.kill(victim, signal.SIGKILL)
+    with pytest.raises(coload.WorkerDied) as info:
+        for _ in it:
+            pass
+    e = info.value
+    assert e.pid == victim and e.signal == signal.SIGKILL and e.worker_id in (0, 1)
+    assert str(victim) in str(e)
+    del it, loader
+    deadline = time.monotonic() + 10
+    while children_of_self() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert children_of_self() - before == set()  # no child left behind

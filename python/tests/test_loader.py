@@ -1,0 +1,200 @@
+"""coload.DataLoader over native and Python datasets: batches, len, arguments, workers."""
+import threading
+
+import pytest
+import torch
+from torch.utils.data import IterableDataset
+
+import coload
+from conftest import IndexDataset
+
+
+def torch_batches(dataset, **kwargs):
+    return [b for b in torch.utils.data.DataLoader(dataset, **kwargs)]
+
+
+def as_lists(batches):
+    return [[t.tolist() for t in b] if isinstance(b, list) else b.tolist() for b in batches]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_tensor_dataset_batches_as_torch(workers, drop_last):
+    x = torch.arange(23 * 3, dtype=torch.float32).reshape(23, 3)
+    y = torch.arange(23)
+    loader = coload.DataLoader(coload.TensorDataset(x, y), batch_size=5, drop_last=drop_last,
+                               num_workers=workers)
+    expected = torch_batches(torch.utils.data.TensorDataset(x, y), batch_size=5,
+                             drop_last=drop_last)
+    assert len(loader) == len(expected) == (4 if drop_last else 5)
+    for _ in range(2):  # two epochs, the same batches
+        got = list(loader)
+        assert as_lists(got) == as_lists(expected)
+        assert all(isinstance(t, torch.Tensor) for b in got for t in b)
+
+
+def test_batch_tensor_is_not_a_copy_and_outlives_the_loader():
+    x = torch.arange(12).reshape(6, 2)
+    loader = coload.DataLoader(coload.TensorDataset(x), batch_size=6)
+    (batch,) = next(iter(loader))
+    del loader
+    assert batch.tolist() == x.tolist()  # the storage lives as long as Python holds it
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_python_dataset_default_collate(workers):
+    loader = coload.DataLoader(IndexDataset(10), batch_size=4, num_workers=workers)
+    assert len(loader) == 3
+    got = [b.tolist() for b in loader]
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_python_collate_fn_and_batch_size_none():
+    loader = coload.DataLoader(IndexDataset(5), batch_size=2, collate_fn=lambda s: tuple(s))
+    assert list(loader) == [(0, 1), (2, 3), (4,)]
+    loader = coload.DataLoader(IndexDataset(3), batch_size=None)
+    got = list(loader)
+    assert got == [0, 1, 2] and len(loader) == 3
+    loader = coload.DataLoader(IndexDataset(3), batch_size=None, collate_fn=lambda s: s * 10)
+    assert list(loader) == [0, 10, 20]
+
+
+def test_worker_init_fn_and_get_worker_info_on_threads():
+    seen = []
+    lock = threading.Lock()
+
+    class WhoFetches(IndexDataset):
+        def __getitem__(self, i):
+            info = torch.utils.data.get_worker_info()
+            own = coload.get_worker_info()
+            return (i, info.id, info.num_workers, own.id, info.dataset is self)
+
+    def init(worker_id):
+        info = torch.utils.data.get_worker_info()
+        with lock:
+            seen.append((worker_id, info.id, info.num_workers))
+
+    ds = WhoFetches(12)
+    loader = coload.DataLoader(ds, batch_size=3, num_workers=2, worker_init_fn=init,
+                               collate_fn=lambda s: s)
+    rows = [row for b in loader for row in b]
+    assert [r[0] for r in rows] == list(range(12))
+    assert {r[1] for r in rows} <= {0, 1}
+    assert all(r[2] == 2 and r[1] == r[3] and r[4] for r in rows)
+    # Each worker that fetched ran worker_init_fn once, first, knowing itself. (coload runs it
+    # before a worker's first fetch: a worker that fetched nothing may not have run it.)
+    assert len(seen) == len({s[0] for s in seen})
+    assert all(s[0] == s[1] and s[2] == 2 for s in seen)
+    assert {r[1] for r in rows} <= {s[0] for s in seen}
+    assert torch.utils.data.get_worker_info() is None  # the main thread is no worker
+
+
+class Shards(IterableDataset):
+    """Each worker streams its share, as PyTorch's users shard with get_worker_info()."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        return iter(range(start, self.n, step))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_iterable_dataset(workers):
+    loader = coload.DataLoader(Shards(10), batch_size=2, num_workers=workers)
+    got = sorted(i for b in loader for i in b.tolist())
+    assert got == list(range(10))
+    if workers == 0:
+        assert [b.tolist() for b in loader] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+
+
+def test_iterable_refuses_shuffle_and_samplers():
+    with pytest.raises(ValueError, match="expected unspecified shuffle option, but got shuffle=True"):
+        coload.DataLoader(Shards(4), shuffle=True)
+    with pytest.raises(ValueError, match="expected unspecified sampler"):
+        coload.DataLoader(Shards(4), sampler=[0, 1])
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"num_workers": -1}, "num_workers option should be non-negative"),
+    ({"timeout": -1}, "timeout option should be non-negative"),
+    ({"prefetch_factor": 2}, "prefetch_factor option could only be specified"),
+    ({"persistent_workers": True}, "persistent_workers option needs num_workers > 0"),
+    ({"shuffle": True, "sampler": [0]}, "sampler option is mutually exclusive with shuffle"),
+    ({"batch_sampler": [[0]], "batch_size": 2}, "batch_sampler option is mutually exclusive"),
+    ({"batch_size": None, "drop_last": True}, "mutually exclusive with drop_last"),
+    ({"executor": "fibers"}, "executor must be 'threads' or 'processes'"),
+    ({"on_error": "ignore"}, "on_error must be 'raise' or 'skip'"),
+])
+def test_bad_arguments_are_refused_with_torch_wording(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        coload.DataLoader(IndexDataset(4), **kwargs)
+
+
+def test_persistent_workers_and_in_order_false_deliver_every_batch():
+    loader = coload.DataLoader(IndexDataset(20), batch_size=3, num_workers=2,
+                               persistent_workers=True, in_order=False, prefetch_factor=3)
+    for _ in range(3):
+        assert sorted(i for b in loader for i in b.tolist()) == list(range(20))
+
+
+def test_break_then_new_epoch_starts_over():
+    loader = coload.DataLoader(IndexDataset(10), batch_size=2, num_workers=2)
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    assert [b.tolist() for b in loader][0] == [0, 1]
+
+
+def test_metrics_and_verdict():
+    loader = coload.DataLoader(coload.TensorDataset(torch.arange(40)), batch_size=4,
+                               num_workers=2)
+    assert len(list(loader)) == 10
+    m = loader.metrics()
+    assert m["batches"] == 10 and m["samples"] == 40
+    assert isinstance(loader.verdict(), str) and loader.verdict()
+
+
+def test_auto_workers():
+    loader = coload.DataLoader(coload.TensorDataset(torch.arange(64)), batch_size=8,
+                               num_workers=2, auto_workers=True)
+    assert torch.cat([b[0] for b in loader]).tolist() == list(range(64))
+
+
+def test_processes_executor_over_native_dataset():
+    x = torch.arange(30).reshape(15, 2)
+    loader = coload.DataLoader(coload.TensorDataset(x), batch_size=4, num_workers=2,
+                               executor="processes")
+    assert torch.cat([b[0] for b in loader]).tolist() == x.tolist()
+
+
+def test_processes_executor_refused_for_python_datasets():
+    with pytest.raises(ValueError, match="not supported yet for Python datasets"):
+        list(coload.DataLoader(IndexDataset(4), num_workers=1, executor="processes"))
+
+
+def test_pin_memory_without_cuda_gives_the_same_batches():
+    x = torch.arange(10)
+    for dataset in (coload.TensorDataset(x), IndexDataset(10)):
+        loader = coload.DataLoader(dataset, batch_size=4, pin_memory=True)
+        got = [b[0] if isinstance(b, list) else b for b in loader]
+        assert torch.cat(got).tolist() == list(range(10))
+
+
+def test_multiprocessing_context():
+    x = torch.arange(9)
+    loader = coload.DataLoader(coload.TensorDataset(x), batch_size=4, num_workers=1,
+                               multiprocessing_context="fork")
+    assert loader.executor == "processes"
+    assert torch.cat([b[0] for b in loader]).tolist() == x.tolist()
+    with pytest.raises(ValueError, match="must be 'fork', got 'spawn'"):
+        coload.DataLoader(coload.TensorDataset(x), num_workers=1, multiprocessing_context="spawn")
+    with pytest.raises(ValueError, match="num_workers > 0"):
+        coload.DataLoader(coload.TensorDataset(x), multiprocessing_context="fork")
+
+
+def test_collate_fn_refused_for_native_datasets():
+    with pytest.raises(ValueError, match="collate_fn is not supported with TensorDataset"):
+        coload.DataLoader(coload.TensorDataset(torch.arange(3)), collate_fn=list)
