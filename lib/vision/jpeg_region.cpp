@@ -42,7 +42,7 @@ void on_message(j_common_ptr cinfo, int level) {
 
 // NOTE: kept free of C++ objects with destructors: longjmp leaves this frame.
 bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigned char* data,
-                 unsigned long size, int top, int left, int height, int width,
+                 unsigned long size, int top, int left, int height, int width, int denominator,
                  std::uint8_t* (*grow)(void*, std::size_t), void* buffer, JpegRegion* out) {
   if (setjmp(err->jump)) {
     jpeg_destroy_decompress(cinfo);
@@ -66,6 +66,8 @@ bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigne
   cinfo->out_color_space = JCS_RGB;
   cinfo->dct_method = JDCT_ISLOW;
   cinfo->do_fancy_upsampling = TRUE;
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = static_cast<unsigned int>(denominator);
   jpeg_start_decompress(cinfo);
   const int image_width = static_cast<int>(cinfo->output_width);
   const int image_height = static_cast<int>(cinfo->output_height);
@@ -115,7 +117,10 @@ std::uint8_t* grow_vector(void* v, std::size_t bytes) {
 
 std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, int top, int left,
                                              int height, int width,
-                                             std::vector<std::uint8_t>& buffer) {
+                                             std::vector<std::uint8_t>& buffer, int denominator) {
+  if (denominator != 1 && denominator != 2 && denominator != 4 && denominator != 8) {
+    return std::nullopt;
+  }
   jpeg_decompress_struct cinfo{};
   ErrorManager err{};
   cinfo.err = jpeg_std_error(&err.pub);
@@ -124,7 +129,7 @@ std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, in
   JpegRegion region;
   if (!decode_rows(&cinfo, &err, reinterpret_cast<const unsigned char*>(data.data()),
                    static_cast<unsigned long>(data.size()), top, left, height, width,
-                   grow_vector, &buffer, &region)) {
+                   denominator, grow_vector, &buffer, &region)) {
     // NOTE: jpeg_create_decompress fails when the jpeglib.h/jconfig.h coload was compiled
     // with are not those of the libjpeg it runs with (its version or struct size check; the
     // error codes themselves differ between such headers, so libjpeg's message says which),
