@@ -5,6 +5,7 @@
 // upsampling and most of the IDCT outside the region, and decoding stops after its last row.
 
 #include "jpeg_region.hpp"
+#include "jpeg_restart.hpp"
 #include "coload/core/warning.hpp"
 #include "coload/vision/decode.hpp"
 
@@ -25,6 +26,7 @@ struct ErrorManager {
   jpeg_error_mgr pub;
   std::jmp_buf jump;
   bool truncated;
+  bool warned;  // any warning: libjpeg repaired damaged data
   bool created;  // jpeg_create_decompress returned: libjpeg accepted our headers
 };
 
@@ -38,6 +40,7 @@ void on_message(j_common_ptr cinfo, int level) {
   if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) {
     reinterpret_cast<ErrorManager*>(cinfo->err)->truncated = true;
   }
+  if (level < 0) reinterpret_cast<ErrorManager*>(cinfo->err)->warned = true;
 }
 
 // NOTE: kept free of C++ objects with destructors: longjmp leaves this frame.
@@ -118,6 +121,19 @@ std::uint8_t* grow_vector(void* v, std::size_t bytes) {
 std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, int top, int left,
                                              int height, int width,
                                              std::vector<std::uint8_t>& buffer, int denominator) {
+  // A shard member with restart intervals: only those covering the crop are decoded.
+  if (const RestartHint* hint = restart_hint_for(data)) {
+    if (auto region = decode_hinted_region(*hint, top, left, height, width, buffer, denominator)) {
+      return region;
+    }
+  }
+  return decode_jpeg_region_checked(data, top, left, height, width, buffer, denominator, nullptr);
+}
+
+std::optional<JpegRegion> decode_jpeg_region_checked(std::span<const std::byte> data, int top,
+                                                     int left, int height, int width,
+                                                     std::vector<std::uint8_t>& buffer,
+                                                     int denominator, bool* warned) {
   if (denominator != 1 && denominator != 2 && denominator != 4 && denominator != 8) {
     return std::nullopt;
   }
@@ -130,6 +146,7 @@ std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, in
   if (!decode_rows(&cinfo, &err, reinterpret_cast<const unsigned char*>(data.data()),
                    static_cast<unsigned long>(data.size()), top, left, height, width,
                    denominator, grow_vector, &buffer, &region)) {
+    if (warned) *warned = err.warned;
     // NOTE: jpeg_create_decompress fails when the jpeglib.h/jconfig.h coload was compiled
     // with are not those of the libjpeg it runs with (its version or struct size check; the
     // error codes themselves differ between such headers, so libjpeg's message says which),
@@ -147,6 +164,7 @@ std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, in
     }
     return std::nullopt;
   }
+  if (warned) *warned = err.warned;
   return region;
 }
 

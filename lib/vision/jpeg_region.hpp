@@ -31,4 +31,12 @@ std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, in
                                              std::vector<std::uint8_t>& buffer,
                                              int denominator = 1);
 
+/// decode_jpeg_region without the restart intervals of the thread's RestartHint, which sets
+/// `*warned` when libjpeg warned (damaged data it repaired): for streams built from intervals,
+/// where any repair means the intervals are not what their index says.
+std::optional<JpegRegion> decode_jpeg_region_checked(std::span<const std::byte> data, int top,
+                                                     int left, int height, int width,
+                                                     std::vector<std::uint8_t>& buffer,
+                                                     int denominator, bool* warned);
+
 }  // namespace coload::vision::detail

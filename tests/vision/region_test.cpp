@@ -12,7 +12,9 @@
 
 #include "coload/vision/decode.hpp"
 #include "image_test_support.hpp"
+#include "coload/core/warning.hpp"
 #include "vision/jpeg_region.hpp"
+#include "vision/jpeg_restart.hpp"
 
 namespace coload {
 namespace {
@@ -31,13 +33,13 @@ constexpr Subsampling subsamplings[] = {
     {"4:4:0", TJSAMP_440, 8, 16},  {"gray", TJSAMP_GRAY, 8, 8},
 };
 
-std::vector<std::byte> encode(const vision::Image& image, int tj_subsampling) {
+std::vector<std::byte> encode(const vision::Image& image, int tj_subsampling, int flags = 0) {
   tjhandle handle = tjInitCompress();
   if (!handle) throw std::runtime_error("tjInitCompress failed");
   unsigned char* out = nullptr;
   unsigned long size = 0;
   const int rc = tjCompress2(handle, image.data.data(), image.width, image.width * 3,
-                             image.height, TJPF_RGB, &out, &size, tj_subsampling, 90, 0);
+                             image.height, TJPF_RGB, &out, &size, tj_subsampling, 90, flags);
   std::vector<std::byte> jpeg;
   if (rc == 0) {
     const auto* first = reinterpret_cast<const std::byte*>(out);
@@ -58,12 +60,16 @@ struct Mismatch {
 
 // Decodes the crop at (top, left) of height × width through the region decoder and compares
 // it with the same pixels of `full` (the whole image at the same scale).
+// With `layout`, through the restart intervals (decode_restart_region) rather than the file.
 void compare(std::span<const std::byte> jpeg, const vision::ImageView& full, int top, int left,
              int height, int width, int denominator, std::vector<std::uint8_t>& buffer,
-             Mismatch& m) {
+             Mismatch& m, const shards::RestartIndex* layout = nullptr) {
   ++m.crops;
-  const auto region = vision::detail::decode_jpeg_region(jpeg, top, left, height, width, buffer,
-                                                         denominator);
+  const auto region =
+      layout ? vision::detail::decode_restart_region(jpeg, *layout, top, left, height, width,
+                                                     buffer, denominator)
+             : vision::detail::decode_jpeg_region(jpeg, top, left, height, width, buffer,
+                                                  denominator);
   const std::string where = "crop " + std::to_string(height) + "x" + std::to_string(width) +
                             " at (" + std::to_string(top) + ", " + std::to_string(left) +
                             ") at 1/" + std::to_string(denominator);
@@ -129,6 +135,102 @@ TEST_CASE("the region decoder equals the whole decode for crops at every row off
       INFO(m.first);
       CHECK(m.crops == 2 * row_span * col_span + std::min(full.height, 2 * sub.mcu_height) +
                            std::min(full.width, 2 * sub.mcu_width));
+      CHECK(m.declined == 0);
+      CHECK(m.differing == 0);
+    }
+  }
+}
+
+TEST_CASE("--fast-crop's transcode adds restart markers losslessly, every few MCUs of a row, "
+          "and keeps progressive, arithmetic-coded and marked files as they are") {
+  const vision::Image src = vision::test::synthetic_image(203, 157, 2);
+  for (const Subsampling& sub : subsamplings) {
+    CAPTURE(sub.name);
+    const std::vector<std::byte> plain = encode(src, sub.tj);
+    const auto frame = vision::detail::parse_jpeg_frame(plain);
+    REQUIRE(frame.has_value());
+    CHECK(frame->mcu_width == sub.mcu_width);
+    CHECK(frame->mcu_height == sub.mcu_height);
+    CHECK(frame->restart_interval == 0u);
+    CHECK_FALSE(vision::detail::scan_restart_layout(plain).has_value());
+    const vision::Image want = vision::decode(plain);
+    for (const int target : {1, 2, 4, 5}) {
+      CAPTURE(target);
+      std::vector<std::byte> marked;
+      REQUIRE(vision::detail::add_restart_markers(plain, target, marked) ==
+              vision::detail::RestartOutcome::marked);
+      const auto layout = vision::detail::scan_restart_layout(marked);
+      REQUIRE(layout.has_value());
+      // 203 pixels: 13 MCUs of 16 (a prime: intervals of 1 or the row) or 26 of 8.
+      const int expected = vision::detail::restart_interval_for(frame->mcus_per_row, target);
+      CHECK(layout->interval == static_cast<std::uint32_t>(expected));
+      CHECK(frame->mcus_per_row % expected == 0);
+      CHECK(expected <= target);
+      CHECK(layout->rows.size() == static_cast<std::size_t>(frame->mcu_rows));
+      const vision::Image got = vision::decode(marked);
+      CHECK(got.data == want.data);
+      // A second pass keeps the file as it is.
+      std::vector<std::byte> again;
+      CHECK(vision::detail::add_restart_markers(marked, target, again) ==
+            vision::detail::RestartOutcome::already_marked);
+      CHECK(again.empty());
+    }
+  }
+  CHECK(vision::detail::restart_interval_for(26, 4) == 2);
+  CHECK(vision::detail::restart_interval_for(32, 4) == 4);
+  CHECK(vision::detail::restart_interval_for(13, 4) == 1);
+  CHECK(vision::detail::restart_interval_for(3, 8) == 3);
+  std::vector<std::byte> out;
+  CHECK(vision::detail::add_restart_markers(vision::test::progressive_jpeg(64, 48, 1), 4, out) ==
+        vision::detail::RestartOutcome::progressive);
+  // TurboJPEG writes no arithmetic coding: a baseline file whose SOF says SOF9 (sequential,
+  // arithmetic) is one as far as the decision is concerned, which reads the headers only.
+  std::vector<std::byte> arithmetic = encode(src, TJSAMP_420);
+  arithmetic[vision::detail::parse_jpeg_frame(arithmetic)->sof_at + 1] = std::byte{0xc9};
+  CHECK(vision::detail::add_restart_markers(arithmetic, 4, out) ==
+        vision::detail::RestartOutcome::arithmetic);
+  vision::Image cmyk = vision::Image::zeros(16, 16, 4);
+  CHECK(vision::detail::add_restart_markers(
+            vision::encode_jpeg(cmyk.view(), 90, vision::ChromaSubsampling::s444), 4, out) ==
+        vision::detail::RestartOutcome::other);
+  const std::vector<std::byte> junk(100, std::byte{0x42});
+  CHECK(vision::detail::add_restart_markers(junk, 4, out) ==
+        vision::detail::RestartOutcome::not_jpeg);
+  CHECK(out.empty());
+}
+
+TEST_CASE("a crop decoded from its restart intervals equals the whole decode at every offset "
+          "within an MCU, for each subsampling and DCT scale, edges included") {
+  // 259 × 203: 17 (4:2:0, 4:2:2) or 33 MCUs a row, not whole in either direction. The crops
+  // start at every row and column offset over two MCUs and the region decoder's margin, and
+  // end on every offset of the last two MCUs; decode_restart_region must take every small one
+  // (it declines only crops covering most of the image).
+  const vision::Image src = vision::test::synthetic_image(259, 203, 8);
+  for (const Subsampling& sub : subsamplings) {
+    CAPTURE(sub.name);
+    std::vector<std::byte> marked;
+    REQUIRE(vision::detail::add_restart_markers(encode(src, sub.tj), 1, marked) ==
+            vision::detail::RestartOutcome::marked);
+    const auto layout = vision::detail::scan_restart_layout(marked);
+    REQUIRE(layout.has_value());
+    for (const int d : {1, 2, 4, 8}) {
+      CAPTURE(d);
+      std::vector<std::uint8_t> whole;
+      const vision::ImageView full = vision::decode_into(marked, whole, d);
+      const int row_span = std::min(full.height - 5, 16 + 2 * std::max(1, sub.mcu_height / d));
+      const int col_span = std::min(full.width - 7, 16 + 2 * std::max(1, sub.mcu_width / d));
+      std::vector<std::uint8_t> buffer;
+      Mismatch m;
+      for (int top = 0; top < row_span; ++top) {
+        for (int left = 0; left < col_span; ++left) {
+          compare(marked, full, top, left, 5, 7, d, buffer, m, &*layout);
+          // And the mirror: ending on every offset of the last MCUs.
+          compare(marked, full, full.height - 5 - top, full.width - 7 - left, 5, 7, d, buffer, m,
+                  &*layout);
+        }
+      }
+      INFO(m.first);
+      CHECK(m.crops == 2 * row_span * col_span);
       CHECK(m.declined == 0);
       CHECK(m.differing == 0);
     }
