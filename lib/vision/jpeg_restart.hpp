@@ -66,6 +66,9 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> jpeg,
                                                 std::vector<std::uint8_t>& buffer,
                                                 int denominator = 1);
 
+/// Crops this process decoded from their restart intervals (for tests and profiles).
+std::uint64_t restart_region_decodes() noexcept;
+
 /// A marked member whose bytes do not match its recorded layout.
 struct RestartMismatch {
   std::string what;

@@ -10,6 +10,7 @@
 // decodes the crop from that stream as it would from the file.
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -43,6 +44,7 @@ std::size_t next_marker(std::span<const std::byte> b, std::size_t pos, unsigned&
 [[noreturn]] void mismatch(const std::string& what) { throw RestartMismatch{what}; }
 
 thread_local RestartHint current_hint;
+std::atomic<std::uint64_t> restart_decodes{0};
 
 }  // namespace
 
@@ -149,7 +151,12 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
   }
   region->x0 += x0 / d;
   region->y0 += y0 / d;
+  restart_decodes.fetch_add(1, std::memory_order_relaxed);
   return region;
+}
+
+std::uint64_t restart_region_decodes() noexcept {
+  return restart_decodes.load(std::memory_order_relaxed);
 }
 
 ScopedRestartHint::ScopedRestartHint(const RestartHint& hint) noexcept : previous_(current_hint) {
