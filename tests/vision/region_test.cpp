@@ -237,6 +237,114 @@ TEST_CASE("a crop decoded from its restart intervals equals the whole decode at 
   }
 }
 
+TEST_CASE("a marked member that does not match its index falls back to the plain decode with one "
+          "warning naming shard and member: truncated, an RST missing or out of sequence, a "
+          "lying DRI, a misplaced row") {
+  const vision::Image src = vision::test::synthetic_image(259, 203, 4);
+  std::vector<std::byte> marked;
+  REQUIRE(vision::detail::add_restart_markers(encode(src, TJSAMP_420), 1, marked) ==
+          vision::detail::RestartOutcome::marked);
+  const auto layout = vision::detail::scan_restart_layout(marked);
+  REQUIRE(layout.has_value());
+  const auto frame = vision::detail::parse_jpeg_frame(marked);
+  // The offset of the n-th RST marker's 0xFF in the entropy data.
+  auto rst = [&](const std::vector<std::byte>& b, int n) {
+    for (std::size_t i = frame->entropy_at; i + 1 < b.size(); ++i) {
+      const auto m = std::to_integer<unsigned>(b[i + 1]);
+      if (b[i] == std::byte{0xff} && m >= 0xd0 && m <= 0xd7 && n-- == 0) return i;
+    }
+    FAIL("no such RST");
+    return std::size_t{0};
+  };
+  struct Case {
+    const char* name;
+    std::vector<std::byte> data;
+    shards::RestartIndex layout;
+  };
+  std::vector<Case> cases;
+  // Cut inside MCU row 8: the crop below needs rows 7 to 10.
+  cases.push_back({"truncated", {marked.begin(), marked.begin() + layout->rows[8] + 40}, *layout});
+  {
+    auto b = marked;  // the RST ending interval 17 x 7 + 3 removed
+    const std::size_t at = rst(b, 17 * 7 + 3);
+    b.erase(b.begin() + static_cast<std::ptrdiff_t>(at), b.begin() + static_cast<std::ptrdiff_t>(at) + 2);
+    cases.push_back({"an RST missing", std::move(b), *layout});
+  }
+  {
+    auto b = marked;  // two RSTs of row 7 swapped
+    std::swap(b[rst(b, 17 * 7 + 2) + 1], b[rst(b, 17 * 7 + 3) + 1]);
+    cases.push_back({"RSTs out of sequence", std::move(b), *layout});
+  }
+  {
+    auto b = marked;  // a DRI that says 17 MCUs (a row) where they are 1, and an index that agrees
+    std::size_t dri = 2;
+    while (!(b[dri] == std::byte{0xff} && b[dri + 1] == std::byte{0xdd})) ++dri;
+    b[dri + 5] = std::byte{17};
+    auto lying = *layout;
+    lying.interval = 17;
+    cases.push_back({"a lying DRI", b, lying});
+    cases.push_back({"a DRI unlike the index's", std::move(b), *layout});
+  }
+  {
+    auto misplaced = *layout;  // row 8 said to start 8 intervals on (the same RST number)
+    std::size_t at = misplaced.rows[8];
+    for (int k = 0; k < 8; ++k) {
+      unsigned m = 0;
+      while (!(marked[at] == std::byte{0xff} &&
+               (m = std::to_integer<unsigned>(marked[at + 1])) >= 0xd0 && m <= 0xd7)) {
+        ++at;
+      }
+      at += 2;
+    }
+    misplaced.rows[8] = static_cast<std::uint32_t>(at);
+    cases.push_back({"a misplaced row", marked, misplaced});
+  }
+  const std::string shard = "train-000003.tar", member = "n01440764_10026.jpg";
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    std::vector<std::string> warnings;
+    coload::set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
+    coload::detail::forget_warnings();
+    std::vector<std::uint8_t> plain_buffer, buffer;
+    // What the member's bytes give without their index: the answer the fallback must give.
+    const auto plain = vision::detail::decode_jpeg_region(c.data, 120, 100, 30, 40, plain_buffer);
+    const std::uint64_t before = vision::detail::restart_region_decodes();
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      const vision::detail::ScopedRestartHint hint(
+          {c.data.data(), c.data.size(), &c.layout, &shard, &member});
+      const auto got = vision::detail::decode_jpeg_region(c.data, 120, 100, 30, 40, buffer);
+      REQUIRE(got.has_value() == plain.has_value());
+      if (!plain) continue;  // declined (the truncated file): the whole decode reports it
+      for (int y = 120; y < 150; ++y) {
+        CHECK(std::memcmp(got->pixels + (y - got->y0) * got->stride + (100 - got->x0) * 3,
+                          plain->pixels + (y - plain->y0) * plain->stride + (100 - plain->x0) * 3,
+                          40 * 3) == 0);
+      }
+    }
+    coload::set_warning_handler({});
+    CHECK(vision::detail::restart_region_decodes() == before);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("'" + member + "'") != std::string::npos);
+    CHECK(warnings[0].find("'" + shard + "'") != std::string::npos);
+  }
+  // The unchanged member through the same call takes the intervals, silently.
+  std::vector<std::string> warnings;
+  coload::set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
+  std::vector<std::uint8_t> buffer;
+  const std::uint64_t before = vision::detail::restart_region_decodes();
+  {
+    const vision::detail::ScopedRestartHint hint(
+        {marked.data(), marked.size(), &*layout, &shard, &member});
+    CHECK(vision::detail::decode_jpeg_region(marked, 120, 100, 30, 40, buffer).has_value());
+  }
+  CHECK(vision::detail::restart_region_decodes() == before + 1);
+  // The hint is for its bytes only: other data, or the same after the scope, decode as before.
+  CHECK(vision::detail::decode_jpeg_region(marked, 120, 100, 30, 40, buffer).has_value());
+  CHECK(vision::detail::restart_region_decodes() == before + 1);
+  coload::set_warning_handler({});
+  CHECK(warnings.empty());
+}
+
 }  // TEST_SUITE
 
 }  // namespace coload
