@@ -75,19 +75,23 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
       left + width > scaled_w) {
     return std::nullopt;  // the region decoder declines it too, and the full decode says why
   }
-  // The crop in MCUs at full size, one MCU of margin on each side, widened to whole intervals.
+  // The crop at full size with a margin, in MCUs widened to whole intervals. The margin: the
+  // region's edges inside the image are upsampled as edges, which changes the pixels whose
+  // fancy upsampling reads the chroma sample beyond: libjpeg-turbo interpolates only 2:1 (a
+  // sample of 2 pixels; other ratios replicate), so the pixel next to the edge. 2 pixels keep
+  // the crop clear of it (region_test checks every offset of every subsampling; 0 fails there).
+  constexpr int margin = 2;
   const int per_row = f->mcus_per_row / n;
-  const int c0 = std::max(0, left * d / f->mcu_width - 1);
+  const int c0 = std::max(0, left * d - margin) / f->mcu_width;
   const int c1 = std::min(f->mcus_per_row,
-                          ((left + width) * d + f->mcu_width - 1) / f->mcu_width + 1);
+                          ((left + width) * d + margin + f->mcu_width - 1) / f->mcu_width);
   const int i0 = c0 / n;
   const int i1 = (c1 + n - 1) / n;
-  const int r0 = std::max(0, top * d / f->mcu_height - 1);
-  const int r1 = std::min(f->mcu_rows, ((top + height) * d + f->mcu_height - 1) / f->mcu_height + 1);
-  // Most of the image: reading it through a second stream would cost more than it saves.
-  if (std::int64_t{i1 - i0} * (r1 - r0) * 10 > std::int64_t{per_row} * f->mcu_rows * 8) {
-    return std::nullopt;
-  }
+  const int r0 = std::max(0, top * d - margin) / f->mcu_height;
+  const int r1 = std::min(f->mcu_rows,
+                          ((top + height) * d + margin + f->mcu_height - 1) / f->mcu_height);
+  // The whole image: the file itself is that stream.
+  if (i0 == 0 && i1 == per_row && r0 == 0 && r1 == f->mcu_rows) return std::nullopt;
   const int x0 = i0 * n * f->mcu_width;
   const int y0 = r0 * f->mcu_height;
   const int region_w = std::min(f->width, i1 * n * f->mcu_width) - x0;

@@ -26,11 +26,11 @@ struct Subsampling {
   int mcu_height;  // and of an iMCU row
 };
 
-// Every subsampling TurboJPEG writes that libjpeg decodes into RGB, 4:4:0 (vertical only)
-// included: encode_jpeg has no 4:4:0, so the test encodes through TurboJPEG itself.
+// Every subsampling TurboJPEG writes, 4:4:0 (vertical only) and 4:1:1 (chroma samples 4 pixels
+// wide) included: encode_jpeg has neither, so the test encodes through TurboJPEG itself.
 constexpr Subsampling subsamplings[] = {
     {"4:4:4", TJSAMP_444, 8, 8},   {"4:2:2", TJSAMP_422, 16, 8}, {"4:2:0", TJSAMP_420, 16, 16},
-    {"4:4:0", TJSAMP_440, 8, 16},  {"gray", TJSAMP_GRAY, 8, 8},
+    {"4:4:0", TJSAMP_440, 8, 16},  {"4:1:1", TJSAMP_411, 32, 8}, {"gray", TJSAMP_GRAY, 8, 8},
 };
 
 std::vector<std::byte> encode(const vision::Image& image, int tj_subsampling, int flags = 0) {
@@ -106,7 +106,8 @@ TEST_CASE("the region decoder equals the whole decode for crops at every row off
   // bottom-right corner. 131 × 97 is a whole number of MCUs in neither direction.
   const vision::Image src = vision::test::synthetic_image(131, 97, 5);
   for (const Subsampling& sub : subsamplings) {
-    CAPTURE(sub.name);
+    const std::string subsampling = sub.name;
+    CAPTURE(subsampling);
     const std::vector<std::byte> jpeg = encode(src, sub.tj);
     for (const int d : {1, 2, 4, 8}) {
       CAPTURE(d);
@@ -145,7 +146,8 @@ TEST_CASE("--fast-crop's transcode adds restart markers losslessly, every few MC
           "and keeps progressive, arithmetic-coded and marked files as they are") {
   const vision::Image src = vision::test::synthetic_image(203, 157, 2);
   for (const Subsampling& sub : subsamplings) {
-    CAPTURE(sub.name);
+    const std::string subsampling = sub.name;
+    CAPTURE(subsampling);
     const std::vector<std::byte> plain = encode(src, sub.tj);
     const auto frame = vision::detail::parse_jpeg_frame(plain);
     REQUIRE(frame.has_value());
@@ -201,13 +203,14 @@ TEST_CASE("--fast-crop's transcode adds restart markers losslessly, every few MC
 
 TEST_CASE("a crop decoded from its restart intervals equals the whole decode at every offset "
           "within an MCU, for each subsampling and DCT scale, edges included") {
-  // 259 × 203: 17 (4:2:0, 4:2:2) or 33 MCUs a row, not whole in either direction. The crops
+  // 259 × 203: 17 (4:2:0, 4:2:2), 9 (4:1:1) or 33 MCUs a row, not whole in either direction. The crops
   // start at every row and column offset over two MCUs and the region decoder's margin, and
-  // end on every offset of the last two MCUs; decode_restart_region must take every small one
-  // (it declines only crops covering most of the image).
+  // end on every offset of the last two MCUs; decode_restart_region must take every one (it
+  // declines only a crop whose margin covers the whole image).
   const vision::Image src = vision::test::synthetic_image(259, 203, 8);
   for (const Subsampling& sub : subsamplings) {
-    CAPTURE(sub.name);
+    const std::string subsampling = sub.name;
+    CAPTURE(subsampling);
     std::vector<std::byte> marked;
     REQUIRE(vision::detail::add_restart_markers(encode(src, sub.tj), 1, marked) ==
             vision::detail::RestartOutcome::marked);
