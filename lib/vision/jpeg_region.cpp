@@ -126,6 +126,22 @@ std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, in
     if (auto region = decode_hinted_region(*hint, top, left, height, width, buffer, denominator)) {
       return region;
     }
+  } else if (const auto frame = parse_jpeg_frame(data); frame && frame->restart_interval != 0) {
+    // Any other JPEG with restart markers (a folder's, a shard's without an index that says
+    // so): telling costs a header parse (0.2 us a file here), finding the rows a scan of the
+    // data (27 us for 85 KB, against 2.4 ms for its whole decode), and a crop then decodes
+    // about 0.6x of the whole. A file whose markers do not fit decodes as before, silently:
+    // the layout came from these same bytes, so only damage the plain decode also meets
+    // can make them disagree.
+    if (const auto layout = scan_restart_layout(data)) {
+      try {
+        if (auto region = decode_restart_region(data, *layout, top, left, height, width, buffer,
+                                                denominator)) {
+          return region;
+        }
+      } catch (const RestartMismatch&) {
+      }
+    }
   }
   return decode_jpeg_region_checked(data, top, left, height, width, buffer, denominator, nullptr);
 }

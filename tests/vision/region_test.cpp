@@ -341,11 +341,38 @@ TEST_CASE("a marked member that does not match its index falls back to the plain
     CHECK(vision::detail::decode_jpeg_region(marked, 120, 100, 30, 40, buffer).has_value());
   }
   CHECK(vision::detail::restart_region_decodes() == before + 1);
-  // The hint is for its bytes only: other data, or the same after the scope, decode as before.
-  CHECK(vision::detail::decode_jpeg_region(marked, 120, 100, 30, 40, buffer).has_value());
-  CHECK(vision::detail::restart_region_decodes() == before + 1);
+  // The hint is for its bytes only: a copy of them is found to carry markers by a scan (as a
+  // folder's file is), and a plain JPEG decodes as before.
+  const std::vector<std::byte> copy = marked;
+  CHECK(vision::detail::decode_jpeg_region(copy, 120, 100, 30, 40, buffer).has_value());
+  CHECK(vision::detail::restart_region_decodes() == before + 2);
+  CHECK(vision::detail::decode_jpeg_region(encode(src, TJSAMP_420), 120, 100, 30, 40, buffer)
+            .has_value());
+  CHECK(vision::detail::restart_region_decodes() == before + 2);
   coload::set_warning_handler({});
   CHECK(warnings.empty());
+}
+
+TEST_CASE("a JPEG with restart markers outside a shard (a folder's file) decodes its crops from "
+          "its intervals, found by a scan, with the whole decode's pixels") {
+  const vision::Image src = vision::test::synthetic_image(259, 203, 6);
+  std::vector<std::byte> marked;
+  REQUIRE(vision::detail::add_restart_markers(encode(src, TJSAMP_422), 2, marked) ==
+          vision::detail::RestartOutcome::marked);
+  std::vector<std::uint8_t> whole;
+  const vision::ImageView full = vision::decode_into(marked, whole, 1);
+  std::vector<std::uint8_t> buffer;
+  Mismatch m;
+  const std::uint64_t before = vision::detail::restart_region_decodes();
+  for (int top = 0; top < 40; top += 3) {
+    for (int left = 0; left < 60; left += 5) {
+      compare(marked, full, top * 4, left * 3, 17, 23, 1, buffer, m);
+    }
+  }
+  INFO(m.first);
+  CHECK(m.differing == 0);
+  CHECK(m.declined == 0);
+  CHECK(vision::detail::restart_region_decodes() - before == static_cast<std::uint64_t>(m.crops));
 }
 
 }  // TEST_SUITE
