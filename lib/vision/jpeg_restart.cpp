@@ -82,10 +82,6 @@ std::optional<JpegFrame> parse_jpeg_frame(std::span<const std::byte> b) {
   return f;
 }
 
-namespace {
-
-// The next marker in entropy-coded data at or after `pos`: the offset of its 0xFF, with
-// `marker` set; stuffed bytes (FF 00) and fill bytes are skipped. b.size() when there is none.
 std::size_t next_marker(std::span<const std::byte> b, std::size_t pos, unsigned& marker) {
   const auto* data = reinterpret_cast<const unsigned char*>(b.data());
   while (pos + 1 < b.size()) {
@@ -102,8 +98,6 @@ std::size_t next_marker(std::span<const std::byte> b, std::size_t pos, unsigned&
   }
   return b.size();
 }
-
-}  // namespace
 
 std::optional<shards::RestartIndex> scan_restart_layout(std::span<const std::byte> b) {
   const auto f = parse_jpeg_frame(b);

@@ -34,6 +34,10 @@ struct JpegFrame {
 /// headers are damaged or truncated.
 std::optional<JpegFrame> parse_jpeg_frame(std::span<const std::byte> jpeg);
 
+/// The next marker in entropy-coded data at or after `pos`: the offset of its 0xFF, with
+/// `marker` set; stuffed bytes (FF 00) and fill bytes are skipped. b.size() when there is none.
+std::size_t next_marker(std::span<const std::byte> b, std::size_t pos, unsigned& marker);
+
 /// The layout coload records of a JPEG with restart markers: nothing unless it is a baseline
 /// (or extended) sequential Huffman JPEG with one scan, a DRI that divides its MCU rows into
 /// whole intervals, and RST markers in sequence exactly where the DRI says (counted per row).

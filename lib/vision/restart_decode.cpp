@@ -22,25 +22,6 @@ namespace {
 
 unsigned at(std::span<const std::byte> b, std::size_t i) { return std::to_integer<unsigned>(b[i]); }
 
-// The next marker in entropy-coded data at or after `pos` (see jpeg_restart.cpp's twin; kept
-// apart so that this file's bounds checks read on their own).
-std::size_t next_marker(std::span<const std::byte> b, std::size_t pos, unsigned& marker) {
-  const auto* data = reinterpret_cast<const unsigned char*>(b.data());
-  while (pos + 1 < b.size()) {
-    const void* ff = std::memchr(data + pos, 0xff, b.size() - 1 - pos);
-    if (!ff) break;
-    std::size_t i = static_cast<std::size_t>(static_cast<const unsigned char*>(ff) - data);
-    while (i + 1 < b.size() && data[i + 1] == 0xff) ++i;
-    if (i + 1 >= b.size()) break;
-    if (data[i + 1] != 0x00) {
-      marker = data[i + 1];
-      return i;
-    }
-    pos = i + 2;
-  }
-  return b.size();
-}
-
 [[noreturn]] void mismatch(const std::string& what) { throw RestartMismatch{what}; }
 
 thread_local RestartHint current_hint;

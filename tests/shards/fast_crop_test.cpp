@@ -64,6 +64,42 @@ std::vector<at::Tensor> epoch(const fs::path& dir, const vision::FusedTransform&
 
 TEST_SUITE("shards") {
 
+TEST_CASE("index version 2: a member's restart rows round-trip; version 1 still reads; a "
+          "malformed or outlying restart field makes the index invalid") {
+  shards::ShardIndex index;
+  index.path = "x.tar";
+  index.file_size = 100000;
+  index.mtime_ns = 7;
+  index.members = {{"jpg", 512, 60000, {2, {620, 2000, 4100}}}, {"cls", 61440, 1, {}}};
+  index.samples = {{"k", 0, 2, 512, 61441}};
+  const std::string text = shards::format_index(index);
+  CHECK(text.rfind("coload-shard-index\t2\n", 0) == 0);
+  CHECK(text.find("\tjpg\t2:620,1380,2100\n") != std::string::npos);
+  shards::ShardIndex back;
+  REQUIRE(shards::parse_index(text, 100000, back));
+  CHECK((back.members == index.members));
+  // Without restart rows the file is version 1, as before, and reads the same.
+  index.members[0].restarts = {};
+  const std::string v1 = shards::format_index(index);
+  CHECK(v1.rfind("coload-shard-index\t1\n", 0) == 0);
+  REQUIRE(shards::parse_index(v1, 100000, back));
+  CHECK_FALSE(back.members[0].restarts.marked());
+  // A fifth field in version 1, and restart fields that are not rows of the member.
+  auto with = [&](const std::string& version, const std::string& field) {
+    std::string t = "coload-shard-index\t" + version + "\n100000\t7\t2\t1\n" +
+                    "512\t60000\tk\tjpg\t" + field + "\n61440\t1\tk\tcls\n";
+    return shards::parse_index(t, 100000, back);
+  };
+  CHECK(with("2", "2:620,1380"));
+  CHECK_FALSE(with("1", "2:620,1380"));
+  CHECK_FALSE(with("2", "0:620"));           // no interval
+  CHECK_FALSE(with("2", "2:"));              // no rows
+  CHECK_FALSE(with("2", "2:620,0"));         // a row of no bytes
+  CHECK_FALSE(with("2", "2:620,60000"));     // past the member's end
+  CHECK_FALSE(with("2", "2:620,x"));
+  CHECK_FALSE(with("3", "2:620"));
+}
+
 TEST_CASE("--fast-crop shards: the index records each marked JPEG's rows (version 2), and every "
           "recipe gives the batches of plain shards, with threads and processes") {
   TempDir plain, fast;
