@@ -33,22 +33,8 @@ constexpr Subsampling subsamplings[] = {
     {"4:4:0", TJSAMP_440, 8, 16},  {"4:1:1", TJSAMP_411, 32, 8}, {"gray", TJSAMP_GRAY, 8, 8},
 };
 
-std::vector<std::byte> encode(const vision::Image& image, int tj_subsampling, int flags = 0) {
-  tjhandle handle = tjInitCompress();
-  if (!handle) throw std::runtime_error("tjInitCompress failed");
-  unsigned char* out = nullptr;
-  unsigned long size = 0;
-  const int rc = tjCompress2(handle, image.data.data(), image.width, image.width * 3,
-                             image.height, TJPF_RGB, &out, &size, tj_subsampling, 90, flags);
-  std::vector<std::byte> jpeg;
-  if (rc == 0) {
-    const auto* first = reinterpret_cast<const std::byte*>(out);
-    jpeg.assign(first, first + size);
-  }
-  tjFree(out);
-  tjDestroy(handle);
-  if (rc != 0) throw std::runtime_error("tjCompress2 failed");
-  return jpeg;
+std::vector<std::byte> encode(const vision::Image& image, int tj_subsampling) {
+  return vision::test::turbo_jpeg(image, tj_subsampling);
 }
 
 struct Mismatch {
