@@ -173,8 +173,54 @@ std::filesystem::path index_path(const std::filesystem::path& shard) {
   return p;
 }
 
+namespace {
+
+// A member's restart intervals as the index's fifth field: "<interval>:<row starts as
+// differences>". Differences keep the text short: a row is a few kilobytes.
+void format_restarts(std::string& out, const RestartIndex& r) {
+  out += '\t';
+  out += std::to_string(r.interval);
+  out += ':';
+  std::uint32_t previous = 0;
+  for (std::size_t k = 0; k < r.rows.size(); ++k) {
+    if (k > 0) out += ',';
+    out += std::to_string(r.rows[k] - previous);
+    previous = r.rows[k];
+  }
+}
+
+bool parse_restarts(std::string_view s, std::uint64_t member_size, RestartIndex& r) {
+  const std::size_t colon = s.find(':');
+  if (colon == std::string_view::npos || !number(s.substr(0, colon), r.interval) ||
+      r.interval == 0) {
+    return false;
+  }
+  r.rows.clear();
+  std::uint64_t at = 0;
+  std::size_t pos = colon + 1;
+  while (pos <= s.size()) {
+    const std::size_t comma = std::min(s.find(',', pos), s.size());
+    std::uint32_t delta = 0;
+    // Rows go forward (a row holds at least one byte) and start inside the member.
+    if (!number(s.substr(pos, comma - pos), delta) || (!r.rows.empty() && delta == 0)) {
+      return false;
+    }
+    at += delta;
+    if (at >= member_size) return false;
+    r.rows.push_back(static_cast<std::uint32_t>(at));
+    pos = comma + 1;
+  }
+  return !r.rows.empty();
+}
+
+}  // namespace
+
 std::string format_index(const ShardIndex& index) {
-  std::string out = "coload-shard-index\t1\n";
+  // Version 1 unless a member has restart intervals: readers from before version 2 still read
+  // every shard without them.
+  const bool restarts = std::any_of(index.members.begin(), index.members.end(),
+                                    [](const IndexMember& m) { return m.restarts.marked(); });
+  std::string out = restarts ? "coload-shard-index\t2\n" : "coload-shard-index\t1\n";
   out += std::to_string(index.file_size) + "\t" + std::to_string(index.mtime_ns) + "\t" +
          std::to_string(index.members.size()) + "\t" + std::to_string(index.samples.size()) +
          "\n";
@@ -185,6 +231,7 @@ std::string format_index(const ShardIndex& index) {
       escape_into(out, s.key);
       out += '\t';
       escape_into(out, m.field);
+      if (m.restarts.marked()) format_restarts(out, m.restarts);
       out += '\n';
     }
   }
@@ -202,7 +249,9 @@ bool parse_index(std::string_view text, std::uint64_t file_size, ShardIndex& out
     return true;
   };
   std::string_view line;
-  if (!next_line(line) || line != "coload-shard-index\t1") return false;
+  if (!next_line(line)) return false;
+  const bool v2 = line == "coload-shard-index\t2";
+  if (!v2 && line != "coload-shard-index\t1") return false;
   if (!next_line(line)) return false;
   auto head = split_tabs(line);
   std::uint64_t members = 0, samples = 0;
@@ -219,9 +268,10 @@ bool parse_index(std::string_view text, std::uint64_t file_size, ShardIndex& out
   while (next_line(line)) {
     auto parts = split_tabs(line);
     IndexMember m;
-    if (parts.size() != 4 || !number(parts[0], m.offset) || !number(parts[1], m.size) ||
-        !unescape(parts[2], key) || !unescape(parts[3], field) || m.offset > file_size ||
-        m.size > file_size - m.offset || key.empty() || field.empty()) {
+    if ((parts.size() != 4 && !(v2 && parts.size() == 5)) || !number(parts[0], m.offset) ||
+        !number(parts[1], m.size) || !unescape(parts[2], key) || !unescape(parts[3], field) ||
+        m.offset > file_size || m.size > file_size - m.offset || key.empty() || field.empty() ||
+        (parts.size() == 5 && !parse_restarts(parts[4], m.size, m.restarts))) {
       return false;
     }
     if (out.samples.empty() || out.samples.back().key != key) {

@@ -2,6 +2,8 @@
 
 #include "coload/shards/writer.hpp"
 
+#include "../vision/jpeg_restart.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -68,6 +70,7 @@ void Writer::open_next() {
   if (fd_ < 0) throw SystemError(errno, std::generic_category(), "cannot create '" + tmp + "'");
   offset_ = 0;
   members_.clear();
+  restarts_.clear();
 }
 
 void Writer::close_current() {
@@ -94,6 +97,12 @@ void Writer::close_current() {
     index.file_size = static_cast<std::uint64_t>(st.st_size);
     index.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
     group_members(current_, members_, index);
+    // Both in archive order: one pass pairs them.
+    auto r = restarts_.begin();
+    for (IndexMember& m : index.members) {
+      while (r != restarts_.end() && r->first < m.offset) ++r;
+      if (r != restarts_.end() && r->first == m.offset) m.restarts = r->second;
+    }
     const std::string idx = index_path(current_).string();
     std::ofstream out(idx, std::ios::binary | std::ios::trunc);
     out << format_index(index);
@@ -131,6 +140,11 @@ void Writer::write(std::string_view key, std::span<const WriteField> fields) {
     append_tar_header(staging_, name, f.data.size(), options_.mtime);
     const std::uint64_t data_at = offset_ + staging_.size();
     members_.push_back(TarMember{name, data_at, f.data.size(), offset_ + header_at});
+    if (options_.index_restarts && (f.name == "jpg" || f.name == "jpeg")) {
+      if (auto layout = vision::detail::scan_restart_layout(f.data)) {
+        restarts_.emplace_back(data_at, std::move(*layout));
+      }
+    }
     write_all(fd_, staging_.data(), staging_.size(), current_ + ".tmp");
     offset_ += staging_.size();
     staging_.clear();

@@ -5,6 +5,7 @@
 // upsampling and most of the IDCT outside the region, and decoding stops after its last row.
 
 #include "jpeg_region.hpp"
+#include "jpeg_restart.hpp"
 #include "coload/core/warning.hpp"
 #include "coload/vision/decode.hpp"
 
@@ -25,6 +26,7 @@ struct ErrorManager {
   jpeg_error_mgr pub;
   std::jmp_buf jump;
   bool truncated;
+  bool warned;  // any warning: libjpeg repaired damaged data
   bool created;  // jpeg_create_decompress returned: libjpeg accepted our headers
 };
 
@@ -38,11 +40,12 @@ void on_message(j_common_ptr cinfo, int level) {
   if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) {
     reinterpret_cast<ErrorManager*>(cinfo->err)->truncated = true;
   }
+  if (level < 0) reinterpret_cast<ErrorManager*>(cinfo->err)->warned = true;
 }
 
 // NOTE: kept free of C++ objects with destructors: longjmp leaves this frame.
 bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigned char* data,
-                 unsigned long size, int top, int left, int height, int width,
+                 unsigned long size, int top, int left, int height, int width, int denominator,
                  std::uint8_t* (*grow)(void*, std::size_t), void* buffer, JpegRegion* out) {
   if (setjmp(err->jump)) {
     jpeg_destroy_decompress(cinfo);
@@ -66,6 +69,8 @@ bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigne
   cinfo->out_color_space = JCS_RGB;
   cinfo->dct_method = JDCT_ISLOW;
   cinfo->do_fancy_upsampling = TRUE;
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = static_cast<unsigned int>(denominator);
   jpeg_start_decompress(cinfo);
   const int image_width = static_cast<int>(cinfo->output_width);
   const int image_height = static_cast<int>(cinfo->output_height);
@@ -115,7 +120,39 @@ std::uint8_t* grow_vector(void* v, std::size_t bytes) {
 
 std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, int top, int left,
                                              int height, int width,
-                                             std::vector<std::uint8_t>& buffer) {
+                                             std::vector<std::uint8_t>& buffer, int denominator) {
+  // A shard member with restart intervals: only those covering the crop are decoded.
+  if (const RestartHint* hint = restart_hint_for(data)) {
+    if (auto region = decode_hinted_region(*hint, top, left, height, width, buffer, denominator)) {
+      return region;
+    }
+  } else if (const auto frame = parse_jpeg_frame(data); frame && frame->restart_interval != 0) {
+    // Any other JPEG with restart markers (a folder's, a shard's without an index that says
+    // so): telling costs a header parse (0.2 us a file here), finding the rows a scan of the
+    // data (27 us for 85 KB, against 2.4 ms for its whole decode), and a crop then decodes
+    // about 0.6x of the whole. A file whose markers do not fit decodes as before, silently:
+    // the layout came from these same bytes, so only damage the plain decode also meets
+    // can make them disagree.
+    if (const auto layout = scan_restart_layout(data)) {
+      try {
+        if (auto region = decode_restart_region(data, *layout, top, left, height, width, buffer,
+                                                denominator)) {
+          return region;
+        }
+      } catch (const RestartMismatch&) {
+      }
+    }
+  }
+  return decode_jpeg_region_checked(data, top, left, height, width, buffer, denominator, nullptr);
+}
+
+std::optional<JpegRegion> decode_jpeg_region_checked(std::span<const std::byte> data, int top,
+                                                     int left, int height, int width,
+                                                     std::vector<std::uint8_t>& buffer,
+                                                     int denominator, bool* warned) {
+  if (denominator != 1 && denominator != 2 && denominator != 4 && denominator != 8) {
+    return std::nullopt;
+  }
   jpeg_decompress_struct cinfo{};
   ErrorManager err{};
   cinfo.err = jpeg_std_error(&err.pub);
@@ -124,7 +161,8 @@ std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, in
   JpegRegion region;
   if (!decode_rows(&cinfo, &err, reinterpret_cast<const unsigned char*>(data.data()),
                    static_cast<unsigned long>(data.size()), top, left, height, width,
-                   grow_vector, &buffer, &region)) {
+                   denominator, grow_vector, &buffer, &region)) {
+    if (warned) *warned = err.warned;
     // NOTE: jpeg_create_decompress fails when the jpeglib.h/jconfig.h coload was compiled
     // with are not those of the libjpeg it runs with (its version or struct size check; the
     // error codes themselves differ between such headers, so libjpeg's message says which),
@@ -142,6 +180,7 @@ std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, in
     }
     return std::nullopt;
   }
+  if (warned) *warned = err.warned;
   return region;
 }
 

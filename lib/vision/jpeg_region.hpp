@@ -19,13 +19,24 @@ struct JpegRegion {
   std::ptrdiff_t stride = 0;
 };
 
-/// Decodes (at full size) at least the crop `[top, top + height) × [left, left + width)` of a
-/// baseline RGB or grayscale JPEG into `buffer`, identical to the same pixels of a full decode.
+/// Decodes at least the crop `[top, top + height) × [left, left + width)` of a baseline RGB or
+/// grayscale JPEG into `buffer`, identical to the same pixels of a whole-image decode at the
+/// same scale. At a `denominator` of 2, 4 or 8 the JPEG is decoded at that DCT scale (libjpeg's
+/// rounded-up size, as decode_into's) and the crop is in the scaled image's coordinates.
 /// Returns nothing for anything it does not handle (CMYK, progressive, damaged or truncated
 /// data, a crop outside the image): the caller then decodes the whole image, which reports the
 /// error properly.
 std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, int top, int left,
                                              int height, int width,
-                                             std::vector<std::uint8_t>& buffer);
+                                             std::vector<std::uint8_t>& buffer,
+                                             int denominator = 1);
+
+/// decode_jpeg_region without the restart intervals of the thread's RestartHint, which sets
+/// `*warned` when libjpeg warned (damaged data it repaired): for streams built from intervals,
+/// where any repair means the intervals are not what their index says.
+std::optional<JpegRegion> decode_jpeg_region_checked(std::span<const std::byte> data, int top,
+                                                     int left, int height, int width,
+                                                     std::vector<std::uint8_t>& buffer,
+                                                     int denominator, bool* warned);
 
 }  // namespace coload::vision::detail

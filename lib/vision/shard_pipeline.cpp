@@ -6,6 +6,7 @@
 
 #include <charconv>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,9 +14,37 @@
 #include "coload/coro/when_all.hpp"
 #include "coload/core/metrics.hpp"
 #include "coload/io/reader.hpp"
+#include "jpeg_restart.hpp"
 #include "slab_pool.hpp"
 
 namespace coload::vision {
+namespace {
+
+// The restart intervals the shard's index records for a sample's JPEG member, handed to the
+// region decoder for the duration of the sample's transform (see detail::RestartHint).
+class RestartScope {
+ public:
+  RestartScope(const shards::ShardDataset& shards, Index index, const shards::ShardSample& sample) {
+    const auto loc = shards.locate(index);
+    const shards::ShardIndex& shard = shards.shards()[loc.shard];
+    const shards::IndexSample& s = shard.samples[loc.sample];
+    for (std::uint32_t k = s.first; k < s.first + s.count; ++k) {
+      const shards::IndexMember& m = shard.members[k];
+      const shards::ShardField* field = m.restarts.marked() ? sample.find(m.field) : nullptr;
+      if (!field) continue;
+      member_ = sample.key + "." + m.field;
+      hint_.emplace(detail::RestartHint{sample.data.bytes().data() + field->offset, field->size,
+                                        &m.restarts, &sample.shard, &member_});
+      return;
+    }
+  }
+
+ private:
+  std::string member_;
+  std::optional<detail::ScopedRestartHint> hint_;
+};
+
+}  // namespace
 
 ShardImagePipeline::ShardImagePipeline(shards::ShardDataset shards, Transform transform,
                                        Label label)
@@ -71,6 +100,7 @@ ShardImagePipeline::sample_type ShardImagePipeline::get(Index index, SampleConte
   const shards::ShardSample sample = shards_.read(index);
   read.stop();
   record_bytes_read(sample.data.bytes().size());
+  const RestartScope restarts(shards_, index, sample);
   transform_into(sample, ctx.rng, image.data_ptr<float>());
   return {std::move(image), label_of(sample)};
 }
@@ -100,6 +130,7 @@ Task<bool> ShardImagePipeline::fetch_one(BatchContext& ctx, std::size_t position
     }
     SampleContext sc = ctx.sample(position);
     *label = label_of(sample);
+    const RestartScope restarts(shards_, ctx.indices[position], sample);
     transform_into(sample, sc.rng, rows.row(position));
     co_return true;
   } catch (const detail::BatchBufferError&) {

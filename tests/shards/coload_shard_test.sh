@@ -57,6 +57,19 @@ if not runs[-1]["loss"] < runs[0]["loss"]:
     sys.exit(f"FAIL: the loss did not fall: {[r['loss'] for r in runs]}")
 print("image_folder --shards: loss", [r["loss"] for r in runs])
 PY
+# --fast-crop: the same folder in the same order with restart markers; image_folder --shards
+# gives the digests of the plain shards, epoch by epoch (the crops decode only their intervals).
+"$shard" "$tmp/folder" "$tmp/fast" --shard-size 1MiB --seed 3 --fast-crop > "$tmp/fast.txt"
+grep -q "; marked 96$" "$tmp/fast.txt" || { echo "--fast-crop: $(cat "$tmp/fast.txt")"; exit 1; }
+head -1 "$tmp/fast"/shard-000000.tar.idx | grep -q "	2$" || { echo "--fast-crop: no version 2 index"; exit 1; }
+"$image_folder" --shards "$tmp/fast" --epochs 4 --batch-size 16 --workers 2 --json > "$tmp/fast.json"
+/usr/bin/python3 - "$tmp/run.json" "$tmp/fast.json" <<'PY'
+import json, sys
+plain, fast = ([json.loads(l)["digest"] for l in open(p) if l.startswith("{")] for p in sys.argv[1:])
+if not (len(plain) == 4 and plain == fast):
+    sys.exit(f"FAIL: --fast-crop shards' digests {fast} are not the plain shards' {plain}")
+print("image_folder --shards over --fast-crop shards: the plain shards' digests, epoch by epoch")
+PY
 # The same shards by URL: nginx on 127.0.0.1 serves $tmp; serve.py runs until fd 3 closes.
 mkfifo "$tmp/ctl" "$tmp/out"
 /usr/bin/python3 "$(dirname "$0")/serve.py" "$tmp" < "$tmp/ctl" > "$tmp/out" &

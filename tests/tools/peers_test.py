@@ -9,7 +9,7 @@
   through;
 - failures: a peer's own {"error": ...} is its row's note, a crash gives its exit status and
   last stderr line, a missing program says it cannot start;
-- the report: --json prints one object with meta, rows, ratios and the 7 targets; rounds merge
+- the report: --json prints one object with meta, rows, ratios and every target; rounds merge
   into medians; the table names a failed peer.
 
 usage: peers_test.py PEERS_PY
@@ -222,8 +222,9 @@ def main():
               and 48 <= fake["peak_pss_mib"] < 48 + 30,
               f"the peak PSS comes from the sampled run: {fake}")
         check(j["rows"]["refusing"]["error"] == "no GPU here", "the failed row in JSON")
-        check(len(j["targets"]) == 7 and all(t["met"] is None for t in j["targets"]),
-              "7 targets, unknown without coload's rows")
+        check(len(j["targets"]) == len(peers.TARGETS) and
+              all(t["met"] is None for t in j["targets"]),
+              "every target, unknown without coload's rows")
         check(j["meta"]["images"] == 1 and j["meta"]["rounds"] == 2 and j["meta"]["pss_runs"] == 1,
               f"meta {j['meta']}")
     out = io.StringIO()
@@ -235,7 +236,8 @@ def main():
           "the table has the fake peer's rate")
 
     # 5. --workers reaches every peer: workers for coload and PyTorch, threads for the others.
-    ns = argparse.Namespace(root="R", epochs=1, workers=4, prefetch_factor=4)
+    ns = argparse.Namespace(root="R", epochs=1, workers=4, prefetch_factor=4,
+                            shards={"plain": "S-plain", "fast": "S-fast"})
     cmds = peers.commands(ns, "coload_peer", "venv-python")
     for name in peers.PEERS:
         flag = "--threads" if name in ("dali_cpu", "spdl", "tfdata") else "--workers"
@@ -247,6 +249,10 @@ def main():
     for name, mode in modes.items():
         check(cmds[name][0] == "coload_peer" and
               cmds[name][cmds[name].index("--mode") + 1] == mode, f"{name} runs --mode {mode}")
+    # The shards rows read the shards the bench wrote, plain and --fast-crop.
+    for name, folder in (("coload_shards", "S-plain"), ("coload_shards_fast", "S-fast")):
+        check(cmds[name][:2] == ["coload_peer", folder] and
+              cmds[name][cmds[name].index("--mode") + 1] == "shards", f"{name}: {cmds[name]}")
 
     # 6. The targets' arithmetic, on made-up rows.
     rows = {"coload_threads": {"images_per_s": 800.0, "cpu_ms_per_image": 0.8,

@@ -107,16 +107,15 @@ inline std::vector<std::byte> synthetic_jpeg(int width, int height, std::uint32_
   return encode_jpeg(synthetic_image(width, height, seed).view(), 90, ChromaSubsampling::s420);
 }
 
-/// A progressive JPEG of a synthetic image (quality 90, 4:2:0), which the region decoder
-/// declines: the pipelines then decode the whole image.
-inline std::vector<std::byte> progressive_jpeg(int width, int height, std::uint32_t seed) {
-  const Image image = synthetic_image(width, height, seed);
+/// An RGB image encoded by TurboJPEG itself (quality 90) with any of its subsamplings
+/// (TJSAMP_*) and flags: what encode_jpeg does not write (4:4:0, 4:1:1, progressive).
+inline std::vector<std::byte> turbo_jpeg(const Image& image, int tj_subsampling, int flags = 0) {
   tjhandle handle = tjInitCompress();
   if (!handle) throw std::runtime_error("tjInitCompress failed");
   unsigned char* out = nullptr;
   unsigned long size = 0;
-  const int rc = tjCompress2(handle, image.data.data(), width, width * 3, height, TJPF_RGB, &out,
-                             &size, TJSAMP_420, 90, TJFLAG_PROGRESSIVE);
+  const int rc = tjCompress2(handle, image.data.data(), image.width, image.width * 3,
+                             image.height, TJPF_RGB, &out, &size, tj_subsampling, 90, flags);
   std::vector<std::byte> jpeg;
   if (rc == 0) {
     const auto* first = reinterpret_cast<const std::byte*>(out);
@@ -124,11 +123,16 @@ inline std::vector<std::byte> progressive_jpeg(int width, int height, std::uint3
   }
   tjFree(out);
   tjDestroy(handle);
-  if (rc != 0) throw std::runtime_error("tjCompress2 (progressive) failed");
+  if (rc != 0) throw std::runtime_error("tjCompress2 failed");
   return jpeg;
 }
 
-/// A PNG with the given header fields and raw (unfiltered) rows; `palette` is PLTE's payload.
+/// A progressive JPEG of a synthetic image (quality 90, 4:2:0), which the region decoder
+/// declines: the pipelines then decode the whole image.
+inline std::vector<std::byte> progressive_jpeg(int width, int height, std::uint32_t seed) {
+  return turbo_jpeg(synthetic_image(width, height, seed), TJSAMP_420, TJFLAG_PROGRESSIVE);
+}
+
 inline std::vector<std::uint8_t> make_png(int width, int height, int bit_depth, int color_type,
                                           const std::vector<std::vector<std::uint8_t>>& rows,
                                           const std::vector<std::uint8_t>& palette = {}) {

@@ -13,11 +13,28 @@
 
 namespace coload::shards {
 
+/// Where the restart intervals of a JPEG member lie (one written by `coload-shard --fast-crop`,
+/// or one that came with restart markers): a crop's decode starts at the intervals covering it.
+/// Each MCU row is a whole number of intervals; the row starts are recorded and the intervals
+/// within a row found from them (a row's few RST markers), so an index holds a number per MCU
+/// row, not per interval: tens of bytes a member, also for millions of members.
+struct RestartIndex {
+  /// MCUs per interval (the JPEG's DRI); 0 for a member without usable restart markers.
+  std::uint32_t interval = 0;
+  /// Offset, in the member's data, of the first entropy-coded byte of each MCU row.
+  std::vector<std::uint32_t> rows;
+
+  bool marked() const noexcept { return interval != 0; }
+  friend bool operator==(const RestartIndex&, const RestartIndex&) = default;
+};
+
 /// One member of a sample: its field (the extension) and where its data lies in the shard.
 struct IndexMember {
   std::string field;
   std::uint64_t offset = 0;
   std::uint64_t size = 0;
+  /// Its restart intervals, for a JPEG that has usable ones (index version 2).
+  RestartIndex restarts{};
 
   friend bool operator==(const IndexMember&, const IndexMember&) = default;
 };
@@ -71,10 +88,13 @@ std::filesystem::path index_path(const std::filesystem::path& shard);
 /// The index file's text. Format (UTF-8 text, one record a line, fields separated by tabs;
 /// in keys and fields a backslash, tab and newline are written `\\`, `\t` and `\n`):
 ///
-///     coload-shard-index<TAB>1
+///     coload-shard-index<TAB><version: 1, or 2 when a member has restart intervals>
 ///     <shard size in bytes><TAB><shard mtime in ns since the epoch><TAB><members><TAB><samples>
 ///     <offset><TAB><size><TAB><key><TAB><field>        (one line per member, in archive order)
 ///
+/// In version 2 a member with restart intervals has a fifth field,
+/// `<interval>:<row 0 start>,<row 1 start - row 0 start>,...` (MCUs per interval, then the row
+/// starts as differences). Version 1 files (no such field) are read as before, by both.
 /// Samples are not stored: they are the runs of consecutive members with the same key.
 std::string format_index(const ShardIndex& index);
 

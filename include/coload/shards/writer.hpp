@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "coload/shards/index.hpp"
@@ -36,6 +37,10 @@ struct WriterOptions {
   bool write_index = true;
   /// The mtime stored in every header (seconds): a fixed one makes shards reproducible.
   std::uint64_t mtime = 0;
+  /// Record in the index where the restart intervals of each JPEG field ("jpg", "jpeg") lie,
+  /// for those that have usable ones (see RestartIndex): crops of them then decode only the
+  /// intervals they need. Costs a scan of the field's markers when written.
+  bool index_restarts = true;
 };
 
 /// Writes samples into numbered tar shards in `folder` (created if missing), each a valid
@@ -73,6 +78,8 @@ class Writer {
   std::string current_;     // final path of the open shard
   std::uint64_t offset_ = 0;
   std::vector<TarMember> members_;
+  // The restart layouts of the open shard's JPEG members, by data offset (index_restarts).
+  std::vector<std::pair<std::uint64_t, RestartIndex>> restarts_;
   std::vector<std::byte> staging_;
   std::int64_t samples_ = 0;
   bool finished_ = false;

@@ -1,7 +1,7 @@
 // tools/bench/peers/coload_peer: coload's side of tools/bench/peers (and the bare-decode floor),
 // speaking the peers protocol (see peers.py):
 //
-//   coload_peer ROOT --mode threads|processes|decode|entropy [--epochs 3] [--workers 2] [--batch-size 64]
+//   coload_peer ROOT --mode threads|processes|decode|entropy|shards [--epochs 3] [--workers 2] [--batch-size 64]
 //               [--prefetch-factor 2] [--trace PATH] [--recipe NAME]
 //
 // threads / processes: coload::vision::ImagePipeline(ROOT, TrainTransform{}) (RandomResizedCrop
@@ -11,6 +11,8 @@
 //   epoch is the warm-up. --trace writes the loader's Chrome trace (LoaderOptions::trace): a
 //   track per worker with each image's read, decode and transform, to see where a first batch
 //   or an epoch's tail spends its time.
+// shards: ROOT is a folder of tar shards (coload-shard's, plain or --fast-crop), read through
+//   coload::vision::ShardImagePipeline with the same transform, loader and worker threads.
 // decode: every file read and decoded full-size to RGB by TurboJPEG (tjDecompress2, flags 0:
 //   accurate IDCT and fancy upsampling, as Pillow and coload) on `workers` threads; no resize,
 //   no tensor. The CPU floor of a loader that decodes whole images.
@@ -58,6 +60,7 @@
 #include "coload/loader/data_loader.hpp"
 #include "coload/vision/folder.hpp"
 #include "coload/vision/pipeline.hpp"
+#include "coload/vision/shard_pipeline.hpp"
 #include "coload/vision/recipe.hpp"
 #include "coload/vision/transforms.hpp"
 
@@ -204,7 +207,7 @@ int main(int argc, char** argv) {
                "decode or a bare entropy decode, timed for tools/bench/peers"};
   app.add_option("ROOT", root, "an ImageFolder tree")->required();
   app.add_option("--mode", mode, "what to run")
-      ->check(CLI::IsMember({"threads", "processes", "decode", "entropy"}))
+      ->check(CLI::IsMember({"threads", "processes", "decode", "entropy", "shards"}))
       ->capture_default_str();
   app.add_option("--epochs", epochs, "timed epochs after the warm-up")
       ->check(CLI::Range(1, 1000))
@@ -255,48 +258,58 @@ int main(int argc, char** argv) {
     } else {
       mark("start");
       const auto t0 = Clock::now();
-      coload::vision::ImagePipeline pipeline(
-          root, recipe.empty() ? coload::vision::FusedTransform{coload::vision::TrainTransform{}}
-                               : coload::vision::presets::train(recipe));
-      const double indexed_s = since(t0);
-      auto loader = coload::make_data_loader(
-          pipeline, {.batch_size = batch_size, .shuffle = true, .num_workers = workers,
-                     .prefetch_factor = prefetch, .persistent_workers = true, .seed = 0,
-                     .executor = mode == "processes" ? coload::Executor::processes
-                                                     : coload::Executor::threads,
-                     .trace = trace});
-      images = pipeline.size();
-      const double constructed_s = since(t0);
-      // On stderr (the bench shows it only on failure): where the first batch's time goes.
-      std::fprintf(stderr, "coload_peer: folder indexed %.3f s, loader constructed %.3f s\n",
-                   indexed_s, constructed_s);
+      const auto transform = recipe.empty()
+                                 ? coload::vision::FusedTransform{coload::vision::TrainTransform{}}
+                                 : coload::vision::presets::train(recipe);
       const std::int64_t side =
           recipe.empty() ? 224 : coload::vision::presets::train(recipe).output_height();
-      auto epoch = [&](bool first) {
-        std::int64_t n = 0;
-        for (auto&& [x, y] : loader) {
-          // The side is the transform's (224; 176 for the resnet50 preset's training crop).
-          if (x.dim() != 4 || x.size(2) != side || y.size(0) != x.size(0)) {
-            throw std::runtime_error("unexpected batch shape");
+      // One loop for a folder's pipeline and a shards' one (--mode shards).
+      auto run = [&](auto& pipeline) {
+        const double indexed_s = since(t0);
+        auto loader = coload::make_data_loader(
+            pipeline, {.batch_size = batch_size, .shuffle = true, .num_workers = workers,
+                       .prefetch_factor = prefetch, .persistent_workers = true, .seed = 0,
+                       .executor = mode == "processes" ? coload::Executor::processes
+                                                       : coload::Executor::threads,
+                       .trace = trace});
+        images = pipeline.size();
+        const double constructed_s = since(t0);
+        // On stderr (the bench shows it only on failure): where the first batch's time goes.
+        std::fprintf(stderr, "coload_peer: folder indexed %.3f s, loader constructed %.3f s\n",
+                     indexed_s, constructed_s);
+        auto epoch = [&](bool first) {
+          std::int64_t n = 0;
+          for (auto&& [x, y] : loader) {
+            // The side is the transform's (224; 176 for the resnet50 preset's training crop).
+            if (x.dim() != 4 || x.size(2) != side || y.size(0) != x.size(0)) {
+              throw std::runtime_error("unexpected batch shape");
+            }
+            if (first && n == 0) {
+              out["first_batch_s"] = since(t0);
+              mark("first");
+            }
+            n += x.size(0);
           }
-          if (first && n == 0) {
-            out["first_batch_s"] = since(t0);
-            mark("first");
+          if (n != images) {
+            throw std::runtime_error("an epoch delivered " + std::to_string(n) + " of " +
+                                     std::to_string(images) + " images");
           }
-          n += x.size(0);
-        }
-        if (n != images) {
-          throw std::runtime_error("an epoch delivered " + std::to_string(n) + " of " +
-                                   std::to_string(images) + " images");
+        };
+        epoch(true);
+        mark();
+        for (int e = 0; e < epochs; ++e) {
+          const auto t1 = Clock::now();
+          epoch(false);
+          seconds.push_back(since(t1));
+          mark();
         }
       };
-      epoch(true);
-      mark();
-      for (int e = 0; e < epochs; ++e) {
-        const auto t1 = Clock::now();
-        epoch(false);
-        seconds.push_back(since(t1));
-        mark();
+      if (mode == "shards") {
+        coload::vision::ShardImagePipeline pipeline(coload::shards::ShardDataset(root), transform);
+        run(pipeline);
+      } else {
+        coload::vision::ImagePipeline pipeline(root, transform);
+        run(pipeline);
       }
     }
     out["images"] = images;

@@ -19,6 +19,10 @@ this file, once), then runs each of them on the same ImageFolder tree with the s
   dali_cpu          NVIDIA DALI's CPU pipeline (device_id=None), 2 threads
   spdl              SPDL, FFmpeg decoding on 2 threads
   tfdata            tf.data (tensorflow-cpu), AUTOTUNE on a 2-thread pool
+  coload_shards     coload's ShardImagePipeline over coload-shard's shards of ROOT, threads
+  coload_shards_fast  the same over `coload-shard --fast-crop` shards (restart markers: crops
+                    decode only the intervals covering them); both written by the bench, in
+                    the same order, under ~/.cache/coload/peers-shards (sizes in meta)
   decode_full       a bare full-size TurboJPEG decode of every file on 2 threads (CPU floor)
   decode_entropy    only the Huffman data of every file decoded (libjpeg, 2 threads; all but
                     the last iMCU row): the part of a decode that a crop cannot skip above its
@@ -73,6 +77,9 @@ PEERS = {
     "dali_cpu": ("NVIDIA DALI CPU pipeline (device_id=None), --workers threads", "venv"),
     "spdl": ("SPDL pipeline, FFmpeg decode + filter, --workers threads", "venv"),
     "tfdata": ("tf.data, decode_and_crop_jpeg, AUTOTUNE, --workers threads", "venv"),
+    "coload_shards": ("coload ShardImagePipeline over plain shards of ROOT, worker threads",
+                      "coload"),
+    "coload_shards_fast": ("the same over --fast-crop shards (restart markers)", "coload"),
     "decode_full": ("bare full-size TurboJPEG decode of every file, --workers threads", "coload"),
     "decode_entropy": ("bare entropy decoding of every file (libjpeg), --workers threads",
                        "coload"),
@@ -95,6 +102,11 @@ TARGETS = [
      "peak_pss_mib", "<=", 0.5),
     ("peak PSS: coload_processes / torch2_tuned", "coload_processes", "torch2_tuned",
      "peak_pss_mib", "<=", 0.5),
+    # issue 36: crops decoding only their restart intervals
+    ("CPU ms/image: coload_shards_fast / decode_full", "coload_shards_fast", "decode_full",
+     "cpu_ms_per_image", "<=", 0.7),
+    ("images/s: coload_shards_fast / coload_shards", "coload_shards_fast", "coload_shards",
+     "images_per_s", ">=", 1.3),
 ]
 AIMS = {TARGETS[0][0]: 4.0, TARGETS[1][0]: 1.3}
 
@@ -413,6 +425,29 @@ def make_folder(build, out, log):
     return out
 
 
+def make_shards(build, root, log):
+    """Plain and --fast-crop shards of ROOT (coload-shard, the same order), written once under
+    ~/.cache/coload/peers-shards: {"plain": dir, "fast": dir}."""
+    exe = os.path.join(build, "tools", "shard", "coload-shard")
+    subprocess.run(["ninja", "-C", build, "tools/shard/coload-shard"], check=True,
+                   stdout=sys.stderr, stderr=sys.stderr)
+    tag = os.path.realpath(root).strip("/").replace("/", "_")
+    out = {}
+    for kind, extra in (("plain", []), ("fast", ["--fast-crop"])):
+        d = os.path.expanduser(f"~/.cache/coload/peers-shards/{tag}-{kind}")
+        if not os.path.isfile(os.path.join(d, "shards.txt")):
+            log(f"peers: writing {kind} shards of {root} into {d}")
+            subprocess.run([exe, root, d, "--seed", "0"] + extra, check=True,
+                           stdout=sys.stderr, stderr=sys.stderr)
+        out[kind] = d
+    return out
+
+
+def shards_mib(d):
+    return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)
+               if f.endswith(".tar")) / 2**20
+
+
 def warm_cache(root):
     total, count = 0, 0
     for dirpath, _, files in os.walk(root, followlinks=True):
@@ -471,6 +506,16 @@ def commands(args, coload_exe, venv_python):
             continue
         if kind == "coload_python":
             cmds[name] = coload_python_command(args, common + workers, script)
+            continue
+        if name in ("coload_shards", "coload_shards_fast"):
+            shards = getattr(args, "shards", None)
+            if not shards:
+                cmds[name] = "no shards were written (coload-shard)"
+                continue
+            d = shards["fast" if name.endswith("_fast") else "plain"]
+            recipe = ["--recipe", args.recipe] if getattr(args, "recipe", None) else []
+            cmds[name] = ([coload_exe, d, "--epochs", str(args.epochs)] + workers +
+                          ["--mode", "shards"] + recipe)
             continue
         if resnet50_missing(args, name):
             cmds[name] = resnet50_missing(args, name)
@@ -562,6 +607,10 @@ def main(argv=None):
         venv_python = None if args.no_setup else ensure_venv(log)
         if args.no_setup and os.access(os.path.join(VENV, "bin", "python"), os.X_OK):
             venv_python = os.path.join(VENV, "bin", "python")
+    if coload_exe and {"coload_shards", "coload_shards_fast"} & set(selected):
+        args.shards = make_shards(args.build, args.root, log)
+        for d in args.shards.values():
+            warm_cache(d)  # as the folder: every peer finds the page cache warm
     cmds = commands(args, coload_exe, venv_python)
     cmds.update(extra)
 
@@ -599,6 +648,10 @@ def main(argv=None):
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.release()}",
         "page_cache": "warm (every file read once before timing)",
     }
+    if getattr(args, "shards", None):
+        for kind, d in args.shards.items():
+            meta[f"shards_{kind}_mib"] = shards_mib(d)
+        meta["shards_fast_over_plain"] = meta["shards_fast_mib"] / meta["shards_plain_mib"]
     if args.json:
         print(json.dumps(report_json(rows, meta)))
     else:

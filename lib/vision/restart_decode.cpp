@@ -1,0 +1,178 @@
+// Decoding a crop from the restart intervals that cover it.
+//
+// libjpeg decodes entropy-coded data from the start of a scan only, so the intervals a crop
+// needs are handed to it as a JPEG of their own: the file's headers with the covered region's
+// size in the SOF, then the covering intervals of each MCU row in order, their RST markers
+// renumbered from 0. Every interval starts with the DC predictions reset, so its blocks decode
+// to the same coefficients there as in the file, and the region's pixels are the file's except
+// where upsampling reads past the region's edges: a margin of one MCU on every side that is not
+// the image's own edge keeps those out of the crop. The region decoder (jpeg_region.cpp) then
+// decodes the crop from that stream as it would from the file.
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+
+#include "coload/core/warning.hpp"
+#include "jpeg_restart.hpp"
+
+namespace coload::vision::detail {
+namespace {
+
+unsigned at(std::span<const std::byte> b, std::size_t i) { return std::to_integer<unsigned>(b[i]); }
+
+[[noreturn]] void mismatch(const std::string& what) { throw RestartMismatch{what}; }
+
+thread_local RestartHint current_hint;
+std::atomic<std::uint64_t> restart_decodes{0};
+
+}  // namespace
+
+std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
+                                                const shards::RestartIndex& layout, int top,
+                                                int left, int height, int width,
+                                                std::vector<std::uint8_t>& buffer,
+                                                int denominator) {
+  if (!layout.marked() || (denominator != 1 && denominator != 2 && denominator != 4 &&
+                           denominator != 8)) {
+    return std::nullopt;
+  }
+  const auto f = parse_jpeg_frame(data);
+  if (!f || !f->huffman_sequential) mismatch("its headers are not those of a baseline JPEG");
+  if (f->restart_interval != layout.interval) {
+    mismatch("its DRI says " + std::to_string(f->restart_interval) +
+             " MCUs a restart interval, the index " + std::to_string(layout.interval));
+  }
+  const int n = static_cast<int>(layout.interval);
+  if (f->mcus_per_row % n != 0 || layout.rows.size() != static_cast<std::size_t>(f->mcu_rows) ||
+      layout.rows[0] != f->entropy_at) {
+    mismatch("its MCU rows are not those the index records");
+  }
+  const int d = denominator;
+  const int scaled_w = (f->width + d - 1) / d;
+  const int scaled_h = (f->height + d - 1) / d;
+  if (top < 0 || left < 0 || height <= 0 || width <= 0 || top + height > scaled_h ||
+      left + width > scaled_w) {
+    return std::nullopt;  // the region decoder declines it too, and the full decode says why
+  }
+  // The crop at full size with a margin, in MCUs widened to whole intervals. The margin: the
+  // region's edges inside the image are upsampled as edges, which changes the pixels whose
+  // fancy upsampling reads the chroma sample beyond: libjpeg-turbo interpolates only 2:1 (a
+  // sample of 2 pixels; other ratios replicate), so the pixel next to the edge. 2 pixels keep
+  // the crop clear of it (region_test checks every offset of every subsampling; 0 fails there).
+  constexpr int margin = 2;
+  const int per_row = f->mcus_per_row / n;
+  const int c0 = std::max(0, left * d - margin) / f->mcu_width;
+  const int c1 = std::min(f->mcus_per_row,
+                          ((left + width) * d + margin + f->mcu_width - 1) / f->mcu_width);
+  const int i0 = c0 / n;
+  const int i1 = (c1 + n - 1) / n;
+  const int r0 = std::max(0, top * d - margin) / f->mcu_height;
+  const int r1 = std::min(f->mcu_rows,
+                          ((top + height) * d + margin + f->mcu_height - 1) / f->mcu_height);
+  // The whole image: the file itself is that stream.
+  if (i0 == 0 && i1 == per_row && r0 == 0 && r1 == f->mcu_rows) return std::nullopt;
+  const int x0 = i0 * n * f->mcu_width;
+  const int y0 = r0 * f->mcu_height;
+  const int region_w = std::min(f->width, i1 * n * f->mcu_width) - x0;
+  const int region_h = std::min(f->height, r1 * f->mcu_height) - y0;
+
+  thread_local std::vector<std::byte> stream;
+  stream.assign(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(f->entropy_at));
+  auto put16 = [&](std::size_t i, int v) {
+    stream[i] = static_cast<std::byte>(v >> 8);
+    stream[i + 1] = static_cast<std::byte>(v & 0xff);
+  };
+  put16(f->sof_at + 5, region_h);
+  put16(f->sof_at + 7, region_w);
+  int written = 0;  // intervals copied so far: the next RST's number
+  for (int r = r0; r < r1; ++r) {
+    std::size_t pos = layout.rows[static_cast<std::size_t>(r)];
+    // The row's intervals: each ends at the RST numbered by its count from the image's start;
+    // the row's last ends at the marker before the next row's start (or at the image's end).
+    // The whole row is walked, not only the covering intervals: a row start that the index
+    // misplaces by whole intervals then ends the row elsewhere than the next row's start.
+    const std::int64_t before = std::int64_t{r} * per_row - 1;  // the interval ending before
+    if (r > 0 && (pos < 2 || pos > data.size() || at(data, pos - 2) != 0xff ||
+                  at(data, pos - 1) != 0xd0u + static_cast<unsigned>(before % 8))) {
+      mismatch("MCU row " + std::to_string(r) + " does not start where the index says");
+    }
+    for (int k = 0; k < per_row; ++k) {
+      const std::int64_t g = std::int64_t{r} * per_row + k;
+      const bool last_of_image = r + 1 == f->mcu_rows && k + 1 == per_row;
+      unsigned marker = 0;
+      const std::size_t end = next_marker(data, pos, marker);
+      const unsigned expected = last_of_image ? 0xd9u : 0xd0u + static_cast<unsigned>(g % 8);
+      if (end == data.size() || marker != expected) {
+        mismatch("restart interval " + std::to_string(g) + " does not end in the marker its " +
+                 "place calls for (the data is truncated, or an RST is missing or out of order)");
+      }
+      if (k + 1 == per_row && !last_of_image &&
+          end + 2 != layout.rows[static_cast<std::size_t>(r) + 1]) {
+        mismatch("MCU row " + std::to_string(r + 1) + " does not start where the index says");
+      }
+      if (k >= i0 && k < i1) {
+        if (written > 0) {
+          stream.push_back(std::byte{0xff});
+          stream.push_back(static_cast<std::byte>(0xd0 + (written - 1) % 8));
+        }
+        stream.insert(stream.end(), data.begin() + static_cast<std::ptrdiff_t>(pos),
+                      data.begin() + static_cast<std::ptrdiff_t>(end));
+        ++written;
+      }
+      pos = end + 2;
+    }
+  }
+  stream.push_back(std::byte{0xff});
+  stream.push_back(std::byte{0xd9});
+  bool warned = false;
+  auto region = decode_jpeg_region_checked(stream, top - y0 / d, left - x0 / d, height, width,
+                                           buffer, d, &warned);
+  if (!region || warned) {
+    mismatch(warned ? "its intervals decode with libjpeg warnings (a DRI that does not match "
+                      "the intervals' MCUs, or damaged data)"
+                    : "its covering intervals do not decode");
+  }
+  region->x0 += x0 / d;
+  region->y0 += y0 / d;
+  restart_decodes.fetch_add(1, std::memory_order_relaxed);
+  return region;
+}
+
+std::uint64_t restart_region_decodes() noexcept {
+  return restart_decodes.load(std::memory_order_relaxed);
+}
+
+ScopedRestartHint::ScopedRestartHint(const RestartHint& hint) noexcept : previous_(current_hint) {
+  current_hint = hint;
+}
+
+ScopedRestartHint::~ScopedRestartHint() { current_hint = previous_; }
+
+const RestartHint* restart_hint_for(std::span<const std::byte> data) noexcept {
+  const RestartHint& h = current_hint;
+  return h.layout && h.data == data.data() && h.size == data.size() ? &h : nullptr;
+}
+
+std::optional<JpegRegion> decode_hinted_region(const RestartHint& hint, int top, int left,
+                                               int height, int width,
+                                               std::vector<std::uint8_t>& buffer,
+                                               int denominator) {
+  try {
+    return decode_restart_region({hint.data, hint.size}, *hint.layout, top, left, height, width,
+                                 buffer, denominator);
+  } catch (const RestartMismatch& e) {
+    // One warning per member: an edited or damaged shard is read through the plain decode,
+    // which gives the member's own pixels (or its own error), never the intervals' guess.
+    const std::string shard = hint.shard ? *hint.shard : std::string("?");
+    const std::string member = hint.member ? *hint.member : std::string("?");
+    coload::detail::warn_once("restart:" + shard + "\n" + member,
+                              "member '" + member + "' of shard '" + shard +
+                                  "' does not match its index's restart intervals (" + e.what +
+                                  "): decoded without them");
+    return std::nullopt;
+  }
+}
+
+}  // namespace coload::vision::detail

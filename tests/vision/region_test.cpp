@@ -1,0 +1,366 @@
+// The region decoder (lib/vision/jpeg_region.cpp) against the whole-image decode, pixel for
+// pixel, at every crop offset that the MCU grid and libjpeg's skipping make distinct.
+
+#include <doctest/doctest.h>
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "coload/vision/decode.hpp"
+#include "image_test_support.hpp"
+#include "coload/core/warning.hpp"
+#include "vision/jpeg_region.hpp"
+#include "vision/jpeg_restart.hpp"
+
+namespace coload {
+namespace {
+
+struct Subsampling {
+  const char* name;
+  int tj;          // TurboJPEG's TJSAMP_*
+  int mcu_width;   // pixels of an MCU at full size
+  int mcu_height;  // and of an iMCU row
+};
+
+// Every subsampling TurboJPEG writes, 4:4:0 (vertical only) and 4:1:1 (chroma samples 4 pixels
+// wide) included: encode_jpeg has neither, so the test encodes through TurboJPEG itself.
+constexpr Subsampling subsamplings[] = {
+    {"4:4:4", TJSAMP_444, 8, 8},   {"4:2:2", TJSAMP_422, 16, 8}, {"4:2:0", TJSAMP_420, 16, 16},
+    {"4:4:0", TJSAMP_440, 8, 16},  {"4:1:1", TJSAMP_411, 32, 8}, {"gray", TJSAMP_GRAY, 8, 8},
+};
+
+std::vector<std::byte> encode(const vision::Image& image, int tj_subsampling) {
+  return vision::test::turbo_jpeg(image, tj_subsampling);
+}
+
+struct Mismatch {
+  int crops = 0;      // crops decoded
+  int declined = 0;   // crops the region decoder declined
+  int differing = 0;  // crops with any pixel unlike the whole decode's
+  std::string first;  // the first of those, for the failure message
+};
+
+// Decodes the crop at (top, left) of height × width through the region decoder and compares
+// it with the same pixels of `full` (the whole image at the same scale).
+// With `layout`, through the restart intervals (decode_restart_region) rather than the file.
+void compare(std::span<const std::byte> jpeg, const vision::ImageView& full, int top, int left,
+             int height, int width, int denominator, std::vector<std::uint8_t>& buffer,
+             Mismatch& m, const shards::RestartIndex* layout = nullptr) {
+  ++m.crops;
+  const auto region =
+      layout ? vision::detail::decode_restart_region(jpeg, *layout, top, left, height, width,
+                                                     buffer, denominator)
+             : vision::detail::decode_jpeg_region(jpeg, top, left, height, width, buffer,
+                                                  denominator);
+  const std::string where = "crop " + std::to_string(height) + "x" + std::to_string(width) +
+                            " at (" + std::to_string(top) + ", " + std::to_string(left) +
+                            ") at 1/" + std::to_string(denominator);
+  if (!region || region->x0 > left || region->y0 > top ||
+      region->x0 + region->width < left + width || region->y0 + region->height < top + height) {
+    if (m.declined++ == 0 && m.first.empty()) m.first = "declined or short: " + where;
+    return;
+  }
+  for (int y = top; y < top + height; ++y) {
+    const std::uint8_t* got =
+        region->pixels + (y - region->y0) * region->stride + (left - region->x0) * 3;
+    const std::uint8_t* want = full.data + y * full.stride + left * 3;
+    if (std::memcmp(got, want, static_cast<std::size_t>(width) * 3) != 0) {
+      if (m.differing++ == 0 && m.first.empty()) {
+        m.first = "row " + std::to_string(y) + " differs: " + where;
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("vision") {
+
+TEST_CASE("the region decoder equals the whole decode for crops at every row offset of an iMCU "
+          "and every column offset of an MCU, for each subsampling and DCT scale "
+          "(libjpeg-turbo#915)") {
+  // libjpeg-turbo#915: jpeg_skip_scanlines to a row that is not on an iMCU row boundary left
+  // stale rows of context in the upsampler. The region decoder skips to 16 rows above the crop,
+  // so a crop's top at every offset from 16 to 16 + two iMCU rows puts the skip at every offset
+  // within an iMCU (and, at a DCT scale, every offset of the scaled iMCU); likewise columns
+  // for jpeg_crop_scanline. Two crop shapes each: a small one, and one reaching the image's
+  // bottom-right corner. 131 × 97 is a whole number of MCUs in neither direction.
+  const vision::Image src = vision::test::synthetic_image(131, 97, 5);
+  for (const Subsampling& sub : subsamplings) {
+    const std::string subsampling = sub.name;
+    CAPTURE(subsampling);
+    const std::vector<std::byte> jpeg = encode(src, sub.tj);
+    for (const int d : {1, 2, 4, 8}) {
+      CAPTURE(d);
+      std::vector<std::uint8_t> whole;
+      const vision::ImageView full = vision::decode_into(jpeg, whole, d);
+      REQUIRE(full.width == (131 + d - 1) / d);
+      REQUIRE(full.height == (97 + d - 1) / d);
+      const int row_span = std::min(full.height, 16 + 2 * std::max(1, sub.mcu_height / d));
+      const int col_span = std::min(full.width, 16 + 2 * std::max(1, sub.mcu_width / d));
+      std::vector<std::uint8_t> buffer;
+      Mismatch m;
+      for (int top = 0; top < row_span; ++top) {
+        for (int left = 0; left < col_span; ++left) {
+          compare(jpeg, full, top, left, std::min(5, full.height - top),
+                  std::min(7, full.width - left), d, buffer, m);
+          compare(jpeg, full, top, left, full.height - top, full.width - left, d, buffer, m);
+        }
+      }
+      // And crops ending on the last rows and columns from every offset.
+      for (int k = 1; k <= std::min(full.height, 2 * sub.mcu_height); ++k) {
+        compare(jpeg, full, full.height - k, 0, k, full.width, d, buffer, m);
+      }
+      for (int k = 1; k <= std::min(full.width, 2 * sub.mcu_width); ++k) {
+        compare(jpeg, full, 0, full.width - k, full.height, k, d, buffer, m);
+      }
+      INFO(m.first);
+      CHECK(m.crops == 2 * row_span * col_span + std::min(full.height, 2 * sub.mcu_height) +
+                           std::min(full.width, 2 * sub.mcu_width));
+      CHECK(m.declined == 0);
+      CHECK(m.differing == 0);
+    }
+  }
+}
+
+TEST_CASE("--fast-crop's transcode adds restart markers losslessly, every few MCUs of a row, "
+          "and keeps progressive, arithmetic-coded and marked files as they are") {
+  const vision::Image src = vision::test::synthetic_image(203, 157, 2);
+  for (const Subsampling& sub : subsamplings) {
+    const std::string subsampling = sub.name;
+    CAPTURE(subsampling);
+    const std::vector<std::byte> plain = encode(src, sub.tj);
+    const auto frame = vision::detail::parse_jpeg_frame(plain);
+    REQUIRE(frame.has_value());
+    CHECK(frame->mcu_width == sub.mcu_width);
+    CHECK(frame->mcu_height == sub.mcu_height);
+    CHECK(frame->restart_interval == 0u);
+    CHECK_FALSE(vision::detail::scan_restart_layout(plain).has_value());
+    const vision::Image want = vision::decode(plain);
+    for (const int target : {1, 2, 4, 5}) {
+      CAPTURE(target);
+      std::vector<std::byte> marked;
+      REQUIRE(vision::detail::add_restart_markers(plain, target, marked) ==
+              vision::detail::RestartOutcome::marked);
+      const auto layout = vision::detail::scan_restart_layout(marked);
+      REQUIRE(layout.has_value());
+      // 203 pixels: 13 MCUs of 16 (a prime: intervals of 1 or the row) or 26 of 8.
+      const int expected = vision::detail::restart_interval_for(frame->mcus_per_row, target);
+      CHECK(layout->interval == static_cast<std::uint32_t>(expected));
+      CHECK(frame->mcus_per_row % expected == 0);
+      CHECK(expected <= target);
+      CHECK(layout->rows.size() == static_cast<std::size_t>(frame->mcu_rows));
+      const vision::Image got = vision::decode(marked);
+      CHECK(got.data == want.data);
+      // A second pass keeps the file as it is.
+      std::vector<std::byte> again;
+      CHECK(vision::detail::add_restart_markers(marked, target, again) ==
+            vision::detail::RestartOutcome::already_marked);
+      CHECK(again.empty());
+    }
+  }
+  CHECK(vision::detail::restart_interval_for(26, 4) == 2);
+  CHECK(vision::detail::restart_interval_for(32, 4) == 4);
+  CHECK(vision::detail::restart_interval_for(13, 4) == 1);
+  CHECK(vision::detail::restart_interval_for(3, 8) == 3);
+  std::vector<std::byte> out;
+  CHECK(vision::detail::add_restart_markers(vision::test::progressive_jpeg(64, 48, 1), 4, out) ==
+        vision::detail::RestartOutcome::progressive);
+  // TurboJPEG writes no arithmetic coding: a baseline file whose SOF says SOF9 (sequential,
+  // arithmetic) is one as far as the decision is concerned, which reads the headers only.
+  std::vector<std::byte> arithmetic = encode(src, TJSAMP_420);
+  arithmetic[vision::detail::parse_jpeg_frame(arithmetic)->sof_at + 1] = std::byte{0xc9};
+  CHECK(vision::detail::add_restart_markers(arithmetic, 4, out) ==
+        vision::detail::RestartOutcome::arithmetic);
+  vision::Image cmyk = vision::Image::zeros(16, 16, 4);
+  CHECK(vision::detail::add_restart_markers(
+            vision::encode_jpeg(cmyk.view(), 90, vision::ChromaSubsampling::s444), 4, out) ==
+        vision::detail::RestartOutcome::other);
+  const std::vector<std::byte> junk(100, std::byte{0x42});
+  CHECK(vision::detail::add_restart_markers(junk, 4, out) ==
+        vision::detail::RestartOutcome::not_jpeg);
+  CHECK(out.empty());
+}
+
+TEST_CASE("a crop decoded from its restart intervals equals the whole decode at every offset "
+          "within an MCU, for each subsampling and DCT scale, edges included") {
+  // 259 × 203: 17 (4:2:0, 4:2:2), 9 (4:1:1) or 33 MCUs a row, not whole in either direction. The crops
+  // start at every row and column offset over two MCUs and the region decoder's margin, and
+  // end on every offset of the last two MCUs; decode_restart_region must take every one (it
+  // declines only a crop whose margin covers the whole image).
+  const vision::Image src = vision::test::synthetic_image(259, 203, 8);
+  for (const Subsampling& sub : subsamplings) {
+    const std::string subsampling = sub.name;
+    CAPTURE(subsampling);
+    std::vector<std::byte> marked;
+    REQUIRE(vision::detail::add_restart_markers(encode(src, sub.tj), 1, marked) ==
+            vision::detail::RestartOutcome::marked);
+    const auto layout = vision::detail::scan_restart_layout(marked);
+    REQUIRE(layout.has_value());
+    for (const int d : {1, 2, 4, 8}) {
+      CAPTURE(d);
+      std::vector<std::uint8_t> whole;
+      const vision::ImageView full = vision::decode_into(marked, whole, d);
+      const int row_span = std::min(full.height - 5, 16 + 2 * std::max(1, sub.mcu_height / d));
+      const int col_span = std::min(full.width - 7, 16 + 2 * std::max(1, sub.mcu_width / d));
+      std::vector<std::uint8_t> buffer;
+      Mismatch m;
+      for (int top = 0; top < row_span; ++top) {
+        for (int left = 0; left < col_span; ++left) {
+          compare(marked, full, top, left, 5, 7, d, buffer, m, &*layout);
+          // And the mirror: ending on every offset of the last MCUs.
+          compare(marked, full, full.height - 5 - top, full.width - 7 - left, 5, 7, d, buffer, m,
+                  &*layout);
+        }
+      }
+      INFO(m.first);
+      CHECK(m.crops == 2 * row_span * col_span);
+      CHECK(m.declined == 0);
+      CHECK(m.differing == 0);
+    }
+  }
+}
+
+TEST_CASE("a marked member that does not match its index falls back to the plain decode with one "
+          "warning naming shard and member: truncated, an RST missing or out of sequence, a "
+          "lying DRI, a misplaced row") {
+  const vision::Image src = vision::test::synthetic_image(259, 203, 4);
+  std::vector<std::byte> marked;
+  REQUIRE(vision::detail::add_restart_markers(encode(src, TJSAMP_420), 1, marked) ==
+          vision::detail::RestartOutcome::marked);
+  const auto layout = vision::detail::scan_restart_layout(marked);
+  REQUIRE(layout.has_value());
+  const auto frame = vision::detail::parse_jpeg_frame(marked);
+  // The offset of the n-th RST marker's 0xFF in the entropy data.
+  auto rst = [&](const std::vector<std::byte>& b, int n) {
+    for (std::size_t i = frame->entropy_at; i + 1 < b.size(); ++i) {
+      const auto m = std::to_integer<unsigned>(b[i + 1]);
+      if (b[i] == std::byte{0xff} && m >= 0xd0 && m <= 0xd7 && n-- == 0) return i;
+    }
+    FAIL("no such RST");
+    return std::size_t{0};
+  };
+  struct Case {
+    const char* name;
+    std::vector<std::byte> data;
+    shards::RestartIndex layout;
+  };
+  std::vector<Case> cases;
+  // Cut inside MCU row 8: the crop below needs rows 7 to 10.
+  cases.push_back({"truncated", {marked.begin(), marked.begin() + layout->rows[8] + 40}, *layout});
+  {
+    auto b = marked;  // the RST ending interval 17 x 7 + 3 removed
+    const std::size_t at = rst(b, 17 * 7 + 3);
+    b.erase(b.begin() + static_cast<std::ptrdiff_t>(at), b.begin() + static_cast<std::ptrdiff_t>(at) + 2);
+    cases.push_back({"an RST missing", std::move(b), *layout});
+  }
+  {
+    auto b = marked;  // two RSTs of row 7 swapped
+    std::swap(b[rst(b, 17 * 7 + 2) + 1], b[rst(b, 17 * 7 + 3) + 1]);
+    cases.push_back({"RSTs out of sequence", std::move(b), *layout});
+  }
+  {
+    auto b = marked;  // a DRI that says 17 MCUs (a row) where they are 1, and an index that agrees
+    std::size_t dri = 2;
+    while (!(b[dri] == std::byte{0xff} && b[dri + 1] == std::byte{0xdd})) ++dri;
+    b[dri + 5] = std::byte{17};
+    auto lying = *layout;
+    lying.interval = 17;
+    cases.push_back({"a lying DRI", b, lying});
+    cases.push_back({"a DRI unlike the index's", std::move(b), *layout});
+  }
+  {
+    auto misplaced = *layout;  // row 8 said to start 8 intervals on (the same RST number)
+    std::size_t at = misplaced.rows[8];
+    for (int k = 0; k < 8; ++k) {
+      unsigned m = 0;
+      while (!(marked[at] == std::byte{0xff} &&
+               (m = std::to_integer<unsigned>(marked[at + 1])) >= 0xd0 && m <= 0xd7)) {
+        ++at;
+      }
+      at += 2;
+    }
+    misplaced.rows[8] = static_cast<std::uint32_t>(at);
+    cases.push_back({"a misplaced row", marked, misplaced});
+  }
+  const std::string shard = "train-000003.tar", member = "n01440764_10026.jpg";
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    std::vector<std::string> warnings;
+    coload::set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
+    coload::detail::forget_warnings();
+    std::vector<std::uint8_t> plain_buffer, buffer;
+    // What the member's bytes give without their index: the answer the fallback must give.
+    const auto plain = vision::detail::decode_jpeg_region(c.data, 120, 100, 30, 40, plain_buffer);
+    const std::uint64_t before = vision::detail::restart_region_decodes();
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      const vision::detail::ScopedRestartHint hint(
+          {c.data.data(), c.data.size(), &c.layout, &shard, &member});
+      const auto got = vision::detail::decode_jpeg_region(c.data, 120, 100, 30, 40, buffer);
+      REQUIRE(got.has_value() == plain.has_value());
+      if (!plain) continue;  // declined (the truncated file): the whole decode reports it
+      for (int y = 120; y < 150; ++y) {
+        CHECK(std::memcmp(got->pixels + (y - got->y0) * got->stride + (100 - got->x0) * 3,
+                          plain->pixels + (y - plain->y0) * plain->stride + (100 - plain->x0) * 3,
+                          40 * 3) == 0);
+      }
+    }
+    coload::set_warning_handler({});
+    CHECK(vision::detail::restart_region_decodes() == before);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("'" + member + "'") != std::string::npos);
+    CHECK(warnings[0].find("'" + shard + "'") != std::string::npos);
+  }
+  // The unchanged member through the same call takes the intervals, silently.
+  std::vector<std::string> warnings;
+  coload::set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
+  std::vector<std::uint8_t> buffer;
+  const std::uint64_t before = vision::detail::restart_region_decodes();
+  {
+    const vision::detail::ScopedRestartHint hint(
+        {marked.data(), marked.size(), &*layout, &shard, &member});
+    CHECK(vision::detail::decode_jpeg_region(marked, 120, 100, 30, 40, buffer).has_value());
+  }
+  CHECK(vision::detail::restart_region_decodes() == before + 1);
+  // The hint is for its bytes only: a copy of them is found to carry markers by a scan (as a
+  // folder's file is), and a plain JPEG decodes as before.
+  const std::vector<std::byte> copy = marked;
+  CHECK(vision::detail::decode_jpeg_region(copy, 120, 100, 30, 40, buffer).has_value());
+  CHECK(vision::detail::restart_region_decodes() == before + 2);
+  CHECK(vision::detail::decode_jpeg_region(encode(src, TJSAMP_420), 120, 100, 30, 40, buffer)
+            .has_value());
+  CHECK(vision::detail::restart_region_decodes() == before + 2);
+  coload::set_warning_handler({});
+  CHECK(warnings.empty());
+}
+
+TEST_CASE("a JPEG with restart markers outside a shard (a folder's file) decodes its crops from "
+          "its intervals, found by a scan, with the whole decode's pixels") {
+  const vision::Image src = vision::test::synthetic_image(259, 203, 6);
+  std::vector<std::byte> marked;
+  REQUIRE(vision::detail::add_restart_markers(encode(src, TJSAMP_422), 2, marked) ==
+          vision::detail::RestartOutcome::marked);
+  std::vector<std::uint8_t> whole;
+  const vision::ImageView full = vision::decode_into(marked, whole, 1);
+  std::vector<std::uint8_t> buffer;
+  Mismatch m;
+  const std::uint64_t before = vision::detail::restart_region_decodes();
+  for (int top = 0; top < 40; top += 3) {
+    for (int left = 0; left < 60; left += 5) {
+      compare(marked, full, top * 4, left * 3, 17, 23, 1, buffer, m);
+    }
+  }
+  INFO(m.first);
+  CHECK(m.differing == 0);
+  CHECK(m.declined == 0);
+  CHECK(vision::detail::restart_region_decodes() - before == static_cast<std::uint64_t>(m.crops));
+}
+
+}  // TEST_SUITE
+
+}  // namespace coload
