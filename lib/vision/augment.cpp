@@ -409,6 +409,10 @@ void apply_augment(RgbSpan img, const AugmentStep& step, Interpolation interpola
       break;
     case AugmentOp::Posterize: {
       const int bits = static_cast<int>(m);
+      // The policies draw 2..8; a caller's own step outside 0..8 would shift out of range.
+      if (!(m >= 0 && m <= 8)) {
+        throw InvalidArgument("Posterize needs between 0 and 8 bits, got " + std::to_string(m));
+      }
       const auto mask = static_cast<std::uint8_t>(-(1 << (8 - bits)) & 0xff);
       map_all(img, [&](std::uint8_t v) { return static_cast<std::uint8_t>(v & mask); });
       break;

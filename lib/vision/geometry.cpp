@@ -119,7 +119,9 @@ void warp_affine(RgbSpan img, const std::array<double, 6>& matrix, Interpolation
       for (int k = 0; k < 4; ++k) {
         const float px = fx + static_cast<float>(k & 1);
         const float py = fy + static_cast<float>(k >> 1);
-        if (px < 0 || px >= static_cast<float>(w) || py < 0 || py >= static_cast<float>(h))
+        // Written so that a NaN coordinate (an extreme scale or shear makes the matrix
+        // overflow) counts as outside: every comparison with NaN is false.
+        if (!(px >= 0 && px < static_cast<float>(w) && py >= 0 && py < static_cast<float>(h)))
           continue;
         const std::uint8_t* p = at(static_cast<int>(px), static_cast<int>(py));
         for (int c = 0; c < 3; ++c) acc[c] += wts[k] * static_cast<float>(p[c]);

@@ -94,7 +94,9 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
     // The whole row is walked, not only the covering intervals: a row start that the index
     // misplaces by whole intervals then ends the row elsewhere than the next row's start.
     const std::int64_t before = std::int64_t{r} * per_row - 1;  // the interval ending before
-    if (r > 0 && (pos < 2 || pos > data.size() || at(data, pos - 2) != 0xff ||
+    // A row start inside the headers (a stray FF Dn in APP data) is refused too: only rows
+    // from r0 on are chained to each other, not back to the entropy data's start.
+    if (r > 0 && (pos < f->entropy_at + 2 || pos > data.size() || at(data, pos - 2) != 0xff ||
                   at(data, pos - 1) != 0xd0u + static_cast<unsigned>(before % 8))) {
       mismatch("MCU row " + std::to_string(r) + " does not start where the index says");
     }
