@@ -1,6 +1,6 @@
 """Errors arrive as Python's: classes, what the message names, the dataset's traceback; Ctrl-C."""
-import _thread
 import os
+import subprocess
 import threading
 import time
 import traceback
@@ -97,14 +97,16 @@ def test_keyboard_interrupt_stops_the_epoch_and_leaves_no_thread():
     loader = coload.DataLoader(Stuck(100), batch_size=2, num_workers=2)
     it = iter(loader)
     assert next(it).tolist() == [0, 1]
-    timer = threading.Timer(0.3, _thread.interrupt_main)
-    timer.start()
+    # A real SIGINT from another process, as Ctrl-C sends it: Python's C-level handler marks it
+    # with no GIL needed. (A threading.Timer calling _thread.interrupt_main needs the GIL to
+    # wake up and call, and in one CI run it never did within 300 s.)
+    killer = subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -INT {os.getpid()}"])
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         for _ in it:
             pass
     assert time.monotonic() - t0 < 10  # promptly (signals are checked every 50 ms; 2 cores may be busy)
-    timer.join()
+    assert killer.wait() == 0
     release.set()
     del it, loader
     deadline = time.monotonic() + 10
