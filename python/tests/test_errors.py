@@ -1,5 +1,6 @@
 """Errors arrive as Python's: classes, what the message names, the dataset's traceback; Ctrl-C."""
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -97,14 +98,18 @@ def test_keyboard_interrupt_stops_the_epoch_and_leaves_no_thread():
     loader = coload.DataLoader(Stuck(100), batch_size=2, num_workers=2)
     it = iter(loader)
     assert next(it).tolist() == [0, 1]
-    # A real SIGINT from another process, as Ctrl-C sends it: Python's C-level handler marks it
-    # with no GIL needed. (A threading.Timer calling _thread.interrupt_main needs the GIL to
-    # wake up and call, and in one CI run it never did within 300 s.)
-    killer = subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -INT {os.getpid()}"])
-    t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        for _ in it:
-            pass
+    # A real SIGINT from another process, as Ctrl-C sends it, to Python's own handler: a shell
+    # without job control starts a background command (CI's) with SIGINT ignored, and Python
+    # then installs no handler, so Ctrl-C could not reach any loop (this hung CI twice).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        killer = subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -INT {os.getpid()}"])
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            for _ in it:
+                pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - t0 < 10  # promptly (signals are checked every 50 ms; 2 cores may be busy)
     assert killer.wait() == 0
     release.set()
