@@ -26,6 +26,9 @@ namespace {
 
 std::atomic<std::int64_t> pixel_limit{default_max_image_pixels};
 
+// The most pixels any decode accepts, whatever max_image_pixels() says (0 included).
+constexpr std::int64_t max_decodable_pixels = std::int64_t{1} << 40;
+
 std::string bomb_message(std::int64_t width, std::int64_t height, std::int64_t limit,
                          const std::string& path) {
   return (path.empty() ? std::string() : path + ": ") + "image size " + std::to_string(width) +
@@ -265,7 +268,16 @@ void set_max_image_pixels(std::int64_t limit) {
 void check_image_pixels(std::int64_t width, std::int64_t height) {
   const std::int64_t limit = max_image_pixels();
   // Both sides are below 2^31 (JPEG: 2^16), so the product cannot overflow.
-  if (limit > 0 && width * height > limit) throw DecompressionBombError(width, height, limit);
+  const std::int64_t pixels = width * height;
+  if (limit > 0 && pixels > limit) throw DecompressionBombError(width, height, limit);
+  // Whatever the limit says (0 included), the decoders' size arithmetic (samples × bytes per
+  // sample, stride × rows) is done in size_t on the declared size: above 2^40 pixels it could
+  // wrap, so such a header is refused as the corrupt size it is.
+  if (pixels > max_decodable_pixels) {
+    throw DecodeError("image size " + std::to_string(width) + "x" + std::to_string(height) + " (" +
+                      std::to_string(pixels) + " pixels) exceeds 2^40 pixels, the most any decode "
+                      "accepts whatever max_image_pixels() allows");
+  }
 }
 
 ImageInfo peek(std::span<const std::byte> data) {

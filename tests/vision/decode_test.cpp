@@ -438,6 +438,18 @@ TEST_CASE("max_image_pixels is settable, 0 means no limit, and a negative value 
   CHECK_THROWS_WITH_AS(vision::set_max_image_pixels(-1),
                        "max_image_pixels must be >= 0 (0: no limit), got -1", InvalidArgument);
   CHECK(vision::max_image_pixels() == 0);
+  // Without a limit, a header declaring more than 2^40 pixels is still refused before any size
+  // is computed from it (16-bit P6: 6 bytes a pixel, 32-bit BMP: a 2^33-byte row stride).
+  std::string ppm = "P6 2147483647 2147483647 65535\n";
+  ppm.append(64, '\0');
+  std::vector<std::uint8_t> buffer;
+  CHECK_THROWS_WITH_AS(vision::decode_into(std::as_bytes(std::span(ppm)), buffer),
+                       "image size 2147483647x2147483647 (4611686014132420609 pixels) exceeds 2^40 "
+                       "pixels, the most any decode accepts whatever max_image_pixels() allows",
+                       DecodeError);
+  CHECK(buffer.empty());
+  CHECK_NOTHROW(vision::check_image_pixels(1 << 20, 1 << 20));
+  CHECK_THROWS_AS(vision::check_image_pixels((1 << 20) + 1, 1 << 20), DecodeError);
 }
 
 // ---- The other formats ImageFolder admits ---------------------------------------------------
