@@ -238,7 +238,21 @@ def main():
     # 5. --workers reaches every peer: workers for coload and PyTorch, threads for the others.
     ns = argparse.Namespace(root="R", epochs=1, workers=4, prefetch_factor=4,
                             shards={"plain": "S-plain", "fast": "S-fast"})
+    # coload_python's row needs an interpreter that imports coload: a stand-in that says yes (a
+    # fresh machine has no package venv before CI's Python stage makes it).
+    fake_python = os.path.join(tmp, "fake-python")
+    with open(fake_python, "w") as f:
+        f.write("#!/bin/sh\nexit 0\n")
+    os.chmod(fake_python, 0o755)
+    real_python, peers.COLOAD_PYTHON = peers.COLOAD_PYTHON, fake_python
     cmds = peers.commands(ns, "coload_peer", "venv-python")
+    peers.COLOAD_PYTHON = real_python
+    check(cmds["coload_python"][0] == fake_python, f"coload_python runs in COLOAD_PYTHON: {cmds['coload_python']}")
+    peers.COLOAD_PYTHON = os.path.join(tmp, "no-such-python")
+    why = peers.commands(ns, "coload_peer", "venv-python")["coload_python"]
+    peers.COLOAD_PYTHON = real_python
+    check(isinstance(why, str) and why.startswith(f"no {tmp}/no-such-python (tools/ci/python.sh"),
+          f"without the package's venv, coload_python's row says why: {why}")
     for name in peers.PEERS:
         flag = "--threads" if name in ("dali_cpu", "spdl", "tfdata") else "--workers"
         check(flag in cmds[name] and cmds[name][cmds[name].index(flag) + 1] == "4",

@@ -481,7 +481,9 @@ COLOAD_PYTHON = os.path.expanduser(os.environ.get(
 
 
 def coload_python_command(args, common, script):
-    """coload_python's command, or why it cannot run (the package is not installed)."""
+    """coload_python's command, or why it cannot run (no venv yet, or no package in it)."""
+    if not os.access(COLOAD_PYTHON, os.X_OK):
+        return f"no {COLOAD_PYTHON} (tools/ci/python.sh makes that venv and installs coload in it)"
     check = subprocess.run([COLOAD_PYTHON, "-c", "import coload"], capture_output=True)
     if check.returncode != 0:
         return (f"the coload package does not import in {COLOAD_PYTHON} "
