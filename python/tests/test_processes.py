@@ -1,6 +1,7 @@
 """Python datasets in worker processes (executor="processes"): forked as torch forks its workers,
 the dataset, collate_fn and worker_init_fn run in the child with the GIL, the batch comes back
 through coload's shared-memory slots; errors, deaths and leaks."""
+import gc
 import os
 import signal
 import time
@@ -22,6 +23,14 @@ def children_of_self():
         except OSError:
             pass
     return pids
+
+
+@pytest.fixture(autouse=True)
+def collect_loaders():
+    # A loader kept by a cycle (an exception's traceback holds the frame that holds it) would
+    # close whenever the collector runs, in a later test that counts threads: closed here.
+    yield
+    gc.collect()
 
 
 def wait_for_no_children(before, seconds=10):
