@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -30,9 +31,17 @@
 #include "coload/core/error.hpp"
 #include "coload/core/warning.hpp"
 #include "coload/exec/errors.hpp"
+#include "coload/exec/fork.hpp"
 #include "coload/exec/process.hpp"
 #include "messages.hpp"
 #include "workers.hpp"
+
+namespace coload {
+namespace {
+std::atomic<WorkerFork> worker_fork{nullptr};
+}  // namespace
+void set_worker_fork(WorkerFork fork) noexcept { worker_fork.store(fork); }
+}  // namespace coload
 
 namespace coload::detail {
 
@@ -222,7 +231,8 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
         throw;
       }
     } else {
-      pid = ::fork();
+      const WorkerFork fork = worker_fork.load();
+      pid = fork ? fork() : ::fork();
     }
     if (pid < 0) {
       const int err = errno;

@@ -2,7 +2,7 @@
 
 Each carries what coload knows of the failure as attributes (worker_id, pid, batch, index...),
 and the message names them. A Python dataset's own exception is the SampleError's __cause__,
-with its traceback.
+with its traceback (from a worker process: its type's name and traceback text).
 """
 import builtins
 
@@ -13,7 +13,9 @@ class LoaderError(RuntimeError):
 
 class SampleError(LoaderError):
     """A sample could not be fetched or a batch collated: worker_id (-1: no worker), pid (-1: a
-    thread), batch (its number in the epoch), index (the sample, -1 for the collate)."""
+    thread), batch (its number in the epoch), index (the sample, -1 for the collate). From a
+    worker process (executor="processes"), where the exception object stays, original_type is
+    its type's name and traceback the child's traceback text, which the message ends with."""
 
 
 class WorkerDied(LoaderError):

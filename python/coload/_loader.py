@@ -93,8 +93,8 @@ class _EpochIterator:
 class DataLoader:
     """torch.utils.data.DataLoader's arguments and semantics, loaded by coload.
 
-    coload's own keywords: `executor` ("threads", or "processes": forked workers, for coload's
-    native datasets), `seed` (seeds the shuffle, as generator=torch.Generator().manual_seed(seed),
+    coload's own keywords: `executor` ("threads", or "processes": forked worker processes, as
+    torch's; a Python dataset's batch comes back with its tensors in shared memory), `seed` (seeds the shuffle, as generator=torch.Generator().manual_seed(seed),
     and the native pipelines' per-sample augmentation), `auto_workers` (coload picks and adjusts
     the number of worker threads, up to num_workers or the CPUs), `on_error` ("raise", or "skip":
     a sample that fails is left out and counted).
@@ -153,9 +153,6 @@ class DataLoader:
                 raise ValueError("coload's worker processes are forked: multiprocessing_context "
                                  f"must be 'fork', got {method!r}")
             executor = "processes"
-        if executor == "processes" and worker_init_fn is not None:
-            raise ValueError("worker_init_fn runs Python, which coload's forked worker processes "
-                             "cannot run: use executor='threads'")
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -54,6 +55,14 @@ class PyRef {
 
  private:
   PyObject* p_ = nullptr;
+};
+
+/// A Python exception raised in a worker process (executor="processes"), as it travels to the
+/// parent: what() is its type's name, a newline, and its traceback as Python prints it. The
+/// translator makes them the SampleError's message, `original_type` and `traceback`.
+class PythonError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 /// What Python's DataLoader shim hands the native loader: torch.utils.data.DataLoader's
@@ -110,6 +119,10 @@ class Loader {
 /// A loader over a Python dataset (map-style or iterable), a coload.TensorDataset, an image
 /// folder pipeline or a shard dataset: whichever `dataset` is.
 std::unique_ptr<Loader> make_loader(py::object dataset, Options options);
+
+/// Makes coload fork its worker processes as os.fork() does (the GIL taken, Python's fork
+/// hooks run), so that a worker process can run a Python dataset.
+void install_fork();
 
 /// The Python exception for the C++ exception in flight (raised with PyErr_SetString or, for a
 /// WorkerError over a Python exception, with that exception as its __cause__).

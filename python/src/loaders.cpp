@@ -2,6 +2,9 @@
 // dataset (a Python one, coload.TensorDataset, an image folder pipeline, tar shards), each
 // behind the type-erased Loader that Python drives.
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -14,6 +17,7 @@
 #include "binding.hpp"
 #include "coload/coro/generator.hpp"
 #include "coload/dataset/tensor_dataset.hpp"
+#include "coload/exec/fork.hpp"
 #include "coload/loader/data_loader.hpp"
 #include "coload/shards/dataset.hpp"
 #include "coload/vision/pipeline.hpp"
@@ -33,6 +37,73 @@ struct DatasetScope {
   PyObject* saved;
 };
 
+/// True in a worker process forked by python_fork: its Python exceptions travel to the parent
+/// as PythonError, and the loaders it inherited are the parent's (never closed here).
+bool in_worker_process = false;
+/// In a worker process, until the first Python call: PyOS_AfterFork_Child has not run yet.
+bool child_python_pending = false;
+
+/// Forks a worker process as os.fork() does: with the GIL taken and PyOS_BeforeFork's locks
+/// held, so that the child's interpreter starts consistent. The child keeps the GIL for good:
+/// it has no other thread, and runs the dataset's Python code on this one.
+pid_t python_fork() {
+  if (Py_IsInitialized() == 0) return ::fork();
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  PyOS_BeforeFork();
+  const pid_t pid = ::fork();
+  const int err = errno;
+  if (pid == 0) {
+    // NOTE: PyOS_AfterFork_Child (which makes this thread the interpreter's only, main one and
+    // runs Python's at-fork hooks) waits for the child's first Python call: a worker of a
+    // native dataset never makes one, and so never runs Python code, whose collector could
+    // otherwise finalise objects of the parent's (see LoaderImpl::close).
+    in_worker_process = true;
+    child_python_pending = true;
+    return 0;
+  }
+  PyOS_AfterFork_Parent();
+  PyGILState_Release(gil);
+  errno = err;
+  return pid;
+}
+
+/// Readies the interpreter of a worker process for its first Python call (see python_fork);
+/// nothing elsewhere. Before any GIL is taken on a worker's thread.
+void enter_python() {
+  if (child_python_pending) {
+    child_python_pending = false;
+    PyOS_AfterFork_Child();
+  }
+}
+
+/// Calls `f` (GIL held); in a worker process, a Python exception it raises leaves as a
+/// PythonError, which carries the exception's type name and traceback text to the parent (the
+/// exception object itself cannot cross).
+template <class F>
+decltype(auto) call_python(F&& f) {
+  try {
+    return std::forward<F>(f)();
+  } catch (py::error_already_set& e) {
+    if (!in_worker_process) throw;
+    std::string text;
+    std::string type = "Exception";
+    try {
+      py::object cls = e.type();
+      type = py::str(cls.attr("__qualname__")).cast<std::string>();
+      const auto module = py::str(cls.attr("__module__")).cast<std::string>();
+      if (module != "builtins") type = module + "." + type;
+      py::object trace = e.trace() ? py::object(e.trace()) : py::object(py::none());
+      py::object lines = py::module_::import("traceback")
+                             .attr("format_exception")(cls, e.value(), trace);
+      text = py::str(py::str("").attr("join")(lines)).cast<std::string>();
+    } catch (py::error_already_set& inner) {
+      text = std::string(e.what()) + " (its traceback could not be formatted: " +
+             inner.what() + ")";
+    }
+    throw PythonError(type + "\n" + text);
+  }
+}
+
 /// A map-style Python dataset (`__getitem__`/`__len__`): each sample is fetched on a worker
 /// thread that takes the GIL for the call only.
 struct PyMapDataset {
@@ -42,9 +113,10 @@ struct PyMapDataset {
 
   std::int64_t size() const noexcept { return length; }
   PyRef get(Index index) const {
+    enter_python();
     py::gil_scoped_acquire gil;
     DatasetScope scope(dataset->get().ptr());
-    return PyRef(dataset->get()[py::int_(index)]);
+    return call_python([&] { return PyRef(dataset->get()[py::int_(index)]); });
   }
 };
 
@@ -58,21 +130,27 @@ struct PyIterableDataset {
     auto ds = dataset;  // the coroutine outlives no copy of it
     PyRef it;
     {
+      enter_python();
       py::gil_scoped_acquire gil;
       DatasetScope scope(ds->get().ptr());
-      it = PyRef(py::reinterpret_steal<py::object>(PyObject_GetIter(ds->get().ptr())));
-      if (!it) throw py::error_already_set();
+      it = call_python([&] {
+        PyRef made(py::reinterpret_steal<py::object>(PyObject_GetIter(ds->get().ptr())));
+        if (!made) throw py::error_already_set();
+        return made;
+      });
     }
     for (;;) {
       PyRef item;
       {
+        enter_python();
         py::gil_scoped_acquire gil;
         DatasetScope scope(ds->get().ptr());
-        PyObject* next = PyIter_Next(it.get().ptr());
-        if (next == nullptr) {
-          if (PyErr_Occurred() != nullptr) throw py::error_already_set();
-          break;
-        }
+        PyObject* next = call_python([&] {
+          PyObject* got = PyIter_Next(it.get().ptr());
+          if (got == nullptr && PyErr_Occurred() != nullptr) throw py::error_already_set();
+          return got;
+        });
+        if (next == nullptr) break;
         item = PyRef(py::reinterpret_steal<py::object>(next));
       }
       co_yield std::move(item);
@@ -85,6 +163,7 @@ struct PyCollate {
   std::shared_ptr<PyRef> fn;
   std::shared_ptr<PyRef> dataset;
   PyRef operator()(std::vector<PyRef> samples) const {
+    enter_python();
     py::gil_scoped_acquire gil;
     DatasetScope scope(dataset->get().ptr());
     py::list list(samples.size());
@@ -92,6 +171,32 @@ struct PyCollate {
       list[i] = samples[i].take();
     }
     return PyRef(fn->get()(list));
+  }
+};
+
+/// A batch of a Python dataset on its way from a worker process: the batch pickled without its
+/// tensors (coload._process.dumps), and the tensors, which the wire format writes into the
+/// worker's shared-memory slot and the parent reads over it without a copy.
+using WireBatch = std::pair<std::string, std::vector<at::Tensor>>;
+
+/// PyCollate in a worker process: the collate_fn's batch, made ready to cross.
+struct PyWireCollate {
+  std::shared_ptr<PyRef> fn;
+  std::shared_ptr<PyRef> dataset;
+  WireBatch operator()(std::vector<PyRef> samples) const {
+    enter_python();
+    py::gil_scoped_acquire gil;
+    DatasetScope scope(dataset->get().ptr());
+    return call_python([&] {
+      py::list list(samples.size());
+      for (std::size_t i = 0; i < samples.size(); ++i) list[i] = samples[i].take();
+      auto packed =
+          py::module_::import("coload._process").attr("dumps")(fn->get()(list)).cast<py::tuple>();
+      WireBatch out;
+      out.first = packed[0].cast<std::string>();
+      for (auto t : py::list(packed[1])) out.second.push_back(t.cast<at::Tensor>());
+      return out;
+    });
   }
 };
 
@@ -145,6 +250,14 @@ py::object to_python(std::pair<at::Tensor, at::Tensor>&& batch) {
   return out;
 }
 py::object to_python(PyRef&& batch) { return batch.take(); }
+py::object to_python(WireBatch&& batch) {
+  py::list tensors(batch.second.size());
+  for (std::size_t i = 0; i < batch.second.size(); ++i) {
+    tensors[i] = py::cast(std::move(batch.second[i]));
+  }
+  return py::module_::import("coload._process")
+      .attr("loads")(py::bytes(batch.first), std::move(tensors));
+}
 py::object to_python(std::vector<shards::ShardSample>&& batch) {
   py::list out(batch.size());
   for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -179,23 +292,34 @@ class LoaderImpl final : public Loader {
  public:
   LoaderImpl(D dataset, LoaderOptions<C> options) {
     py::gil_scoped_release nogil;  // the constructor starts threads that may want the GIL
-    loader_.emplace(std::move(dataset), std::move(options));
+    loader_ = std::make_unique<Native>(std::move(dataset), std::move(options));
   }
   ~LoaderImpl() override { close(); }
 
   void close() override {
+    if (in_worker_process) {
+      // A worker process's copy of a parent's loader (dropped by Python's collector there): its
+      // threads and workers are the parent's, so it is left as it is, never closed.
+      (void)epoch_.release();
+      (void)loader_.release();
+      return;
+    }
     // Joining the workers waits for fetches that may need the GIL.
     py::gil_scoped_release nogil;
     epoch_.reset();
     loader_.reset();
   }
 
-  std::int64_t size() const override { return open().size(); }
+  std::int64_t size() const override {
+    Native& n = open();
+    py::gil_scoped_release nogil;
+    return n.size();
+  }
   void start_epoch() override {
     open();
     py::gil_scoped_release nogil;
     epoch_.reset();
-    epoch_.emplace(loader_->epoch());
+    epoch_ = std::make_unique<Epoch<Batch>>(loader_->epoch());
   }
   void stop_epoch() override {
     py::gil_scoped_release nogil;
@@ -253,16 +377,38 @@ class LoaderImpl final : public Loader {
     return to_python(std::move(*batch));
   }
 
-  std::string state() const override { return open().state().to_string(); }
+  // NOTE: each call that may wait for the driver lets the GIL go: the driver takes it to pull
+  // index lists and to fork worker processes.
+  std::string state() const override {
+    Native& n = open();
+    py::gil_scoped_release nogil;
+    return n.state().to_string();
+  }
   void load_state(const std::string& text) override {
-    open().load_state(LoaderState::parse(text));
+    Native& n = open();
+    py::gil_scoped_release nogil;
+    n.load_state(LoaderState::parse(text));
   }
   std::string metrics_json(bool total) const override {
-    return (total ? open().total_metrics() : open().metrics()).to_json();
+    Native& n = open();
+    py::gil_scoped_release nogil;
+    return (total ? n.total_metrics() : n.metrics()).to_json();
   }
-  std::string verdict() const override { return open().metrics().report(); }
-  std::int64_t skipped() const override { return open().skipped(); }
-  int workers() const override { return open().worker_tuning().workers; }
+  std::string verdict() const override {
+    Native& n = open();
+    py::gil_scoped_release nogil;
+    return n.metrics().report();
+  }
+  std::int64_t skipped() const override {
+    Native& n = open();
+    py::gil_scoped_release nogil;
+    return n.skipped();
+  }
+  int workers() const override {
+    Native& n = open();
+    py::gil_scoped_release nogil;
+    return n.worker_tuning().workers;
+  }
 
  private:
   Native& open() const {
@@ -270,8 +416,9 @@ class LoaderImpl final : public Loader {
     return const_cast<Native&>(*loader_);
   }
 
-  std::optional<Native> loader_;
-  std::optional<Epoch<Batch>> epoch_;
+  // NOTE: owned through pointers, so that a worker process can leave them unclosed (close()).
+  std::unique_ptr<Native> loader_;
+  std::unique_ptr<Epoch<Batch>> epoch_;
 };
 
 template <class C>
@@ -288,9 +435,24 @@ LoaderOptions<C> native_options(const Options& o, C collate, std::shared_ptr<PyR
   out.collate = std::move(collate);
   out.pin_memory = o.pin_memory;
   out.timeout = o.timeout;
-  if (o.worker_init_fn) {
+  if (o.executor == "processes" && dataset) {
+    // A worker process of a Python dataset starts as torch's do (coload._process.init_worker):
+    // seeded, torch's get_worker_info() set, then the user's worker_init_fn.
     auto fn = std::make_shared<PyRef>(o.worker_init_fn);
     out.worker_init_fn = [fn, dataset](const WorkerInfo& info) {
+      enter_python();
+      py::gil_scoped_acquire gil;
+      DatasetScope scope(dataset->get().ptr());
+      call_python([&] {
+        py::module_::import("coload._process")
+            .attr("init_worker")(info.id, info.num_workers, info.seed, dataset->get(),
+                                 *fn ? fn->get() : py::none());
+      });
+    };
+  } else if (o.worker_init_fn) {
+    auto fn = std::make_shared<PyRef>(o.worker_init_fn);
+    out.worker_init_fn = [fn, dataset](const WorkerInfo& info) {
+      enter_python();
       py::gil_scoped_acquire gil;
       DatasetScope scope(dataset ? dataset->get().ptr() : nullptr);
       fn->get()(info.id);
@@ -331,6 +493,8 @@ void refuse_native(const Options& o, const char* what) {
 
 PyObject* worker_dataset() noexcept { return current_dataset; }
 
+void install_fork() { set_worker_fork(&python_fork); }
+
 std::unique_ptr<Loader> make_loader(py::object dataset, Options options) {
   if (py::isinstance<TensorDataset>(dataset)) {
     refuse_native(options, "coload.TensorDataset");
@@ -347,21 +511,23 @@ std::unique_ptr<Loader> make_loader(py::object dataset, Options options) {
     }
     return make(dataset.cast<shards::ShardDataset>(), options, ShardCollate{});
   }
-  if (options.executor == "processes") {
-    // NOTE: a forked child of this multi-threaded interpreter cannot safely run Python (the GIL
-    // and the interpreter's locks are copied in whatever state other threads left them).
-    throw InvalidArgument(
-        "executor='processes' is not supported yet for Python datasets (only for coload's "
-        "native datasets); use executor='threads'");
-  }
   if (!options.collate) throw InvalidArgument("a Python dataset needs a collate_fn");
   auto ds = std::make_shared<PyRef>(py::object(dataset));
-  auto collate = PyCollate{std::make_shared<PyRef>(options.collate), ds};
-  if (py::isinstance(dataset, py::module_::import("torch.utils.data").attr("IterableDataset"))) {
-    return make(PyIterableDataset{ds}, options, std::move(collate), ds);
+  auto fn = std::make_shared<PyRef>(options.collate);
+  const bool iterable =
+      py::isinstance(dataset, py::module_::import("torch.utils.data").attr("IterableDataset"));
+  // executor="processes": workers forked by python_fork (as os.fork() forks torch's workers)
+  // run the dataset and collate_fn with the GIL, and the batch crosses as a WireBatch.
+  if (options.executor == "processes") {
+    auto collate = PyWireCollate{fn, ds};
+    if (iterable) return make(PyIterableDataset{ds}, options, std::move(collate), ds);
+    const auto length = static_cast<std::int64_t>(py::len(dataset));
+    return make(PyMapDataset{ds, length}, options, std::move(collate), ds);
   }
-  const auto length = py::len(dataset);
-  return make(PyMapDataset{ds, static_cast<std::int64_t>(length)}, options, std::move(collate), ds);
+  auto collate = PyCollate{fn, ds};
+  if (iterable) return make(PyIterableDataset{ds}, options, std::move(collate), ds);
+  const auto length = static_cast<std::int64_t>(py::len(dataset));
+  return make(PyMapDataset{ds, length}, options, std::move(collate), ds);
 }
 
 }  // namespace coload::python

@@ -53,6 +53,31 @@ py::object python_cause(const WorkerError& e) {
   return py::none();
 }
 
+/// A Python exception of a worker process's dataset, as SampleError: the message as torch's
+/// ("Caught KeyError in DataLoader worker 0 (pid 4242) while fetching sample 6 of batch 1.",
+/// then "Original Traceback (most recent call last):" and the child's traceback), with
+/// `original_type` the Python type's name and `traceback` the text.
+void raise_from_worker_process(const WorkerError& e) {
+  const std::string& sent = e.original_message();  // type name, newline, traceback text
+  const auto newline = sent.find('\n');
+  const std::string type = sent.substr(0, newline);
+  const std::string text = newline == std::string::npos ? std::string() : sent.substr(newline + 1);
+  std::string what = e.what();
+  // what() is "Caught coload::python::PythonError in DataLoader worker … batch N: " + sent.
+  if (what.size() >= sent.size() && what.compare(what.size() - sent.size(), sent.size(), sent) == 0) {
+    what.resize(what.size() - sent.size());
+  }
+  while (!what.empty() && (what.back() == ' ' || what.back() == ':')) what.pop_back();
+  const std::string marker = "coload::python::PythonError";
+  if (const auto at = what.find(marker); at != std::string::npos) what.replace(at, marker.size(), type);
+  what += ".\n";
+  what += text.rfind("Traceback", 0) == 0 ? "Original " + text : text;
+  raise(error_class("SampleError"), what,
+        py::dict(py::arg("worker_id") = e.worker_id(), py::arg("pid") = e.pid(),
+                 py::arg("batch") = e.batch(), py::arg("index") = e.index(),
+                 py::arg("original_type") = type, py::arg("traceback") = text));
+}
+
 }  // namespace
 
 void translate_exception(std::exception_ptr error) {
@@ -61,6 +86,10 @@ void translate_exception(std::exception_ptr error) {
   } catch (py::error_already_set&) {
     throw;  // pybind11 restores it
   } catch (const WorkerError& e) {
+    if (e.original_type() == "coload::python::PythonError") {
+      raise_from_worker_process(e);
+      return;
+    }
     raise(error_class("SampleError"), e.what(),
           py::dict(py::arg("worker_id") = e.worker_id(), py::arg("pid") = e.pid(),
                    py::arg("batch") = e.batch(), py::arg("index") = e.index(),
@@ -134,6 +163,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "coload's native loader (use the coload package, not this module)";
   register_errors(m);
   register_datasets(m);
+  install_fork();
 
   py::class_<Options> options(m, "Options");
   for (auto [name, member] : {std::pair{"batches", &Options::batches},

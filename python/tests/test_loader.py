@@ -170,11 +170,6 @@ def test_processes_executor_over_native_dataset():
     assert torch.cat([b[0] for b in loader]).tolist() == x.tolist()
 
 
-def test_processes_executor_refused_for_python_datasets():
-    with pytest.raises(ValueError, match="not supported yet for Python datasets"):
-        list(coload.DataLoader(IndexDataset(4), num_workers=1, executor="processes"))
-
-
 def test_pin_memory_without_cuda_gives_the_same_batches():
     x = torch.arange(10)
     for dataset in (coload.TensorDataset(x), IndexDataset(10)):
