@@ -311,9 +311,10 @@ TrainParams TrainTransform::sample(const ImageInfo& info, at::Generator& gen) co
 void TrainTransform::apply(std::span<const std::byte> encoded, const TrainParams& params,
                            float* dst) const {
   const NormalizeTable table(mean, std_dev);
+  // detail::normalize_row: write_normalized_row's floats, 16 pixels at a time where it can.
   detail::crop_rows(encoded, params.box, size, size, params.scale_denominator,
                     [&](int y, const std::uint8_t* row) {
-                      write_normalized_row(table, row, size, size, y, params.flip, dst);
+                      detail::normalize_row(table.value, row, size, size, y, params.flip, dst);
                     });
 }
 

@@ -17,6 +17,7 @@
 #include "coload/vision/decode.hpp"
 #include "image_test_support.hpp"
 #include "coload/core/warning.hpp"
+#include "vision/fused.hpp"
 #include "vision/jpeg_region.hpp"
 #include "vision/jpeg_restart.hpp"
 #include "vision/resample.hpp"
@@ -446,6 +447,39 @@ TEST_CASE("a crop at a DCT scale decodes only its region (from its restart inter
       CHECK(at::equal(eval(marked), expected));
     }
   }
+}
+
+TEST_CASE("normalize_row writes write_normalized_row's floats, mirrored or not, at every width "
+          "and SIMD level") {
+  // Widths around the 16-pixel steps, a table with a distinct value per (channel, byte), rows
+  // whose every byte value occurs; the source row ends where its buffer ends.
+  vision::detail::NormalizeTable table({0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f});
+  table.value[1][7] = -1e30f;  // not what arithmetic would give: the lookup must be a lookup
+  const auto level = vision::detail::set_simd_level(vision::detail::SimdLevel::avx2);
+  for (const auto simd : {vision::detail::SimdLevel::scalar, vision::detail::SimdLevel::avx2}) {
+    vision::detail::set_simd_level(simd);
+    for (int width = 1; width <= 70; ++width) {
+      CAPTURE(width);
+      const int height = 3;
+      for (const bool flip : {false, true}) {
+        CAPTURE(flip);
+        std::vector<float> want(static_cast<std::size_t>(3 * width * height), 0.5f);
+        std::vector<float> got = want;
+        for (int y = 0; y < height; ++y) {
+          std::vector<std::uint8_t> row(static_cast<std::size_t>(3 * width));
+          for (std::size_t i = 0; i < row.size(); ++i) {
+            row[i] = static_cast<std::uint8_t>((i * 97 + static_cast<std::size_t>(y) * 31 + 7) % 256);
+          }
+          vision::detail::write_normalized_row(table, row.data(), width, height, y, flip,
+                                               want.data());
+          vision::detail::normalize_row(table.value, row.data(), width, height, y, flip,
+                                        got.data());
+        }
+        CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+  vision::detail::set_simd_level(level);
 }
 
 }  // TEST_SUITE
