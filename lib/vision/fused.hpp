@@ -111,29 +111,33 @@ void resize_crop_rows(std::span<const std::byte> encoded, const ImageInfo& info,
   thread_local std::vector<std::uint8_t> pixels;
   // One decode span per image, whether the region decoder or the whole-image one made it.
   StageTimer decode(Stage::decode);
-  if (d == 1 && info.format == ImageFormat::jpeg) {
+  if (info.format == ImageFormat::jpeg) {
     // Only the source rows and columns that the crop's outputs read (their filter support) are
-    // decoded; anything the region decoder does not handle falls through to the whole image.
-    const AxisSpec full_x{0.0, static_cast<double>(info.width), 0, info.width, rw, box.left,
+    // decoded, at 1/d; anything the region decoder does not handle falls through to the whole
+    // image. The axes are the whole-image ones below, moved to the region's origin by an
+    // integer: info / d is a dyadic fraction, so compute_coeffs derives the same doubles
+    // (in0 - lo, in1 - in0) and the same weights, and every tap lies inside the region.
+    const int sw = jpeg_scaled_size(info.width, d);
+    const int sh = jpeg_scaled_size(info.height, d);
+    const AxisSpec full_x{0.0, static_cast<double>(info.width) / d, 0, sw, rw, box.left,
                           box.width};
-    const AxisSpec full_y{0.0, static_cast<double>(info.height), 0, info.height, rh, box.top,
+    const AxisSpec full_y{0.0, static_cast<double>(info.height) / d, 0, sh, rh, box.top,
                           box.height};
     const auto [x0, x1] = source_span(full_x);
     const auto [y0, y1] = source_span(full_y);
-    auto region = decode_jpeg_region(encoded, y0, x0, y1 - y0, x1 - x0, pixels);
+    auto region = decode_jpeg_region(encoded, y0, x0, y1 - y0, x1 - x0, pixels, d);
     if (region) {
       decode.stop();
       StageTimer transform(Stage::transform);
       const ImageView image{region->pixels, region->width, region->height, 3, region->stride};
-      // The same axes, with positions counted from the region's origin: every filter tap
-      // lies inside the region, so the outputs are those of the whole-image resize.
-      const AxisSpec ax{-static_cast<double>(region->x0),
-                        static_cast<double>(info.width - region->x0), 0, region->width, rw,
-                        box.left, box.width};
-      const AxisSpec ay{-static_cast<double>(region->y0),
-                        static_cast<double>(info.height - region->y0), 0, region->height, rh,
-                        box.top, box.height};
-      resample<3>(image, ax, ay, sink);
+      const auto shift = [](AxisSpec a, int origin) {
+        a.in0 -= origin;
+        a.in1 -= origin;
+        a.lo -= origin;
+        a.hi -= origin;
+        return a;
+      };
+      resample<3>(image, shift(full_x, region->x0), shift(full_y, region->y0), sink);
       finish();
       return;
     }

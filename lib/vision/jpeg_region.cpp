@@ -81,9 +81,13 @@ bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigne
   }
   // NOTE: a margin around the crop: fancy upsampling treats a partial row's ends as the image's
   // edges, so the crop's own pixels must lie inside the decoded region, not on its border.
+  // Across, 2 pixels (what 2:1 fancy upsampling reads; jpeg_crop_scanline widens to whole
+  // iMCUs besides); down, 16 (the rows jpeg_skip_scanlines leaves, libjpeg-turbo#915).
+  // region_test checks every offset of every subsampling and scale.
   constexpr int margin = 16;
-  JDIMENSION x0 = static_cast<JDIMENSION>(std::max(0, left - margin));
-  JDIMENSION w = static_cast<JDIMENSION>(std::min(image_width, left + width + margin)) - x0;
+  constexpr int margin_x = 2;
+  JDIMENSION x0 = static_cast<JDIMENSION>(std::max(0, left - margin_x));
+  JDIMENSION w = static_cast<JDIMENSION>(std::min(image_width, left + width + margin_x)) - x0;
   if (static_cast<int>(w) < image_width) jpeg_crop_scanline(cinfo, &x0, &w);
   const int y0 = std::max(0, top - margin);
   if (y0 > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(y0));

@@ -387,6 +387,77 @@ void vertical_row(const std::uint8_t* base, std::size_t row_bytes, int n, const 
   vertical_row_generic(base, row_bytes, n, w, acc, out);
 }
 
+namespace {
+
+void normalize_row_scalar(const float (*table)[256], const std::uint8_t* __restrict row, int from,
+                          int width, bool flip, float* __restrict r, float* __restrict g,
+                          float* __restrict b) {
+  for (int x = from; x < width; ++x) {
+    const std::uint8_t* p = row + 3 * (flip ? width - 1 - x : x);
+    r[x] = table[0][p[0]];
+    g[x] = table[1][p[1]];
+    b[x] = table[2][p[2]];
+  }
+}
+
+#ifdef COLOAD_VISION_X86
+const bool cpu_avx512vbmi = __builtin_cpu_supports("avx512f") &&
+                            __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vbmi");
+
+// The byte indices that pick channel c of 16 RGB pixels out of 48 bytes, in order or mirrored.
+struct alignas(64) ChannelPick {
+  std::uint8_t bytes[64];
+};
+constexpr ChannelPick channel_pick(int c, bool mirrored) {
+  ChannelPick p{};
+  for (int k = 0; k < 16; ++k) p.bytes[k] = static_cast<std::uint8_t>(3 * (mirrored ? 15 - k : k) + c);
+  return p;
+}
+constexpr ChannelPick channel_picks[2][3] = {
+    {channel_pick(0, false), channel_pick(1, false), channel_pick(2, false)},
+    {channel_pick(0, true), channel_pick(1, true), channel_pick(2, true)}};
+
+// Returns the first pixel it left to the scalar loop.
+[[gnu::target("avx512f,avx512bw,avx512vbmi")]] int normalize_row_avx512(
+    const float (*table)[256], const std::uint8_t* row, int width, bool flip, float* r, float* g,
+    float* b) {
+  const ChannelPick* picks = channel_picks[flip ? 1 : 0];
+  const __m512i pick_r = _mm512_load_si512(picks[0].bytes);
+  const __m512i pick_g = _mm512_load_si512(picks[1].bytes);
+  const __m512i pick_b = _mm512_load_si512(picks[2].bytes);
+  constexpr __mmask64 bytes48 = (__mmask64{1} << 48) - 1;
+  int x = 0;
+  for (; x + 16 <= width; x += 16) {
+    // Outputs x..x+15 read source pixels x..x+15, or width-16-x..width-1-x mirrored.
+    const std::uint8_t* p = row + 3 * (flip ? width - 16 - x : x);
+    const __m512i v = _mm512_maskz_loadu_epi8(bytes48, p);
+    const __m512i ir = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_permutexvar_epi8(pick_r, v)));
+    const __m512i ig = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_permutexvar_epi8(pick_g, v)));
+    const __m512i ib = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_permutexvar_epi8(pick_b, v)));
+    _mm512_storeu_ps(r + x, _mm512_i32gather_ps(ir, table[0], 4));
+    _mm512_storeu_ps(g + x, _mm512_i32gather_ps(ig, table[1], 4));
+    _mm512_storeu_ps(b + x, _mm512_i32gather_ps(ib, table[2], 4));
+  }
+  return x;
+}
+#endif
+
+}  // namespace
+
+void normalize_row(const float (*table)[256], const std::uint8_t* row, int width, int height,
+                   int y, bool flip, float* dst) {
+  const std::size_t plane = static_cast<std::size_t>(width) * height;
+  float* r = dst + static_cast<std::size_t>(y) * width;
+  float* g = r + plane;
+  float* b = g + plane;
+  int from = 0;
+#ifdef COLOAD_VISION_X86
+  if (cpu_avx512vbmi && use_avx2()) from = normalize_row_avx512(table, row, width, flip, r, g, b);
+#endif
+  normalize_row_scalar(table, row, from, width, flip, r, g, b);
+}
+
 void pack_weights(const AxisCoeffs& c, PackedWeights& p, bool pixel_pairs) {
   const std::size_t n = c.start.size();
   const auto pairs = static_cast<std::size_t>((c.ksize + 1) / 2);

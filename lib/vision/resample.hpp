@@ -212,6 +212,14 @@ inline AxisSpec scaled_crop_axis(int begin, int length, int out, int d, int scal
   const int hi = std::min(static_cast<int>(std::ceil(in1)), scaled);
   return AxisSpec{in0, in1, lo, hi, out, 0, out};
 }
+/// Writes the RGB row `row` (`width` pixels, mirrored if `flip`) into row `y` of the three
+/// `width` × `height` float planes at `dst`, each value looked up in its channel's 256-entry
+/// table (`table[c][v]`): fused.hpp's write_normalized_row, with the same floats. With AVX-512
+/// VBMI (and the SIMD cap at AVX2 or above) 16 pixels at a time: one byte permute splits them
+/// into channels, a gather reads each channel's table.
+void normalize_row(const float (*table)[256], const std::uint8_t* row, int width, int height,
+                   int y, bool flip, float* dst);
+
 /// `src` resampled along `ax` and `ay` into a new image.
 Image resample_to_image(const ImageView& src, const AxisSpec& ax, const AxisSpec& ay);
 

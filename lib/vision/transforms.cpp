@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -66,6 +67,29 @@ CropSource decode_crop_source(std::span<const std::byte> encoded, const CropBox&
       check_box(s.image, local);
       s.ax = crop_axis(local.left, local.width, out_width);
       s.ay = crop_axis(local.top, local.height, out_height);
+      return s;
+    }
+  } else if (d > 1 && box.height > 0 && box.width > 0 && box.top >= 0 && box.left >= 0) {
+    // At a DCT scale the box's taps are the scaled pixels [lo, hi) of scaled_crop_axis (hi never
+    // exceeds the scaled size, ceil(size / d), since the box lies inside the image): only those
+    // are decoded, from the restart intervals that cover them where the file has any. The
+    // axes are scaled_crop_axis's moved to the region's origin by an integer: box / d is a
+    // dyadic fraction, so every double compute_coeffs derives (in0 - lo, in1 - in0) is
+    // unchanged, and so are the weights and the outputs.
+    const AxisSpec sx = scaled_crop_axis(box.left, box.width, out_width, d, std::numeric_limits<int>::max());
+    const AxisSpec sy = scaled_crop_axis(box.top, box.height, out_height, d, std::numeric_limits<int>::max());
+    if (auto region = detail::decode_jpeg_region(encoded, sy.lo, sx.lo, sy.hi - sy.lo,
+                                                 sx.hi - sx.lo, pixels, d)) {
+      s.image = ImageView{region->pixels, region->width, region->height, 3, region->stride};
+      const auto shift = [](AxisSpec a, int origin) {
+        a.in0 -= origin;
+        a.in1 -= origin;
+        a.lo -= origin;
+        a.hi -= origin;
+        return a;
+      };
+      s.ax = shift(sx, region->x0);
+      s.ay = shift(sy, region->y0);
       return s;
     }
   }
@@ -287,9 +311,10 @@ TrainParams TrainTransform::sample(const ImageInfo& info, at::Generator& gen) co
 void TrainTransform::apply(std::span<const std::byte> encoded, const TrainParams& params,
                            float* dst) const {
   const NormalizeTable table(mean, std_dev);
+  // detail::normalize_row: write_normalized_row's floats, 16 pixels at a time where it can.
   detail::crop_rows(encoded, params.box, size, size, params.scale_denominator,
                     [&](int y, const std::uint8_t* row) {
-                      write_normalized_row(table, row, size, size, y, params.flip, dst);
+                      detail::normalize_row(table.value, row, size, size, y, params.flip, dst);
                     });
 }
 

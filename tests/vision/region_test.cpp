@@ -4,17 +4,23 @@
 #include <doctest/doctest.h>
 #include <turbojpeg.h>
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "coload/vision/decode.hpp"
 #include "image_test_support.hpp"
 #include "coload/core/warning.hpp"
+#include "vision/fused.hpp"
 #include "vision/jpeg_region.hpp"
 #include "vision/jpeg_restart.hpp"
+#include "vision/resample.hpp"
 
 namespace coload {
 namespace {
@@ -359,6 +365,121 @@ TEST_CASE("a JPEG with restart markers outside a shard (a folder's file) decodes
   CHECK(m.differing == 0);
   CHECK(m.declined == 0);
   CHECK(vision::detail::restart_region_decodes() - before == static_cast<std::uint64_t>(m.crops));
+}
+
+TEST_CASE("a crop at a DCT scale decodes only its region (from its restart intervals where the "
+          "file has them) with the pixels of the whole decode at 1/d, for each subsampling, scale "
+          "and offset, edges included; EvalTransform's too") {
+  // The path before: the whole image at 1/d, then the box (full-size coordinates, so a
+  // fraction of a scaled pixel) resized out of it. The crops start at every full-size offset
+  // over the region decoder's margin and two MCUs (so at every scaled offset within an MCU and
+  // every fraction), and end on the same offsets of the image's last rows and columns.
+  const vision::Image src = vision::test::synthetic_image(259, 203, 9);
+  for (const Subsampling& sub : subsamplings) {
+    const std::string subsampling = sub.name;
+    CAPTURE(subsampling);
+    const std::vector<std::byte> plain = encode(src, sub.tj);
+    std::vector<std::byte> marked;
+    REQUIRE(vision::detail::add_restart_markers(plain, 1, marked) ==
+            vision::detail::RestartOutcome::marked);
+    for (const int d : {2, 4, 8}) {
+      CAPTURE(d);
+      std::vector<std::uint8_t> whole;
+      const vision::ImageView full = vision::decode_into(plain, whole, d);
+      const int bh = 5 * d + 3, bw = 7 * d + 5;  // boxes ending inside a scaled pixel
+      const int row_span = std::min(203 - bh, (16 + 2 * sub.mcu_height / d + 1) * d);
+      const int col_span = std::min(259 - bw, (16 + 2 * sub.mcu_width / d + 1) * d);
+      int crops = 0, differing = 0;
+      std::string first;
+      auto check = [&](int top, int left) {
+        const vision::CropBox box{top, left, bh, bw};
+        const vision::Image want = vision::detail::resample_to_image(
+            full, vision::detail::scaled_crop_axis(left, bw, 6, d, full.width),
+            vision::detail::scaled_crop_axis(top, bh, 5, d, full.height));
+        for (const auto* jpeg : std::array<const std::vector<std::byte>*, 2>{&plain, &marked}) {
+          ++crops;
+          if (vision::decode_resized_crop(*jpeg, box, 5, 6, d).data != want.data &&
+              differing++ == 0) {
+            first = std::string(jpeg == &plain ? "plain" : "marked") + " crop at (" +
+                    std::to_string(top) + ", " + std::to_string(left) + ")";
+          }
+        }
+      };
+      const std::uint64_t before = vision::detail::restart_region_decodes();
+      for (int k = 0; k < std::max(row_span, col_span); ++k) {
+        const int top = k % row_span, left = k % col_span;
+        check(top, left);
+        check(top, (k * 7) % col_span);
+        check(203 - bh - top, 259 - bw - left);
+        check(203 - bh - (k * 5) % row_span, 259 - bw - left);
+      }
+      INFO(first);
+      CHECK(differing == 0);
+      // Every marked crop went through its intervals (none covers the whole image).
+      CHECK(vision::detail::restart_region_decodes() - before ==
+            static_cast<std::uint64_t>(crops / 2));
+    }
+  }
+  // EvalTransform: the resized image's centre, from a region at 1/8, 1/4 and 1/2.
+  const vision::Image big = vision::test::synthetic_image(517, 389, 3);
+  for (const Subsampling& sub : subsamplings) {
+    const std::string subsampling = sub.name;
+    CAPTURE(subsampling);
+    const std::vector<std::byte> plain = encode(big, sub.tj);
+    std::vector<std::byte> marked;
+    REQUIRE(vision::detail::add_restart_markers(plain, 2, marked) ==
+            vision::detail::RestartOutcome::marked);
+    for (const auto& [resize, crop, d] : {std::tuple{40, 24, 8}, std::tuple{60, 47, 4}, std::tuple{120, 100, 2}}) {
+      CAPTURE(d);
+      const auto [rh, rw] = vision::resize_output_size(389, 517, resize);
+      REQUIRE(vision::choose_jpeg_scale(517, 389, rw, rh) == d);
+      const vision::CropBox box = vision::center_crop_box(rh, rw, crop, crop);
+      std::vector<std::uint8_t> whole;
+      const vision::ImageView full = vision::decode_into(plain, whole, d);
+      const vision::Image want = vision::detail::resample_to_image(
+          full, {0.0, 517.0 / d, 0, full.width, rw, box.left, box.width},
+          {0.0, 389.0 / d, 0, full.height, rh, box.top, box.height});
+      const vision::EvalTransform eval{.resize_size = resize, .crop_size = crop};
+      at::Tensor expected = at::empty({3, crop, crop}, at::kFloat);
+      vision::to_normalized_chw(want.view(), eval.mean, eval.std_dev,
+                                expected.data_ptr<float>());
+      CHECK(at::equal(eval(plain), expected));
+      CHECK(at::equal(eval(marked), expected));
+    }
+  }
+}
+
+TEST_CASE("normalize_row writes write_normalized_row's floats, mirrored or not, at every width "
+          "and SIMD level") {
+  // Widths around the 16-pixel steps, a table with a distinct value per (channel, byte), rows
+  // whose every byte value occurs; the source row ends where its buffer ends.
+  vision::detail::NormalizeTable table({0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f});
+  table.value[1][7] = -1e30f;  // not what arithmetic would give: the lookup must be a lookup
+  const auto level = vision::detail::set_simd_level(vision::detail::SimdLevel::avx2);
+  for (const auto simd : {vision::detail::SimdLevel::scalar, vision::detail::SimdLevel::avx2}) {
+    vision::detail::set_simd_level(simd);
+    for (int width = 1; width <= 70; ++width) {
+      CAPTURE(width);
+      const int height = 3;
+      for (const bool flip : {false, true}) {
+        CAPTURE(flip);
+        std::vector<float> want(static_cast<std::size_t>(3 * width * height), 0.5f);
+        std::vector<float> got = want;
+        for (int y = 0; y < height; ++y) {
+          std::vector<std::uint8_t> row(static_cast<std::size_t>(3 * width));
+          for (std::size_t i = 0; i < row.size(); ++i) {
+            row[i] = static_cast<std::uint8_t>((i * 97 + static_cast<std::size_t>(y) * 31 + 7) % 256);
+          }
+          vision::detail::write_normalized_row(table, row.data(), width, height, y, flip,
+                                               want.data());
+          vision::detail::normalize_row(table.value, row.data(), width, height, y, flip,
+                                        got.data());
+        }
+        CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+  vision::detail::set_simd_level(level);
 }
 
 }  // TEST_SUITE
