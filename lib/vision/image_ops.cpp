@@ -178,22 +178,28 @@ void gaussian_blur(RgbSpan img, int kx, int ky, float sigma_x, float sigma_y) {
   // NOTE: torchvision convolves with the 2-D outer product in float32; the separable passes
   // here accumulate in float too, so the sums differ only in rounding, which the final
   // round-to-nearest hides but for values within a rounding error of a half.
+  // The horizontal pass over a float copy of each row with its reflected margins: tap by tap
+  // over the whole row (a loop the compiler vectorises), each value summed in the same order
+  // (taps left to right from 0) as a per-pixel loop, so the sums are the same to the bit.
+  const std::size_t row_floats = static_cast<std::size_t>(w) * 3;
   thread_local std::vector<float> tmp;
-  tmp.resize(static_cast<std::size_t>(w) * h * 3);
+  tmp.resize(row_floats * static_cast<std::size_t>(h));
+  thread_local std::vector<float> padded;
+  padded.resize(static_cast<std::size_t>(w + 2 * rx) * 3);
   for (int y = 0; y < h; ++y) {
-    const std::uint8_t* row = img.data + static_cast<std::size_t>(y) * w * 3;
-    float* out = tmp.data() + static_cast<std::size_t>(y) * w * 3;
-    for (int x = 0; x < w; ++x) {
-      float acc[3] = {0, 0, 0};
-      for (int t = -rx; t <= rx; ++t) {
-        const std::uint8_t* p = row + 3 * reflect(x + t, w);
-        const float wt = wx[static_cast<std::size_t>(t + rx)];
-        for (int c = 0; c < 3; ++c) acc[c] += wt * static_cast<float>(p[c]);
-      }
-      for (int c = 0; c < 3; ++c) out[3 * x + c] = acc[c];
+    const std::uint8_t* row = img.data + static_cast<std::size_t>(y) * row_floats;
+    for (int i = 0; i < w + 2 * rx; ++i) {
+      const std::uint8_t* p = row + 3 * reflect(i - rx, w);
+      for (int c = 0; c < 3; ++c) padded[static_cast<std::size_t>(3 * i + c)] = static_cast<float>(p[c]);
+    }
+    float* __restrict out = tmp.data() + static_cast<std::size_t>(y) * row_floats;
+    std::fill(out, out + row_floats, 0.0f);
+    for (int k = 0; k < kx; ++k) {
+      const float wt = wx[static_cast<std::size_t>(k)];
+      const float* __restrict src = padded.data() + 3 * k;
+      for (std::size_t i = 0; i < row_floats; ++i) out[i] += wt * src[i];
     }
   }
-  const std::size_t row_floats = static_cast<std::size_t>(w) * 3;
   thread_local std::vector<float> acc;
   acc.resize(row_floats);
   for (int y = 0; y < h; ++y) {

@@ -268,6 +268,23 @@ def main():
         check(cmds[name][:2] == ["coload_peer", folder] and
               cmds[name][cmds[name].index("--mode") + 1] == "shards", f"{name}: {cmds[name]}")
 
+    # --recipe resnet50: every peer runs its own equivalent but SPDL, which says it has none;
+    # the decode rows time no transform; --recipe classic reaches coload's rows, DALI and tf.data.
+    ns.recipe = "resnet50"
+    cmds = peers.commands(ns, "coload_peer", "venv-python")
+    for name in ("coload_threads", "coload_processes", "coload_shards", "torch2_tuned",
+                 "torch2_default", "torch113_default", "dali_cpu", "tfdata"):
+        check(isinstance(cmds[name], list) and
+              cmds[name][cmds[name].index("--recipe") + 1] == "resnet50",
+              f"{name} runs the resnet50 recipe: {cmds[name]}")
+    check(isinstance(cmds["spdl"], str) and "no resnet50 equivalent" in cmds["spdl"],
+          f"spdl says it has no resnet50 equivalent: {cmds['spdl']}")
+    check("--recipe" not in cmds["decode_full"], f"decode_full: {cmds['decode_full']}")
+    ns.recipe = "classic"
+    cmds = peers.commands(ns, "coload_peer", "venv-python")
+    check("--recipe" not in cmds["spdl"] and cmds["dali_cpu"][-2:] == ["--recipe", "classic"],
+          f"classic: spdl takes no --recipe, dali does: {cmds['spdl']} {cmds['dali_cpu']}")
+
     # 6. The targets' arithmetic, on made-up rows.
     rows = {"coload_threads": {"images_per_s": 800.0, "cpu_ms_per_image": 0.8,
                                "first_batch_s": 0.05, "peak_pss_mib": 300.0},
@@ -305,6 +322,20 @@ def main():
     t = {x["name"]: x for x in peers.compute_targets(rows)}
     check(t[peers.TARGETS[0][0]]["met"] is True, f"3.5 meets >= 3.5: {t[peers.TARGETS[0][0]]}")
     check(t[peers.TARGETS[3][0]]["met"] is True, f"0.1 meets <= 0.1: {t[peers.TARGETS[3][0]]}")
+
+    # --recipe resnet50 is judged by its own targets: 3.5x torch2_tuned and 1.5x the best of
+    # DALI and tf.data (SPDL, which has no equivalent, is not among them).
+    rows = {"coload_threads": {"images_per_s": 600.0}, "torch2_tuned": {"images_per_s": 150.0},
+            "dali_cpu": {"images_per_s": 350.0}, "tfdata": {"images_per_s": 450.0},
+            "spdl": {"images_per_s": 900.0}}
+    t = peers.compute_targets(rows, "resnet50")
+    check([x["name"] for x in t] == [x[0] for x in peers.RESNET50_TARGETS],
+          f"resnet50's targets: {[x['name'] for x in t]}")
+    check(t[0]["value"] == 4.0 and t[0]["met"] is True, f"resnet50 x tuned: {t[0]}")
+    check(t[1]["against"] == "tfdata" and abs(t[1]["value"] - 600.0 / 450.0) < 1e-12 and
+          t[1]["met"] is False, f"resnet50 against the best of DALI and tf.data: {t[1]}")
+    check(len(peers.compute_targets(rows, "classic")) == len(peers.TARGETS),
+          "classic keeps the default targets")
 
     if FAILURES:
         print(f"{len(FAILURES)} check(s) failed", file=sys.stderr)

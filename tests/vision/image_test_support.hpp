@@ -223,22 +223,54 @@ inline std::filesystem::path reference_script() {
 /// What running the reference script came to.
 enum class Reference { ok, unavailable, failed };
 
-/// Runs the reference script on `commands` (one per line) with /usr/bin/python3. A case that
+/// The Python that runs the reference script: $COLOAD_REFERENCE_PYTHON, or /usr/bin/python3
+/// (Debian's torchvision 0.14) when that is unset or empty. CI's libtorch 2 stage sets it to a
+/// venv with a current torchvision, whose transforms.v2.functional the script then runs.
+inline std::string reference_python() {
+  const char* env = std::getenv("COLOAD_REFERENCE_PYTHON");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string("/usr/bin/python3");
+}
+
+/// `s` single-quoted for the shell.
+inline std::string shell_quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+/// Runs the reference script on `commands` (one per line) with reference_python(). A case that
 /// calls it is decorated with needs(torchvision_reference()) and requires it first, so here
 /// `unavailable` (no script, or the script's exit 77) is a failure like any other.
 inline Reference run_reference(const TempDir& dir, const std::string& commands) {
   const auto script = reference_script();
-  if (script.empty() || !std::filesystem::exists("/usr/bin/python3")) return Reference::unavailable;
+  const std::string python = reference_python();
+  if (script.empty() || ::access(python.c_str(), X_OK) != 0) return Reference::unavailable;
   const auto file = dir / "commands.txt";
   write_bytes(file, commands);
-  const std::string cmd = "/usr/bin/python3 '" + script.string() + "' '" + file.string() + "'";
+  const std::string cmd =
+      shell_quoted(python) + " " + shell_quoted(script.string()) + " " + shell_quoted(file.string());
   const int status = std::system(cmd.c_str());
   if (status == -1 || !WIFEXITED(status)) return Reference::failed;
   if (WEXITSTATUS(status) == 77) return Reference::unavailable;
   return WEXITSTATUS(status) == 0 ? Reference::ok : Reference::failed;
 }
 
-/// What the torchvision comparisons need: tools/vision/reference.py, and /usr/bin/python3
+/// Whether reference_python()'s torchvision runs the ops through transforms.v2.functional
+/// (0.16 and later: tools/vision/reference.py then does), asked once. Its uint8 arithmetic
+/// differs from 0.14's by 1 in a few values for some ops (AutoContrast divides by the range
+/// over 255, the blends add with alpha), so a case exact against 0.14 allows 1 of 255 there.
+inline bool reference_runs_v2() {
+  static const bool v2 = [] {
+    const std::string check = shell_quoted(reference_python()) +
+                              " -c 'import torchvision.transforms.v2.functional as F; F.to_dtype'"
+                              " >/dev/null 2>&1";
+    const int status = std::system(check.c_str());
+    return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }();
+  return v2;
+}
+
+/// What the torchvision comparisons need: tools/vision/reference.py, and reference_python()
 /// importing what it and the folder listing import. Checked once per process, at registration
 /// (one import of torch, about 2 s); the reason names whichever is missing, with Python's error.
 inline const coload::testing::Need& torchvision_reference() {
@@ -249,15 +281,16 @@ inline const coload::testing::Need& torchvision_reference() {
           env, "tools/vision/reference.py not found (from " + std::filesystem::current_path().string() +
                    " or above the test executable)");
     }
-    if (::access("/usr/bin/python3", X_OK) != 0) {
-      return coload::testing::Need(env, "no /usr/bin/python3 to run tools/vision/reference.py");
+    const std::string python = reference_python();
+    if (::access(python.c_str(), X_OK) != 0) {
+      return coload::testing::Need(env, "no " + python + " to run tools/vision/reference.py");
     }
-    const char* check =
-        "/usr/bin/python3 -c 'import torch, torchvision.transforms.functional, "
-        "torchvision.datasets, PIL.Image' 2>&1";
+    const std::string check = shell_quoted(python) +
+                              " -c 'import torch, torchvision.transforms.functional, "
+                              "torchvision.datasets, PIL.Image' 2>&1";
     std::string out;
-    FILE* pipe = ::popen(check, "r");
-    if (!pipe) return coload::testing::Need(env, "cannot run /usr/bin/python3 (popen failed)");
+    FILE* pipe = ::popen(check.c_str(), "r");
+    if (!pipe) return coload::testing::Need(env, "cannot run " + python + " (popen failed)");
     char buf[4096];
     for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
     const int status = ::pclose(pipe);
@@ -268,7 +301,7 @@ inline const coload::testing::Need& torchvision_reference() {
     while (!out.empty() && out.back() == '\n') out.pop_back();
     const std::string last = out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
     return coload::testing::Need(
-        env, "torchvision not importable by /usr/bin/python3: " + (last.empty() ? "it failed" : last));
+        env, "torchvision not importable by " + python + ": " + (last.empty() ? "it failed" : last));
   }();
   return need;
 }

@@ -45,3 +45,26 @@ ninja -C "$build" -j2
 # python3-torchvision is installed above: the torchvision comparisons must run here too.
 export COLOAD_REQUIRE_REFERENCES=${COLOAD_REQUIRE_REFERENCES:-1}
 meson test -C "$build" --print-errorlogs "$@"
+
+# The vision suite's torchvision comparisons once more against a current torchvision, whose
+# transforms.v2.functional tools/vision/reference.py then runs (Debian's 0.14 above has none):
+# torchvision ${COLOAD_TORCHVISION_VERSION:-0.26.0}, torch $version's pair, in the Python
+# stage's venv (tools/ci/python.sh installs both there; one made before it listed torchvision
+# gets it here, 7 MB). That stage runs after this one, so on a machine where CI never ran it
+# the venv is missing: this says so and the next run compares. Only a whole run (no meson test
+# arguments) does this; about a minute (each case imports torch once). Left out: the
+# TrivialAugmentWide recipe case, whose chains of up to 4 ops carry v2's 1-of-255 differences
+# (AutoContrast, Color, Sharpness, bilinear warps) into Solarize's threshold or Equalize's
+# histogram, which turn them into larger ones (2-12 of 255 in 9 of its 120 samples with
+# torchvision 0.29.2); each op alone is compared by the case before it.
+venv=$cache/venv-torch-$version
+if [ "$#" -eq 0 ] && [ -f "$venv/.complete" ]; then
+  "$venv/bin/python" -c 'import torchvision' 2>/dev/null ||
+    "$venv/bin/pip" install --quiet "torchvision==${COLOAD_TORCHVISION_VERSION:-0.26.0}"
+  COLOAD_REFERENCE_PYTHON=$venv/bin/python "$build/tests/vision/vision_test" \
+    --test-case='*torchvision*,*F.rotate*,*transforms.v2*' \
+    --test-case-exclude='*recipe with TrivialAugmentWide*'
+elif [ "$#" -eq 0 ]; then
+  echo "libtorch2.sh: no $venv yet (tools/ci/python.sh makes it, after this stage): the" \
+    "comparisons with torchvision ${COLOAD_TORCHVISION_VERSION:-0.26.0} run from the next CI run" >&2
+fi

@@ -21,7 +21,7 @@ if [ ! -f "$venv/.complete" ]; then
   wheel=$(ls "$cache/wheels"/torch-"$version"-cp311-*.whl 2>/dev/null | head -n1 || true)
   "$venv/bin/pip" install --quiet --upgrade pip
   "$venv/bin/pip" install --quiet "${wheel:-torch==$version}" 'meson-python>=0.13' \
-    'packaging>=23.2' pytest pytest-timeout
+    'packaging>=23.2' pytest pytest-timeout "torchvision==${COLOAD_TORCHVISION_VERSION:-0.26.0}"
   touch "$venv/.complete"
 fi
 # A persistent build folder in the checkout (ignored by git; .ci/run does not remove it), so that

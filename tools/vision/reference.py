@@ -36,6 +36,13 @@ test, because importing torch takes about a second.
                                         functional API; raw float32 CHW (uint8 values when OPS
                                         has no to_float)
 
+Runs under any torchvision from 0.14 (Debian's, /usr/bin/python3) to 0.29 (PyPI): where
+torchvision has transforms.v2 (0.16 and later) the ops run through transforms.v2.functional
+(train and eval through v2's transforms), which is what current torchvision runs; 0.14 runs its
+classic functional API. The draws (params, draws, policy_draws, warp_draws) are the classic
+transforms' get_params on any version: coload draws as those do. The tests choose the
+interpreter with COLOAD_REFERENCE_PYTHON (default /usr/bin/python3).
+
 Exits 77 (the "skipped" status of test harnesses) when torch or torchvision is missing.
 """
 import math
@@ -50,6 +57,16 @@ try:
 except ImportError as e:  # pragma: no cover
     print(f"reference.py: {e}", file=sys.stderr)
     sys.exit(77)
+try:  # torchvision 0.16 and later: the ops as current torchvision runs them
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 0.15-0.16's "v2 is in beta" warning
+        import torchvision.transforms.v2 as V2
+        import torchvision.transforms.v2.functional as F2
+    if not hasattr(F2, "to_dtype"):  # 0.15's beta v2 lacks it: use the classic API there
+        V2 = F2 = None
+except ImportError:
+    V2 = F2 = None
 
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
@@ -72,20 +89,94 @@ def tensor_bytes(t):
 
 def adjust_hue(t, factor):
     """F.adjust_hue as torchvision 0.15 and later run it on uint8: converted to float with
-    scale, shifted, converted back with scale (x 255.999, truncated). torchvision 0.14's own
-    uint8 path converted back with a plain x 255; its float path is the same arithmetic."""
+    scale, shifted, converted back with scale (x 255.999, truncated); transforms.v2's does
+    exactly this. torchvision 0.14's own uint8 path converted back with a plain x 255; its
+    float path is the same arithmetic."""
+    if F2 is not None:
+        return F2.adjust_hue(t, factor)
     if t.dtype != torch.uint8:
         return F.adjust_hue(t, factor)
     hue = F.adjust_hue(F.convert_image_dtype(t, torch.float32), factor)
     return F.convert_image_dtype(hue, torch.uint8)
 
 
+class ClassicOps:
+    """The tensor ops by the classic functional API (torchvision 0.14, or no v2)."""
+    hflip, vflip, erase, rotate, affine, normalize = (F.hflip, F.vflip, F.erase, F.rotate,
+                                                      F.affine, F.normalize)
+    adjust_brightness, adjust_contrast = F.adjust_brightness, F.adjust_contrast
+    adjust_saturation, gaussian_blur, pil_to_tensor = (F.adjust_saturation, F.gaussian_blur,
+                                                       F.pil_to_tensor)
+    adjust_hue = adjust_hue
+
+    @staticmethod
+    def gray3(t):
+        return F.rgb_to_grayscale(t, num_output_channels=3)
+
+    @staticmethod
+    def scale_to_float(t):
+        return F.convert_image_dtype(t, torch.float32)
+
+
+class V2Ops:
+    """The same ops by transforms.v2.functional (a plain tensor is an image to it)."""
+    if F2 is not None:
+        hflip, vflip, erase, rotate, affine, normalize = (
+            F2.horizontal_flip, F2.vertical_flip, F2.erase, F2.rotate, F2.affine, F2.normalize)
+        adjust_brightness, adjust_contrast = F2.adjust_brightness, F2.adjust_contrast
+        adjust_saturation, gaussian_blur, pil_to_tensor = (F2.adjust_saturation,
+                                                           F2.gaussian_blur, F2.pil_to_tensor)
+        adjust_hue = F2.adjust_hue
+
+        @staticmethod
+        def gray3(t):
+            return F2.rgb_to_grayscale(t, num_output_channels=3)
+
+        @staticmethod
+        def scale_to_float(t):
+            # NOTE: ToTensor's and 0.14's convert_image_dtype's v / 255, which 0.29's ToTensor
+            # still computes and coload's ToTensor and ToDtype(float32, scale) both follow.
+            # transforms.v2's ToDtype(scale=True) multiplies by 1/255 instead: one float32 step
+            # apart in about 40% of values (5.96e-8 before Normalize), a difference the tests
+            # would otherwise report on every case with a float output.
+            return t.to(torch.float32).div(255)
+
+
+OPS = V2Ops if F2 is not None else ClassicOps
+# The geometry on PIL images: v2's functional where torchvision has it (its PIL kernels).
+GEO = F2 if F2 is not None else F
+
+
 def apply_augment(t, v):
-    """`augment NAME MAG INTERP FILL`: autoaugment._apply_op on the uint8 tensor t."""
+    """`augment NAME MAG INTERP FILL`: autoaugment._apply_op on the uint8 tensor t, or where
+    torchvision has transforms.v2 the transforms.v2.functional calls its policies make for NAME
+    (_AutoAugmentBase._apply_image_or_video_transform), given the classic magnitude: Solarize's
+    threshold in pixel values, where v2's policies pass a fraction of the maximum."""
     name, mag, interp, fill = v[0], float(v[1]), v[2], v[3]
     mode = {"nearest": T.InterpolationMode.NEAREST, "bilinear": T.InterpolationMode.BILINEAR}[interp]
     fill = None if fill == "none" else [float(x) for x in fill.split(",")]
-    return AA._apply_op(t, name, mag, interpolation=mode, fill=fill)
+    if F2 is None:
+        return AA._apply_op(t, name, mag, interpolation=mode, fill=fill)
+    warp = {"interpolation": mode, "fill": fill}
+    shear = math.degrees(math.atan(mag))
+    calls = {
+        "Identity": lambda: t,
+        "ShearX": lambda: F2.affine(t, 0.0, [0, 0], 1.0, [shear, 0.0], center=[0, 0], **warp),
+        "ShearY": lambda: F2.affine(t, 0.0, [0, 0], 1.0, [0.0, shear], center=[0, 0], **warp),
+        "TranslateX": lambda: F2.affine(t, 0.0, [int(mag), 0], 1.0, [0.0, 0.0], **warp),
+        "TranslateY": lambda: F2.affine(t, 0.0, [0, int(mag)], 1.0, [0.0, 0.0], **warp),
+        "Rotate": lambda: F2.rotate(t, mag, **warp),
+        "Brightness": lambda: F2.adjust_brightness(t, 1.0 + mag),
+        "Color": lambda: F2.adjust_saturation(t, 1.0 + mag),
+        "Contrast": lambda: F2.adjust_contrast(t, 1.0 + mag),
+        "Sharpness": lambda: F2.adjust_sharpness(t, 1.0 + mag),
+        "Posterize": lambda: F2.posterize(t, int(mag)),
+        "Solarize": lambda: F2.solarize(t, mag),
+        "AutoContrast": lambda: F2.autocontrast(t),
+        "Equalize": lambda: F2.equalize(t),
+        "Invert": lambda: F2.invert(t),
+    }
+    return calls[name]()
 
 
 def policy_draws(kind, seeds, h, w, extra):
@@ -121,8 +212,9 @@ def policy_draws(kind, seeds, h, w, extra):
 def run_recipe(img, ops_path):
     """Applies the ops of OPS_PATH: geometry on the PIL image (PIL's antialiased bilinear, as
     coload's resampling matches), then everything else on its uint8 tensor through
-    torchvision.transforms.functional's tensor path, which is what torchvision runs for tensor
-    images (and what coload's uint8 ops reproduce)."""
+    torchvision.transforms.functional's tensor path (transforms.v2.functional's where torchvision
+    has it), which is what torchvision runs for tensor images (and what coload's uint8 ops
+    reproduce)."""
     bilinear = T.InterpolationMode.BILINEAR
     t = None
     with open(ops_path) as f:
@@ -130,43 +222,43 @@ def run_recipe(img, ops_path):
     for name, *v in ops:
         if name == "resized_crop":
             top, left, h, w, oh, ow = map(int, v)
-            img = F.resized_crop(img, top, left, h, w, [oh, ow], interpolation=bilinear)
+            img = GEO.resized_crop(img, top, left, h, w, [oh, ow], interpolation=bilinear)
         elif name == "resize":
-            img = F.resize(img, [int(x) for x in v], interpolation=bilinear)
+            img = GEO.resize(img, [int(x) for x in v], interpolation=bilinear)
         elif name == "pad_crop":
             # pad_crop LEFT TOP RIGHT BOTTOM MODE F0 F1 F2 TOP LEFT H W: F.pad on the PIL image
             # (a per-channel fill), then F.crop.
             pad = [int(x) for x in v[:4]]
             fill = tuple(int(float(x)) for x in v[5:8])
-            img = F.pad(img, pad, fill=fill, padding_mode=v[4])
-            img = F.crop(img, *[int(x) for x in v[8:12]])
+            img = GEO.pad(img, pad, fill=fill, padding_mode=v[4])
+            img = GEO.crop(img, *[int(x) for x in v[8:12]])
         elif name == "center_crop":
-            img = F.center_crop(img, [int(x) for x in v])
+            img = GEO.center_crop(img, [int(x) for x in v])
         else:
             if t is None:
-                t = F.pil_to_tensor(img)
+                t = OPS.pil_to_tensor(img)
             if name == "hflip":
-                t = F.hflip(t)
+                t = OPS.hflip(t)
             elif name == "vflip":
-                t = F.vflip(t)
+                t = OPS.vflip(t)
             elif name == "gray3":
-                t = F.rgb_to_grayscale(t, num_output_channels=3)
+                t = OPS.gray3(t)
             elif name == "to_float":
-                t = F.convert_image_dtype(t, torch.float32) if v[0] == "1" else t.to(torch.float32)
+                t = OPS.scale_to_float(t) if v[0] == "1" else t.to(torch.float32)
             elif name == "jitter":
                 order, factors = [int(x) for x in v[:4]], [float(x) for x in v[4:]]
-                adjust = [F.adjust_brightness, F.adjust_contrast, F.adjust_saturation,
-                          adjust_hue]
+                adjust = [OPS.adjust_brightness, OPS.adjust_contrast, OPS.adjust_saturation,
+                          OPS.adjust_hue]
                 for fn in order:
                     if factors[fn] == factors[fn]:  # not NaN: this adjustment was drawn
                         t = adjust[fn](t, factors[fn])
             elif name == "blur":
                 kx, ky, sigma = int(v[0]), int(v[1]), float(v[2])
-                t = F.gaussian_blur(t, [kx, ky], [sigma, sigma])
+                t = OPS.gaussian_blur(t, [kx, ky], [sigma, sigma])
             elif name == "erase":
                 i, j, h, w = map(int, v[:4])
                 value = torch.tensor([float(x) for x in v[4:]])[:, None, None]
-                t = F.erase(t, i, j, h, w, value)
+                t = OPS.erase(t, i, j, h, w, value)
             elif name == "augment":
                 t = apply_augment(t, v)
             elif name == "warp":
@@ -177,16 +269,16 @@ def run_recipe(img, ops_path):
                 fill = [float(x) for x in v[8].split(",")]
                 center = None if v[9] == "none" else [float(x) for x in v[9].split(",")]
                 if v[0] == "rotate":
-                    t = F.rotate(t, angle, interpolation=mode, center=center, fill=fill)
+                    t = OPS.rotate(t, angle, interpolation=mode, center=center, fill=fill)
                 else:
-                    t = F.affine(t, angle, [int(tx), int(ty)], scale, [shx, shy],
-                                 interpolation=mode, fill=fill, center=center)
+                    t = OPS.affine(t, angle, [int(tx), int(ty)], scale, [shx, shy],
+                                   interpolation=mode, fill=fill, center=center)
             elif name == "normalize":
                 vals = [float(x) for x in v]
-                t = F.normalize(t, vals[:3], vals[3:])
+                t = OPS.normalize(t, vals[:3], vals[3:])
             else:
                 raise ValueError(f"unknown recipe op {name!r}")
-    return F.pil_to_tensor(img) if t is None else t
+    return OPS.pil_to_tensor(img) if t is None else t
 
 
 def main():
@@ -208,7 +300,7 @@ def main():
             img.save(args[5], args[4], **options)
         elif op == "resized_crop":
             top, left, h, w, size = map(int, args[1:6])
-            img = F.resized_crop(load(args[0]), top, left, h, w, [size, size],
+            img = GEO.resized_crop(load(args[0]), top, left, h, w, [size, size],
                                  interpolation=T.InterpolationMode.BILINEAR)
             write(args[6], img.tobytes())
         elif op in ("params", "params_fallback"):
@@ -229,14 +321,22 @@ def main():
             write(out, "".join(rows).encode())
         elif op == "train":
             seed, size = int(args[1]), int(args[2])
-            transform = T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(),
-                                   T.ToTensor(), T.Normalize(MEAN, STD)])
+            if V2 is not None:  # v2's draws and resampling (antialias is on for PIL); ToTensor
+                transform = V2.Compose([V2.RandomResizedCrop(size), V2.RandomHorizontalFlip(),
+                                        T.ToTensor(), V2.Normalize(MEAN, STD)])
+            else:
+                transform = T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(),
+                                       T.ToTensor(), T.Normalize(MEAN, STD)])
             img = load(args[0])
             torch.manual_seed(seed)
             write(args[3], tensor_bytes(transform(img)))
         elif op == "eval":
-            transform = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(),
-                                   T.Normalize(MEAN, STD)])
+            if V2 is not None:
+                transform = V2.Compose([V2.Resize(256), V2.CenterCrop(224), T.ToTensor(),
+                                        V2.Normalize(MEAN, STD)])
+            else:
+                transform = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(),
+                                       T.Normalize(MEAN, STD)])
             write(args[1], tensor_bytes(transform(load(args[0]))))
         elif op == "draws":
             # draws SEED0 SEED1 B C S H OUT: per seed, after torch.manual_seed(seed),

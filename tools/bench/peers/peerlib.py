@@ -19,14 +19,17 @@ MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
 
 
-def threaded_args(doc):
+def threaded_args(doc, recipe=False):
     """The command line of a peer that runs its own pool of threads: ROOT, --epochs, --threads
-    and --batch-size, with `doc`'s first line as its description."""
+    and --batch-size (and --recipe classic|resnet50 with `recipe`), with `doc`'s first line as
+    its description."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("root")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=64)
+    if recipe:
+        p.add_argument("--recipe", choices=["classic", "resnet50"], default="classic")
     return p.parse_args()
 
 
