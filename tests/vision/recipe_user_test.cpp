@@ -377,6 +377,36 @@ TEST_CASE("recipe: user ops, RandomPerspective and AugMix with bad parameters ar
                  ToTensor{}}) == "(built)");
 }
 
+TEST_CASE("recipe: perspective and AugMix as functions: identity corners, sizes, bad params") {
+  const vision::Image img = vision::test::synthetic_image(9, 7, 2);
+  const auto start = vision::RandomPerspective::Corners{{{0, 0}, {8, 0}, {8, 6}, {0, 6}}};
+  // The corners mapped onto themselves: coefficients of the identity (within float32's
+  // rounding), so nearest sampling returns every pixel where it was.
+  CHECK(vision::perspective(img.view(), start, start, Interpolation::nearest).data == img.data);
+  const auto moved = vision::RandomPerspective::Corners{{{2, 1}, {7, 0}, {8, 5}, {1, 6}}};
+  const vision::Image warped = vision::perspective(img.view(), start, moved);
+  CHECK(warped.width == 9);
+  CHECK(warped.height == 7);
+  CHECK(warped.data != img.data);
+  CHECK_THROWS_WITH_AS(vision::perspective(vision::Image::zeros(4, 4, 1).view(), start, moved),
+                       "perspective needs an RGB image, got 1 channels", std::invalid_argument);
+  // AugMix's public form draws and applies; Params that do not fit are refused.
+  at::Generator gen = coload::make_generator(4);
+  const vision::AugMix augmix{};
+  const vision::AugMix::Params params = augmix.draw(7, 9, gen);
+  CHECK(params.weights.size() == 4);
+  CHECK(params.depths.size() == 3);
+  float total = 0;
+  for (float w : params.weights) total += w;
+  CHECK(std::fabs(total - 1.0f) < 1e-5f);
+  CHECK(augmix(img.view(), params).data.size() == img.data.size());
+  vision::AugMix::Params bad = params;
+  bad.weights.pop_back();
+  CHECK_THROWS_AS(augmix(img.view(), bad), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(vision::AugMix{0}.draw(7, 9, gen),
+                       "The severity must be between [1, 10]. Got 0 instead.", std::invalid_argument);
+}
+
 TEST_CASE("recipe: RandomPerspective draws torchvision's corners and equals its forward" *
           coload::testing::needs(vision::test::torchvision_reference())) {
   coload::testing::require(vision::test::torchvision_reference());
