@@ -10,7 +10,8 @@
 // or CenterCrop pads and crops the full-size image, resampling nothing. The uint8 ops after them
 // run on the crop: flips and grayscale on each resampled row as it is written; when a sample
 // draws an op that needs the whole crop (ColorJitter, GaussianBlur, an augmentation policy's
-// op, RandomRotation, RandomAffine) the crop is kept as uint8 and the ops run on it in order.
+// op, RandomRotation, RandomAffine, RandomPerspective, AugMix, a user's Custom op) the crop is
+// kept as uint8 and the ops run on it in order.
 // ToDtype/ToTensor and Normalize run as one table look-up while a row is written into the CHW
 // float output, and RandomErasing runs on that output. A final MixUp,
 // CutMix or RandomChoice of them runs on the collated batch (the pipelines apply it, with a
