@@ -42,9 +42,31 @@ std::vector<double> linspace(double start, double end, int bins) {
   return to_doubles(at::linspace(start, end, bins, at::kFloat));
 }
 
-// `8 - (torch.arange(num_bins) / ((num_bins - 1) / d)).round().int()`.
-std::vector<double> posterize_bins(int bins, double d) {
-  return to_doubles(8 - (at::arange(bins) / ((bins - 1) / d)).round().to(at::kInt));
+// `base - (torch.arange(num_bins) / ((num_bins - 1) / d)).round().int()` (base 8, or AugMix's 4).
+std::vector<double> posterize_bins(int bins, double d, int base = 8) {
+  return to_doubles(base - (at::arange(bins) / ((bins - 1) / d)).round().to(at::kInt));
+}
+
+// AugMix's `_augmentation_space(10, (height, width))`, in its dict order.
+std::vector<Entry> augmix_space(bool all_ops, int height, int width) {
+  constexpr int bins = 10;
+  std::vector<Entry> space;
+  space.push_back({AugmentOp::ShearX, linspace(0.0, 0.3, bins), true});
+  space.push_back({AugmentOp::ShearY, linspace(0.0, 0.3, bins), true});
+  space.push_back({AugmentOp::TranslateX, linspace(0.0, width / 3.0, bins), true});
+  space.push_back({AugmentOp::TranslateY, linspace(0.0, height / 3.0, bins), true});
+  space.push_back({AugmentOp::Rotate, linspace(0.0, 30.0, bins), true});
+  space.push_back({AugmentOp::Posterize, posterize_bins(bins, 4.0, 4), false});
+  space.push_back({AugmentOp::Solarize, linspace(255.0, 0.0, bins), false});
+  space.push_back({AugmentOp::AutoContrast, {}, false});
+  space.push_back({AugmentOp::Equalize, {}, false});
+  if (all_ops) {
+    for (AugmentOp op :
+         {AugmentOp::Brightness, AugmentOp::Color, AugmentOp::Contrast, AugmentOp::Sharpness}) {
+      space.push_back({op, linspace(0.0, 0.9, bins), true});
+    }
+  }
+  return space;
 }
 
 // The op space of TrivialAugmentWide (wide) or of RandAugment/AutoAugment, for height × width.
@@ -189,6 +211,68 @@ AugmentPlan make_augment_plan(const AutoAugment& t, int height, int width, std::
   return plan;
 }
 
+AugmentPlan make_augment_plan(const AugMix& t, int height, int width, std::string& error) {
+  AugmentPlan plan;
+  plan.policy = AugmentPlan::Policy::augmix;
+  plan.interpolation = t.interpolation;
+  if (!(t.severity >= 1 && t.severity <= 10)) {
+    // NOTE: torchvision's wording.
+    error = "The severity must be between [1, 10]. Got " + std::to_string(t.severity) + " instead.";
+  }
+  // NOTE: torchvision checks neither; _sample_dirichlet fails on an empty or non-positive
+  // concentration, and a chain of thousands of ops is a mistake: refused here.
+  if (error.empty() && (t.mixture_width < 1 || t.mixture_width > 64)) {
+    error = "mixture_width must lie in [1, 64], got " + std::to_string(t.mixture_width);
+  }
+  if (error.empty() && t.chain_depth > 64) {
+    error = "chain_depth must be at most 64 (or <= 0 for 1 to 3 ops per chain), got " +
+            std::to_string(t.chain_depth);
+  }
+  if (error.empty() && !(t.alpha > 0.0 && std::isfinite(t.alpha))) {
+    error = "alpha must be a positive number (the Dirichlet's concentration), got " +
+            py_float(t.alpha);
+  }
+  std::vector<float> fill = checked_fill(t.fill, error);
+  if (!error.empty()) return plan;
+  plan.fill = std::move(fill);
+  plan.severity = t.severity;
+  plan.mixture_width = t.mixture_width;
+  plan.chain_depth = t.chain_depth;
+  plan.alpha = static_cast<float>(t.alpha);
+  plan.bins = 10;
+  plan.space = augmix_space(t.all_ops, height, width);
+  return plan;
+}
+
+AugMix::Params AugmentPlan::draw_augmix(at::Generator& gen) const {
+  AugMix::Params p;
+  // m = Dirichlet([alpha, alpha]); the chains' weights Dirichlet([alpha] * width) * m[1]: the
+  // same `torch._sample_dirichlet` calls on the sample's generator, in forward's order.
+  const at::Tensor m = at::_sample_dirichlet(at::full({1, 2}, alpha, at::kFloat), gen).contiguous();
+  const at::Tensor d =
+      at::_sample_dirichlet(at::full({1, mixture_width}, alpha, at::kFloat), gen).contiguous();
+  const float* pm = m.data_ptr<float>();
+  const float* pd = d.data_ptr<float>();
+  p.weights.push_back(pm[0]);
+  for (int i = 0; i < mixture_width; ++i) p.weights.push_back(pd[i] * pm[1]);
+  for (int i = 0; i < mixture_width; ++i) {
+    const int depth = chain_depth > 0 ? chain_depth
+                                      : static_cast<int>(at::randint(1, 4, {1}, gen).item<std::int64_t>());
+    p.depths.push_back(depth);
+    for (int k = 0; k < depth; ++k) {
+      const Entry& e =
+          space[static_cast<std::size_t>(randint(static_cast<std::int64_t>(space.size()), gen))];
+      double magnitude = 0.0;
+      if (!e.magnitudes.empty()) {
+        magnitude = e.magnitudes[static_cast<std::size_t>(randint(severity, gen))];
+      }
+      if (e.is_signed && randint(2, gen) != 0) magnitude *= -1.0;
+      p.steps.push_back({e.op, magnitude});
+    }
+  }
+  return p;
+}
+
 std::vector<AugmentStep> AugmentPlan::draw(at::Generator& gen) const {
   std::vector<AugmentStep> steps;
   const auto entry_of = [&](AugmentOp op) -> const Entry& {
@@ -235,6 +319,8 @@ std::vector<AugmentStep> AugmentPlan::draw(at::Generator& gen) const {
       }
       break;
     }
+    case Policy::augmix:
+      break;  // draw_augmix
   }
   return steps;
 }
@@ -437,6 +523,36 @@ void apply_augment(RgbSpan img, const AugmentStep& step, Interpolation interpola
   }
 }
 
+void apply_augmix(RgbSpan img, const AugmentPlan& plan, const std::vector<float>& weights,
+                  const std::vector<int>& depths, const std::vector<AugmentStep>& steps) {
+  const std::size_t n = values(img);
+  thread_local std::vector<std::uint8_t> original;
+  thread_local std::vector<std::uint8_t> chain;
+  thread_local std::vector<float> mix;
+  original.assign(img.data, img.data + n);
+  chain.resize(n);
+  mix.resize(n);
+  // mix = m0 · x, then mix += w_i · chain_i(x): each product rounded to float32, then the sum,
+  // as torchvision's `mul` and `add_` on float32 tensors.
+  const float m0 = weights[0];
+  for (std::size_t k = 0; k < n; ++k) mix[k] = m0 * static_cast<float>(original[k]);
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < depths.size(); ++i) {
+    std::memcpy(chain.data(), original.data(), n);
+    const RgbSpan aug{chain.data(), img.width, img.height};
+    for (int d = 0; d < depths[i]; ++d) {
+      apply_augment(aug, steps[next++], plan.interpolation, plan.fill);
+    }
+    const float w = weights[i + 1];
+    for (std::size_t k = 0; k < n; ++k) mix[k] = mix[k] + w * static_cast<float>(chain[k]);
+  }
+  // `.to(torch.uint8)` truncates; the weights sum to 1 within float32's rounding, so a value
+  // may pass 255 by a hair (clamped rather than left to the conversion's undefined behaviour).
+  for (std::size_t k = 0; k < n; ++k) {
+    img.data[k] = static_cast<std::uint8_t>(std::min(mix[k], 255.0f));
+  }
+}
+
 }  // namespace detail
 
 // ---- The public forms ---------------------------------------------------------------------------
@@ -461,6 +577,38 @@ std::vector<AugmentStep> RandAugment::draw(int height, int width, at::Generator&
 }
 std::vector<AugmentStep> AutoAugment::draw(int height, int width, at::Generator& gen) const {
   return draw_policy(*this, height, width, gen);
+}
+
+AugMix::Params AugMix::draw(int height, int width, at::Generator& gen) const {
+  std::string error;
+  const detail::AugmentPlan plan = detail::make_augment_plan(*this, height, width, error);
+  if (!error.empty()) throw InvalidArgument(error);
+  return plan.draw_augmix(gen);
+}
+
+Image AugMix::operator()(const ImageView& src, const Params& params) const {
+  std::string error;
+  const detail::AugmentPlan plan = detail::make_augment_plan(*this, src.height, src.width, error);
+  if (!error.empty()) throw InvalidArgument(error);
+  if (src.channels != 3) {
+    throw InvalidArgument("AugMix needs an RGB image, got " + std::to_string(src.channels) +
+                          " channels");
+  }
+  std::size_t total = 0;
+  for (int d : params.depths) total += static_cast<std::size_t>(std::max(d, 0));
+  if (params.weights.size() != params.depths.size() + 1 || total != params.steps.size()) {
+    throw InvalidArgument("AugMix: params hold " + std::to_string(params.weights.size()) +
+                          " weights, " + std::to_string(params.depths.size()) + " chains and " +
+                          std::to_string(params.steps.size()) +
+                          " ops: expected one weight more than chains, and the chains' ops");
+  }
+  Image out = Image::zeros(src.width, src.height, 3);
+  for (int y = 0; y < src.height; ++y) {
+    std::memcpy(out.pixel(0, y), src.row(y), static_cast<std::size_t>(src.width) * 3);
+  }
+  detail::apply_augmix({out.data.data(), out.width, out.height}, plan, params.weights,
+                       params.depths, params.steps);
+  return out;
 }
 
 Image apply_augment_op(const ImageView& src, const AugmentStep& step, Interpolation interpolation,

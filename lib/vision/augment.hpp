@@ -17,10 +17,15 @@ namespace coload::vision::detail {
 /// A policy, checked and with its magnitude bins computed for one image size (a recipe's
 /// crop), so that a sample's draw only indexes them.
 struct AugmentPlan {
-  enum class Policy { trivial_wide, rand, autoaugment };
+  enum class Policy { trivial_wide, rand, autoaugment, augmix };
   Policy policy = Policy::trivial_wide;
   int num_ops = 1;
   int magnitude = 0;  // RandAugment's bin
+  // AugMix's: bins 0 .. severity - 1 of 10, the chains, the Dirichlet's concentration.
+  int severity = 3;
+  int mixture_width = 3;
+  int chain_depth = -1;
+  float alpha = 1.0f;
   int bins = 31;
   Interpolation interpolation = Interpolation::nearest;
   std::vector<float> fill;  // empty: torchvision's None
@@ -34,8 +39,10 @@ struct AugmentPlan {
   };
   std::vector<Entry> space;
 
-  /// The steps `forward` draws, in torchvision's calls and order.
+  /// The steps `forward` draws, in torchvision's calls and order (not for AugMix).
   std::vector<AugmentStep> draw(at::Generator& gen) const;
+  /// AugMix's draws, in torchvision's calls and order.
+  AugMix::Params draw_augmix(at::Generator& gen) const;
 };
 
 /// The plan of a policy for images of height × width; an empty `error` when its parameters are
@@ -44,6 +51,12 @@ AugmentPlan make_augment_plan(const TrivialAugmentWide& t, int height, int width
                               std::string& error);
 AugmentPlan make_augment_plan(const RandAugment& t, int height, int width, std::string& error);
 AugmentPlan make_augment_plan(const AutoAugment& t, int height, int width, std::string& error);
+AugmentPlan make_augment_plan(const AugMix& t, int height, int width, std::string& error);
+
+/// AugMix on the crop in place: `weights` (m0, then one per chain), `depths` (ops per chain),
+/// `steps` (the chains' ops one after another), as AugMix::Params holds them.
+void apply_augmix(RgbSpan img, const AugmentPlan& plan, const std::vector<float>& weights,
+                  const std::vector<int>& depths, const std::vector<AugmentStep>& steps);
 
 /// A warp's fill as floats, checked as torchvision's tensor path checks it (one value or one
 /// per channel) and within a uint8 image's values; `error` says what is wrong.
@@ -64,6 +77,22 @@ WarpPlan make_warp_plan(const RandomAffine& t, std::string& error);
 std::array<double, 6> draw_warp(const WarpPlan& plan, int height, int width, at::Generator& gen);
 /// The drawn warp applied in place (F.rotate or F.affine on the tensor).
 void apply_warp(RgbSpan img, const WarpPlan& plan, const std::array<double, 6>& drawn);
+
+/// RandomPerspective, checked, as a recipe's step keeps it.
+struct PerspectivePlan {
+  RandomPerspective op;
+  std::vector<float> fill;
+};
+/// The plan of a RandomPerspective; `error` says what is wrong with it (torchvision's wording).
+PerspectivePlan make_perspective_plan(const RandomPerspective& t, std::string& error);
+/// The start points of an image of height × width: its corners.
+RandomPerspective::Corners perspective_startpoints(int height, int width) noexcept;
+/// `_get_perspective_coeffs(startpoints, endpoints)`: float32, through torch.linalg.lstsq.
+std::array<float, 8> perspective_coefficients(const RandomPerspective::Corners& startpoints,
+                                              const RandomPerspective::Corners& endpoints);
+/// `F_t.perspective(img, coeffs, interpolation, fill)` in place.
+void warp_perspective(RgbSpan img, const std::array<float, 8>& coeffs,
+                      Interpolation interpolation, const std::vector<float>& fill);
 
 /// `_apply_op` in place on packed RGB.
 void apply_augment(RgbSpan img, const AugmentStep& step, Interpolation interpolation,

@@ -42,7 +42,7 @@ at::Tensor apply_batch_mix(at::Tensor& images, const at::Tensor& labels, int num
   return one_hot.roll(1, 0).mul_(1.0 - params.lam).add_(one_hot.mul(params.lam));
 }
 
-bool Recipe::has_batch_op() const noexcept { return !plan_->batch_ops.empty(); }
+bool Recipe::has_batch_op() const noexcept { return !plan_->batch_steps.empty(); }
 
 BatchMixParams Recipe::sample_batch(int height, int width, at::Generator& gen) const {
   const Plan& plan = *plan_;
@@ -99,6 +99,40 @@ at::Tensor Recipe::mix_batch(at::Tensor& images, const at::Tensor& labels, int n
   return apply_batch_mix(images, labels, classes, params);
 }
 
+at::Tensor Recipe::run_batch_ops(at::Tensor& images, at::Tensor labels, int num_classes,
+                                 std::uint64_t seed, std::int64_t epoch,
+                                 std::int64_t batch) const {
+  const Plan& plan = *plan_;
+  const std::int64_t n = images.size(0);
+  for (const Plan::BatchStep& step : plan.batch_steps) {
+    if (!step.custom) {
+      at::Generator gen = batch_generator(seed, epoch, batch);
+      labels = mix_batch(images, labels, num_classes, gen);
+      continue;
+    }
+    const std::string who = "Recipe: op " + std::to_string(step.op) + " (CustomBatch '" +
+                            step.custom->name + "') on batch " + std::to_string(batch);
+    // A stream of its own per op: a function of (seed, epoch, batch, the op's position).
+    Rng rng = Rng::for_sample(seed ^ (0x637573746f6d6261ULL + 0x9e3779b97f4a7c15ULL * step.op),
+                              epoch, batch);
+    try {
+      step.custom->fn(images, labels, rng);
+    } catch (const std::exception& e) {
+      throw RuntimeError(who + " failed: " + e.what());
+    } catch (...) {
+      throw RuntimeError(who + " failed: it threw something that is not a std::exception");
+    }
+    if (!images.defined() || images.dim() != 4 || images.size(0) != n ||
+        images.scalar_type() != at::kFloat || !labels.defined() || labels.dim() < 1 ||
+        labels.size(0) != n) {
+      throw RuntimeError(who + ": left images or labels of the wrong shape (images must stay "
+                         "float32 [" + std::to_string(n) + ", C, H, W], labels [" +
+                         std::to_string(n) + ", ...])");
+    }
+  }
+  return labels;
+}
+
 at::Generator Recipe::batch_generator(std::uint64_t seed, std::int64_t epoch, std::int64_t batch) {
   // A stream apart from every sample's: the seed is mixed with a constant of its own.
   Rng rng = Rng::for_sample(seed ^ 0x62617463686d6978ULL, epoch, batch);
@@ -116,10 +150,11 @@ std::pair<at::Tensor, at::Tensor> finish_batch(const FusedTransform& t, const Ba
     images = images.index_select(0, rows_kept);
     labels = labels.index_select(0, rows_kept);
   }
-  // A recipe's MixUp/CutMix: on the collated batch, drawing from the batch's own generator.
+  // A recipe's batch ops (MixUp/CutMix, a user's): on the collated batch, drawing from the
+  // batch's own generator.
   if (const auto* recipe = std::get_if<Recipe>(&t); recipe && recipe->has_batch_op()) {
-    at::Generator gen = Recipe::batch_generator(ctx.seed, ctx.epoch, ctx.batch);
-    labels = recipe->mix_batch(images, labels, num_classes, gen);
+    labels = recipe->run_batch_ops(images, std::move(labels), num_classes, ctx.seed, ctx.epoch,
+                                   ctx.batch);
   }
   return {std::move(images), std::move(labels)};
 }

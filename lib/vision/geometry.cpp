@@ -60,21 +60,21 @@ inline std::uint8_t round_u8(float v) noexcept {
 
 }  // namespace
 
-void warp_affine(RgbSpan img, const std::array<double, 6>& matrix, Interpolation interpolation,
-                 const std::vector<float>& fill) {
+namespace {
+
+// Samples `img` (in place) at the float32 grid `grid(x, y)` gives for each output pixel, as
+// grid_sample does (align_corners=False, zeros padding; normalised coordinates in [-1, 1]),
+// with torchvision's fill through a mask channel. The affine and the perspective warps differ
+// only in their grids.
+template <typename Grid>
+void warp_grid(RgbSpan img, Interpolation interpolation, const std::vector<float>& fill,
+               Grid&& grid) {
   const int w = img.width;
   const int h = img.height;
   const std::size_t bytes = static_cast<std::size_t>(w) * h * 3;
   std::vector<std::uint8_t>& src_buf = warp_source();
   src_buf.assign(img.data, img.data + bytes);
   const std::uint8_t* src = src_buf.data();
-  // theta (float32) transposed and divided by (w / 2, h / 2), as `_gen_affine_grid` does.
-  float theta[6];
-  for (int k = 0; k < 6; ++k) theta[k] = static_cast<float>(matrix[static_cast<std::size_t>(k)]);
-  const float half_w = static_cast<float>(0.5 * w);
-  const float half_h = static_cast<float>(0.5 * h);
-  const float a0 = theta[0] / half_w, a1 = theta[1] / half_w, a2 = theta[2] / half_w;
-  const float b0 = theta[3] / half_h, b1 = theta[4] / half_h, b2 = theta[5] / half_h;
   // grid_sample's unnormalisation for align_corners=False: (g + 1) · (size / 2) - 0.5.
   const float scale_x = static_cast<float>(w) / 2.0f;
   const float scale_y = static_cast<float>(h) / 2.0f;
@@ -85,15 +85,9 @@ void warp_affine(RgbSpan img, const std::array<double, 6>& matrix, Interpolation
   for (int c = 0; c < 3; ++c) fill_u8[c] = round_u8(fills[c]);
   const auto at = [&](int x, int y) { return src + (static_cast<std::size_t>(y) * w + x) * 3; };
   for (int y = 0; y < h; ++y) {
-    // The base grid's y: linspace(-h/2 + 0.5, h/2 - 0.5, h), exact in float32.
-    const float yb = static_cast<float>(y - h * 0.5 + 0.5);
-    const float gx_y = yb * a1;
-    const float gy_y = yb * b1;
     std::uint8_t* out = img.data + static_cast<std::size_t>(y) * w * 3;
     for (int x = 0; x < w; ++x, out += 3) {
-      const float xb = static_cast<float>(x - w * 0.5 + 0.5);
-      const float gx = (xb * a0 + gx_y) + a2;
-      const float gy = (xb * b0 + gy_y) + b2;
+      const auto [gx, gy] = grid(x, y);
       const float ix = (gx + 1.0f) * scale_x - 0.5f;
       const float iy = (gy + 1.0f) * scale_y - 0.5f;
       if (interpolation == Interpolation::nearest) {
@@ -120,7 +114,8 @@ void warp_affine(RgbSpan img, const std::array<double, 6>& matrix, Interpolation
         const float px = fx + static_cast<float>(k & 1);
         const float py = fy + static_cast<float>(k >> 1);
         // Written so that a NaN coordinate (an extreme scale or shear makes the matrix
-        // overflow) counts as outside: every comparison with NaN is false.
+        // overflow; a perspective's denominator reaches 0) counts as outside: every comparison
+        // with NaN is false.
         if (!(px >= 0 && px < static_cast<float>(w) && py >= 0 && py < static_cast<float>(h)))
           continue;
         const std::uint8_t* p = at(static_cast<int>(px), static_cast<int>(py));
@@ -133,6 +128,77 @@ void warp_affine(RgbSpan img, const std::array<double, 6>& matrix, Interpolation
       }
     }
   }
+}
+
+}  // namespace
+
+void warp_affine(RgbSpan img, const std::array<double, 6>& matrix, Interpolation interpolation,
+                 const std::vector<float>& fill) {
+  const int w = img.width;
+  const int h = img.height;
+  // theta (float32) transposed and divided by (w / 2, h / 2), as `_gen_affine_grid` does.
+  float theta[6];
+  for (int k = 0; k < 6; ++k) theta[k] = static_cast<float>(matrix[static_cast<std::size_t>(k)]);
+  const float half_w = static_cast<float>(0.5 * w);
+  const float half_h = static_cast<float>(0.5 * h);
+  const float a0 = theta[0] / half_w, a1 = theta[1] / half_w, a2 = theta[2] / half_w;
+  const float b0 = theta[3] / half_h, b1 = theta[4] / half_h, b2 = theta[5] / half_h;
+  warp_grid(img, interpolation, fill, [&](int x, int y) {
+    // The base grid: linspace(-size/2 + 0.5, size/2 - 0.5, size), exact in float32.
+    const float yb = static_cast<float>(y - h * 0.5 + 0.5);
+    const float xb = static_cast<float>(x - w * 0.5 + 0.5);
+    const float gx_y = yb * a1;
+    const float gy_y = yb * b1;
+    return std::pair<float, float>{(xb * a0 + gx_y) + a2, (xb * b0 + gy_y) + b2};
+  });
+}
+
+std::array<float, 8> perspective_coefficients(const RandomPerspective::Corners& startpoints,
+                                              const RandomPerspective::Corners& endpoints) {
+  // `_get_perspective_coeffs`: the 8 x 8 float32 system of the end points (p1) onto the start
+  // points (p2), solved by torch.linalg.lstsq with the "gels" driver (QR), as torchvision does.
+  at::Tensor a = at::zeros({8, 8}, at::kFloat);
+  at::Tensor b = at::empty({8}, at::kFloat);
+  float* pa = a.data_ptr<float>();
+  float* pb = b.data_ptr<float>();
+  for (std::size_t i = 0; i < 4; ++i) {
+    const auto p1 = endpoints[i];
+    const auto p2 = startpoints[i];
+    const float r0[8] = {static_cast<float>(p1[0]), static_cast<float>(p1[1]), 1, 0, 0, 0,
+                         static_cast<float>(-p2[0] * p1[0]), static_cast<float>(-p2[0] * p1[1])};
+    const float r1[8] = {0, 0, 0, static_cast<float>(p1[0]), static_cast<float>(p1[1]), 1,
+                         static_cast<float>(-p2[1] * p1[0]), static_cast<float>(-p2[1] * p1[1])};
+    std::memcpy(pa + 16 * i, r0, sizeof r0);
+    std::memcpy(pa + 16 * i + 8, r1, sizeof r1);
+    pb[2 * i] = static_cast<float>(p2[0]);
+    pb[2 * i + 1] = static_cast<float>(p2[1]);
+  }
+  const at::Tensor x = std::get<0>(at::linalg_lstsq(a, b, c10::nullopt, "gels")).contiguous();
+  std::array<float, 8> out{};
+  std::memcpy(out.data(), x.data_ptr<float>(), sizeof out);
+  return out;
+}
+
+void warp_perspective(RgbSpan img, const std::array<float, 8>& c, Interpolation interpolation,
+                      const std::vector<float>& fill) {
+  const int w = img.width;
+  const int h = img.height;
+  // `_perspective_grid`: theta1's rows [c0 c1 c2] and [c3 c4 c5] divided by (w / 2, h / 2),
+  // the base grid (x + 0.5, y + 0.5, 1), each bmm row as (x · t0 + y · t1) + t2 in float32,
+  // then grid1 / grid2 - 1.
+  const float half_w = static_cast<float>(0.5 * w);
+  const float half_h = static_cast<float>(0.5 * h);
+  const float a0 = c[0] / half_w, a1 = c[1] / half_w, a2 = c[2] / half_w;
+  const float b0 = c[3] / half_h, b1 = c[4] / half_h, b2 = c[5] / half_h;
+  const float g0 = c[6], g1 = c[7];
+  warp_grid(img, interpolation, fill, [&](int x, int y) {
+    const float xb = static_cast<float>(x) + 0.5f;
+    const float yb = static_cast<float>(y) + 0.5f;
+    const float num_x = (xb * a0 + yb * a1) + a2;
+    const float num_y = (xb * b0 + yb * b1) + b2;
+    const float den = (xb * g0 + yb * g1) + 1.0f;
+    return std::pair<float, float>{num_x / den - 1.0f, num_y / den - 1.0f};
+  });
 }
 
 // ---- RandomRotation and RandomAffine ---------------------------------------------------------
@@ -221,6 +287,21 @@ void apply_warp(RgbSpan img, const WarpPlan& plan, const std::array<double, 6>& 
   warp_affine(img, m, interp, plan.fill);
 }
 
+PerspectivePlan make_perspective_plan(const RandomPerspective& t, std::string& error) {
+  PerspectivePlan plan;
+  plan.op = t;
+  // NOTE: transforms.v2's wording (the classic class does not check).
+  if (!(t.distortion_scale >= 0.0 && t.distortion_scale <= 1.0)) {
+    error = "Argument distortion_scale value should be between 0 and 1";
+  }
+  plan.fill = checked_fill(t.fill, error);
+  return plan;
+}
+
+RandomPerspective::Corners perspective_startpoints(int height, int width) noexcept {
+  return {{{0, 0}, {width - 1, 0}, {width - 1, height - 1}, {0, height - 1}}};
+}
+
 }  // namespace detail
 
 double RandomRotation::get_params(at::Generator& gen) const {
@@ -246,6 +327,47 @@ RandomAffine::Params RandomAffine::get_params(int height, int width, at::Generat
     if (shear.size() == 4) p.shear[1] = detail::uniform(gen, shear[2], shear[3]);
   }
   return p;
+}
+
+}  // namespace coload::vision
+
+namespace coload::vision {
+
+RandomPerspective::Corners RandomPerspective::get_params(int height, int width,
+                                                         at::Generator& gen) const {
+  // get_params(width, height, distortion_scale): x then y of each corner, in torchvision's
+  // order, each `torch.randint(low, high)`.
+  const auto randint = [&](std::int64_t low, std::int64_t high) {
+    return static_cast<int>(at::randint(low, high, {1}, gen).item<std::int64_t>());
+  };
+  const int dw = static_cast<int>(distortion_scale * (width / 2));
+  const int dh = static_cast<int>(distortion_scale * (height / 2));
+  Corners end{};
+  end[0] = {randint(0, dw + 1), randint(0, dh + 1)};
+  end[1] = {randint(width - dw - 1, width), randint(0, dh + 1)};
+  end[2] = {randint(width - dw - 1, width), randint(height - dh - 1, height)};
+  end[3] = {randint(0, dw + 1), randint(height - dh - 1, height)};
+  return end;
+}
+
+Image perspective(const ImageView& src, const RandomPerspective::Corners& startpoints,
+                  const RandomPerspective::Corners& endpoints, Interpolation interpolation,
+                  const std::vector<double>& fill) {
+  if (src.channels != 3) {
+    throw InvalidArgument("perspective needs an RGB image, got " + std::to_string(src.channels) +
+                          " channels");
+  }
+  std::string error;
+  const std::vector<float> f = detail::checked_fill(fill, error);
+  if (!error.empty()) throw InvalidArgument(error);
+  Image out = Image::zeros(src.width, src.height, 3);
+  for (int y = 0; y < src.height; ++y) {
+    std::memcpy(out.pixel(0, y), src.row(y), static_cast<std::size_t>(src.width) * 3);
+  }
+  detail::warp_perspective({out.data.data(), out.width, out.height},
+                           detail::perspective_coefficients(startpoints, endpoints), interpolation,
+                           f);
+  return out;
 }
 
 }  // namespace coload::vision

@@ -10,8 +10,10 @@
 #include "recipe_plan.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -83,6 +85,26 @@ void pad_crop_rows(const Recipe::Plan& plan, std::span<const std::byte> encoded,
     sink(y, static_cast<const std::uint8_t*>(row.data()));
   }
   finish();
+}
+
+// 64 bits from the sample's generator: the seed of a Custom op's own Rng.
+std::uint64_t draw_seed(at::Generator& gen) {
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
+}
+
+// Runs a user's op, turning what it throws into an error naming the op.
+template <typename Fn>
+void run_user_op(std::size_t k, const Custom& op, Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    throw RuntimeError("Recipe: op " + std::to_string(k) + " (Custom '" + op.name +
+                       "') failed: " + e.what());
+  } catch (...) {
+    throw RuntimeError("Recipe: op " + std::to_string(k) + " (Custom '" + op.name +
+                       "') failed: it threw something that is not a std::exception");
+  }
 }
 
 // The uint8 crop that ops needing the whole image work on, one per thread.
@@ -163,6 +185,23 @@ RecipeParams Recipe::sample(const ImageInfo& info, at::Generator& gen) const {
         params.draws[step.op].affine =
             detail::draw_warp(*step.warp, plan.out_height, plan.out_width, gen);
         break;
+      case Plan::Kind::perspective:
+        // torchvision draws the corners only where the op applies.
+        if (drawn) {
+          params.draws[step.op].corners =
+              step.perspective->op.get_params(plan.out_height, plan.out_width, gen);
+        }
+        break;
+      case Plan::Kind::augmix: {
+        AugMix::Params drawn_mix = step.augment->draw_augmix(gen);
+        OpDraw& d = params.draws[step.op];
+        d.augment = std::move(drawn_mix.steps);
+        d.weights = std::move(drawn_mix.weights);
+        d.depths = std::move(drawn_mix.depths);
+        break;
+      }
+      case Plan::Kind::custom:
+      case Plan::Kind::custom_float: params.draws[step.op].seed = draw_seed(gen); break;
       case Plan::Kind::erase:
         if (drawn) {
           // Where no box fits in ten draws torchvision erases nothing.
@@ -196,8 +235,13 @@ void Recipe::apply(std::span<const std::byte> encoded, const ImageInfo& info,
       case Plan::Kind::gray: ++grays; break;
       case Plan::Kind::jitter:
       case Plan::Kind::blur:
-      case Plan::Kind::warp: whole = true; break;
-      case Plan::Kind::erase: erase = true; break;
+      case Plan::Kind::warp:
+      case Plan::Kind::perspective:
+      case Plan::Kind::augmix:
+      case Plan::Kind::custom: whole = true; break;
+      // On the float output, after it is written.
+      case Plan::Kind::erase:
+      case Plan::Kind::custom_float: erase = true; break;
       case Plan::Kind::augment:
         // Only an op that changes pixels needs the crop whole.
         for (const AugmentStep& s : params.draws[step.op].augment) {
@@ -229,7 +273,7 @@ void Recipe::apply_rows(std::span<const std::byte> encoded, const ImageInfo& inf
     detail::write_normalized_row(plan.table, row, w, h, vflip ? h - 1 - y : y, hflip, dst);
   };
   run_geometry(plan, encoded, info, params, sink, [&] {
-    if (erase) erase_output(params, dst);
+    if (erase) float_ops(params, dst);
   });
 }
 
@@ -272,21 +316,47 @@ void Recipe::finish_whole(const RecipeParams& params, bool erase, float* dst) co
         }
         break;
       case Plan::Kind::warp: detail::apply_warp(span, *step.warp, params.draws[step.op].affine); break;
-      case Plan::Kind::erase: break;  // on the float output, after
+      case Plan::Kind::perspective:
+        detail::warp_perspective(
+            span,
+            detail::perspective_coefficients(detail::perspective_startpoints(h, w),
+                                             params.draws[step.op].corners),
+            step.perspective->op.interpolation, step.perspective->fill);
+        break;
+      case Plan::Kind::augmix: {
+        const OpDraw& d = params.draws[step.op];
+        detail::apply_augmix(span, *step.augment, d.weights, d.depths, d.augment);
+        break;
+      }
+      case Plan::Kind::custom: {
+        ImageSpan image{crop.data(), w, h, 3, static_cast<std::ptrdiff_t>(row_bytes)};
+        Rng rng(params.draws[step.op].seed);
+        run_user_op(step.op, *step.custom, [&] { step.custom->on_pixels(image, rng); });
+        break;
+      }
+      case Plan::Kind::erase:
+      case Plan::Kind::custom_float: break;  // on the float output, after
     }
   }
   for (int y = 0; y < h; ++y) {
     detail::write_normalized_row(plan.table, crop.data() + static_cast<std::size_t>(y) * row_bytes,
                                  w, h, y, false, dst);
   }
-  if (erase) erase_output(params, dst);
+  if (erase) float_ops(params, dst);
 }
 
-void Recipe::erase_output(const RecipeParams& params, float* dst) const {
+void Recipe::float_ops(const RecipeParams& params, float* dst) const {
   const Plan& plan = *plan_;
   const std::size_t plane = static_cast<std::size_t>(plan.out_width) * plan.out_height;
   for (const Plan::Step& step : plan.steps) {
-    if (step.kind != Plan::Kind::erase || !params.applies(step.op)) continue;
+    if (!params.applies(step.op)) continue;
+    if (step.kind == Plan::Kind::custom_float) {
+      const at::Tensor image = at::from_blob(dst, {3, plan.out_height, plan.out_width}, at::kFloat);
+      Rng rng(params.draws[step.op].seed);
+      run_user_op(step.op, *step.custom, [&] { step.custom->on_float(image, rng); });
+      continue;
+    }
+    if (step.kind != Plan::Kind::erase) continue;
     const CropBox& box = params.draws[step.op].box;
     for (std::size_t c = 0; c < 3; ++c) {
       for (int y = box.top; y < box.top + box.height; ++y) {

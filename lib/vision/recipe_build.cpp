@@ -25,13 +25,30 @@ const char* op_name(const RecipeOp& op) {
       "RandomVerticalFlip", "Grayscale", "RandomGrayscale", "ToTensor", "ToDtype", "Normalize",
       "ColorJitter", "GaussianBlur", "RandomErasing", "RandomCrop", "MixUp", "CutMix",
       "RandomChoice", "TrivialAugmentWide", "RandAugment", "AutoAugment", "RandomRotation",
-      "RandomAffine"};
+      "RandomAffine", "RandomPerspective", "AugMix", "Custom", "CustomBatch"};
   static_assert(std::size(names) == std::variant_size_v<RecipeOp>);
   return names[op.index()];
 }
 
 [[noreturn]] void refuse(std::size_t k, const RecipeOp& op, const std::string& why) {
-  throw InvalidArgument(std::string("Recipe: op ") + std::to_string(k) + " (" + op_name(op) + "): " + why);
+  throw InvalidArgument("Recipe: op " + std::to_string(k) + " (" + detail::op_label(op) + "): " + why);
+}
+
+bool is_batch_op(const RecipeOp& op) noexcept {
+  return std::holds_alternative<MixUp>(op) || std::holds_alternative<CutMix>(op) ||
+         std::holds_alternative<RandomChoice>(op) || std::holds_alternative<CustomBatch>(op);
+}
+
+// A batch op runs on the collated batch, after every sample's ops: only batch ops may follow.
+void check_batch_tail(std::size_t k, const std::vector<RecipeOp>& ops, bool is_float) {
+  for (std::size_t j = k + 1; j < ops.size(); ++j) {
+    if (!is_batch_op(ops[j])) {
+      refuse(k, ops[k], "a batch op (MixUp, CutMix, RandomChoice of them, CustomBatch) runs on "
+                        "the collated batch, so only batch ops may follow it (op " +
+                            std::to_string(j) + " is " + detail::op_label(ops[j]) + ")");
+    }
+  }
+  if (!is_float) refuse(k, ops[k], "mixes float batches: put ToDtype/ToTensor before it");
 }
 
 void check_p(std::size_t k, const RecipeOp& op, double p) {
@@ -68,6 +85,12 @@ std::array<float, 3> per_channel(std::size_t k, const RecipeOp& op, const std::v
 }
 
 }  // namespace
+
+std::string detail::op_label(const RecipeOp& op) {
+  if (const auto* c = std::get_if<Custom>(&op)) return "Custom '" + c->name + "'";
+  if (const auto* c = std::get_if<CustomBatch>(&op)) return "CustomBatch '" + c->name + "'";
+  return op_name(op);
+}
 
 std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
   auto plan = std::make_shared<Recipe::Plan>();
@@ -181,6 +204,7 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
   bool is_float = false;
   bool scale = false;
   bool erased = false;
+  const Custom* float_custom = nullptr;  // the first user op on the float output
   std::vector<std::pair<std::array<float, 3>, std::array<float, 3>>> norms;
   for (; k < ops.size(); ++k) {
     const RecipeOp& op = ops[k];
@@ -239,6 +263,11 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
       if (erased) {
         refuse(k, op, "Normalize after RandomErasing is not supported in a recipe yet: erase "
                       "after normalising, as torchvision's reference recipes do");
+      }
+      if (float_custom) {
+        refuse(k, op, "Normalize after Custom '" + float_custom->name + "' (an op on the float "
+                      "output) is not supported in a recipe: Normalize runs as the float "
+                      "conversion's table, so put the op after every Normalize");
       }
       const auto mean = per_channel(k, op, n->mean, "mean");
       const auto std_dev = per_channel(k, op, n->std_dev, "std");
@@ -338,11 +367,56 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
       Recipe::Plan::Step step{Kind::warp, -1.0, k};
       step.warp = std::move(warp);
       add_drawing_step(std::move(step));
+    } else if (const auto* rp = std::get_if<RandomPerspective>(&op)) {
+      check_p(k, op, rp->p);
+      uint8_only();
+      std::string error;
+      auto perspective = std::make_shared<detail::PerspectivePlan>(detail::make_perspective_plan(*rp, error));
+      if (!error.empty()) refuse(k, op, error);
+      Recipe::Plan::Step step{Kind::perspective, rp->p, k};
+      step.perspective = std::move(perspective);
+      plan->steps.push_back(std::move(step));
+      plan->draws_values = true;
+    } else if (const auto* am = std::get_if<AugMix>(&op)) {
+      uint8_only();
+      std::string error;
+      auto augment = std::make_shared<detail::AugmentPlan>(
+          detail::make_augment_plan(*am, plan->out_height, plan->out_width, error));
+      if (!error.empty()) refuse(k, op, error);
+      Recipe::Plan::Step step{Kind::augmix, -1.0, k};
+      step.augment = std::move(augment);
+      add_drawing_step(std::move(step));
+    } else if (const auto* c = std::get_if<Custom>(&op)) {
+      if (c->name.empty()) refuse(k, op, "a Custom op needs a name (its errors are named by it)");
+      if (!c->on_pixels && !c->on_float) refuse(k, op, "the callable is empty (null)");
+      if (c->on_pixels && c->on_float) {
+        refuse(k, op, "give it one callable: on the uint8 crop or on the float output");
+      }
+      if (c->on_pixels && is_float) {
+        refuse(k, op, "its callable takes the uint8 crop (ImageSpan), but it comes after the "
+                      "conversion to float: put it before ToDtype/ToTensor, or give it a "
+                      "callable on the float output (const at::Tensor&)");
+      }
+      if (c->on_float && !is_float) {
+        refuse(k, op, "its callable takes the float output (const at::Tensor&), but it comes "
+                      "before the conversion to float: put it after ToDtype/ToTensor and every "
+                      "Normalize, or give it a callable on the uint8 crop (ImageSpan&)");
+      }
+      Recipe::Plan::Step step{c->on_pixels ? Kind::custom : Kind::custom_float, -1.0, k};
+      step.custom = std::make_shared<const Custom>(*c);
+      if (c->on_float && !float_custom) float_custom = step.custom.get();
+      add_drawing_step(std::move(step));
+    } else if (const auto* cb = std::get_if<CustomBatch>(&op)) {
+      if (cb->name.empty()) refuse(k, op, "a CustomBatch op needs a name (its errors are named by it)");
+      if (!cb->fn) refuse(k, op, "the callable is empty (null)");
+      check_batch_tail(k, ops, is_float);
+      plan->batch_steps.push_back({k, std::make_shared<const CustomBatch>(*cb)});
     } else if (std::holds_alternative<MixUp>(op) || std::holds_alternative<CutMix>(op) ||
                std::holds_alternative<RandomChoice>(op)) {
-      if (k + 1 != ops.size()) {
-        refuse(k, op, "a batch op (MixUp, CutMix, RandomChoice of them) runs on the collated "
-                      "batch, so it must be the recipe's last op");
+      check_batch_tail(k, ops, is_float);
+      if (!plan->batch_ops.empty()) {
+        refuse(k, op, "a recipe has at most one MixUp/CutMix op: use RandomChoice to pick one "
+                      "per batch");
       }
       std::vector<std::variant<MixUp, CutMix>> choices;
       if (const auto* m = std::get_if<MixUp>(&op)) choices.emplace_back(*m);
@@ -369,10 +443,8 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
                         "got " + std::to_string(classes));
         }
       }
-      if (!is_float) {
-        refuse(k, op, "mixes float batches: put ToDtype/ToTensor before it");
-      }
       plan->batch_ops = std::move(choices);
+      plan->batch_steps.push_back({k, nullptr});
     } else {
       refuse(k, op, "a geometric op after the recipe's leading geometry is not supported in a "
                     "recipe yet");

@@ -535,8 +535,8 @@ TEST_CASE("recipe: bad parameters and unsupported orders are refused when it is 
         "Recipe: op 2 (CutMix): num_classes must be positive (or 0 for the pipeline's class "
         "count), got -3");
   CHECK(refusal({RandomResizedCrop{32}, ToTensor{}, MixUp{}, imagenet()}) ==
-        "Recipe: op 2 (MixUp): a batch op (MixUp, CutMix, RandomChoice of them) runs on the "
-        "collated batch, so it must be the recipe's last op");
+        "Recipe: op 2 (MixUp): a batch op (MixUp, CutMix, RandomChoice of them, CustomBatch) "
+        "runs on the collated batch, so only batch ops may follow it (op 3 is Normalize)");
   CHECK(refusal({RandomResizedCrop{32}, ToTensor{}, RandomChoice{{MixUp{}, CutMix{}}, {1.0}}}) ==
         "Recipe: op 2 (RandomChoice): Length of p doesn't match the number of transforms: 1 != 2");
   CHECK(refusal({RandomResizedCrop{32}, CutMix{}}) ==

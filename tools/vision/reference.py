@@ -31,6 +31,15 @@ test, because importing torch takes about a second.
   warp_draws SEED0 SEED1 H W OUT        per seed: RandomRotation.get_params((-30, 45)), then
                                         RandomAffine.get_params((-20, 10), (0.1, 0.2), (0.8, 1.2),
                                         (-5, 5, -3, 8), [W, H]), one line each
+  perspective_forward IN H W SEED0 SEED1 DIST P INTERP FILL OUT DRAWS
+                                        per seed: torch.manual_seed(seed), then
+                                        RandomPerspective(DIST, P, INTERP, FILL) on the centre
+                                        H x W crop's uint8 tensor (outputs one after another,
+                                        raw HWC; DRAWS: "applied x y x y x y x y" per seed)
+  augmix_forward IN H W SEED0 SEED1 SEV WIDTH DEPTH ALPHA ALL INTERP FILL OUT DRAWS
+                                        per seed: torch.manual_seed(seed), then AugMix on the
+                                        centre crop's uint8 tensor (raw HWC outputs; DRAWS: the
+                                        weights, the depths and the ops _apply_op was given)
   recipe IN OPS OUT                     a recipe's ops with coload's draws (OPS: one op a line),
                                         geometry on the PIL image, the rest through the tensor
                                         functional API; raw float32 CHW (uint8 values when OPS
@@ -405,10 +414,89 @@ def main():
             write(args[4], "".join(rows).encode())
         elif op == "recipe":
             write(args[2], tensor_bytes(run_recipe(load(args[0]), args[1]).to(torch.float32)))
+        elif op in EXTRA_COMMANDS:
+            EXTRA_COMMANDS[op](args)
         else:
             print(f"reference.py: unknown command {op!r}", file=sys.stderr)
             return 2
     return 0
+
+
+def centre_crop_tensor(path, h, w):
+    """The centre h x w crop of IN as a uint8 CHW tensor (what a recipe's leading CenterCrop
+    hands its ops)."""
+    return F.pil_to_tensor(F.center_crop(load(path), [h, w]))
+
+
+def interpolation_of(name):
+    return {"nearest": T.InterpolationMode.NEAREST, "bilinear": T.InterpolationMode.BILINEAR}[name]
+
+
+def perspective_forward(args):
+    h, w, seed0, seed1 = map(int, args[1:5])
+    dist, p = float(args[5]), float(args[6])
+    fill = [float(x) for x in args[8].split(",")]
+    t = centre_crop_tensor(args[0], h, w)
+    transform = T.RandomPerspective(dist, p, interpolation_of(args[7]), fill)
+    outs, rows = [], []
+    for seed in range(seed0, seed1):
+        torch.manual_seed(seed)
+        outs.append(transform(t).permute(1, 2, 0).contiguous().numpy().tobytes())
+        # The same draws again, as forward makes them: rand(1) < p, then get_params.
+        torch.manual_seed(seed)
+        applied = bool(torch.rand(1) < p)
+        corners = ""
+        if applied:
+            _, end = T.RandomPerspective.get_params(w, h, dist)
+            corners = " " + " ".join(str(v) for point in end for v in point)
+        rows.append(f"{int(applied)}{corners}\n")
+    write(args[9], b"".join(outs))
+    write(args[10], "".join(rows).encode())
+
+
+def augmix_forward(args):
+    h, w, seed0, seed1 = map(int, args[1:5])
+    severity, width, depth = int(args[5]), int(args[6]), int(args[7])
+    alpha, all_ops = float(args[8]), args[9] == "1"
+    fill = None if args[11] == "none" else [float(x) for x in args[11].split(",")]
+    t = centre_crop_tensor(args[0], h, w)
+    dirichlet = []
+
+    class Recorded(T.AugMix):
+        def _sample_dirichlet(self, params):
+            out = super()._sample_dirichlet(params)
+            dirichlet.append(out)
+            return out
+
+    transform = Recorded(severity, width, depth, alpha, all_ops, interpolation_of(args[10]), fill)
+    calls = []
+    real = AA._apply_op
+
+    def record(img, op_name, magnitude, interpolation, fill):
+        calls.append(f"{op_name} {magnitude!r}")
+        return real(img, op_name, magnitude, interpolation, fill)
+
+    outs, rows = [], []
+    AA._apply_op = record
+    try:
+        for seed in range(seed0, seed1):
+            dirichlet.clear()
+            calls.clear()
+            torch.manual_seed(seed)
+            outs.append(transform(t).permute(1, 2, 0).contiguous().numpy().tobytes())
+            m, d = dirichlet
+            weights = [float(m[0, 0])] + [float(x) for x in (d * m[:, 1].view(1, -1))[0]]
+            rows.append(" ".join(repr(x) for x in weights) + " | " + " ".join(calls) + "\n")
+    finally:
+        AA._apply_op = real
+    write(args[12], b"".join(outs))
+    write(args[13], "".join(rows).encode())
+
+
+EXTRA_COMMANDS = {
+    "perspective_forward": perspective_forward,
+    "augmix_forward": augmix_forward,
+}
 
 
 if __name__ == "__main__":

@@ -10,11 +10,14 @@
 // or CenterCrop pads and crops the full-size image, resampling nothing. The uint8 ops after them
 // run on the crop: flips and grayscale on each resampled row as it is written; when a sample
 // draws an op that needs the whole crop (ColorJitter, GaussianBlur, an augmentation policy's
-// op, RandomRotation, RandomAffine) the crop is kept as uint8 and the ops run on it in order.
+// op, RandomRotation, RandomAffine, RandomPerspective, AugMix, a user's Custom op) the crop is
+// kept as uint8 and the ops run on it in order.
 // ToDtype/ToTensor and Normalize run as one table look-up while a row is written into the CHW
 // float output, and RandomErasing runs on that output. A final MixUp,
 // CutMix or RandomChoice of them runs on the collated batch (the pipelines apply it, with a
-// generator of the batch's own), making the labels soft. Per-sample random choices are
+// generator of the batch's own), making the labels soft. A user's own op (`Custom`: on the
+// uint8 crop, or on the float output after Normalize; `CustomBatch`: on the collated batch)
+// runs in the same places, on the workers, so it keeps the recipe on the fused path. Per-sample random choices are
 // drawn from one generator per sample, in the ops' order, with torchvision's calls, before
 // anything is decoded; so the `classic` preset draws and writes exactly what TrainTransform does.
 //
@@ -27,6 +30,7 @@
 
 #include <cstdint>
 #include <array>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -337,6 +341,117 @@ struct RandomAffine {
   Params get_params(int height, int width, at::Generator& gen) const;
 };
 
+/// `transforms.v2.RandomPerspective(distortion_scale, p, interpolation, fill)` on the uint8 crop
+/// (tensor path): with probability p, the four corners move inward by up to distortion_scale
+/// of half the size each (torchvision's `get_params`, eight `torch.randint`s), and `F.perspective`
+/// maps the image through the projective transform they define (the coefficients solved in
+/// float32 by `torch.linalg.lstsq(driver="gels")`, its float32 grid, grid_sample's sampling).
+struct RandomPerspective {
+  double distortion_scale = 0.5;
+  double p = 0.5;
+  Interpolation interpolation = Interpolation::bilinear;
+  /// One value, or one per channel (torchvision's default 0: the fill goes through the mask).
+  std::vector<double> fill = {0.0};
+
+  /// The corners torchvision's `get_params(width, height, distortion_scale)` draws:
+  /// {x, y} of top-left, top-right, bottom-right, bottom-left. The start points are the
+  /// image's corners, {0, 0}, {width - 1, 0}, {width - 1, height - 1}, {0, height - 1}.
+  using Corners = std::array<std::array<int, 2>, 4>;
+  Corners get_params(int height, int width, at::Generator& gen) const;
+};
+
+/// `F.perspective(img, startpoints, endpoints, interpolation, fill)` on a uint8 RGB image, the
+/// tensor path's arithmetic (an empty fill is torchvision's None).
+Image perspective(const ImageView& src, const RandomPerspective::Corners& startpoints,
+                  const RandomPerspective::Corners& endpoints,
+                  Interpolation interpolation = Interpolation::bilinear,
+                  const std::vector<double>& fill = {});
+
+/// `transforms.AugMix(severity, mixture_width, chain_depth, alpha, all_ops, interpolation,
+/// fill)` on the uint8 crop: `mixture_width` chains of 1 to 3 (or `chain_depth`) ops drawn from
+/// AugMix's space (severity bins of 10), each applied to the crop; the chains' outputs and the
+/// crop mixed in float32 with Dirichlet weights, truncated back to uint8, as torchvision does.
+struct AugMix {
+  int severity = 3;
+  int mixture_width = 3;
+  /// Ops per chain; 0 or less: 1 to 3, drawn per chain.
+  int chain_depth = -1;
+  double alpha = 1.0;
+  bool all_ops = true;
+  Interpolation interpolation = Interpolation::bilinear;
+  /// Empty: torchvision's None (zeros, no mask); else one value or one per channel.
+  std::vector<double> fill{};
+
+  /// What `forward` draws, with torchvision's calls in its order: the Beta weights m (a
+  /// Dirichlet of [alpha, alpha]), the chains' Dirichlet weights times m[1], then each chain's
+  /// depth (where drawn) and its ops (op, bin, sign).
+  struct Params {
+    /// m[0], the original's weight, then each chain's combined weight (float32 values).
+    std::vector<float> weights;
+    /// Each chain's number of ops; `steps` holds the chains' ops one after another.
+    std::vector<int> depths;
+    std::vector<AugmentStep> steps;
+  };
+  Params draw(int height, int width, at::Generator& gen) const;
+  /// The crop mixed for `params` (AugMix's arithmetic: m0 · x + Σ w_i · chain_i(x) in float32,
+  /// truncated to uint8).
+  Image operator()(const ImageView& src, const Params& params) const;
+};
+
+// ---- A user's own ops -----------------------------------------------------------------------
+
+/// A writable view of a sample's uint8 crop, as a user's op receives it: RGB, HWC, rows
+/// `stride` bytes apart, the recipe's output size (an op changes pixels, never the size).
+struct ImageSpan {
+  std::uint8_t* data = nullptr;
+  int width = 0;
+  int height = 0;
+  int channels = 3;
+  std::ptrdiff_t stride = 0;
+
+  std::uint8_t* row(int y) const noexcept { return data + y * stride; }
+  ImageView view() const noexcept { return {data, width, height, channels, stride}; }
+};
+
+/// A user's own per-sample op, run by the fused pipeline on the workers like the built-in
+/// ones. Where it stands in the recipe decides what it receives: before ToDtype/ToTensor the
+/// uint8 crop (`ImageSpan`), after ToDtype and every Normalize the float output ([3, H, W]
+/// float32, a tensor over the batch row: change it in place, do not keep it). `rng` is the op's
+/// own stream, seeded from the sample's generator when the sample's draws are made (in the
+/// op's order, before decoding): a function of (seed, epoch, index) only, so batches are the
+/// same whatever the executor and the number of workers. An exception it throws fails the
+/// sample (a SampleError naming the index, the op's position and name). The callable is copied
+/// into each worker (forked with a process executor); it must be safe to call from several
+/// threads at once.
+struct Custom {
+  using PixelFn = std::function<void(ImageSpan& image, Rng& rng)>;
+  using FloatFn = std::function<void(const at::Tensor& image, Rng& rng)>;
+
+  /// The name errors and the recipe's checks use.
+  std::string name;
+  /// The op on the uint8 crop, or
+  PixelFn on_pixels;
+  /// the op on the float output (exactly one of the two is set).
+  FloatFn on_float;
+
+  Custom(std::string op_name, PixelFn fn) : name(std::move(op_name)), on_pixels(std::move(fn)) {}
+  Custom(std::string op_name, FloatFn fn) : name(std::move(op_name)), on_float(std::move(fn)) {}
+};
+
+/// A user's own batch op, run like MixUp/CutMix on the collated batch in the worker that made
+/// it: `images` float [N, 3, H, W] (change it in place or replace it with a tensor of that
+/// shape), `labels` int64 [N], or a previous batch op's soft labels [N, C] (replace it to
+/// change the labels; its first dimension must stay N). `rng` is a function of (seed, epoch,
+/// batch, the op's position) only. Batch ops form the recipe's tail, in any order; an exception
+/// fails the batch, naming the op.
+struct CustomBatch {
+  using Fn = std::function<void(at::Tensor& images, at::Tensor& labels, Rng& rng)>;
+  std::string name;
+  Fn fn;
+
+  CustomBatch(std::string op_name, Fn f) : name(std::move(op_name)), fn(std::move(f)) {}
+};
+
 // ---- The recipe -----------------------------------------------------------------------------
 
 /// One op of a recipe, in torchvision's names.
@@ -344,7 +459,8 @@ using RecipeOp = std::variant<RandomResizedCrop, Resize, CenterCrop, RandomHoriz
                               RandomVerticalFlip, Grayscale, RandomGrayscale, ToTensor, ToDtype,
                               Normalize, ColorJitter, GaussianBlur, RandomErasing, RandomCrop,
                               MixUp, CutMix, RandomChoice, TrivialAugmentWide, RandAugment,
-                              AutoAugment, RandomRotation, RandomAffine>;
+                              AutoAugment, RandomRotation, RandomAffine, RandomPerspective,
+                              AugMix, Custom, CustomBatch>;
 
 /// The values one op drew for a sample, where it draws more than whether it applies.
 struct OpDraw {
@@ -356,6 +472,13 @@ struct OpDraw {
   std::vector<AugmentStep> augment;
   /// RandomRotation's or RandomAffine's draw: angle, translate x and y, scale, shear x and y.
   std::array<double, 6> affine{};
+  /// RandomPerspective's end points.
+  RandomPerspective::Corners corners{};
+  /// AugMix's weights and chain depths (its ops are in `augment`).
+  std::vector<float> weights;
+  std::vector<int> depths;
+  /// A Custom op's stream's seed.
+  std::uint64_t seed = 0;
 };
 
 /// What a recipe drew for one sample.
@@ -410,15 +533,20 @@ class Recipe {
   /// The sample as a new [3, H, W] float tensor.
   at::Tensor operator()(std::span<const std::byte> encoded, Rng& rng) const;
 
-  /// Whether the recipe ends with a batch op (MixUp, CutMix, or a RandomChoice of them).
+  /// Whether the recipe ends with batch ops (MixUp, CutMix, a RandomChoice of them, CustomBatch).
   bool has_batch_op() const noexcept;
   /// Draws the batch op's choice for a batch of `height` × `width` images, as torchvision's
   /// transforms draw (multinomial, Beta through _sample_dirichlet, CutMix's randint centre).
   BatchMixParams sample_batch(int height, int width, at::Generator& gen) const;
-  /// The batch op on a collated batch: images changed in place, the soft labels returned;
-  /// `num_classes` stands in for an op's num_classes of 0. Without a batch op, `labels`.
+  /// The MixUp/CutMix op on a collated batch: images changed in place, the soft labels
+  /// returned; `num_classes` stands in for an op's num_classes of 0. Without one, `labels`.
   at::Tensor mix_batch(at::Tensor& images, const at::Tensor& labels, int num_classes,
                        at::Generator& gen) const;
+  /// Every batch op in the recipe's order on batch `batch` of `epoch` of a loader seeded with
+  /// `seed` (what the image pipelines run): MixUp/CutMix as mix_batch with
+  /// batch_generator(seed, epoch, batch), each CustomBatch with its own Rng. Returns the labels.
+  at::Tensor run_batch_ops(at::Tensor& images, at::Tensor labels, int num_classes,
+                           std::uint64_t seed, std::int64_t epoch, std::int64_t batch) const;
   /// The generator a loader's batch op draws from: a function of (seed, epoch, batch) only,
   /// so batches mix alike whatever the workers.
   static at::Generator batch_generator(std::uint64_t seed, std::int64_t epoch,
@@ -433,7 +561,7 @@ class Recipe {
   void apply_whole(std::span<const std::byte> encoded, const ImageInfo& info,
                    const RecipeParams& params, bool erase, float* dst) const;
   void finish_whole(const RecipeParams& params, bool erase, float* dst) const;
-  void erase_output(const RecipeParams& params, float* dst) const;
+  void float_ops(const RecipeParams& params, float* dst) const;
 
   std::shared_ptr<const Plan> plan_;
 };

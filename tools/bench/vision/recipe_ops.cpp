@@ -7,7 +7,8 @@
 // (0, 0, index), so each variant draws the same crops); the time is this thread's CPU time,
 // the median of the rounds, and the rounds interleave the variants so that a busy machine
 // slows them alike. An op's cost is its variant's time minus the variant without it; the
-// random ops run with p = 1, so the figure is what the op costs where it applies.
+// random ops run with p = 1, so the figure is what the op costs where it applies. A user's op
+// (Custom) that does nothing shows what running one in the fused pipeline costs.
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/rand.h>
@@ -115,6 +116,31 @@ int main(int argc, char** argv) {
                       Recipe{RandomResizedCrop{224}, RandAugment{}, ToTensor{}, imagenet()}, {}});
   variants.push_back({"+ AutoAugment(ImageNet)", "RandomResizedCrop+ToTensor+Normalize",
                       Recipe{RandomResizedCrop{224}, AutoAugment{}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ RandomPerspective(p=1)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, RandomPerspective{0.5, 1.0}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ RandomPerspective(p=1, nearest)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224},
+                             RandomPerspective{0.5, 1.0, Interpolation::nearest}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ AugMix", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, AugMix{}, ToTensor{}, imagenet()}, {}});
+  // A user's op that does nothing costs what keeping the crop whole costs (the rows are kept
+  // as uint8, then written): its own work is the rest.
+  variants.push_back({"+ Custom (nothing, on the crop)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, Custom("nothing", [](ImageSpan&, coload::Rng&) {}),
+                             ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ Custom (invert, on the crop)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224},
+                             Custom("invert",
+                                    [](ImageSpan& img, coload::Rng&) {
+                                      for (int y = 0; y < img.height; ++y) {
+                                        std::uint8_t* row = img.row(y);
+                                        for (int x = 0; x < img.width * 3; ++x) row[x] = static_cast<std::uint8_t>(255 - row[x]);
+                                      }
+                                    }),
+                             ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ Custom (nothing, on the floats)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, ToTensor{}, imagenet(),
+                             Custom("nothing", [](const at::Tensor&, coload::Rng&) {})}, {}});
   // The resnet50 preset per sample (its batch op is timed below) against the same crop size's
   // RandomResizedCrop-and-flip recipe: the "whole recipe at most 1.25x" figure.
   variants.push_back({"RRC(176)+flip+ToDtype+Normalize", "",
@@ -203,6 +229,16 @@ int main(int argc, char** argv) {
       ms.push_back((thread_seconds() - t0) * 1e3 / 64.0);
     }
     std::printf("\n%-40s %9.3f\n", "resnet50 MixUp/CutMix, per image (N=64)", median(ms));
+    // A user's batch op that does nothing: what running one costs per image.
+    const Recipe custom{RandomResizedCrop{176}, ToTensor{},
+                        CustomBatch("nothing", [](at::Tensor&, at::Tensor&, coload::Rng&) {})};
+    ms.clear();
+    for (int r = 0; r < rounds * 4; ++r) {
+      const double t0 = thread_seconds();
+      (void)custom.run_batch_ops(images, labels, 1000, 0, 0, r);
+      ms.push_back((thread_seconds() - t0) * 1e3 / 64.0);
+    }
+    std::printf("%-40s %9.3f\n", "CustomBatch (nothing), per image (N=64)", median(ms));
   }
   return 0;
 }
