@@ -457,6 +457,22 @@ TEST_CASE("recipe: MixUp and CutMix draw as transforms.v2 does and mix the batch
       CHECK(soft[n][k].item<float>() == want);
     }
   }
+  // The in-place mix of a contiguous batch gives ATen's roll, mul_, add_ floats bit for bit (an
+  // awkward lam, so each product rounds), and so does a batch that is not contiguous.
+  {
+    const double lam = 0.3137;
+    const at::Tensor big = at::randn({5, 3, 7, 9});
+    const at::Tensor want = big.mul(lam).add_(big.roll(1, 0).mul(1.0 - lam));
+    const at::Tensor five = at::tensor({0, 1, 2, 3, 4}, at::kLong);
+    at::Tensor in_place = big.clone();
+    vision::apply_batch_mix(in_place, five, 5, vision::BatchMixParams{0, lam});
+    CHECK(at::equal(in_place, want));
+    at::Tensor strided = at::empty({5, 3, 9, 7}).transpose(2, 3);
+    strided.copy_(big);
+    REQUIRE_FALSE(strided.is_contiguous());
+    vision::apply_batch_mix(strided, five, 5, vision::BatchMixParams{0, lam});
+    CHECK(at::equal(strided, want));
+  }
   at::Tensor cut = images.clone();
   const at::Tensor cut_soft =
       vision::apply_batch_mix(cut, labels, 4, vision::BatchMixParams{1, 0.7, 1, 0, 3, 2});
