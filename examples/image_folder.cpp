@@ -396,9 +396,11 @@ int train_from_shards(const Args& args) {
     throw std::runtime_error("--shards " + args.shards +
                              ": no classes.txt there (coload-shard writes it beside the shards)");
   }
-  coload::vision::ShardImagePipeline pipeline(coload::shards::ShardDataset(args.shards),
-                                              transform_of(args, true));
   const auto classes = static_cast<std::int64_t>(class_names.size());
+  // The class count for a recipe's MixUp/CutMix (--recipe resnet50): shards carry none.
+  coload::vision::ShardImagePipeline pipeline(coload::shards::ShardDataset(args.shards),
+                                              transform_of(args, true), {},
+                                              static_cast<int>(classes));
   const std::int64_t images = pipeline.size();
   auto loader = coload::make_data_loader(
       std::move(pipeline),

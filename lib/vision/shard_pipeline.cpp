@@ -12,6 +12,7 @@
 
 #include "coload/collate/batch_allocator.hpp"
 #include "coload/coro/when_all.hpp"
+#include "coload/core/error.hpp"
 #include "coload/core/metrics.hpp"
 #include "coload/io/reader.hpp"
 #include "jpeg_restart.hpp"
@@ -47,12 +48,17 @@ class RestartScope {
 }  // namespace
 
 ShardImagePipeline::ShardImagePipeline(shards::ShardDataset shards, Transform transform,
-                                       Label label)
+                                       Label label, int num_classes)
     : shards_(std::move(shards)),
       transform_(std::move(transform)),
       label_(std::move(label)),
+      num_classes_(num_classes),
       slabs_(std::make_shared<detail::SlabPool>()) {
   detail::check_square_output(transform_, "ShardImagePipeline");
+  if (num_classes < 0) {
+    throw InvalidArgument("ShardImagePipeline: num_classes must be >= 0 (0: the batch op's own), got " +
+                          std::to_string(num_classes));
+  }
 }
 
 int ShardImagePipeline::output_size() const noexcept { return fused_output_size(transform_); }
@@ -169,8 +175,8 @@ Task<ShardImagePipeline::batch_type> ShardImagePipeline::get_batch_async(
     if (loaded[k]) keep.push_back(static_cast<std::int64_t>(k));
   }
   if (keep.empty()) throw EmptyBatch{};
-  // NOTE: shards carry no class count: a batch op there needs its own num_classes.
-  co_return detail::finish_batch(transform_, ctx, rows.images(), labels, keep, n, 0);
+  // Shards carry no class count: a batch op uses its own num_classes, else the one given.
+  co_return detail::finish_batch(transform_, ctx, rows.images(), labels, keep, n, num_classes_);
 }
 
 }  // namespace coload::vision

@@ -70,6 +70,17 @@ if not (len(plain) == 4 and plain == fast):
     sys.exit(f"FAIL: --fast-crop shards' digests {fast} are not the plain shards' {plain}")
 print("image_folder --shards over --fast-crop shards: the plain shards' digests, epoch by epoch")
 PY
+# --recipe resnet50 over shards: its MixUp/CutMix takes the class count from classes.txt (the
+# shards carry none; without it the first batch failed "num_classes is 0").
+"$image_folder" --shards "$tmp/fast" --epochs 2 --batch-size 16 --workers 2 --json \
+  --recipe resnet50 > "$tmp/resnet50.json"
+/usr/bin/python3 - "$tmp/resnet50.json" <<'PY'
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+if not (len(runs) == 2 and all(r["images"] == 96 for r in runs)):
+    sys.exit(f"FAIL: --recipe resnet50 over shards: expected 2 epochs of 96 images: {runs}")
+print("image_folder --shards --recipe resnet50: loss", [r["loss"] for r in runs])
+PY
 # The same shards by URL: nginx on 127.0.0.1 serves $tmp; serve.py runs until fd 3 closes.
 mkfifo "$tmp/ctl" "$tmp/out"
 /usr/bin/python3 "$(dirname "$0")/serve.py" "$tmp" < "$tmp/ctl" > "$tmp/out" &

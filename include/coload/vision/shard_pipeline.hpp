@@ -32,8 +32,11 @@ class ShardImagePipeline {
   using sample_type = std::pair<at::Tensor, std::int64_t>;
   using batch_type = std::pair<at::Tensor, at::Tensor>;
 
-  /// Over `shards`, labelling with `label` (the `cls` field when empty).
-  ShardImagePipeline(shards::ShardDataset shards, Transform transform, Label label = {});
+  /// Over `shards`, labelling with `label` (the `cls` field when empty). `num_classes` is the
+  /// class count a recipe's MixUp or CutMix with num_classes 0 uses (shards carry none:
+  /// coload-shard lists the classes in classes.txt beside them); 0 leaves it to the op.
+  ShardImagePipeline(shards::ShardDataset shards, Transform transform, Label label = {},
+                     int num_classes = 0);
 
   std::int64_t size() const noexcept { return shards_.size(); }
   /// One sample `{image [3, S, S], label}`, read with pread.
@@ -60,6 +63,7 @@ class ShardImagePipeline {
   shards::ShardDataset shards_;
   Transform transform_;
   Label label_;
+  int num_classes_ = 0;
   std::shared_ptr<void> slabs_;  // recycled batch buffers, shared by copies
 };
 

@@ -52,6 +52,8 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -305,7 +307,12 @@ int main(int argc, char** argv) {
         }
       };
       if (mode == "shards") {
-        coload::vision::ShardImagePipeline pipeline(coload::shards::ShardDataset(root), transform);
+        // A recipe's MixUp/CutMix needs the class count: coload-shard's classes.txt, a line each.
+        int classes = 0;
+        std::ifstream names(std::filesystem::path(root) / "classes.txt");
+        for (std::string line; std::getline(names, line);) ++classes;
+        coload::vision::ShardImagePipeline pipeline(coload::shards::ShardDataset(root), transform,
+                                                    {}, classes);
         run(pipeline);
       } else {
         coload::vision::ImagePipeline pipeline(root, transform);
