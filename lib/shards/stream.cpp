@@ -327,14 +327,14 @@ std::int64_t ShardStream::total_samples() const noexcept {
 }
 
 void ShardStream::set_driver(asio::io_context& ctx) noexcept {
-  driver_ = &ctx;
-  driver_pid_ = static_cast<long>(::getpid());
+  driver_.ctx = &ctx;
+  driver_.pid = static_cast<long>(::getpid());
 }
 
 std::shared_ptr<io::HttpClient> ShardStream::client() const {
   // A forked worker process has the parent's pointer but not its driver thread.
-  if (driver_ && driver_pid_ == static_cast<long>(::getpid())) {
-    return io::HttpClient::on(*driver_);
+  if (driver_.ctx && driver_.pid == static_cast<long>(::getpid())) {
+    return io::HttpClient::on(*driver_.ctx);
   }
   return io::HttpClient::shared();
 }

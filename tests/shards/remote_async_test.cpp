@@ -34,8 +34,8 @@ using namespace remote_test;
 
 namespace {
 
-// A coroutine the test owns: it starts at once, and its frame stays until the test drops it
-// (a frame left suspended, never resumed and never destroyed, is a leak LeakSanitizer names).
+// A coroutine the test owns: it starts at once, and its frame stays until the test drops it,
+// suspended or finished: what resumes it, and when, is what the cases check.
 struct Owned {
   struct promise_type {
     Owned get_return_object() noexcept {

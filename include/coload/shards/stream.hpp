@@ -133,8 +133,20 @@ class ShardStream {
   ShardDataset dataset_;  // indices and files, shared by copies
   ShardStreamOptions options_;
   std::shared_ptr<Learned> learned_;  // shared by copies
-  asio::io_context* driver_ = nullptr;  // the loader's, in the process that set it
-  long driver_pid_ = 0;
+  // The loader's driver, in the process that set it. Not copied: a copy (a worker's replica,
+  // which the loader gives its driver again, or a user's) must not outlive it holding it.
+  struct DriverRef {
+    asio::io_context* ctx = nullptr;
+    long pid = 0;
+    DriverRef() = default;
+    DriverRef(const DriverRef&) noexcept {}
+    DriverRef& operator=(const DriverRef&) noexcept {
+      ctx = nullptr;
+      pid = 0;
+      return *this;
+    }
+  };
+  DriverRef driver_;
   std::optional<Position> progress_;  // this replica's stream (copies do not share it)
   std::optional<Position> resume_;    // from load_state, for the next stream()
   std::int64_t skipped_ = 0;
