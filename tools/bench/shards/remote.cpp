@@ -26,6 +26,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -80,7 +81,7 @@ struct CountBytes {
   at::Tensor operator()(std::vector<coload::shards::ShardSample> samples) const {
     std::int64_t n = 0;
     for (const auto& s : samples) n += static_cast<std::int64_t>(s.data.size());
-    return at::scalar_tensor(n, at::kLong);
+    return at::tensor(std::vector<std::int64_t>{n}, at::kLong);
   }
 };
 
@@ -182,11 +183,11 @@ int main(int argc, char** argv) {
   const std::string cap = bw > 0 ? ",bw" + std::to_string(bw * 1024) : "";
   const std::string delay = "lat" + std::to_string(lat) + cap;
   std::vector<Row> rows{
-      {"local", (served / "shards").string(), {}},
-      {"nginx", host + std::to_string(server.nginx) + "/shards/", {}},
-      {"proxy" + cap, host + std::to_string(server.proxy) + "/ok" + cap + "/shards/", {}},
-      {"proxy+" + delay, host + std::to_string(server.proxy) + "/" + delay + "/shards/", {}},
-      {"nginx, no index", host + std::to_string(server.nginx) + "/noindex/", {}}};
+      {"local", (served / "shards").string(), {}, {}},
+      {"nginx", host + std::to_string(server.nginx) + "/shards/", {}, {}},
+      {"proxy" + cap, host + std::to_string(server.proxy) + "/ok" + cap + "/shards/", {}, {}},
+      {"proxy+" + delay, host + std::to_string(server.proxy) + "/" + delay + "/shards/", {}, {}},
+      {"nginx, no index", host + std::to_string(server.nginx) + "/noindex/", {}, {}}};
   const std::size_t read_ahead = static_cast<std::size_t>(read_ahead_mib) << 20;
   const bool loader = via == "loader";
   stream_all(rows[0].where, workers, read_ahead, loader);  // warms the page cache
