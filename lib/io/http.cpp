@@ -129,6 +129,30 @@ void BodyStream::Transfer::append(const std::byte* p, std::size_t n) {
   }
 }
 
+void BodyStream::Transfer::wake_locked(bool force) {
+  if (!waiter || !(force || done || buffered >= want)) return;
+  const std::coroutine_handle<> h = std::exchange(waiter, nullptr);
+  // Closing (the io_context is going away, or the client's own loop ends): no handler of it
+  // runs any more, and resuming here, inside its teardown, would run the coroutine on in a
+  // half-destroyed loop. It stays suspended; its owner destroys it.
+  if (driver->closing) return;
+  resuming = h;
+  // Resumed in a handler of its own, never inside curl's callback; the handler resumes only
+  // what `resuming` still holds, so a wait withdrawn meanwhile (the frame destroyed) is not.
+  asio::post(*driver->ctx, [t = shared_from_this()] {
+    std::coroutine_handle<> r;
+    detail::ResumeQueue* queue = nullptr;
+    {
+      std::lock_guard lock(t->mutex);
+      r = std::exchange(t->resuming, nullptr);
+      queue = t->resume_queue;
+    }
+    // A waiter that was inside sync_wait goes on on that thread (a plain loop over a stream
+    // parses on its own thread, not on the client's); others go on here.
+    if (r) detail::resume_on(queue, r);
+  });
+}
+
 std::size_t BodyStream::Transfer::take(std::byte* dst, std::size_t n) {
   std::size_t got = 0;
   while (got < n && buffered > 0) {
@@ -213,6 +237,7 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
     {
       std::lock_guard lock(t->mutex);
       t->append(reinterpret_cast<const std::byte*>(p + used), take);
+      t->wake_locked(false);
     }
     t->reached += take;
     t->arrived.notify_all();
@@ -308,22 +333,13 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
 }
 
 void HttpClient::Driver::complete(BodyStream::Transfer& t) {
-  std::coroutine_handle<> waiter;
   {
     std::lock_guard lock(t.mutex);
     t.done = true;
-    // A cancelled transfer's waiter was destroyed with its BodyStream (the frame went away).
-    if (!t.cancelled) waiter = std::exchange(t.waiter, nullptr);
+    // A cancelled transfer's waiter was withdrawn with its BodyStream (the frame went away).
+    t.wake_locked(true);
   }
   t.arrived.notify_all();
-  if (!waiter) return;
-  // The waiting coroutine goes on in a handler of its own, not inside the loop's turn; while
-  // closing there is no later turn, so it goes on here (and finds the transfer failed).
-  if (closing) {
-    waiter.resume();
-  } else {
-    asio::post(*ctx, [waiter] { waiter.resume(); });
-  }
 }
 
 void HttpClient::Driver::fail(BodyStream::Transfer& t, const std::string& why) {
@@ -419,6 +435,7 @@ std::shared_ptr<BodyStream::Transfer> HttpClient::start(const std::string& url,
   validate(retry);
   // Every field the loop reads is set here, before the loop can see the transfer.
   auto t = std::make_shared<BodyStream::Transfer>();
+  t->driver = driver_.get();
   t->retry = retry;
   t->url = url;
   t->limit = limit;
@@ -437,8 +454,9 @@ std::shared_ptr<BodyStream::Transfer> HttpClient::start(const std::string& url,
 void HttpClient::blocking(const char* what) const {
   // The loop runs on this very thread: waiting here would wait for ourselves.
   if (driver_->own == nullptr && driver_->ctx->get_executor().running_in_this_thread()) {
-    throw LogicError(std::string("HttpClient::") + what +
-                     " waits for the io_context it is called on; co_await get_range_async");
+    throw LogicError(std::string(what) +
+                     " waits for the io_context it is called on; co_await get_range_async "
+                     "or BodyStream::read_async there");
   }
 }
 
@@ -446,7 +464,6 @@ std::unique_ptr<BodyStream> HttpClient::stream(const std::string& url, std::uint
                                                std::uint64_t end, std::size_t window,
                                                std::uint64_t size, const RetryOptions& retry) {
   if (end < begin) throw InvalidArgument("HttpClient::stream: end before begin for '" + url + "'");
-  blocking("stream");
   auto t = start(url, begin, end, std::max<std::size_t>(window, 1), size, retry);
   return std::unique_ptr<BodyStream>(new BodyStream(shared_from_this(), std::move(t), begin));
 }
@@ -454,43 +471,28 @@ std::unique_ptr<BodyStream> HttpClient::stream(const std::string& url, std::uint
 void HttpClient::get_range(const std::string& url, std::uint64_t begin, std::uint64_t end,
                            std::byte* dst, std::uint64_t size, const RetryOptions& retry) {
   if (end <= begin) return;
-  blocking("get_range");
+  blocking("HttpClient::get_range");
   // No window: a range read is wanted whole, and its reader waits for all of it.
   BodyStream body(shared_from_this(), start(url, begin, end, 0, size, retry), begin);
   body.read(dst, static_cast<std::size_t>(end - begin));
 }
 
-namespace {
-/// Waits for a transfer to be done (complete or failed), resumed on the client's io_context.
-struct DoneAwaiter {
-  BodyStream::Transfer& t;
-  bool await_ready() const {
-    std::lock_guard lock(t.mutex);
-    return t.done;
-  }
-  bool await_suspend(std::coroutine_handle<> h) const {
-    std::lock_guard lock(t.mutex);
-    if (t.done) return false;
-    t.waiter = h;
-    return true;
-  }
-  void await_resume() const noexcept {}
-};
-}  // namespace
-
 Task<void> HttpClient::get_range_async(std::string url, std::uint64_t begin, std::uint64_t end,
                                        std::byte* dst, std::uint64_t size, RetryOptions retry) {
   if (end <= begin) co_return;
   auto t = start(url, begin, end, 0, size, retry);
-  // Destroyed early (the fetch was dropped), it cancels the transfer.
+  // Destroyed early (the fetch was dropped), it cancels the transfer and withdraws the wait.
   BodyStream body(shared_from_this(), t, begin);
-  co_await DoneAwaiter{*t};
-  body.read(dst, static_cast<std::size_t>(end - begin));  // all there, or the error: no wait
+  const auto n = static_cast<std::size_t>(end - begin);
+  co_await body.wait_for(n);  // no window: done when all of it is here
+  if (body.take(dst, n, false) != n) {
+    body.read(dst, n);  // the error, or the body's early end: no wait
+  }
 }
 
 std::string HttpClient::get(const std::string& url, std::uint64_t limit,
                             const RetryOptions& retry) {
-  blocking("get");
+  blocking("HttpClient::get");
   auto t = start(url, 0, to_end, 0, 0, retry, limit);
   BodyStream body(shared_from_this(), t, 0);
   std::unique_lock lock(t->mutex);
@@ -508,9 +510,12 @@ BodyStream::BodyStream(std::shared_ptr<HttpClient> client, std::shared_ptr<Trans
 BodyStream::~BodyStream() {
   {
     std::lock_guard lock(transfer_->mutex);
+    // A coroutine reading it is going away (get_range_async's frame): neither a wait nor a
+    // posted resumption may reach it now.
+    transfer_->waiter = nullptr;
+    transfer_->resuming = nullptr;
     if (transfer_->done) return;
     transfer_->cancelled = true;
-    transfer_->waiter = nullptr;  // its coroutine is going away (get_range_async's frame)
   }
   HttpClient::Driver* d = client_->driver_.get();
   d->post([d, t = transfer_] { d->cancel(t); });
@@ -524,34 +529,42 @@ void BodyStream::read(std::byte* dst, std::size_t n) {
   }
 }
 
-std::size_t BodyStream::read_up_to(std::byte* dst, std::size_t n) {
+std::size_t BodyStream::take(std::byte* dst, std::size_t n, bool wait) {
   Transfer& t = *transfer_;
-  std::size_t done = 0;
-  while (n > 0) {
-    bool resume = false;
-    {
-      std::unique_lock lock(t.mutex);
+  std::size_t got = 0;
+  bool resume = false;
+  {
+    std::unique_lock lock(t.mutex);
+    if (wait && t.buffered == 0 && !t.done) {
+      client_->blocking("BodyStream::read");
       t.arrived.wait(lock, [&] { return t.buffered > 0 || t.done; });
-      if (t.buffered == 0) {
-        if (t.failed) t.rethrow();
-        return done;  // the body's end
-      }
-      const std::size_t got = t.take(dst, n);
-      if (dst) dst += got;
-      n -= got;
-      done += got;
-      position_ += got;
-      if (t.paused && t.buffered <= t.window / 2) {
-        t.paused = false;
-        resume = true;
-      }
     }
-    if (resume) {
-      // curl_easy_pause may deliver the bytes it held at once: on the loop's thread.
-      client_->driver_->post([t = transfer_] {
-        if (t->easy) curl_easy_pause(t->easy, CURLPAUSE_CONT);
-      });
+    if (t.buffered == 0) {
+      if (t.failed) t.rethrow();
+      return 0;  // the body's end (or, without waiting, nothing yet)
     }
+    got = t.take(dst, n);
+    position_ += got;
+    if (t.paused && t.buffered <= t.window / 2) {
+      t.paused = false;
+      resume = true;
+    }
+  }
+  if (resume) {
+    // curl_easy_pause may deliver the bytes it held at once: on the loop's thread.
+    client_->driver_->post([t = transfer_] {
+      if (t->easy) curl_easy_pause(t->easy, CURLPAUSE_CONT);
+    });
+  }
+  return got;
+}
+
+std::size_t BodyStream::read_up_to(std::byte* dst, std::size_t n) {
+  std::size_t done = 0;
+  while (done < n) {
+    const std::size_t got = take(dst ? dst + done : nullptr, n - done, true);
+    if (got == 0) break;  // the body's end
+    done += got;
   }
   return done;
 }
@@ -560,6 +573,63 @@ void BodyStream::skip(std::uint64_t n) {
   while (n > 0) {
     const std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1 << 30));
     read(nullptr, k);
+    n -= k;
+  }
+}
+
+const std::string& BodyStream::url() const noexcept { return transfer_->url; }
+
+std::size_t BodyStream::available() const {
+  std::lock_guard lock(transfer_->mutex);
+  return transfer_->buffered;
+}
+
+BodyStream::Wait BodyStream::wait_for(std::size_t n) noexcept {
+  const std::size_t window = transfer_->window;  // read-only once started
+  return Wait(transfer_, window ? std::min(n, window) : n);
+}
+
+bool BodyStream::Wait::await_ready() const {
+  std::lock_guard lock(t_->mutex);
+  return t_->done || t_->buffered >= n_;
+}
+
+bool BodyStream::Wait::await_suspend(std::coroutine_handle<> h) {
+  std::lock_guard lock(t_->mutex);
+  if (t_->done || t_->buffered >= n_) return false;
+  t_->waiter = h;
+  t_->want = n_;
+  t_->resume_queue = detail::current_resume_queue;
+  h_ = h;
+  return true;
+}
+
+BodyStream::Wait::~Wait() {
+  if (!h_) return;
+  std::lock_guard lock(t_->mutex);
+  if (t_->waiter == h_) t_->waiter = nullptr;
+  if (t_->resuming == h_) t_->resuming = nullptr;
+}
+
+Task<std::size_t> BodyStream::read_async(std::byte* dst, std::size_t n) {
+  std::size_t done = 0;
+  while (done < n) {
+    co_await wait_for(n - done);
+    const std::size_t got = take(dst ? dst + done : nullptr, n - done, false);
+    if (got == 0) break;  // the body's end
+    done += got;
+  }
+  co_return done;
+}
+
+Task<void> BodyStream::skip_async(std::uint64_t n) {
+  while (n > 0) {
+    const auto k = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1 << 30));
+    if (co_await read_async(nullptr, k) != k) {
+      throw HttpError(transfer_->url, 0, 0,
+                      "cannot read '" + transfer_->url + "': the body ended at byte " +
+                          std::to_string(position_) + ", before the bytes wanted");
+    }
     n -= k;
   }
 }

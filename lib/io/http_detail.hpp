@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "coload/coro/sync_wait.hpp"
 #include "coload/io/http.hpp"
 
 namespace coload::io {
@@ -35,8 +36,9 @@ constexpr std::size_t block_size = 1 << 20;
 using Clock = std::chrono::steady_clock;
 }  // namespace http_detail
 
-struct BodyStream::Transfer {
+struct BodyStream::Transfer : std::enable_shared_from_this<BodyStream::Transfer> {
   // Set before the transfer starts; read-only after.
+  HttpClient::Driver* driver = nullptr;
   std::string url;
   std::uint64_t begin = 0, end = http_detail::to_end;  // end: to_end reads to the body's end
   std::size_t window = 0;                 // 0: no bound (get)
@@ -66,8 +68,15 @@ struct BodyStream::Transfer {
   std::size_t buffered = 0;  // bytes received and not yet read
   std::vector<std::vector<std::byte>> spare;
   bool paused = false, done = false, cancelled = false;
-  // A coroutine waiting for `done` (get_range_async), resumed on the io_context.
+  // A coroutine waiting (BodyStream::Wait) until `want` bytes are held or the transfer is
+  // done; once they are, it moves to `resuming` and a handler posted on the io_context resumes
+  // it from there, unless the wait was withdrawn first (its Wait destroyed: the frame went
+  // away), which empties `resuming`: that is the token the handler checks.
   std::coroutine_handle<> waiter;
+  std::size_t want = 0;
+  std::coroutine_handle<> resuming;
+  // The sync_wait the waiter's thread was inside (it resumes there), or nullptr.
+  detail::ResumeQueue* resume_queue = nullptr;
   // Why it failed for good: the reader throws an HttpError made on its own thread from these
   // (an exception_ptr made here and dropped there has its count in uninstrumented libstdc++,
   // which TSan reports as a race on the exception's frees).
@@ -83,6 +92,10 @@ struct BodyStream::Transfer {
   void append(const std::byte* p, std::size_t n);
   /// Moves up to `n` buffered bytes to `dst` (nullptr drops them); under `mutex`.
   std::size_t take(std::byte* dst, std::size_t n);
+  /// Under `mutex`, on the loop's thread: when a waiter is satisfied (or `force`), posts its
+  /// resumption; while the client closes there is no later turn, and it is dropped instead
+  /// (its owner destroys the frame).
+  void wake_locked(bool force);
 };
 
 /// The loop: one curl multi handle whose sockets and timer are waited on by an io_context,

@@ -169,13 +169,21 @@ void Driver::close() {
 }
 
 /// Keeps the client of one io_context (HttpClient::on) and closes it when the io_context is
-/// destroyed, before the io_context's own parts go.
+/// destroyed, before the io_context's own parts go (a service made after them is shut down
+/// first). Closing fails what is in flight without resuming any waiting coroutine: nothing
+/// may run on in a loop being torn down.
 struct HttpClient::Service : asio::io_context::service {
   static asio::io_context::id id;
   explicit Service(asio::io_context& ctx) : asio::io_context::service(ctx) {}
   void shutdown() override {
-    if (client) client->driver_->close();
+    std::shared_ptr<HttpClient> c;
+    {
+      std::lock_guard lock(mutex);
+      c = client;
+    }
+    if (c) c->driver_->close();
   }
+  std::mutex mutex;  // on() may be called from any thread
   std::shared_ptr<HttpClient> client;
 };
 
@@ -218,7 +226,15 @@ HttpClient::~HttpClient() {
 }
 
 std::shared_ptr<HttpClient> HttpClient::on(asio::io_context& ctx) {
-  Service& service = asio::use_service<Service>(ctx);
+  // The services our sockets and timer use exist before ours: an io_context shuts its services
+  // down newest first, so ours closes the client while they are still whole.
+  {
+    asio::steady_timer timer(ctx);
+    asio::posix::stream_descriptor descriptor(ctx);
+  }
+  Service& service = asio::use_service<Service>(ctx);  // thread-safe in Asio
+  std::lock_guard lock(service.mutex);
+  // Made here, on any thread: what it sets up is first used by a handler posted to ctx.
   if (!service.client) service.client.reset(new HttpClient(ctx));
   return service.client;
 }

@@ -12,11 +12,14 @@
 #include <deque>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <system_error>
 #include <utility>
 
 #include "coload/core/warning.hpp"
+#include "coload/coro/sync_wait.hpp"
+#include "coload/coro/task.hpp"
 #include "coload/io/http.hpp"
 #include "cache.hpp"
 #include "unindexed.hpp"
@@ -51,6 +54,14 @@ class ChunkReader {
   /// Copies the shard's bytes [begin, end) to `dst`; `begin` never goes backwards.
   virtual void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst,
                     const std::string& key) = 0;
+  /// Whether a copy may wait for the network: the stream then co_awaits copy_async.
+  virtual bool waits() const noexcept { return false; }
+  /// copy for a coroutine, waiting without holding its thread.
+  virtual Task<void> copy_async(std::uint64_t begin, std::uint64_t end, std::byte* dst,
+                                const std::string& key) {
+    copy(begin, end, dst, key);
+    co_return;
+  }
 };
 
 class LocalReader final : public ChunkReader {
@@ -167,26 +178,34 @@ class LocalReader final : public ChunkReader {
 /// end-of-archive blocks are not fetched), at most `window` bytes received ahead of the
 /// samples copied out; faults are retried by the client, resuming from the byte reached.
 /// With a cache entry (`tee`), the GET starts at byte 0 and every byte is also written to it;
-/// the entry is committed when the last sample's end is reached.
+/// the entry is committed when the last sample's end is reached. The GET starts when the
+/// reader is made (the next shard's, while this one is used), and copy_async waits for its
+/// bytes without holding a thread.
 class RemoteReader final : public ChunkReader {
  public:
-  RemoteReader(const ShardIndex& shard, std::size_t window, std::uint64_t from,
-               std::unique_ptr<detail::CacheEntry> tee, const io::RetryOptions& retry)
+  RemoteReader(io::HttpClient& client, const ShardIndex& shard, std::size_t window,
+               std::uint64_t from, std::unique_ptr<detail::CacheEntry> tee,
+               const io::RetryOptions& retry)
       : end_(shard.samples.back().end),
         tee_(std::move(tee)),
-        body_(io::HttpClient::shared()->stream(shard.path, tee_ ? 0 : from, end_, window,
-                                               shard.file_size, retry)) {}
-  void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst, const std::string&) override {
+        body_(client.stream(shard.path, tee_ ? 0 : from, end_, window, shard.file_size, retry)) {}
+  void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst,
+            const std::string& key) override {
+    sync_wait(copy_async(begin, end, dst, key));
+  }
+  bool waits() const noexcept override { return true; }
+  Task<void> copy_async(std::uint64_t begin, std::uint64_t end, std::byte* dst,
+                        const std::string&) override {
     if (begin > body_->position()) {
       if (!tee_) {
-        body_->skip(begin - body_->position());
+        co_await body_->skip_async(begin - body_->position());
       } else {
         std::vector<std::byte> gap(static_cast<std::size_t>(begin - body_->position()));
-        body_->read(gap.data(), gap.size());
+        co_await read_exactly(gap.data(), gap.size());
         tee_->write(gap.data(), gap.size());
       }
     }
-    body_->read(dst, static_cast<std::size_t>(end - begin));
+    co_await read_exactly(dst, static_cast<std::size_t>(end - begin));
     if (tee_) {
       tee_->write(dst, static_cast<std::size_t>(end - begin));
       if (body_->position() == end_) std::exchange(tee_, nullptr)->commit();
@@ -194,6 +213,17 @@ class RemoteReader final : public ChunkReader {
   }
 
  private:
+  Task<void> read_exactly(std::byte* dst, std::size_t n) {
+    const std::uint64_t at = body_->position();
+    if (co_await body_->read_async(dst, n) != n) {
+      // The client checks every response against the index's size: a body that ends early
+      // and stays so is a fault it could not mend.
+      throw io::HttpError(body_->url(), 0, 0,
+                          "cannot read '" + body_->url() + "': the body ended before byte " +
+                              std::to_string(at + n));
+    }
+  }
+
   std::uint64_t end_;
   std::unique_ptr<detail::CacheEntry> tee_;
   std::unique_ptr<io::BodyStream> body_;
@@ -215,9 +245,9 @@ class CachedReader final : public ChunkReader {
   LocalReader local_;
 };
 
-std::unique_ptr<ChunkReader> open_reader(const ShardIndex& shard, const ShardStreamOptions& o,
-                                         bool direct, std::uint64_t from,
-                                         std::vector<io::Buffer>& spare) {
+std::unique_ptr<ChunkReader> open_reader(io::HttpClient& client, const ShardIndex& shard,
+                                         const ShardStreamOptions& o, bool direct,
+                                         std::uint64_t from, std::vector<io::Buffer>& spare) {
   if (detail::is_remote(shard.path)) {
     if (auto cached = detail::cache_find(o.shards, shard)) {
       return std::make_unique<CachedReader>(std::move(*cached), detail::cached_size(shard),
@@ -226,20 +256,88 @@ std::unique_ptr<ChunkReader> open_reader(const ShardIndex& shard, const ShardStr
     // Only a shard streamed from its first sample is cached (a resumed one is not whole).
     auto tee = from == shard.samples.front().begin ? detail::cache_start(o.shards, shard)
                                                    : nullptr;
-    return std::make_unique<RemoteReader>(shard, std::max<std::size_t>(o.read_ahead / 2, 1 << 16),
-                                          from, std::move(tee), o.shards.retry);
+    return std::make_unique<RemoteReader>(client, shard,
+                                          std::max<std::size_t>(o.read_ahead / 2, 1 << 16), from,
+                                          std::move(tee), o.shards.retry);
   }
   return std::make_unique<LocalReader>(shard, direct, o.read_size, from, spare);
 }
 
+/// Sample `g` (a resumed shuffle buffer's), its bytes from the cache or the local file (pread)
+/// or, by URL, one ranged GET through `client` that waits without holding a thread.
+Task<ShardSample> read_sample(const ShardDataset& data, std::int64_t g, io::HttpClient& client) {
+  const ShardDataset::Location at = data.locate(g);
+  const ShardIndex& shard = data.shards()[at.shard];
+  if (!detail::is_remote(shard.path) || detail::cache_find(data.options(), shard)) {
+    co_return data.read(g);
+  }
+  const IndexSample& sample = shard.samples[at.sample];
+  ShardSample out;
+  out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
+  co_await client.get_range_async(shard.path, sample.begin, sample.end, out.data.data(),
+                                  shard.file_size, data.options().retry);
+  detail::place_fields(shard, sample, sample.begin, out);
+  co_return out;
+}
+
+/// A plain loop's view of a stream: each sample waited for on the calling thread.
+Generator<ShardSample> drain(AsyncGenerator<ShardSample> stream) {
+  while (ShardSample* x = sync_wait(stream.next())) co_yield std::move(*x);
+}
+
 }  // namespace
 
+/// What the streams of one ShardStream and its copies (in this process) learned of the shards
+/// without an index: how many samples each held, once one was streamed to its end.
+struct ShardStream::Learned {
+  explicit Learned(std::size_t shards) : counts(shards, -1) {}
+  void learn(std::size_t s, std::int64_t n) {
+    std::lock_guard lock(mutex);
+    if (counts[s] >= 0) return;
+    counts[s] = n;
+    sum += n;
+  }
+  std::int64_t count(std::size_t s) const {
+    std::lock_guard lock(mutex);
+    return counts[s];
+  }
+  std::int64_t total() const {
+    std::lock_guard lock(mutex);
+    return sum;
+  }
+
+ private:
+  mutable std::mutex mutex;
+  std::vector<std::int64_t> counts;  // per shard: -1 while not known
+  std::int64_t sum = 0;
+};
+
 ShardStream::ShardStream(const std::filesystem::path& root, ShardStreamOptions options)
-    : dataset_(ShardDataset::streamed(root, options.shards)), options_(std::move(options)) {}
+    : dataset_(ShardDataset::streamed(root, options.shards)),
+      options_(std::move(options)),
+      learned_(std::make_shared<Learned>(dataset_.shards().size())) {}
 
 ShardStream::ShardStream(std::vector<std::string> shards, ShardStreamOptions options)
     : dataset_(std::move(shards), options.shards, ShardDataset::AllowUnindexed{}),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      learned_(std::make_shared<Learned>(dataset_.shards().size())) {}
+
+std::int64_t ShardStream::total_samples() const noexcept {
+  return dataset_.size() + learned_->total();
+}
+
+void ShardStream::set_driver(asio::io_context& ctx) noexcept {
+  driver_.ctx = &ctx;
+  driver_.pid = static_cast<long>(::getpid());
+}
+
+std::shared_ptr<io::HttpClient> ShardStream::client() const {
+  // A forked worker process has the parent's pointer but not its driver thread.
+  if (driver_.ctx && driver_.pid == static_cast<long>(::getpid())) {
+    return io::HttpClient::on(*driver_.ctx);
+  }
+  return io::HttpClient::shared();
+}
 
 std::vector<std::size_t> ShardStream::shards_for(std::uint64_t epoch_seed, int shard_id,
                                                  int num_shards) const {
@@ -258,7 +356,7 @@ std::vector<std::size_t> ShardStream::shards_for(std::uint64_t epoch_seed, int s
   return mine;
 }
 
-Generator<ShardSample> ShardStream::stream(const WorkerInfo& info) {
+AsyncGenerator<ShardSample> ShardStream::stream(const WorkerInfo& info) {
   if (static_cast<std::size_t>(info.num_shards()) > dataset_.shards().size()) {
     coload::detail::warn_once("shard-stream-few-shards",
                               "ShardStream: " + std::to_string(dataset_.shards().size()) +
@@ -268,12 +366,22 @@ Generator<ShardSample> ShardStream::stream(const WorkerInfo& info) {
   return run(this, info);
 }
 
-Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
+Generator<ShardSample> ShardStream::samples(const WorkerInfo& info) { return drain(stream(info)); }
+
+AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
   const std::uint64_t epoch_seed = info.seed - static_cast<std::uint64_t>(info.id);
   const int sid = info.shard_id(), ns = info.num_shards();
   const std::vector<std::size_t> order = self->shards_for(epoch_seed, sid, ns);
   const ShardDataset& data = self->dataset_;
   const std::size_t capacity = std::max<std::size_t>(self->options_.shuffle_buffer, 1);
+  const std::size_t window = std::max<std::size_t>(self->options_.read_ahead / 2, 1 << 16);
+  // Shards by URL: the driver's client in a loader (its waits hold no thread), else the
+  // process's own. Made only when a shard is remote.
+  std::shared_ptr<io::HttpClient> client;
+  const auto http = [&]() -> io::HttpClient& {
+    if (!client) client = self->client();
+    return *client;
+  };
   std::vector<ShardSample> buffer;
   if (self->resume_) {
     Position r = std::move(*self->resume_);
@@ -284,7 +392,7 @@ Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
                             " in another epoch or split, not of shard " + std::to_string(sid) +
                             " of " + std::to_string(ns));
     }
-    for (std::int64_t g : r.buffer) buffer.push_back(data.read(g));
+    for (std::int64_t g : r.buffer) buffer.push_back(co_await read_sample(data, g, http()));
     self->progress_ = std::move(r);
   } else {
     self->progress_ = Position{epoch_seed, sid, ns, 0, 0,
@@ -292,6 +400,13 @@ Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
                                {}};
   }
   Position& pos = *self->progress_;
+  const bool skip = self->options_.skip_failed_shards || self->on_error_ == OnError::skip;
+  const auto count_skipped = [&](std::int64_t n) {
+    self->skipped_ += n;
+    // Counted where the loader counts its skips (DataLoader::skipped()); the warning names
+    // them, once for the shard rather than once a sample.
+    if (self->skip_log_) self->skip_log_->add(n);
+  };
   // Passes a sample through the shuffle buffer: what to hand out now, if anything. `g` is its
   // global index (-1: a shard without an index), kept for the state.
   const auto shuffle = [&](ShardSample&& x, std::int64_t g) -> std::optional<ShardSample> {
@@ -314,32 +429,39 @@ Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
     const std::size_t s = order[pos.shard_pos];
     const ShardIndex& shard = data.shards()[s];
     if (!data.indexed(s)) {
-      // No index: streamed by its tar headers. Its samples have no global index (-1 in the
-      // state's buffer), so a state taken among them cannot be resumed (load_state says so).
-      if (pos.sample > 0) {
-        throw InvalidArgument("ShardStream::load_state: the state is inside shard '" +
-                              shard.path + "', which has no index: a resume cannot find its "
-                              "place there");
-      }
+      // No index: streamed by its tar headers, its samples counted as they come (and kept
+      // for total_samples() once it ends). A state taken inside it resumes by streaming it
+      // again from its start and dropping the samples already handed out: an archive's order
+      // is fixed. (One whose shuffle buffer holds its samples is refused by load_state.)
+      const std::size_t already = pos.sample;
+      std::size_t seen = 0;
       std::string lost;
+      std::int64_t left = 0;
       try {
-        for (auto& x : detail::stream_unindexed(
-                 shard.path, std::max<std::size_t>(self->options_.read_ahead / 2, 1 << 16),
-                 data.options().retry)) {
+        http();
+        auto samples = detail::stream_unindexed(client, shard.path, window, data.options().retry);
+        while (ShardSample* x = co_await samples.next()) {
+          if (seen++ < already) continue;
           ++pos.sample;
-          if (auto out = shuffle(std::move(x), -1)) co_yield std::move(*out);
+          if (auto out = shuffle(std::move(*x), -1)) co_yield std::move(*out);
         }
+        self->learned_->learn(s, static_cast<std::int64_t>(seen));
       } catch (const io::HttpError& e) {
+        // How many are lost is known when an earlier epoch streamed the shard whole.
+        const std::int64_t known = self->learned_->count(s);
+        left = known >= 0 ? std::max<std::int64_t>(known - static_cast<std::int64_t>(seen), 0) : 0;
         lost = std::string(e.what()) + "; shard '" + shard.path + "' has no index: " +
-               std::to_string(pos.sample) +
-               " of its samples were read, the rest (how many is not known) are lost to this "
-               "epoch";
-        if (!(self->options_.skip_failed_shards || self->on_error_ == OnError::skip)) {
-          throw io::HttpError(e.url(), e.status(), e.attempts(), lost);
-        }
+               std::to_string(seen) + " of its samples were read, " +
+               (known >= 0 ? "the other " + std::to_string(left) + " of its " +
+                                 std::to_string(known) + " are lost to this epoch"
+                           : std::string("the rest (how many is not known: it was never "
+                                         "streamed whole) are lost to this epoch"));
+        if (!skip) throw io::HttpError(e.url(), e.status(), e.attempts(), lost);
       }
-      // Skipped: named, not counted (its samples were never known).
-      if (!lost.empty()) coload::detail::warn("ShardStream: skipped: " + lost);
+      if (!lost.empty()) {
+        coload::detail::warn("ShardStream: skipped: " + lost);
+        if (left > 0) count_skipped(left);
+      }
       continue;
     }
     if (pos.sample >= shard.samples.size()) continue;
@@ -347,25 +469,30 @@ Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
     // first sample), and the next shard's, so that its first reads overlap this one's tail.
     std::unique_ptr<ChunkReader> reader = std::move(next_reader);
     if (!reader || next_reader_shard != s || pos.sample != 0) {
-      reader = open_reader(shard, self->options_, data.options().direct,
+      reader = open_reader(http(), shard, self->options_, data.options().direct,
                            shard.samples[pos.sample].begin, spare);
     }
     next_reader.reset();
     for (std::size_t k = pos.shard_pos + 1; k < order.size(); ++k) {
       const ShardIndex& following = data.shards()[order[k]];
       if (following.samples.empty()) continue;
-      next_reader = open_reader(following, self->options_, data.options().direct,
+      next_reader = open_reader(http(), following, self->options_, data.options().direct,
                                 following.samples.front().begin, spare);
       next_reader_shard = order[k];
       break;
     }
+    const bool waits = reader->waits();
     while (pos.sample < shard.samples.size()) {
       const IndexSample& is = shard.samples[pos.sample];
       ShardSample x;
       x.data = io::Buffer(static_cast<std::size_t>(is.end - is.begin));
       bool lost = false;
       try {
-        reader->copy(is.begin, is.end, x.data.data(), is.key);
+        if (waits) {
+          co_await reader->copy_async(is.begin, is.end, x.data.data(), is.key);
+        } else {
+          reader->copy(is.begin, is.end, x.data.data(), is.key);
+        }
       } catch (const io::HttpError& e) {
         // The client gave up on the shard: say which samples it held and how many of them were
         // read, so that a caller knows exactly what this epoch is missing.
@@ -378,14 +505,9 @@ Generator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info) {
                 std::to_string(first + static_cast<std::int64_t>(shard.samples.size()) - 1) +
                 ", of which " + std::to_string(pos.sample) + " were read and " +
                 std::to_string(left) + " are lost to this epoch");
-        const bool skip =
-            self->options_.skip_failed_shards || self->on_error_ == OnError::skip;
         if (!skip) throw named;
         coload::detail::warn(std::string("ShardStream: skipped: ") + named.what());
-        self->skipped_ += static_cast<std::int64_t>(left);
-        // Counted where the loader counts its skips (DataLoader::skipped()); the warning
-        // above names them, once for the shard rather than once a sample.
-        if (self->skip_log_) self->skip_log_->add(static_cast<std::int64_t>(left));
+        count_skipped(static_cast<std::int64_t>(left));
         lost = true;
       }
       if (lost) break;  // on to the next shard, whose reader is already running

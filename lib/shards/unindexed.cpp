@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "coload/coro/task.hpp"
 #include "coload/shards/index.hpp"
 
 namespace coload::shards::detail {
@@ -24,6 +25,7 @@ std::uint64_t padding(std::uint64_t size) noexcept {
 
 /// The body and the bytes of the sample being gathered.
 struct Walk {
+  std::shared_ptr<io::HttpClient> client;
   std::string url;
   std::size_t window = 0;
   io::RetryOptions retry;
@@ -35,31 +37,31 @@ struct Walk {
 
   void open_body() {
     asked = offset;
-    body = io::HttpClient::shared()->stream(url, offset, ~std::uint64_t{0}, window, 0, retry);
+    body = client->stream(url, offset, ~std::uint64_t{0}, window, 0, retry);
   }
 
   /// Reads up to `n` bytes to `dst` (nullptr drops them), fewer only at the shard's end.
   /// Where the body ends early, it is asked for again from the byte reached: a response whose
   /// Content-Length lied looks complete, and with no index telling the shard's size only the
   /// server can say whether more follows (416: no more).
-  std::size_t read(std::byte* dst, std::size_t n) {
+  Task<std::size_t> read(std::byte* dst, std::size_t n) {
     std::size_t got = 0;
     for (;;) {
       std::size_t more = 0;
       try {
-        more = body->read_up_to(dst ? dst + got : nullptr, n - got);
+        more = co_await body->read_async(dst ? dst + got : nullptr, n - got);
       } catch (const io::HttpError& e) {
-        if (e.status() != 416) throw;
+        if (e.status() != 416) throw;  // 416: nothing past the byte reached
       }
       offset += more;
       got += more;
-      if (got == n || offset == asked) return got;  // done, or nothing gained since asked
+      if (got == n || offset == asked) co_return got;  // done, or nothing gained since asked
       open_body();
     }
   }
 
   /// Reads `n` bytes, kept when a sample is open; a body that ends first is a torn shard.
-  void take(std::uint64_t n, const std::string& member, std::uint64_t header, const char* what) {
+  Task<void> take(std::uint64_t n, std::string member, std::uint64_t header, const char* what) {
     while (n > 0) {
       const auto k = static_cast<std::size_t>(std::min<std::uint64_t>(n, piece));
       std::byte* dst = nullptr;
@@ -67,7 +69,7 @@ struct Walk {
         raw.resize(raw.size() + k);  // grows only as bytes arrive, piece by piece
         dst = raw.data() + raw.size() - k;
       }
-      if (read(dst, k) < k) {
+      if (co_await read(dst, k) < k) {
         throw ShardError(url, member, header,
                          std::string("the archive ends inside ") + what +
                              " (a torn or truncated shard)");
@@ -76,8 +78,8 @@ struct Walk {
     }
   }
   /// Reads an extended header's data (a long name, pax records), bounded by the limits.
-  std::vector<std::byte> extended(std::uint64_t size, std::uint64_t header, const char* what,
-                                  const TarLimits& limits) {
+  Task<std::vector<std::byte>> extended(std::uint64_t size, std::uint64_t header,
+                                        const char* what, TarLimits limits) {
     if (size > limits.max_extended_header) {
       throw ShardError(url, "", header,
                        std::string(what) + " of " + std::to_string(size) +
@@ -88,19 +90,21 @@ struct Walk {
     const bool was_open = open;
     std::vector<std::byte> data(static_cast<std::size_t>(size));
     open = true;  // read into raw, then moved out
-    take(size, "", header, what);
+    co_await take(size, "", header, what);
     std::memcpy(data.data(), raw.data() + before, data.size());
     if (!was_open) raw.resize(before);
     open = was_open;
-    return data;
+    co_return data;
   }
 };
 
 }  // namespace
 
-Generator<ShardSample> stream_unindexed(std::string url, std::size_t window,
-                                        io::RetryOptions retry, TarLimits limits) {
+AsyncGenerator<ShardSample> stream_unindexed(std::shared_ptr<io::HttpClient> client,
+                                             std::string url, std::size_t window,
+                                             io::RetryOptions retry, TarLimits limits) {
   Walk w;
+  w.client = std::move(client);
   w.url = url;
   w.window = window;
   w.retry = retry;
@@ -128,7 +132,7 @@ Generator<ShardSample> stream_unindexed(std::string url, std::size_t window,
   std::byte block[tar_block];
   for (;;) {
     const std::uint64_t at = w.offset;
-    const std::size_t got = w.read(block, tar_block);
+    const std::size_t got = co_await w.read(block, tar_block);
     if (got < tar_block) {
       throw ShardError(url, long_name.value_or(pax.path.value_or("")), at,
                        got == 0 ? "the archive ends without its end-of-archive block "
@@ -149,26 +153,26 @@ Generator<ShardSample> stream_unindexed(std::string url, std::size_t window,
     name = pax.path ? *pax.path : long_name ? *long_name : h->name;
     switch (h->type) {
       case TarEntryType::gnu_long_name: {
-        const auto data = w.extended(size, at, "GNU long name", limits);
+        const auto data = co_await w.extended(size, at, "GNU long name", limits);
         const char* p = reinterpret_cast<const char*>(data.data());
         long_name = std::string(p, strnlen(p, data.size()));
-        w.take(padding(size), "", at, "GNU long name");
+        co_await w.take(padding(size), "", at, "GNU long name");
         pending = true;
         continue;
       }
       case TarEntryType::pax_local: {
-        const auto data = w.extended(size, at, "pax header", limits);
+        const auto data = co_await w.extended(size, at, "pax header", limits);
         try {
           parse_pax_records(data, pax);
         } catch (const TarFormatError& e) {
           throw ShardError(url, "", at, e.what());
         }
-        w.take(padding(size), "", at, "pax header");
+        co_await w.take(padding(size), "", at, "pax header");
         pending = true;
         continue;
       }
       case TarEntryType::gnu_long_link:
-        w.take(size + padding(size), "", at, "GNU long link");
+        co_await w.take(size + padding(size), "", at, "GNU long link");
         pending = true;
         continue;
       case TarEntryType::file:
@@ -186,14 +190,14 @@ Generator<ShardSample> stream_unindexed(std::string url, std::size_t window,
           }
           cur.fields.push_back(ShardField{field, static_cast<std::size_t>(w.offset - begin),
                                           static_cast<std::size_t>(size)});
-          w.take(size, name, first_header, "a member's data");
+          co_await w.take(size, name, first_header, "a member's data");
           end = w.offset;
-          w.take(padding(size), name, first_header, "a member's padding");
+          co_await w.take(padding(size), name, first_header, "a member's padding");
           break;
         }
         [[fallthrough]];  // metadata or a name without a field: skipped, as an index skips it
       default:  // pax_global (ignored, as tarfile does) and other entries: skipped
-        w.take(size + padding(size), name, first_header, "an entry's data");
+        co_await w.take(size + padding(size), name, first_header, "an entry's data");
         break;
     }
     long_name.reset();

@@ -226,7 +226,7 @@ TEST_CASE("a stream's state() continues mid-shard with its shuffle buffer: nothi
     std::vector<std::string> whole;
     {
       shards::ShardStream s = proto;
-      for (auto& x : s.stream(info)) whole.push_back(x.key);
+      for (auto& x : s.samples(info)) whole.push_back(x.key);
     }
     REQUIRE(whole.size() > 10);
     for (std::size_t cut : {std::size_t{0}, std::size_t{3}, whole.size() / 2, whole.size()}) {
@@ -234,7 +234,7 @@ TEST_CASE("a stream's state() continues mid-shard with its shuffle buffer: nothi
       std::string state;
       {
         shards::ShardStream s = proto;
-        auto gen = s.stream(info);
+        auto gen = s.samples(info);
         // Takes `cut` samples and asks for no more before state(), as the loader does.
         if (cut > 0) {
           auto it = gen.begin();
@@ -245,18 +245,18 @@ TEST_CASE("a stream's state() continues mid-shard with its shuffle buffer: nothi
       }
       shards::ShardStream resumed = proto;
       resumed.load_state(state);
-      for (auto& x : resumed.stream(info)) got.push_back(x.key);
+      for (auto& x : resumed.samples(info)) got.push_back(x.key);
       CHECK(got == whole);
     }
     // A state of another worker is refused.
     shards::ShardStream other = proto;
     {
       shards::ShardStream s = proto;
-      auto gen = s.stream(info);
+      auto gen = s.samples(info);
       (void)gen.begin();
       other.load_state(s.state());
     }
-    CHECK_THROWS_AS(other.stream(WorkerInfo{.id = 0, .num_workers = 2, .seed = 77}).begin(),
+    CHECK_THROWS_AS(other.samples(WorkerInfo{.id = 0, .num_workers = 2, .seed = 77}).begin(),
                     InvalidArgument);
   }
 }
@@ -371,7 +371,7 @@ TEST_CASE("a shard the webdataset package wrote reads unchanged, map-style and s
   shards::ShardStream stream(std::filesystem::path(fixture),
                              {.shards = {.index = {.write = false}}, .shuffle_shards = false});
   int i = 0;
-  for (auto& s : stream.stream(WorkerInfo{.id = 0, .num_workers = 1})) {
+  for (auto& s : stream.samples(WorkerInfo{.id = 0, .num_workers = 1})) {
     check(s, i++);
   }
   CHECK(i == 5);

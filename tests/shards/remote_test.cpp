@@ -25,69 +25,15 @@
 #include "coload/shards/index.hpp"
 #include "coload/shards/stream.hpp"
 #include "coload/shards/writer.hpp"
+#include "remote_support.hpp"
 #include "serve.hpp"
 #include "shards_test_support.hpp"
 
 // After the coload headers: libtorch's glog defines a CHECK of its own, which doctest's replaces.
 #include <doctest/doctest.h>
 
-using namespace coload;
-namespace fs = std::filesystem;
-using shards_test::bytes_of;
+using namespace remote_test;
 
-namespace {
-
-shards_test::Server* server = nullptr;
-fs::path* root = nullptr;  // the served folder: "shards/" holds the shards
-constexpr std::int64_t total = 120;
-
-// Sample i's bytes; another `version` changes every byte but no length.
-std::string payload(std::int64_t i, int version = 0) {
-  std::string s(static_cast<std::size_t>(100 + (i * 677) % 9000), '\0');
-  for (std::size_t k = 0; k < s.size(); ++k) {
-    s[k] = static_cast<char>((i * 31 + k * 7 + static_cast<std::size_t>(version) * 101) & 0xff);
-  }
-  return s;
-}
-
-void write_shards(const fs::path& dir, int version = 0) {
-  shards::Writer writer(dir, {.shard_size = 60000});
-  for (std::int64_t i = 0; i < total; ++i) {
-    char key[16];
-    std::snprintf(key, sizeof key, "s%05lld", static_cast<long long>(i));
-    const std::string id = std::to_string(i), bin = payload(i, version);
-    const shards::WriteField fields[] = {{"id", bytes_of(id)}, {"bin", bytes_of(bin)}};
-    writer.write(key, fields);
-  }
-  writer.finish();
-}
-
-std::string url(const std::string& mode, const std::string& path = "shards/") {
-  return "http://127.0.0.1:" + std::to_string(server->proxy) + "/" + mode + "/" + path;
-}
-
-// Each sample's key and bytes, in the order streamed.
-std::vector<std::string> epoch(shards::ShardStream& stream, const WorkerInfo& info) {
-  std::vector<std::string> out;
-  for (auto& s : stream.stream(info)) {
-    if (s.text("bin") != payload(std::stoll(s.text("id")))) {
-      throw std::runtime_error("sample " + s.key + " came back altered");
-    }
-    out.push_back(s.key + '\0' + s.text("id") + '\0' + s.text("bin"));
-  }
-  return out;
-}
-
-shards::ShardStreamOptions stream_options(std::size_t read_ahead = 64 << 10) {
-  return {.shuffle_shards = true, .shuffle_buffer = 7, .read_ahead = read_ahead};
-}
-
-std::vector<std::string> local_epoch(const WorkerInfo& info) {
-  shards::ShardStream local(*root / "shards", stream_options());
-  return epoch(local, info);
-}
-
-}  // namespace
 
 TEST_SUITE("shards") {
 
@@ -190,11 +136,6 @@ TEST_CASE("map-style batches by URL: neighbours in a shard share one ranged GET"
 }
 
 namespace {
-// The threads of this process now.
-std::size_t threads_now() {
-  return static_cast<std::size_t>(std::distance(fs::directory_iterator("/proc/self/task"),
-                                                fs::directory_iterator{}));
-}
 // get_async(i) run as the loader's inline driver runs it: this thread runs the io_context's
 // handlers (the curl sockets' and timer's among them) until the sample is there.
 shards::ShardSample get_on(asio::io_context& ctx, const shards::ShardDataset& ds, io::Reader& r,
@@ -326,7 +267,7 @@ TEST_CASE("a cache entry is for one version of its shard: one rewritten to the s
   const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 21};
   const auto bins = [&](shards::ShardStream& stream, int version) {
     std::size_t good = 0;
-    for (auto& s : stream.stream(info)) {
+    for (auto& s : stream.samples(info)) {
       good += s.text("bin") == payload(std::stoll(s.text("id")), version);
     }
     return good;
@@ -359,7 +300,7 @@ TEST_CASE("exact resume by URL: a state taken mid-shard continues with nothing l
   shards::ShardStream first(url("ok"), stream_options());
   std::vector<std::string> got;
   std::string state;
-  for (auto& s : first.stream(info)) {
+  for (auto& s : first.samples(info)) {
     got.push_back(s.key + '\0' + s.text("id") + '\0' + s.text("bin"));
     if (got.size() == 50) {
       state = first.state();
@@ -400,7 +341,7 @@ TEST_CASE("a shard that keeps failing ends the epoch with an error naming URL, s
   shards::ShardStream remote(url("always503"), {.shuffle_shards = false});
   std::size_t got = 0;
   try {
-    for (auto& s : remote.stream(info)) {
+    for (auto& s : remote.samples(info)) {
       (void)s;
       ++got;
     }
@@ -425,7 +366,7 @@ TEST_CASE("skip_failed_shards: a shard that fails for good is left out and count
                              {.shuffle_shards = false, .skip_failed_shards = true});
   const auto& lost = remote.dataset().shards()[2];
   std::set<std::int64_t> ids;
-  for (auto& s : remote.stream(info)) ids.insert(std::stoll(s.text("id")));
+  for (auto& s : remote.samples(info)) ids.insert(std::stoll(s.text("id")));
   const auto first = remote.dataset().offsets()[2];
   const auto n = static_cast<std::int64_t>(lost.samples.size());
   CHECK(remote.skipped_samples() == n);
@@ -434,33 +375,6 @@ TEST_CASE("skip_failed_shards: a shard that fails for good is left out and count
     CHECK(ids.count(i) == (i >= first && i < first + n ? 0u : 1u));
   }
 }
-
-namespace {
-// The samples' ids as an int64 tensor, each sample checked against what was written.
-struct CheckedIds {
-  at::Tensor operator()(std::vector<shards::ShardSample> samples) const {
-    std::vector<std::int64_t> ids;
-    for (const auto& s : samples) {
-      const std::int64_t i = std::stoll(s.text("id"));
-      if (s.text("bin") != payload(i)) {
-        throw std::runtime_error("sample " + std::to_string(i) + " came back altered");
-      }
-      ids.push_back(i);
-    }
-    return at::tensor(ids, at::kLong);
-  }
-};
-
-template <class Loader>
-std::vector<std::int64_t> all_ids(Loader& loader) {
-  std::vector<std::int64_t> out;
-  for (auto& b : loader) {
-    const at::Tensor t = b.contiguous();
-    out.insert(out.end(), t.data_ptr<std::int64_t>(), t.data_ptr<std::int64_t>() + t.numel());
-  }
-  return out;
-}
-}  // namespace
 
 TEST_CASE("a loader over a ShardDataset by URL: its GETs on the loader's driver, every sample once") {
   int nonce = 0;
@@ -584,6 +498,7 @@ TEST_CASE("shards without an index stream by their tar headers: the local epoch,
                                stream_options(16 << 10));
     CHECK(remote.total_samples() == 0);  // not known before they are streamed
     CHECK(epoch(remote, info) == local);
+    CHECK(remote.total_samples() == total);  // known once streamed whole
   }
   // Ranks x workers: every sample exactly once.
   std::multiset<std::string> all;
@@ -614,7 +529,7 @@ TEST_CASE("shards without an index: map-style says it needs the index; a torn on
   shards::ShardStream torn(url("ok", "torn/"), {.shuffle_shards = false});
   std::size_t got = 0;
   try {
-    for (auto& x : torn.stream(info)) {
+    for (auto& x : torn.samples(info)) {
       CHECK(x.text("bin") == payload(std::stoll(x.text("id"))));
       ++got;
     }
@@ -628,7 +543,7 @@ TEST_CASE("shards without an index: map-style says it needs the index; a torn on
   CHECK(got < static_cast<std::size_t>(indexed.offsets()[2]));
   // A state taken among such samples cannot be resumed, and says why.
   shards::ShardStream remote(url("ok", "noindex/"), stream_options());
-  auto stream = remote.stream(info);
+  auto stream = remote.samples(info);
   auto it = stream.begin();
   for (int k = 0; k < 10; ++k) ++it;
   const std::string state = remote.state();
@@ -666,7 +581,7 @@ TEST_CASE("a loader over shards without an index: every sample once; on_error = 
 TEST_CASE("403 and 404 fail at once, naming the URL") {
   shards::ShardStream forbidden(url("403"), {.shuffle_shards = false});
   try {
-    for (auto& s : forbidden.stream(WorkerInfo{.num_workers = 1})) (void)s;
+    for (auto& s : forbidden.samples(WorkerInfo{.num_workers = 1})) (void)s;
     FAIL("no error");
   } catch (const io::HttpError& e) {
     CHECK(e.status() == 403);
@@ -694,7 +609,7 @@ TEST_CASE("a shard whose size differs from its index is refused, naming both siz
   const WorkerInfo info{.num_workers = 1};
   shards::ShardStream remote(url("ok", "changed/"), {.shuffle_shards = false});
   CHECK_THROWS_WITH_AS(
-      [&] { for (auto& s : remote.stream(info)) (void)s; }(),
+      [&] { for (auto& s : remote.samples(info)) (void)s; }(),
       doctest::Contains("the shard changed since it was indexed"), io::HttpError);
 }
 

@@ -20,6 +20,7 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
   lie<k>        says Content-Length is half the body, sends that half and closes
   lielong<k>    says Content-Length is 1000 bytes more than the body, sends the body and closes
   always503     answers 503 to every request
+  from<k>       no fault for the first k requests of each target (a later epoch's fail)
   403           answers 403
 http://127.0.0.1:<proxy>/count/<mode> answers the number of requests made under /<mode>/ so far.
 """
@@ -106,12 +107,14 @@ class Proxy:
         tokens = mode.split(",")
         opts = {}
         for t in tokens:
-            k = re.fullmatch(r"(lat|bw|reset|503x|short|lie|lielong)(\d+)", t)
+            k = re.fullmatch(r"(lat|bw|reset|503x|short|lie|lielong|from)(\d+)", t)
             if k:
                 opts[k.group(1)] = int(k.group(2))
         faulty = path.endswith(".tar") or "all" in tokens
         only = [t[2:] for t in tokens if t.startswith("on")]
         if only and not any(o in path for o in only):
+            faulty = False
+        if n <= opts.get("from", 0):
             faulty = False
         hit = lambda name: faulty and n <= opts.get(name, 0)
         if "lat" in opts:

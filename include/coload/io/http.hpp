@@ -5,6 +5,7 @@
 // exponential backoff and jitter, and a body resumes from the byte it reached (Range).
 
 #include <chrono>
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -76,7 +77,8 @@ class HttpClient;
 
 /// The bytes [begin, end) of one URL, arriving in order; at most `window` bytes are held
 /// received ahead of the reader (the transfer is paused beyond it). Destroying it cancels the
-/// transfer. One reader thread at a time.
+/// transfer. One reader at a time: a thread (read, read_up_to, skip), or a coroutine
+/// (wait_for, read_async, skip_async), which waits without holding its thread.
 class BodyStream {
  public:
   ~BodyStream();
@@ -84,15 +86,34 @@ class BodyStream {
   BodyStream& operator=(const BodyStream&) = delete;
 
   /// Copies the next `n` bytes to `dst`, waiting for them. Throws HttpError when the transfer
-  /// failed for good, or when the body ends before them.
+  /// failed for good, or when the body ends before them. On the io_context of a client made
+  /// by HttpClient::on, which it would wait for, a wait is refused (LogicError).
   void read(std::byte* dst, std::size_t n);
   /// Copies up to `n` bytes to `dst` (nullptr drops them), fewer only where the body ends;
   /// returns how many. Throws HttpError when the transfer failed for good.
   std::size_t read_up_to(std::byte* dst, std::size_t n);
   /// Skips the next `n` bytes.
   void skip(std::uint64_t n);
+
+  class Wait;
+  /// Awaitable for a coroutine: ready once `n` bytes (at most the window's worth) are held
+  /// received ahead of the reader, or the body has ended or failed. While it waits no thread
+  /// is held; it goes on in a handler of the client's io_context (HttpClient::on's: the
+  /// loader's driver), or at once when the bytes are already here. A coroutine destroyed while
+  /// it waits is never resumed (the wait is withdrawn with it); destroy it on the io_context's
+  /// thread, or while nothing runs the io_context. When the io_context is destroyed first, the
+  /// waiting coroutine is not resumed either: its owner destroys it.
+  Wait wait_for(std::size_t n) noexcept;
+  /// read_up_to for a coroutine: waits (as wait_for) whenever the bytes held run out.
+  Task<std::size_t> read_async(std::byte* dst, std::size_t n);
+  /// skip for a coroutine.
+  Task<void> skip_async(std::uint64_t n);
+  /// The bytes received and not yet read: what the next read takes without waiting.
+  std::size_t available() const;
   /// The offset in the URL's body of the next byte read() returns.
   std::uint64_t position() const noexcept { return position_; }
+  /// The URL.
+  const std::string& url() const noexcept;
 
   struct Transfer;
 
@@ -100,9 +121,31 @@ class BodyStream {
   friend class HttpClient;
   BodyStream(std::shared_ptr<HttpClient> client, std::shared_ptr<Transfer> transfer,
              std::uint64_t begin);
+  /// Up to `n` bytes held now (waiting first for one when `wait`); 0 at the body's end.
+  std::size_t take(std::byte* dst, std::size_t n, bool wait);
   std::shared_ptr<HttpClient> client_;
   std::shared_ptr<Transfer> transfer_;
   std::uint64_t position_;
+};
+
+/// What BodyStream::wait_for returns: co_await it (once).
+class BodyStream::Wait {
+ public:
+  Wait(const Wait&) = delete;
+  Wait& operator=(const Wait&) = delete;
+  /// Withdraws a wait still registered or a resumption still posted (the awaiting coroutine
+  /// is being destroyed), so that nothing resumes its frame afterwards.
+  ~Wait();
+  bool await_ready() const;
+  bool await_suspend(std::coroutine_handle<> h);
+  void await_resume() const noexcept {}
+
+ private:
+  friend class BodyStream;
+  Wait(std::shared_ptr<Transfer> t, std::size_t n) noexcept : t_(std::move(t)), n_(n) {}
+  std::shared_ptr<Transfer> t_;
+  std::size_t n_;
+  std::coroutine_handle<> h_;  // set while registered
 };
 
 /// A libcurl multi handle and the io_context that drives it. Thread-safe.
@@ -117,11 +160,12 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
   /// The process's client with default options, made on first use and made afresh in a
   /// forked child (the parent's driver thread does not exist there).
   static std::shared_ptr<HttpClient> shared();
-  /// The client driven by `ctx` (a loader's driver), made on first use and closed when `ctx`
-  /// is destroyed (what is still in flight then fails, naming the URL). Its transfers run
-  /// between ctx's other handlers: no thread of their own. Call on ctx's thread, or while no
-  /// thread runs it. Its blocking calls (get, get_range, stream) refuse to run on ctx's
-  /// thread, which they would wait for: co_await get_range_async there.
+  /// The client driven by `ctx` (a loader's driver), made on first use (from any thread) and
+  /// closed when `ctx` is destroyed (what is still in flight then fails, naming the URL; a
+  /// coroutine still waiting is not resumed: its owner destroys it). Its transfers run
+  /// between ctx's other handlers: no thread of their own. Its blocking calls (get,
+  /// get_range, a BodyStream's read) refuse to wait on ctx's thread, which they would wait
+  /// for: co_await get_range_async or a BodyStream's read_async there.
   static std::shared_ptr<HttpClient> on(asio::io_context& ctx);
 
   // Each request retries as `retry` says (validated: InvalidArgument naming the option).
@@ -138,7 +182,8 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
   /// of the client's io_context (on()'s: the loader's driver). `dst` must outlive it.
   Task<void> get_range_async(std::string url, std::uint64_t begin, std::uint64_t end,
                              std::byte* dst, std::uint64_t size = 0, RetryOptions retry = {});
-  /// Streams bytes [begin, end) of `url` (see BodyStream); `size` as for get_range.
+  /// Streams bytes [begin, end) of `url` (see BodyStream); `size` as for get_range. It starts
+  /// the transfer and returns without waiting (any thread, ctx's too).
   std::unique_ptr<BodyStream> stream(const std::string& url, std::uint64_t begin,
                                      std::uint64_t end, std::size_t window,
                                      std::uint64_t size = 0, const RetryOptions& retry = {});

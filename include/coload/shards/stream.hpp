@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "coload/core/worker_info.hpp"
+#include "coload/coro/async_generator.hpp"
 #include "coload/coro/generator.hpp"
 #include "coload/shards/dataset.hpp"
 
@@ -48,12 +49,22 @@ struct ShardStreamOptions {
 /// in chunks of `read_size` with the next chunk read ahead on a helper thread; samples pass
 /// through a shuffle buffer seeded from the epoch seed and the worker's shard id.
 ///
+/// Shards by URL are read through an io::HttpClient: in a loader, the one on its driver
+/// (set_driver), so that a worker waiting for bytes holds no thread: the stream is an
+/// AsyncGenerator whose waits go on in the driver's handlers, and the worker only copies out
+/// and parses bytes that have arrived. Read-ahead is bounded in shards (the one being read and
+/// the next) and in bytes (`read_ahead`). Outside a loader the process's own client is used
+/// (samples() waits for it on the calling thread).
+///
 /// Exact resume: `state()` names the worker's position (its shard, the next sample, the
 /// shuffle buffer's samples and its random state) after the samples yielded so far;
 /// `load_state()` makes the next stream() continue from there, re-reading the buffered samples
 /// with ranged reads: nothing is lost, nothing repeated. With process workers the loader
 /// cannot carry per-worker state and replays each worker's stream up to the saved batch
-/// instead (deterministic, so still exact).
+/// instead (deterministic, so still exact). A position inside a shard by URL without an index
+/// resumes by streaming that shard again from its start and dropping the samples already
+/// handed out (an archive's order is fixed); a state whose shuffle buffer holds samples of such
+/// a shard cannot be re-read, and load_state refuses it.
 class ShardStream {
  public:
   using sample_type = ShardSample;
@@ -63,8 +74,16 @@ class ShardStream {
   /// The given shards.
   explicit ShardStream(std::vector<std::string> shards, ShardStreamOptions options = {});
 
-  /// This worker's samples for the epoch whose seed `info` carries.
-  Generator<ShardSample> stream(const WorkerInfo& info);
+  /// This worker's samples for the epoch whose seed `info` carries (what a loader streams).
+  AsyncGenerator<ShardSample> stream(const WorkerInfo& info);
+  /// The same samples for a plain loop: stream(), each sample waited for on this thread.
+  Generator<ShardSample> samples(const WorkerInfo& info);
+
+  /// The loader's driver, given by the loader before it starts each stream in this process:
+  /// shards by URL are then read through io::HttpClient::on(ctx), so that no worker thread
+  /// waits for the network. `ctx` must outlive the streams started after this call. Not given
+  /// in a worker process (the process's own client is used there).
+  void set_driver(asio::io_context& ctx) noexcept;
 
   /// Where this replica's stream stands (text; see the class comment).
   std::string state() const;
@@ -81,10 +100,14 @@ class ShardStream {
     skip_log_ = log;
   }
   /// The samples this replica left out (`skip_failed_shards`, or the loader's `on_error =
-  /// skip`), over all its epochs.
+  /// skip`), over all its epochs. A shard without an index that fails counts the samples it
+  /// had left when its count is known (see total_samples()); otherwise its warning says the
+  /// count is not known, and it adds nothing here.
   std::int64_t skipped_samples() const noexcept { return skipped_; }
-  /// The samples over all shards.
-  std::int64_t total_samples() const noexcept { return dataset_.size(); }
+  /// The samples over all shards, as far as they are known: a shard by URL without an index
+  /// counts once this stream (or a copy of it, in this process) has streamed it to its end;
+  /// before that it counts 0.
+  std::int64_t total_samples() const noexcept;
   /// The shards worker `shard_id` of `num_shards` streams in the epoch of `epoch_seed`, in order.
   std::vector<std::size_t> shards_for(std::uint64_t epoch_seed, int shard_id,
                                       int num_shards) const;
@@ -103,10 +126,27 @@ class ShardStream {
   };
 
  private:
-  static Generator<ShardSample> run(ShardStream* self, WorkerInfo info);
+  static AsyncGenerator<ShardSample> run(ShardStream* self, WorkerInfo info);
+  std::shared_ptr<io::HttpClient> client() const;
 
+  struct Learned;  // the sample counts of shards without an index, once streamed whole
   ShardDataset dataset_;  // indices and files, shared by copies
   ShardStreamOptions options_;
+  std::shared_ptr<Learned> learned_;  // shared by copies
+  // The loader's driver, in the process that set it. Not copied: a copy (a worker's replica,
+  // which the loader gives its driver again, or a user's) must not outlive it holding it.
+  struct DriverRef {
+    asio::io_context* ctx = nullptr;
+    long pid = 0;
+    DriverRef() = default;
+    DriverRef(const DriverRef&) noexcept {}
+    DriverRef& operator=(const DriverRef&) noexcept {
+      ctx = nullptr;
+      pid = 0;
+      return *this;
+    }
+  };
+  DriverRef driver_;
   std::optional<Position> progress_;  // this replica's stream (copies do not share it)
   std::optional<Position> resume_;    // from load_state, for the next stream()
   std::int64_t skipped_ = 0;

@@ -133,7 +133,7 @@ Rate stream_bytes(const fs::path& dir, bool direct) {
   coload::shards::ShardStream stream(dir, {.shards = {.direct = direct}, .shuffle_shards = false});
   std::int64_t samples = 0, bytes = 0;
   const auto t = Clock::now();
-  for (auto& s : stream.stream(coload::WorkerInfo{.id = 0, .num_workers = 1})) {
+  for (auto& s : stream.samples(coload::WorkerInfo{.id = 0, .num_workers = 1})) {
     ++samples;
     for (const auto& f : s.fields) bytes += static_cast<std::int64_t>(f.size);
   }

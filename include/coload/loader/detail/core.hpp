@@ -69,6 +69,7 @@ class LoaderCore {
                            static_cast<std::size_t>(workers_.capacity()) + 2, driver_.context());
     fetcher_.pinned = device_.pinned.get();
     place_ = make_place(fetcher_, driver_, recorder, workers_, device_.backend);
+    fetcher_.driver_context = &driver_.context();
     if constexpr (Plan::is_async) {
       reader_ = std::make_unique<io::Reader>(driver_.context());
       fetcher_.reader = reader_.get();

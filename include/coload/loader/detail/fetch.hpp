@@ -273,6 +273,7 @@ class Fetcher {
   int rank = 0;
   int world_size = 1;
   io::Reader* reader = nullptr;        ///< asynchronous datasets only
+  asio::io_context* driver_context = nullptr;  ///< the driver's, for share_driver
   PinnedPool* pinned = nullptr;        ///< pin_memory with a device runtime
   Recorder* recorder = nullptr;        ///< the loader's metrics (a forked worker binds to it)
 
@@ -283,6 +284,16 @@ class Fetcher {
   void share_error_policy(S& stream) {
     if constexpr (requires { stream.set_error_policy(options.on_error, &skips); }) {
       stream.set_error_policy(options.on_error, &skips);
+    }
+  }
+
+  /// Gives a stream that takes it (ShardStream::set_driver) this loader's driver, where its
+  /// network waits go on without holding a worker thread. Not in a worker process: the driver
+  /// is the parent's there.
+  template <class S>
+  void share_driver(S& stream) {
+    if constexpr (requires { stream.set_driver(*driver_context); }) {
+      if (driver_context) stream.set_driver(*driver_context);
     }
   }
 

@@ -215,6 +215,7 @@ class StreamRun final : public RunBase<D, C>, public StreamSource<typename Fetch
             }
           }
           fetcher.share_error_policy(dataset);
+          fetcher.share_driver(dataset);
           s.cursor.emplace(dataset.stream(std::as_const(info)));
         } catch (...) {
           throw wrap_current_exception(who, batch_no, -1, "starting the stream for");

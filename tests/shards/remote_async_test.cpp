@@ -1,0 +1,298 @@
+// Shards by URL read without holding a thread: a ShardStream's waits go on in the handlers of
+// the loader's driver (its io_context), a loader streaming by URL gives the local epoch's
+// batches exactly, and the HTTP client's completion path withdraws a wait whose coroutine
+// goes away (its frame destroyed, or its io_context destroyed first). Part of
+// shards_remote_test (remote_test.cpp starts the servers).
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <coroutine>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "coload/coro/task.hpp"
+#include "coload/io/http.hpp"
+#include "coload/loader/data_loader.hpp"
+#include "coload/shards/dataset.hpp"
+#include "coload/shards/stream.hpp"
+#include "remote_support.hpp"
+
+// After the coload headers: libtorch's glog defines a CHECK of its own, which doctest's replaces.
+#include <doctest/doctest.h>
+
+using namespace remote_test;
+
+namespace {
+
+// A coroutine the test owns: it starts at once, and its frame stays until the test drops it,
+// suspended or finished: what resumes it, and when, is what the cases check.
+struct Owned {
+  struct promise_type {
+    Owned get_return_object() noexcept {
+      return Owned{std::coroutine_handle<promise_type>::from_promise(*this)};
+    }
+    std::suspend_never initial_suspend() const noexcept { return {}; }
+    std::suspend_always final_suspend() const noexcept { return {}; }
+    void return_void() const noexcept {}
+    void unhandled_exception() noexcept { error = std::current_exception(); }
+    std::exception_ptr error;
+  };
+  explicit Owned(std::coroutine_handle<promise_type> h) noexcept : handle(h) {}
+  Owned(Owned&& o) noexcept : handle(std::exchange(o.handle, {})) {}
+  Owned(const Owned&) = delete;
+  ~Owned() {
+    if (handle) handle.destroy();
+  }
+  bool done() const noexcept { return handle.done(); }
+  std::coroutine_handle<promise_type> handle;
+};
+
+// Awaits `task`; `resumed` says whether it ever came back (with its value or its error).
+Owned await_then(Task<void> task, bool& resumed) {
+  try {
+    co_await std::move(task);
+  } catch (...) {
+  }
+  resumed = true;
+}
+
+// Waits for `n` bytes of `body`.
+Owned wait_then(io::BodyStream& body, std::size_t n, bool& resumed) {
+  co_await body.wait_for(n);
+  resumed = true;
+}
+
+// Every sample of `stream` (each checked), noting whether a next() is pending.
+Owned drain(shards::ShardStream& stream, WorkerInfo info, std::vector<std::string>& out,
+            bool& waiting, bool& done) {
+  auto gen = stream.stream(info);
+  for (;;) {
+    waiting = true;
+    shards::ShardSample* s = co_await gen.next();
+    waiting = false;
+    if (!s) break;
+    if (s->text("bin") != payload(std::stoll(s->text("id")))) {
+      throw std::runtime_error("sample " + s->key + " came back altered");
+    }
+    out.push_back(s->key + '\0' + s->text("id") + '\0' + s->text("bin"));
+  }
+  done = true;
+}
+
+// The ids a loader over `data` delivers, in order; `threads` counts this process's threads
+// while the first batch is in hand.
+template <class D>
+std::vector<std::int64_t> loader_ids(const D& data, int workers, Executor executor,
+                                     std::size_t* threads = nullptr) {
+  auto loader = make_data_loader(
+      data, LoaderOptions<CheckedIds>{.batch_size = 8, .num_workers = workers, .seed = 9,
+                                      .executor = executor});
+  std::vector<std::int64_t> out;
+  for (auto& b : loader) {
+    if (threads && out.empty()) *threads = threads_now();
+    const at::Tensor t = b.contiguous();
+    out.insert(out.end(), t.data_ptr<std::int64_t>(), t.data_ptr<std::int64_t>() + t.numel());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("shards") {
+
+TEST_CASE("a stream by URL on a driver holds no thread while it waits: the driver runs other handlers meanwhile") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  const auto local = local_epoch(info);
+  const std::size_t before = threads_now();
+  asio::io_context ctx;
+  // Slow: every shard waits 20 ms for its answer and comes at 1 MiB/s.
+  shards::ShardStream remote(url("lat20,bw1000,d1"), stream_options(16 << 10));
+  remote.set_driver(ctx);
+  std::vector<std::string> got;
+  bool waiting = false, done = false;
+  int ticks = 0, ticks_waiting = 0;
+  std::size_t during = 0;
+  // A heartbeat on the same io_context: it can beat while the stream waits only if the wait
+  // holds no thread (a blocking read on this io_context's own thread would be refused).
+  asio::steady_timer beat(ctx);
+  std::function<void()> arm = [&] {
+    beat.expires_after(std::chrono::milliseconds(2));
+    beat.async_wait([&](const asio::error_code& ec) {
+      if (ec || done) return;
+      ++ticks;
+      if (waiting) ++ticks_waiting;
+      if (ticks == 20) during = threads_now();
+      arm();
+    });
+  };
+  std::optional<Owned> reader;
+  asio::post(ctx, [&] { reader.emplace(drain(remote, info, got, waiting, done)); });
+  arm();
+  while (!done && ctx.run_one() > 0) {
+    if (reader && reader->handle.promise().error) break;
+  }
+  REQUIRE(reader);
+  if (auto e = reader->handle.promise().error) std::rethrow_exception(e);
+  CHECK(done);
+  CHECK(got == local);
+  CHECK(ticks_waiting > 10);  // the thread ran the heartbeat while samples were awaited
+  CHECK(ticks >= ticks_waiting);
+  CHECK(during == before);  // no thread of the client's own
+}
+
+TEST_CASE("a loader streaming shards by URL gives the local epoch's batches exactly, with every placement and under faults") {
+  const shards::ShardStream local(*root / "shards", {.shuffle_buffer = 5});
+  struct Case {
+    int workers;
+    Executor executor;
+  };
+  int nonce = 0;
+  for (const Case c : {Case{0, Executor::threads}, Case{2, Executor::threads},
+                       Case{2, Executor::processes}}) {
+    std::size_t local_threads = 0;
+    const auto expected = loader_ids(local, c.workers, c.executor, &local_threads);
+    REQUIRE(expected.size() == static_cast<std::size_t>(total));
+    for (const char* mode : {"ok", "reset1", "503x1,lat10", "lie1"}) {
+      CAPTURE(c.workers);
+      CAPTURE(static_cast<int>(c.executor));
+      CAPTURE(mode);
+      const shards::ShardStream remote(url(std::string(mode) + ",p" + std::to_string(nonce++)),
+                                       {.shuffle_buffer = 5, .read_ahead = 64 << 10});
+      std::size_t threads = 0;
+      CHECK(loader_ids(remote, c.workers, c.executor, &threads) == expected);
+      // No more threads than over the folder (whose reader has a helper thread of its own):
+      // the transfers run on the loader's driver.
+      if (c.executor == Executor::threads) CHECK(threads <= local_threads);
+    }
+  }
+}
+
+TEST_CASE("a loader destroyed mid-stream with transfers in flight returns and leaves no thread behind") {
+  const std::size_t before = threads_now();
+  for (int workers : {0, 2}) {
+    CAPTURE(workers);
+    // Slow enough that the epoch is far from over: each shard 50 ms away, 256 KiB/s.
+    const shards::ShardStream remote(url("lat50,bw256,k" + std::to_string(workers)),
+                                     {.shuffle_buffer = 5, .read_ahead = 32 << 10});
+    std::int64_t seen = 0;
+    {
+      auto loader = make_data_loader(
+          remote, LoaderOptions<CheckedIds>{.batch_size = 4, .num_workers = workers, .seed = 1});
+      for (auto& b : loader) {
+        seen += b.numel();
+        if (seen >= 8) break;
+      }
+    }  // destroyed here, with each worker's stream waiting for bytes
+    CHECK(seen >= 8);
+    // Joined, not left to a detached thread after the destructor's grace period.
+    CHECK(threads_now() == before);
+  }
+}
+
+TEST_CASE("an io_context destroyed while get_range_async waits: the coroutine is not resumed, and its owner frees it") {
+  const shards::ShardDataset ds(*root / "shards");
+  const auto& shard = ds.shards()[0];
+  std::vector<std::byte> dst(static_cast<std::size_t>(shard.samples[0].end));
+  bool resumed = false;
+  auto ctx = std::make_unique<asio::io_context>();
+  {
+    auto client = io::HttpClient::on(*ctx);
+    // The proxy answers after 3 s: the GET is in flight for the whole case.
+    Owned waiting = await_then(client->get_range_async(url("lat3000,g1") + "shard-000000.tar", 0,
+                                                       dst.size(), dst.data()),
+                               resumed);
+    ctx->run_for(std::chrono::milliseconds(100));
+    CHECK_FALSE(resumed);
+    ctx.reset();  // closes the client: the transfer fails; nothing runs on in the teardown
+    CHECK_FALSE(resumed);
+    CHECK_FALSE(waiting.done());
+  }  // its owner frees the frame (and with it the body and the client)
+  CHECK_FALSE(resumed);
+}
+
+TEST_CASE("a coroutine destroyed after its resumption was posted is never resumed") {
+  const shards::ShardDataset ds(*root / "shards");
+  const std::vector<std::byte> file = shards_test::read_bytes(*root / "shards" / "shard-000000.tar");
+  const std::size_t n = 4096;
+  REQUIRE(file.size() > n);
+  asio::io_context ctx;
+  auto client = io::HttpClient::on(ctx);
+  auto body = client->stream(url("ok,w1") + "shard-000000.tar", 0, n, 1 << 20);
+  bool resumed = false;
+  {
+    Owned waiting = wait_then(*body, n, resumed);
+    CHECK_FALSE(resumed);
+    // One handler at a time until the bytes are here: the one that appended the last of them
+    // posted the resumption, which has not run yet.
+    while (body->available() < n && ctx.run_one() > 0) {
+    }
+    REQUIRE(body->available() == n);
+    CHECK_FALSE(resumed);
+  }  // destroyed with its resumption posted: the wait is withdrawn
+  ctx.restart();
+  ctx.poll();  // runs the posted handler, which finds nothing to resume
+  CHECK_FALSE(resumed);
+  std::vector<std::byte> got(n);
+  CHECK(body->read_up_to(got.data(), n) == n);  // the bytes stay readable
+  CHECK(std::equal(got.begin(), got.end(), file.begin()));
+}
+
+TEST_CASE("shards without an index: a state inside one resumes exactly; a later epoch's failure counts the samples it held") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  const shards::ShardStreamOptions plain{.shuffle_shards = true, .read_ahead = 64 << 10};
+  shards::ShardStream whole_stream(url("ok,x1", "noindex/"), plain);
+  const auto whole = epoch(whole_stream, info);
+  REQUIRE(whole.size() == static_cast<std::size_t>(total));
+  for (std::size_t cut : {std::size_t{5}, std::size_t{17}, std::size_t{61}}) {
+    CAPTURE(cut);
+    shards::ShardStream first(url("ok,x2", "noindex/"), plain);
+    std::vector<std::string> got;
+    std::string state;
+    {
+      auto gen = first.samples(info);
+      auto it = gen.begin();
+      // Takes `cut` samples and asks for no more before state(), as the loader does.
+      for (std::size_t k = 0; k < cut; ++k) {
+        if (k > 0) ++it;
+        got.push_back((*it).key + '\0' + (*it).text("id") + '\0' + (*it).text("bin"));
+      }
+      state = first.state();
+    }
+    shards::ShardStream second(url("ok,x2", "noindex/"), plain);
+    second.load_state(state);  // inside a shard without an index: accepted
+    const auto rest = epoch(second, info);
+    got.insert(got.end(), rest.begin(), rest.end());
+    CHECK(got == whole);
+  }
+  // Shard 2 answers its first request (the first epoch) and then fails for good: in the
+  // second epoch its samples, known from the first, are counted as skipped.
+  const shards::ShardDataset indexed(*root / "shards");
+  const std::int64_t first = indexed.offsets()[2], n = indexed.offsets()[3] - first;
+  using std::chrono::milliseconds;
+  shards::ShardStream failing(
+      url("from1,always503,on000002", "noindex/"),
+      {.shards = {.retry = {.attempts = 2, .backoff = milliseconds(1), .max_backoff = milliseconds(1)}},
+       .shuffle_shards = false,
+       .skip_failed_shards = true});
+  CHECK(failing.total_samples() == 0);
+  CHECK(epoch(failing, info).size() == static_cast<std::size_t>(total));
+  CHECK(failing.total_samples() == total);
+  CHECK(failing.skipped_samples() == 0);
+  std::set<std::int64_t> ids;
+  for (auto& s : failing.samples(info)) ids.insert(std::stoll(s.text("id")));
+  CHECK(failing.skipped_samples() == n);
+  CHECK(ids.size() == static_cast<std::size_t>(total - n));
+  for (std::int64_t i = first; i < first + n; ++i) CHECK(ids.count(i) == 0);
+}
+
+}  // TEST_SUITE

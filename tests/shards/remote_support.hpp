@@ -1,0 +1,108 @@
+#pragma once
+// What the tests of shards by URL share (remote_test.cpp, remote_async_test.cpp, one
+// executable): the served folder and serve.py's ports (set by main), the samples written,
+// the URL of a fault mode, and an epoch's samples as text.
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "coload/core/worker_info.hpp"
+#include "coload/shards/stream.hpp"
+#include "coload/shards/writer.hpp"
+#include "serve.hpp"
+#include "shards_test_support.hpp"
+
+namespace remote_test {
+
+using namespace coload;
+namespace fs = std::filesystem;
+using shards_test::bytes_of;
+
+inline shards_test::Server* server = nullptr;
+inline fs::path* root = nullptr;  // the served folder: "shards/" holds the shards
+constexpr std::int64_t total = 120;
+
+// Sample i's bytes; another `version` changes every byte but no length.
+inline std::string payload(std::int64_t i, int version = 0) {
+  std::string s(static_cast<std::size_t>(100 + (i * 677) % 9000), '\0');
+  for (std::size_t k = 0; k < s.size(); ++k) {
+    s[k] = static_cast<char>((i * 31 + k * 7 + static_cast<std::size_t>(version) * 101) & 0xff);
+  }
+  return s;
+}
+
+inline void write_shards(const fs::path& dir, int version = 0) {
+  shards::Writer writer(dir, {.shard_size = 60000});
+  for (std::int64_t i = 0; i < total; ++i) {
+    char key[16];
+    std::snprintf(key, sizeof key, "s%05lld", static_cast<long long>(i));
+    const std::string id = std::to_string(i), bin = payload(i, version);
+    const shards::WriteField fields[] = {{"id", bytes_of(id)}, {"bin", bytes_of(bin)}};
+    writer.write(key, fields);
+  }
+  writer.finish();
+}
+
+inline std::string url(const std::string& mode, const std::string& path = "shards/") {
+  return "http://127.0.0.1:" + std::to_string(server->proxy) + "/" + mode + "/" + path;
+}
+
+// Each sample's key and bytes, in the order streamed.
+inline std::vector<std::string> epoch(shards::ShardStream& stream, const WorkerInfo& info) {
+  std::vector<std::string> out;
+  for (auto& s : stream.samples(info)) {
+    if (s.text("bin") != payload(std::stoll(s.text("id")))) {
+      throw std::runtime_error("sample " + s.key + " came back altered");
+    }
+    out.push_back(s.key + '\0' + s.text("id") + '\0' + s.text("bin"));
+  }
+  return out;
+}
+
+inline shards::ShardStreamOptions stream_options(std::size_t read_ahead = 64 << 10) {
+  return {.shuffle_shards = true, .shuffle_buffer = 7, .read_ahead = read_ahead};
+}
+
+inline std::vector<std::string> local_epoch(const WorkerInfo& info) {
+  shards::ShardStream local(*root / "shards", stream_options());
+  return epoch(local, info);
+}
+
+
+// The threads of this process now.
+inline std::size_t threads_now() {
+  return static_cast<std::size_t>(std::distance(fs::directory_iterator("/proc/self/task"),
+                                                fs::directory_iterator{}));
+}
+
+// The samples' ids as an int64 tensor, each sample checked against what was written.
+struct CheckedIds {
+  at::Tensor operator()(std::vector<shards::ShardSample> samples) const {
+    std::vector<std::int64_t> ids;
+    for (const auto& s : samples) {
+      const std::int64_t i = std::stoll(s.text("id"));
+      if (s.text("bin") != payload(i)) {
+        throw std::runtime_error("sample " + std::to_string(i) + " came back altered");
+      }
+      ids.push_back(i);
+    }
+    return at::tensor(ids, at::kLong);
+  }
+};
+
+template <class Loader>
+std::vector<std::int64_t> all_ids(Loader& loader) {
+  std::vector<std::int64_t> out;
+  for (auto& b : loader) {
+    const at::Tensor t = b.contiguous();
+    out.insert(out.end(), t.data_ptr<std::int64_t>(), t.data_ptr<std::int64_t>() + t.numel());
+  }
+  return out;
+}
+
+}  // namespace remote_test
