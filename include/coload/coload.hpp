@@ -29,6 +29,7 @@
 #include "coload/dataset/torch_data.hpp"
 #include "coload/device/device.hpp"
 #include "coload/exec/errors.hpp"
+#include "coload/exec/fork.hpp"
 #include "coload/exec/process.hpp"
 #include "coload/exec/thread_executor.hpp"
 #include "coload/exec/worker_info.hpp"
