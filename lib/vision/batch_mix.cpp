@@ -57,7 +57,7 @@ void cutmix_in_place(at::Tensor& images, const BatchMixParams& p) {
   if (span == 0 || y2 == y1) return;
   float* x = images.data_ptr<float>();
   const std::int64_t image = channels * height * width;
-  // Row `i`'s box, one line at a time, to or from `to` (the box of another row or `saved`).
+  // Hands `f` each line of row `i`'s box (every channel, every row of the box), in one order.
   const auto each_line = [&](std::int64_t i, auto&& f) {
     for (std::int64_t c = 0; c < channels; ++c) {
       for (std::int64_t y = y1; y < y2; ++y) f(x + i * image + (c * height + y) * width + x1);
