@@ -71,7 +71,9 @@ inline constexpr std::int64_t default_max_image_pixels = 89'478'485;
 std::int64_t max_image_pixels() noexcept;
 /// Sets max_image_pixels(); 0 removes the limit; a negative value throws InvalidArgument.
 void set_max_image_pixels(std::int64_t limit);
-/// Raises DecompressionBombError when `width × height` exceeds max_image_pixels().
+/// Raises DecompressionBombError when `width × height` exceeds max_image_pixels(), and
+/// DecodeError above 2^40 pixels whatever the limit says (0 included): no decode's size
+/// arithmetic may wrap on a declared size.
 void check_image_pixels(std::int64_t width, std::int64_t height);
 
 /// The formats `decode` understands, told apart by their signature bytes (never by a file's
