@@ -130,14 +130,7 @@ void resize_crop_rows(std::span<const std::byte> encoded, const ImageInfo& info,
       decode.stop();
       StageTimer transform(Stage::transform);
       const ImageView image{region->pixels, region->width, region->height, 3, region->stride};
-      const auto shift = [](AxisSpec a, int origin) {
-        a.in0 -= origin;
-        a.in1 -= origin;
-        a.lo -= origin;
-        a.hi -= origin;
-        return a;
-      };
-      resample<3>(image, shift(full_x, region->x0), shift(full_y, region->y0), sink);
+      resample<3>(image, shifted(full_x, region->x0), shifted(full_y, region->y0), sink);
       finish();
       return;
     }

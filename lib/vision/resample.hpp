@@ -49,6 +49,16 @@ struct AxisSpec {
   int count = 0;
 };
 
+/// `a` with positions counted from `origin` (a decoded region's first pixel) instead of 0: the
+/// same filter taps, read from the region.
+inline AxisSpec shifted(AxisSpec a, int origin) {
+  a.in0 -= origin;
+  a.in1 -= origin;
+  a.lo -= origin;
+  a.hi -= origin;
+  return a;
+}
+
 struct AxisCoeffs {
   int ksize = 0;
   std::vector<int> start;  // first source pixel of each output pixel

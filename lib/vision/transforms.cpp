@@ -81,15 +81,8 @@ CropSource decode_crop_source(std::span<const std::byte> encoded, const CropBox&
     if (auto region = detail::decode_jpeg_region(encoded, sy.lo, sx.lo, sy.hi - sy.lo,
                                                  sx.hi - sx.lo, pixels, d)) {
       s.image = ImageView{region->pixels, region->width, region->height, 3, region->stride};
-      const auto shift = [](AxisSpec a, int origin) {
-        a.in0 -= origin;
-        a.in1 -= origin;
-        a.lo -= origin;
-        a.hi -= origin;
-        return a;
-      };
-      s.ax = shift(sx, region->x0);
-      s.ay = shift(sy, region->y0);
+      s.ax = shifted(sx, region->x0);
+      s.ay = shifted(sy, region->y0);
       return s;
     }
   }
