@@ -55,7 +55,7 @@ std::vector<std::uint8_t>& warp_source() {
 
 // torchvision rounds a float result back to uint8 (torch.round: half to even), unclamped.
 inline std::uint8_t round_u8(float v) noexcept {
-  return static_cast<std::uint8_t>(static_cast<int>(std::nearbyint(v)));
+  return static_cast<std::uint8_t>(static_cast<int>(round_even(v)));
 }
 
 }  // namespace
@@ -91,8 +91,8 @@ void warp_grid(RgbSpan img, Interpolation interpolation, const std::vector<float
       const float ix = (gx + 1.0f) * scale_x - 0.5f;
       const float iy = (gy + 1.0f) * scale_y - 0.5f;
       if (interpolation == Interpolation::nearest) {
-        const float rx = std::nearbyint(ix);
-        const float ry = std::nearbyint(iy);
+        const float rx = round_even(ix);
+        const float ry = round_even(iy);
         if (rx >= 0 && rx < static_cast<float>(w) && ry >= 0 && ry < static_cast<float>(h)) {
           std::memcpy(out, at(static_cast<int>(rx), static_cast<int>(ry)), 3);
         } else {
@@ -205,9 +205,7 @@ void warp_perspective(RgbSpan img, const std::array<float, 8>& c, Interpolation 
 
 namespace {
 
-float uniform(at::Generator& gen, double lo, double hi) {
-  return at::empty({1}, at::kFloat).uniform_(lo, hi, gen).item<float>();
-}
+float uniform(at::Generator& gen, double lo, double hi) { return draw_uniform(lo, hi, gen); }
 
 void check_range(const std::array<double, 2>& r, const char* name, std::string& error) {
   // NOTE: torchvision's _setup_angle turns a single number d into (-d, d) ("If degrees is a
@@ -338,7 +336,7 @@ RandomPerspective::Corners RandomPerspective::get_params(int height, int width,
   // get_params(width, height, distortion_scale): x then y of each corner, in torchvision's
   // order, each `torch.randint(low, high)`.
   const auto randint = [&](std::int64_t low, std::int64_t high) {
-    return static_cast<int>(at::randint(low, high, {1}, gen).item<std::int64_t>());
+    return static_cast<int>(detail::draw_int(low, high, gen));
   };
   const int dw = static_cast<int>(distortion_scale * (width / 2));
   const int dh = static_cast<int>(distortion_scale * (height / 2));

@@ -173,7 +173,7 @@ RecipeParams Recipe::sample(const ImageInfo& info, at::Generator& gen) const {
   for (const Plan::Step& step : plan.steps) {
     // Each random op draws `torch.rand(1) < p`, whatever p, as torchvision's do.
     const bool drawn =
-        step.p >= 0.0 && at::rand({1}, gen).item<float>() < static_cast<float>(step.p);
+        step.p >= 0.0 && detail::draw_unit(gen) < static_cast<float>(step.p);
     if (drawn) params.applied |= std::uint64_t{1} << step.op;
     switch (step.kind) {
       case Plan::Kind::jitter: params.draws[step.op].jitter = step.jitter.get_params(gen); break;
@@ -270,7 +270,7 @@ void Recipe::apply_rows(std::span<const std::byte> encoded, const ImageInfo& inf
       detail::gray_row(row, gray.data(), w, grays);
       row = gray.data();
     }
-    detail::write_normalized_row(plan.table, row, w, h, vflip ? h - 1 - y : y, hflip, dst);
+    detail::normalize_row(plan.table.value, row, w, h, vflip ? h - 1 - y : y, hflip, dst);
   };
   run_geometry(plan, encoded, info, params, sink, [&] {
     if (erase) float_ops(params, dst);
@@ -339,8 +339,8 @@ void Recipe::finish_whole(const RecipeParams& params, bool erase, float* dst) co
     }
   }
   for (int y = 0; y < h; ++y) {
-    detail::write_normalized_row(plan.table, crop.data() + static_cast<std::size_t>(y) * row_bytes,
-                                 w, h, y, false, dst);
+    detail::normalize_row(plan.table.value, crop.data() + static_cast<std::size_t>(y) * row_bytes,
+                          w, h, y, false, dst);
   }
   if (erase) float_ops(params, dst);
 }
