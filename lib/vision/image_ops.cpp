@@ -108,9 +108,12 @@ float draw_unit(at::Generator& gen) {
 }
 
 std::int64_t draw_int(std::int64_t low, std::int64_t high, at::Generator& gen) {
-  auto* cpu = draw_form() == DrawForm::aten || low >= high ? nullptr : cpu_generator(gen);
-  if (cpu == nullptr) return at::randint(low, high, {1}, gen).item<std::int64_t>();
+  // ATen takes 32 bits for a range below 2^28 and 64 from 2^32 on; between, torch 1.13 takes 32
+  // and 2.x 64 (its threshold moved to 2^28): there, ATen's own call.
   const std::uint64_t range = static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(low);
+  const bool known = low < high && (range < (std::uint64_t{1} << 28) || range >= (std::uint64_t{1} << 32));
+  auto* cpu = draw_form() == DrawForm::aten || !known ? nullptr : cpu_generator(gen);
+  if (cpu == nullptr) return at::randint(low, high, {1}, gen).item<std::int64_t>();
   std::lock_guard<std::mutex> lock(gen.mutex());
   const std::uint64_t word = range >= (std::uint64_t{1} << 32) ? cpu->random64() : cpu->random();
   return static_cast<std::int64_t>(word % range + static_cast<std::uint64_t>(low));

@@ -28,7 +28,8 @@ inline std::uint8_t gray_of(std::uint8_t r, std::uint8_t g, std::uint8_t b) noex
 // dispatcher with a tensor allocated and read back: about 3% of the resnet50 recipe's CPU. These
 // compute the same values from the same generator's words, as ATen's CPU kernels do
 // (ATen/core/TransformationHelper.h, the same in torch 1.13 and 2.x): randint takes 32 bits
-// (64 from a range of 2^32 or more) modulo the range; a float32 uniform_ takes the low 24 bits
+// modulo a range below 2^28, 64 from 2^32 on (between, 1.13 takes 32 and 2.x 64: ATen's call
+// there); a float32 uniform_ takes the low 24 bits
 // of 32 as x in [0, 1) and returns x · (to − from) + from. That last expression is compiled
 // per CPU capability, and the AVX2/AVX-512 kernels contract it to one FMA while the default one
 // rounds twice (both torch versions, measured): so the first draw of a process asks ATen's own
