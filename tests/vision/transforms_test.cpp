@@ -383,6 +383,13 @@ TEST_CASE("draws without a tensor equal ATen's rand, randint and uniform_ on the
   }
   CHECK(apart > drawn / 10);
   CHECK(as_found == drawn);
+  // aten_exp (in place on the thread's tensor) is at::exp of a fresh one.
+  int exp_differ = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const float v = -3.0f + 6.0f * static_cast<float>(i) / 20000.0f;
+    exp_differ += vision::detail::aten_exp(v) != at::exp(at::empty({1}, at::kFloat).fill_(v)).item<float>();
+  }
+  CHECK(exp_differ == 0);
   // A range ATen refuses keeps ATen's error.
   at::Generator g = coload::make_generator(1);
   CHECK_THROWS_WITH_AS(vision::detail::draw_uniform(2.0, 1.0, g),
