@@ -55,7 +55,7 @@ std::vector<std::uint8_t>& warp_source() {
 
 // torchvision rounds a float result back to uint8 (torch.round: half to even), unclamped.
 inline std::uint8_t round_u8(float v) noexcept {
-  return static_cast<std::uint8_t>(static_cast<int>(std::nearbyint(v)));
+  return static_cast<std::uint8_t>(static_cast<int>(round_even(v)));
 }
 
 }  // namespace
@@ -84,6 +84,37 @@ void warp_grid(RgbSpan img, Interpolation interpolation, const std::vector<float
   std::uint8_t fill_u8[3];
   for (int c = 0; c < 3; ++c) fill_u8[c] = round_u8(fills[c]);
   const auto at = [&](int x, int y) { return src + (static_cast<std::size_t>(y) * w + x) * 3; };
+  if (interpolation == Interpolation::nearest && w < (1 << 21) && h < (1 << 21)) {
+    // Nearest, a row at a time: first every output's source offset (-1 outside), a loop that
+    // vectorises, then the copies. The rounding adds and subtracts 1.5 · 2^23 without
+    // round_even's branch: exact below 2^22 in magnitude, and at or above it the result stays
+    // at least 2^22 - 1 in magnitude (inf and NaN stay themselves), outside the image as the
+    // exact rounding is.
+    thread_local std::vector<int> offsets;
+    offsets.resize(static_cast<std::size_t>(w));
+    int* offset = offsets.data();
+    const auto fw = static_cast<float>(w);
+    const auto fh = static_cast<float>(h);
+    for (int y = 0; y < h; ++y) {
+      for (int x = 0; x < w; ++x) {
+        const auto [gx, gy] = grid(x, y);
+        const float ix = (gx + 1.0f) * scale_x - 0.5f;
+        const float iy = (gy + 1.0f) * scale_y - 0.5f;
+        const float rx = (ix + 12582912.0f) - 12582912.0f;
+        const float ry = (iy + 12582912.0f) - 12582912.0f;
+        const bool inside = (rx >= 0.0f) & (rx < fw) & (ry >= 0.0f) & (ry < fh);
+        const int sx = static_cast<int>(inside ? rx : 0.0f);
+        const int sy = static_cast<int>(inside ? ry : 0.0f);
+        offset[x] = inside ? (sy * w + sx) * 3 : -1;
+      }
+      std::uint8_t* out = img.data + static_cast<std::size_t>(y) * w * 3;
+      for (int x = 0; x < w; ++x, out += 3) {
+        // Outside: zeros without a fill, else the fill (the mask sampled 0 < 0.5).
+        std::memcpy(out, offset[x] < 0 ? fill_u8 : src + offset[x], 3);
+      }
+    }
+    return;
+  }
   for (int y = 0; y < h; ++y) {
     std::uint8_t* out = img.data + static_cast<std::size_t>(y) * w * 3;
     for (int x = 0; x < w; ++x, out += 3) {
@@ -91,8 +122,8 @@ void warp_grid(RgbSpan img, Interpolation interpolation, const std::vector<float
       const float ix = (gx + 1.0f) * scale_x - 0.5f;
       const float iy = (gy + 1.0f) * scale_y - 0.5f;
       if (interpolation == Interpolation::nearest) {
-        const float rx = std::nearbyint(ix);
-        const float ry = std::nearbyint(iy);
+        const float rx = round_even(ix);
+        const float ry = round_even(iy);
         if (rx >= 0 && rx < static_cast<float>(w) && ry >= 0 && ry < static_cast<float>(h)) {
           std::memcpy(out, at(static_cast<int>(rx), static_cast<int>(ry)), 3);
         } else {
@@ -205,9 +236,7 @@ void warp_perspective(RgbSpan img, const std::array<float, 8>& c, Interpolation 
 
 namespace {
 
-float uniform(at::Generator& gen, double lo, double hi) {
-  return at::empty({1}, at::kFloat).uniform_(lo, hi, gen).item<float>();
-}
+float uniform(at::Generator& gen, double lo, double hi) { return draw_uniform(lo, hi, gen); }
 
 void check_range(const std::array<double, 2>& r, const char* name, std::string& error) {
   // NOTE: torchvision's _setup_angle turns a single number d into (-d, d) ("If degrees is a
@@ -338,7 +367,7 @@ RandomPerspective::Corners RandomPerspective::get_params(int height, int width,
   // get_params(width, height, distortion_scale): x then y of each corner, in torchvision's
   // order, each `torch.randint(low, high)`.
   const auto randint = [&](std::int64_t low, std::int64_t high) {
-    return static_cast<int>(at::randint(low, high, {1}, gen).item<std::int64_t>());
+    return static_cast<int>(detail::draw_int(low, high, gen));
   };
   const int dw = static_cast<int>(distortion_scale * (width / 2));
   const int dh = static_cast<int>(distortion_scale * (height / 2));

@@ -7,10 +7,13 @@
 #include "coload/vision/recipe.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
+#include <mutex>
 #include <string>
 #include <cstddef>
 #include <cstring>
@@ -30,6 +33,124 @@ inline std::uint8_t blend(std::uint8_t a, float ratio, float other) noexcept {
 }
 
 }  // namespace
+
+// ---- Draws ---------------------------------------------------------------------------------
+
+namespace {
+
+// x in [0, 1): the low 24 bits of a 32-bit word over 2^24, exact in float.
+inline float unit_of(std::uint32_t word) noexcept {
+  return static_cast<float>(word & 0xFFFFFFu) * (1.0f / 16777216.0f);
+}
+
+// x · (to − from) + from, rounded after the product and after the sum; the volatile keeps our
+// own compiler from contracting it into an FMA.
+inline float uniform_plain(float x, float from, float to) noexcept {
+  volatile float product = x * (to - from);
+  return product + from;
+}
+
+inline float uniform_fused(float x, float from, float to) noexcept {
+  return std::fma(x, to - from, from);
+}
+
+// The range ATen's uniform_ accepts for float32 without an error: anything else goes to ATen.
+inline bool plain_range(double lo, double hi) noexcept {
+  constexpr double most = std::numeric_limits<float>::max();
+  return lo <= hi && lo >= -most && hi <= most && hi - lo <= most;
+}
+
+at::CPUGeneratorImpl* cpu_generator(at::Generator& gen) {
+  return gen.device().type() == at::kCPU ? at::check_generator<at::CPUGeneratorImpl>(gen) : nullptr;
+}
+
+}  // namespace
+
+DrawForm draw_form() {
+  static const DrawForm form = [] {
+    constexpr std::uint64_t seed = 20261129;
+    at::Generator a = at::detail::createCPUGenerator(seed);
+    at::Generator b = at::detail::createCPUGenerator(seed);
+    auto* words = at::check_generator<at::CPUGeneratorImpl>(b);
+    bool plain = true;
+    bool fused = true;
+    bool same = true;  // the unit and integer draws
+    int told_apart = 0;
+    constexpr double ranges[3][2] = {{0.08, 1.0}, {-0.2876820724517809, 0.28768207245178085}, {-30.0, 30.0}};
+    for (int k = 0; k < 96; ++k) {
+      const auto& r = ranges[k % 3];
+      const float got = at::empty({1}, at::kFloat).uniform_(r[0], r[1], a).item<float>();
+      const float x = unit_of(words->random());
+      const float p = uniform_plain(x, static_cast<float>(r[0]), static_cast<float>(r[1]));
+      const float f = uniform_fused(x, static_cast<float>(r[0]), static_cast<float>(r[1]));
+      plain = plain && got == p;
+      fused = fused && got == f;
+      told_apart += p != f;
+      same = same && at::rand({1}, a).item<float>() == unit_of(words->random());
+      same = same && at::randint(3, 1000, {1}, a).item<std::int64_t>() ==
+                         static_cast<std::int64_t>(words->random() % 997u) + 3;
+      constexpr std::int64_t big = std::int64_t{5} << 32;
+      same = same && at::randint(-7, big, {1}, a).item<std::int64_t>() ==
+                         static_cast<std::int64_t>(words->random64() %
+                                                   static_cast<std::uint64_t>(big + 7)) - 7;
+    }
+    if (!same || told_apart == 0) return DrawForm::aten;
+    return plain ? DrawForm::plain : fused ? DrawForm::fused : DrawForm::aten;
+  }();
+  return form;
+}
+
+float draw_unit(at::Generator& gen) {
+  auto* cpu = draw_form() == DrawForm::aten ? nullptr : cpu_generator(gen);
+  if (cpu == nullptr) return at::rand({1}, gen).item<float>();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return unit_of(cpu->random());
+}
+
+std::int64_t draw_int(std::int64_t low, std::int64_t high, at::Generator& gen) {
+  // ATen takes 32 bits for a range below 2^28 and 64 from 2^32 on; between, torch 1.13 takes 32
+  // and 2.x 64 (its threshold moved to 2^28): there, ATen's own call.
+  const std::uint64_t range = static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(low);
+  const bool known = low < high && (range < (std::uint64_t{1} << 28) || range >= (std::uint64_t{1} << 32));
+  auto* cpu = draw_form() == DrawForm::aten || !known ? nullptr : cpu_generator(gen);
+  if (cpu == nullptr) return at::randint(low, high, {1}, gen).item<std::int64_t>();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  const std::uint64_t word = range >= (std::uint64_t{1} << 32) ? cpu->random64() : cpu->random();
+  return static_cast<std::int64_t>(word % range + static_cast<std::uint64_t>(low));
+}
+
+float draw_uniform(double lo, double hi, at::Generator& gen) {
+  const DrawForm form = draw_form();
+  auto* cpu = form == DrawForm::aten || !plain_range(lo, hi) ? nullptr : cpu_generator(gen);
+  if (cpu == nullptr) return at::empty({1}, at::kFloat).uniform_(lo, hi, gen).item<float>();
+  const auto from = static_cast<float>(lo);
+  const auto to = static_cast<float>(hi);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  const float x = unit_of(cpu->random());
+  return form == DrawForm::fused ? uniform_fused(x, from, to) : uniform_plain(x, from, to);
+}
+
+std::array<double, 2> log_ratio(const std::array<double, 2>& ratio) {
+  thread_local std::array<double, 2> key{NAN, NAN};
+  thread_local std::array<double, 2> value{};
+  if (ratio == key) return value;  // a NaN ratio never matches: computed each time
+  const at::Tensor logs =
+      at::log(at::tensor({static_cast<float>(ratio[0]), static_cast<float>(ratio[1])}));
+  const float* l = logs.data_ptr<float>();
+  value = {l[0], l[1]};
+  key = ratio;
+  return value;
+}
+
+float aten_exp(float v) {
+  // In place on a one-element tensor of the thread's: the same exp kernel as at::exp (exp_ is
+  // exp.out into itself), without allocating two tensors and reading one back a sample.
+  thread_local at::Tensor t = at::empty({1}, at::kFloat);
+  float* value = t.data_ptr<float>();
+  *value = v;
+  t.exp_();
+  return *value;
+}
 
 std::string py_float(double v) {
   char text[32];
@@ -277,7 +398,7 @@ Image rgb_to_grayscale(const ImageView& src, int num_output_channels) {
 }
 
 bool RandomVerticalFlip::draw(at::Generator& gen) const {
-  return at::rand({1}, gen).item<float>() < static_cast<float>(p);
+  return detail::draw_unit(gen) < static_cast<float>(p);
 }
 
 Image RandomVerticalFlip::operator()(Image image, at::Generator& gen) const {
@@ -290,7 +411,7 @@ Image Grayscale::operator()(const Image& image) const {
 }
 
 bool RandomGrayscale::draw(at::Generator& gen) const {
-  return at::rand({1}, gen).item<float>() < static_cast<float>(p);
+  return detail::draw_unit(gen) < static_cast<float>(p);
 }
 
 Image RandomGrayscale::operator()(Image image, at::Generator& gen) const {
@@ -327,7 +448,7 @@ Image checked_copy(const ImageView& src, const char* what) {
 detail::RgbSpan span_of(Image& img) { return {img.data.data(), img.width, img.height}; }
 
 float draw_uniform(at::Generator& gen, double lo, double hi) {
-  return at::empty({1}, at::kFloat).uniform_(lo, hi, gen).item<float>();
+  return detail::draw_uniform(lo, hi, gen);
 }
 
 }  // namespace
@@ -438,19 +559,15 @@ std::optional<CropBox> RandomErasing::get_params(int height, int width, at::Gene
   // NOTE: torchvision's calls on the generator, as RandomResizedCrop::get_params makes them;
   // here h takes sqrt(area · ratio) and w sqrt(area / ratio), the other way round.
   const double area = static_cast<double>(height) * width;
-  const at::Tensor log_ratio =
-      at::log(at::tensor({static_cast<float>(ratio[0]), static_cast<float>(ratio[1])}));
-  const double log_lo = log_ratio[0].item<float>();
-  const double log_hi = log_ratio[1].item<float>();
+  const auto [log_lo, log_hi] = detail::log_ratio(ratio);
   for (int attempt = 0; attempt < 10; ++attempt) {
     const double erase_area = area * draw_uniform(gen, scale[0], scale[1]);
-    const double aspect =
-        at::exp(at::empty({1}, at::kFloat).uniform_(log_lo, log_hi, gen)).item<float>();
+    const double aspect = detail::aten_exp(detail::draw_uniform(log_lo, log_hi, gen));
     const int h = static_cast<int>(std::nearbyint(std::sqrt(erase_area * aspect)));
     const int w = static_cast<int>(std::nearbyint(std::sqrt(erase_area / aspect)));
     if (!(h < height && w < width)) continue;
-    const auto i = at::randint(0, height - h + 1, {1}, gen).item<std::int64_t>();
-    const auto j = at::randint(0, width - w + 1, {1}, gen).item<std::int64_t>();
+    const auto i = detail::draw_int(0, height - h + 1, gen);
+    const auto j = detail::draw_int(0, width - w + 1, gen);
     return CropBox{static_cast<int>(i), static_cast<int>(j), h, w};
   }
   return std::nullopt;
@@ -489,14 +606,14 @@ CropBox RandomCrop::get_params(int image_height, int image_width, at::Generator&
   }
   int top = 0;
   int left = 0;
-  if (ph > th) top = static_cast<int>(at::randint(0, ph - th + 1, {}, gen).item<std::int64_t>());
-  if (pw > tw) left = static_cast<int>(at::randint(0, pw - tw + 1, {}, gen).item<std::int64_t>());
+  if (ph > th) top = static_cast<int>(detail::draw_int(0, ph - th + 1, gen));
+  if (pw > tw) left = static_cast<int>(detail::draw_int(0, pw - tw + 1, gen));
   return CropBox{top, left, th, tw};
 }
 
 at::Tensor RandomErasing::operator()(const at::Tensor& image, at::Generator& gen) const {
   at::Tensor out = image.clone();
-  if (!(at::rand({1}, gen).item<float>() < static_cast<float>(p))) return out;
+  if (!(detail::draw_unit(gen) < static_cast<float>(p))) return out;
   const auto box = get_params(static_cast<int>(image.size(-2)), static_cast<int>(image.size(-1)), gen);
   if (!box) return out;
   const at::Tensor v = at::tensor(value, at::kDouble).to(image.scalar_type()).view({-1, 1, 1});

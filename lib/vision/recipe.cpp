@@ -113,6 +113,40 @@ std::vector<std::uint8_t>& whole_crop() {
   return crop;
 }
 
+// Whether `step` gives the same pixels on a mirrored crop as the mirror of its result: ops that
+// map each pixel alone, or by statistics of the whole crop that ignore order (ColorJitter's
+// contrast and AutoContrast's extremes, Equalize's histogram; contrast's mean is an integer
+// sum), and the other flips. Not the warps, nor Sharpness and the blur, whose float sums run
+// over the neighbours in the other order when mirrored, nor a user's op.
+bool commutes_with_hflip(const Recipe::Plan::Step& step, const std::vector<OpDraw>& draws) {
+  using Kind = Recipe::Plan::Kind;
+  switch (step.kind) {
+    case Kind::hflip:
+    case Kind::vflip:
+    case Kind::gray:
+    case Kind::jitter:
+    case Kind::erase:
+    case Kind::custom_float: return true;
+    case Kind::augment:
+      for (const AugmentStep& s : draws[step.op].augment) {
+        switch (s.op) {
+          case AugmentOp::Identity:
+          case AugmentOp::Brightness:
+          case AugmentOp::Color:
+          case AugmentOp::Contrast:
+          case AugmentOp::Posterize:
+          case AugmentOp::Solarize:
+          case AugmentOp::AutoContrast:
+          case AugmentOp::Equalize:
+          case AugmentOp::Invert: break;
+          default: return false;
+        }
+      }
+      return true;
+    default: return false;
+  }
+}
+
 // The leading geometry, handing each output row to `sink`, then calling `finish()` within the
 // same transform span (one span per sample, as the fixed transforms record).
 template <typename Sink, typename Finish>
@@ -173,7 +207,7 @@ RecipeParams Recipe::sample(const ImageInfo& info, at::Generator& gen) const {
   for (const Plan::Step& step : plan.steps) {
     // Each random op draws `torch.rand(1) < p`, whatever p, as torchvision's do.
     const bool drawn =
-        step.p >= 0.0 && at::rand({1}, gen).item<float>() < static_cast<float>(step.p);
+        step.p >= 0.0 && detail::draw_unit(gen) < static_cast<float>(step.p);
     if (drawn) params.applied |= std::uint64_t{1} << step.op;
     switch (step.kind) {
       case Plan::Kind::jitter: params.draws[step.op].jitter = step.jitter.get_params(gen); break;
@@ -270,7 +304,7 @@ void Recipe::apply_rows(std::span<const std::byte> encoded, const ImageInfo& inf
       detail::gray_row(row, gray.data(), w, grays);
       row = gray.data();
     }
-    detail::write_normalized_row(plan.table, row, w, h, vflip ? h - 1 - y : y, hflip, dst);
+    detail::normalize_row(plan.table.value, row, w, h, vflip ? h - 1 - y : y, hflip, dst);
   };
   run_geometry(plan, encoded, info, params, sink, [&] {
     if (erase) float_ops(params, dst);
@@ -298,10 +332,21 @@ void Recipe::finish_whole(const RecipeParams& params, bool erase, float* dst) co
   const std::size_t row_bytes = static_cast<std::size_t>(w) * 3;
   std::vector<std::uint8_t>& crop = whole_crop();
   const detail::RgbSpan span{crop.data(), w, h};
+  // A horizontal flip waits for the write (which mirrors each row as it goes) while the ops
+  // after it commute with it to the bit, and is done in place before the first that does not.
+  bool mirror = false;
   for (const Plan::Step& step : plan.steps) {
     if (!params.applies(step.op)) continue;
+    if (step.kind == Plan::Kind::hflip) {
+      mirror = !mirror;
+      continue;
+    }
+    if (mirror && !commutes_with_hflip(step, params.draws)) {
+      detail::hflip_inplace(span);
+      mirror = false;
+    }
     switch (step.kind) {
-      case Plan::Kind::hflip: detail::hflip_inplace(span); break;
+      case Plan::Kind::hflip: break;
       case Plan::Kind::vflip: detail::vflip_inplace(span); break;
       case Plan::Kind::gray: detail::grayscale_inplace(span); break;
       case Plan::Kind::jitter: detail::apply_jitter(span, params.draws[step.op].jitter); break;
@@ -339,8 +384,8 @@ void Recipe::finish_whole(const RecipeParams& params, bool erase, float* dst) co
     }
   }
   for (int y = 0; y < h; ++y) {
-    detail::write_normalized_row(plan.table, crop.data() + static_cast<std::size_t>(y) * row_bytes,
-                                 w, h, y, false, dst);
+    detail::normalize_row(plan.table.value, crop.data() + static_cast<std::size_t>(y) * row_bytes,
+                          w, h, y, mirror, dst);
   }
   if (erase) float_ops(params, dst);
 }

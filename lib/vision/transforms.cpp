@@ -6,6 +6,7 @@
 #include "coload/core/metrics.hpp"
 
 #include "fused.hpp"
+#include "image_ops.hpp"
 #include "jpeg_region.hpp"
 #include "resample.hpp"
 
@@ -201,25 +202,21 @@ Image CenterCrop::operator()(const Image& image) const {
 }
 
 CropBox RandomResizedCrop::get_params(int image_height, int image_width, at::Generator& gen) const {
-  // NOTE: every draw below is the ATen call torchvision makes (float32 uniform_, exp, int64
-  // randint) on the same generator, rather than a reimplementation: the kernels are compiled
-  // per CPU capability and may contract to FMA, so only the calls themselves are bit-exact.
+  // NOTE: torchvision's draws on the same generator (float32 uniform_, exp, int64 randint).
+  // uniform_ and randint are computed without a tensor as ATen's kernels compute them (its FMA
+  // or not checked once per process: image_ops.hpp's draw_form); log and exp stay ATen's calls,
+  // whose kernels differ between builds (the log once per thread for the same ratio).
   const double area = static_cast<double>(image_height) * image_width;
-  const at::Tensor log_ratio =
-      at::log(at::tensor({static_cast<float>(ratio[0]), static_cast<float>(ratio[1])}));
-  const double log_lo = log_ratio[0].item<float>();
-  const double log_hi = log_ratio[1].item<float>();
+  const auto [log_lo, log_hi] = detail::log_ratio(ratio);
   for (int attempt = 0; attempt < 10; ++attempt) {
-    const double target_area =
-        area * at::empty({1}, at::kFloat).uniform_(scale[0], scale[1], gen).item<float>();
-    const double aspect_ratio =
-        at::exp(at::empty({1}, at::kFloat).uniform_(log_lo, log_hi, gen)).item<float>();
+    const double target_area = area * detail::draw_uniform(scale[0], scale[1], gen);
+    const double aspect_ratio = detail::aten_exp(detail::draw_uniform(log_lo, log_hi, gen));
     // Python's round() rounds halves to even, as nearbyint does in the default mode.
     const int w = static_cast<int>(std::nearbyint(std::sqrt(target_area * aspect_ratio)));
     const int h = static_cast<int>(std::nearbyint(std::sqrt(target_area / aspect_ratio)));
     if (0 < w && w <= image_width && 0 < h && h <= image_height) {
-      const auto i = at::randint(0, image_height - h + 1, {1}, gen).item<std::int64_t>();
-      const auto j = at::randint(0, image_width - w + 1, {1}, gen).item<std::int64_t>();
+      const auto i = detail::draw_int(0, image_height - h + 1, gen);
+      const auto j = detail::draw_int(0, image_width - w + 1, gen);
       return CropBox{static_cast<int>(i), static_cast<int>(j), h, w};
     }
   }
@@ -242,7 +239,7 @@ Image RandomResizedCrop::operator()(const Image& image, at::Generator& gen) cons
 }
 
 bool RandomHorizontalFlip::draw(at::Generator& gen) const {
-  return at::rand({1}, gen).item<float>() < static_cast<float>(p);
+  return detail::draw_unit(gen) < static_cast<float>(p);
 }
 
 Image RandomHorizontalFlip::operator()(Image image, at::Generator& gen) const {

@@ -324,6 +324,64 @@ TEST_CASE("augment: a recipe with TrivialAugmentWide equals torchvision on coloa
   CHECK(exact_samples > 10);
 }
 
+TEST_CASE("augment: a flip before any policy op equals flipping the crop, then the op, to the bit") {
+  // The recipe defers a horizontal flip to its float write past the ops that commute with it
+  // (colour ops, Equalize, AutoContrast, ...) and flips in place before the others (warps,
+  // Sharpness): either way the pixels of flip-then-op, by the public functions.
+  const auto jpeg = vision::test::synthetic_jpeg(320, 240, 17);
+  const vision::ImageInfo info = vision::peek(jpeg);
+  const Recipe crop_only = Recipe{vision::RandomResizedCrop{48, 40}, vision::ToTensor{}}.with_dct_scaling(false);
+  const AugmentStep steps[] = {
+      {AugmentOp::Identity, 0.0},     {AugmentOp::ShearX, 0.3},      {AugmentOp::ShearY, -0.2},
+      {AugmentOp::TranslateX, 7.0},   {AugmentOp::TranslateY, -5.0}, {AugmentOp::Rotate, 23.0},
+      {AugmentOp::Brightness, 0.4},   {AugmentOp::Color, -0.6},      {AugmentOp::Contrast, 0.7},
+      {AugmentOp::Sharpness, 0.9},    {AugmentOp::Posterize, 3.0},   {AugmentOp::Solarize, 100.0},
+      {AugmentOp::AutoContrast, 0.0}, {AugmentOp::Equalize, 0.0},    {AugmentOp::Invert, 0.0}};
+  int checked = 0;
+  for (const bool flip : {false, true}) {
+    const Recipe recipe = Recipe{vision::RandomResizedCrop{48, 40},
+                                 vision::RandomHorizontalFlip{flip ? 1.0 : 0.0},
+                                 vision::TrivialAugmentWide{}, vision::ToTensor{}}
+                              .with_dct_scaling(false);
+    for (const AugmentStep& step : steps) {
+      CAPTURE(flip);
+      const std::string op = vision::augment_op_name(step.op);
+      CAPTURE(op);
+      at::Generator gen = coload::make_generator(7);
+      vision::RecipeParams params = recipe.sample(info, gen);
+      REQUIRE(params.draws.size() == 4);
+      params.draws[2].augment = {step};
+      std::vector<float> out(3 * 48 * 40);
+      recipe.apply(jpeg, info, params, out.data());
+      // The same box, by the crop alone, back to uint8 (ToTensor's v / 255 undone exactly).
+      at::Generator same = coload::make_generator(7);
+      const vision::RecipeParams crop_params = crop_only.sample(info, same);
+      REQUIRE(crop_params.box == params.box);
+      std::vector<float> crop(3 * 48 * 40);
+      crop_only.apply(jpeg, info, crop_params, crop.data());
+      Image image = Image::zeros(40, 48, 3);
+      for (int c = 0; c < 3; ++c) {
+        for (int i = 0; i < 48 * 40; ++i) {
+          image.data[static_cast<std::size_t>(3 * i + c)] = static_cast<std::uint8_t>(
+              std::lround(crop[static_cast<std::size_t>(c * 48 * 40 + i)] * 255.0f));
+        }
+      }
+      if (flip) image = vision::hflip(image.view());
+      const Image want = vision::apply_augment_op(image.view(), step);
+      int differ = 0;
+      for (int c = 0; c < 3; ++c) {
+        for (int i = 0; i < 48 * 40; ++i) {
+          const float v = static_cast<float>(want.data[static_cast<std::size_t>(3 * i + c)]) / 255.0f;
+          differ += out[static_cast<std::size_t>(c * 48 * 40 + i)] != v;
+        }
+      }
+      CHECK(differ == 0);
+      ++checked;
+    }
+  }
+  CHECK(checked == 30);
+}
+
 TEST_CASE("augment: bad policy parameters are refused when the recipe is built") {
   using vision::RandomResizedCrop;
   using vision::ToTensor;

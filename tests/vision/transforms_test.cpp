@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include "coload/vision/decode.hpp"
 #include "coload/vision/transforms.hpp"
 #include "image_test_support.hpp"
+#include "vision/image_ops.hpp"
 
 namespace vision = coload::vision;
 using vision::CropBox;
@@ -297,6 +299,124 @@ TEST_CASE("RandomResizedCrop is deterministic per generator and falls back to a 
   CHECK(impossible.get_params(400, 100, gen) == CropBox{133, 0, 133, 100});
   // In range: the whole image.
   CHECK(impossible.get_params(100, 120, gen) == CropBox{0, 0, 100, 120});
+}
+
+namespace {
+// RandomResizedCrop.get_params as torchvision writes it, every draw an ATen call: the reference
+// for the draws that vision:: computes without a tensor.
+CropBox aten_crop_params(const vision::RandomResizedCrop& t, int height, int width,
+                         at::Generator& gen) {
+  const double area = static_cast<double>(height) * width;
+  const at::Tensor logs =
+      at::log(at::tensor({static_cast<float>(t.ratio[0]), static_cast<float>(t.ratio[1])}));
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = area * at::empty({1}, at::kFloat).uniform_(t.scale[0], t.scale[1], gen).item<float>();
+    const double aspect = at::exp(at::empty({1}, at::kFloat)
+                                      .uniform_(logs[0].item<float>(), logs[1].item<float>(), gen))
+                              .item<float>();
+    const int w = static_cast<int>(std::nearbyint(std::sqrt(target * aspect)));
+    const int h = static_cast<int>(std::nearbyint(std::sqrt(target / aspect)));
+    if (0 < w && w <= width && 0 < h && h <= height) {
+      const auto i = at::randint(0, height - h + 1, {1}, gen).item<std::int64_t>();
+      const auto j = at::randint(0, width - w + 1, {1}, gen).item<std::int64_t>();
+      return CropBox{static_cast<int>(i), static_cast<int>(j), h, w};
+    }
+  }
+  return CropBox{-1, -1, -1, -1};  // the fallback: not reached with these sizes
+}
+}  // namespace
+
+TEST_CASE("draws without a tensor equal ATen's rand, randint and uniform_ on the same generator") {
+  using vision::detail::DrawForm;
+  const DrawForm form = vision::detail::draw_form();
+  const std::string named = form == DrawForm::fused   ? "fused (FMA)"
+                           : form == DrawForm::plain ? "plain"
+                                                     : "unknown: ATen's calls kept";
+  MESSAGE("this ATen's float32 uniform_ is " << named);
+  // Debian's 1.13 and torch 2.x both compute one of the two forms on x86-64.
+  CHECK(form != DrawForm::aten);
+  const std::vector<std::pair<double, double>> ranges = {
+      {0.08, 1.0}, {0.02, 0.33}, {-0.2876820724517809, 0.28768207245178085}, {-1.2039728, 1.2039728},
+      {-30.0, 30.0}, {0.1, 2.0}, {0.0, 0.0}, {-180.0, 180.0}, {1e-30, 3e38}};
+  const std::vector<std::pair<std::int64_t, std::int64_t>> int_ranges = {
+      {0, 1}, {0, 2}, {0, 14}, {0, 31}, {3, 1000}, {-50, 50}, {0, 500}, {0, 1LL << 31},
+      {0, (1LL << 32) - 1}, {0, 1LL << 32}, {-7, 5LL << 40}};
+  for (std::uint64_t seed = 0; seed < 400; ++seed) {
+    CAPTURE(seed);
+    at::Generator a = coload::make_generator(seed);
+    at::Generator b = coload::make_generator(seed);
+    for (int k = 0; k < 8; ++k) {
+      for (const auto& [lo, hi] : ranges) {
+        const float want = at::empty({1}, at::kFloat).uniform_(lo, hi, a).item<float>();
+        REQUIRE(vision::detail::draw_uniform(lo, hi, b) == want);
+      }
+      for (const auto& [lo, hi] : int_ranges) {
+        REQUIRE(vision::detail::draw_int(lo, hi, b) == at::randint(lo, hi, {1}, a).item<std::int64_t>());
+      }
+      REQUIRE(vision::detail::draw_unit(b) == at::rand({1}, a).item<float>());
+    }
+    // The generators are in the same state after: the next ATen draw of each agrees.
+    CHECK(at::randint(0, 1LL << 40, {1}, a).item<std::int64_t>() ==
+          at::randint(0, 1LL << 40, {1}, b).item<std::int64_t>());
+  }
+  // The draws above tell the two forms apart: with FMA and without, x · (to − from) + from
+  // differs on about a quarter of them, and ATen's value is the form draw_form found.
+  int apart = 0;
+  int as_found = 0;
+  int drawn = 0;
+  for (std::uint64_t seed = 0; seed < 50; ++seed) {
+    at::Generator a = coload::make_generator(seed);
+    at::Generator c = coload::make_generator(seed);
+    auto* words = at::check_generator<at::CPUGeneratorImpl>(c);
+    for (const auto& [lo, hi] : ranges) {
+      const float want = at::empty({1}, at::kFloat).uniform_(lo, hi, a).item<float>();
+      const float x = static_cast<float>(words->random() & 0xFFFFFFu) / 16777216.0f;
+      const auto from = static_cast<float>(lo);
+      const auto to = static_cast<float>(hi);
+      volatile float product = x * (to - from);
+      const float plain = product + from;
+      const float fused = std::fma(x, to - from, from);
+      apart += plain != fused;
+      as_found += want == (form == DrawForm::fused ? fused : plain);
+      ++drawn;
+    }
+  }
+  CHECK(apart > drawn / 10);
+  CHECK(as_found == drawn);
+  // aten_exp (in place on the thread's tensor) is at::exp of a fresh one.
+  int exp_differ = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const float v = -3.0f + 6.0f * static_cast<float>(i) / 20000.0f;
+    exp_differ += vision::detail::aten_exp(v) != at::exp(at::empty({1}, at::kFloat).fill_(v)).item<float>();
+  }
+  CHECK(exp_differ == 0);
+  // A range ATen refuses keeps ATen's error.
+  at::Generator g = coload::make_generator(1);
+  CHECK_THROWS_WITH_AS(vision::detail::draw_uniform(2.0, 1.0, g),
+                       doctest::Contains("uniform_ expects to return a [from, to) range"),
+                       c10::Error);
+  CHECK_THROWS_WITH_AS(vision::detail::draw_int(5, 5, g),
+                       doctest::Contains("random_ expects 'from' to be less than 'to'"), c10::Error);
+  // RandomResizedCrop's boxes (its log ratio remembered per thread, the exp ATen's) against
+  // every draw made by ATen, over many seeds, image sizes and ranges.
+  const std::vector<vision::RandomResizedCrop> crops = {
+      vision::RandomResizedCrop{224}, vision::RandomResizedCrop{176},
+      vision::RandomResizedCrop{64, 0, {0.25, 0.9}, {0.5, 2.0}},
+      vision::RandomResizedCrop{224, 0, {0.08, 1.0}, {3.0 / 4.0, 4.0 / 3.0}}};
+  const std::vector<std::pair<int, int>> sizes = {{375, 500}, {500, 333}, {224, 224}, {1200, 1600}, {31, 400}, {7, 5}};
+  int compared = 0;
+  for (std::uint64_t seed = 0; seed < 1500; ++seed) {
+    CAPTURE(seed);
+    const auto& t = crops[seed % crops.size()];
+    const auto [h, w] = sizes[seed % sizes.size()];
+    at::Generator a = coload::make_generator(seed);
+    at::Generator b = coload::make_generator(seed);
+    const CropBox want = aten_crop_params(t, h, w, a);
+    if (want.top < 0) continue;
+    REQUIRE(t.get_params(h, w, b) == want);
+    ++compared;
+  }
+  CHECK(compared > 1200);  // the rest fell back to the centre crop (7 x 5 mostly)
 }
 
 TEST_CASE("RandomResizedCrop draws torchvision's boxes after torch.manual_seed" *
