@@ -16,6 +16,7 @@
 
 #include "coload/core/warning.hpp"
 #include "jpeg_restart.hpp"
+#include "restart_entropy.hpp"
 
 namespace coload::vision::detail {
 namespace {
@@ -86,7 +87,9 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
   };
   put16(f->sof_at + 5, region_h);
   put16(f->sof_at + 7, region_w);
-  int written = 0;  // intervals copied so far: the next RST's number
+  thread_local RestartSegments segments;
+  segments.clear();
+  segments.mcus = n;
   for (int r = r0; r < r1; ++r) {
     std::size_t pos = layout.rows[static_cast<std::size_t>(r)];
     // The row's intervals: each ends at the RST numbered by its count from the image's start;
@@ -114,15 +117,7 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
           end + 2 != layout.rows[static_cast<std::size_t>(r) + 1]) {
         mismatch("MCU row " + std::to_string(r + 1) + " does not start where the index says");
       }
-      if (k >= i0 && k < i1) {
-        if (written > 0) {
-          stream.push_back(std::byte{0xff});
-          stream.push_back(static_cast<std::byte>(0xd0 + (written - 1) % 8));
-        }
-        stream.insert(stream.end(), data.begin() + static_cast<std::ptrdiff_t>(pos),
-                      data.begin() + static_cast<std::ptrdiff_t>(end));
-        ++written;
-      }
+      if (k >= i0 && k < i1) segments.append(data.subspan(pos, end - pos));
       pos = end + 2;
     }
   }
@@ -130,7 +125,7 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
   stream.push_back(std::byte{0xd9});
   bool warned = false;
   auto region = decode_jpeg_region_checked(stream, top - y0 / d, left - x0 / d, height, width,
-                                           buffer, d, &warned);
+                                           buffer, d, &warned, &segments);
   if (!region || warned) {
     mismatch(warned ? "its intervals decode with libjpeg warnings (a DRI that does not match "
                       "the intervals' MCUs, or damaged data)"
