@@ -49,7 +49,8 @@ void RestartSegments::append(std::span<const std::byte> interval) {
 
 namespace {
 
-constexpr int fast_bits = 9;
+constexpr int fast_bits = 11;
+constexpr std::int32_t end_of_block = 0x8000;  // in HuffTable::ac
 constexpr int fast_size = 1 << fast_bits;
 
 // The zigzag order of T.81 figure A.6: position k of the coded sequence is natural index
@@ -73,7 +74,8 @@ static_assert(natural_order[1] == 1 && natural_order[2] == 8 && natural_order[3]
 
 struct HuffTable {
   std::uint16_t fast[fast_size];  // codes of up to fast_bits bits: length << 8 | symbol; 0: none
-  std::int32_t ac[fast_size];     // AC code and value in fast_bits: value << 16 | run << 8 | bits
+  // AC code and value in fast_bits: value << 16 | run << 8 | bits, or end_of_block | bits
+  std::int32_t ac[fast_size];
   std::int32_t maxcode[17];       // the largest code of each length, -1 for none
   std::int32_t offset[17];        // a code of length l is symbol values[offset[l] + code]
   std::uint8_t values[256];
@@ -104,6 +106,10 @@ void build_table(const JHUFF_TBL& t, bool ac, HuffTable& h) {
         if (ac && s != 0 && l + s <= fast_bits) {
           const auto v = static_cast<std::uint32_t>(j >> (spare - s)) & ((1u << s) - 1);
           h.ac[first + j] = extend(v, s) * 65536 | (symbol >> 4) << 8 | (l + s);
+        } else if (ac && symbol == 0x00) {
+          h.ac[first + j] = end_of_block | l;
+        } else if (ac && symbol == 0xf0) {
+          h.ac[first + j] = 15 << 8 | l;  // sixteen zeros: a run of 15 and a zero written
         }
       }
     }
@@ -170,28 +176,26 @@ struct Bits {
   }
 };
 
-// A symbol whose code is longer than fast_bits (or no code: -1).
-[[gnu::noinline]] int decode_long(const HuffTable& h, Bits& b) {
-  const auto peek = static_cast<std::int32_t>(b.buffer >> 48);
+// A symbol whose code is longer than fast_bits at the top of `buffer`: its length << 8 | the
+// symbol, or -1 for no code. By value: the bit reader stays in the caller's registers.
+[[gnu::noinline]] int decode_long(const HuffTable& h, std::uint64_t buffer) {
+  const auto peek = static_cast<std::int32_t>(buffer >> 48);
   for (int l = fast_bits + 1; l <= 16; ++l) {
     const std::int32_t code = peek >> (16 - l);
-    if (code <= h.maxcode[l]) {
-      b.buffer <<= l;
-      b.bits -= l;
-      return h.values[(h.offset[l] + code) & 0xff];
-    }
+    if (code <= h.maxcode[l]) return l << 8 | h.values[(h.offset[l] + code) & 0xff];
   }
   return -1;
 }
 
 [[gnu::always_inline]] inline int decode_symbol(const HuffTable& h, Bits& b) {
-  const std::uint16_t e = h.fast[b.buffer >> (64 - fast_bits)];
-  if (e != 0) {
-    b.buffer <<= e >> 8;
-    b.bits -= e >> 8;
-    return e & 0xff;
+  int e = h.fast[b.buffer >> (64 - fast_bits)];
+  if (e == 0) {
+    e = decode_long(h, b.buffer);
+    if (e < 0) return -1;
   }
-  return decode_long(h, b);
+  b.buffer <<= e >> 8;
+  b.bits -= e >> 8;
+  return e & 0xff;
 }
 
 boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
@@ -226,11 +230,12 @@ boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
       if (b.bits < 32 && !b.refill()) fail(cinfo);
       const std::int32_t f = ac.ac[b.buffer >> (64 - fast_bits)];
       if (f != 0) {
+        b.buffer <<= f & 0xff;
+        b.bits -= f & 0xff;
+        if (f & end_of_block) break;
         k += (f >> 8) & 15;
         if (k > 63) fail(cinfo);
         out[natural_order[static_cast<std::size_t>(k)]] = static_cast<JCOEF>(f >> 16);
-        b.buffer <<= f & 0xff;
-        b.bits -= f & 0xff;
         ++k;
         continue;
       }
