@@ -15,6 +15,8 @@
 //   resample    only the rest of train_fast: resample + normalise of the decoded crop source
 //               (from a copy of decode_fast's output)
 //   resample_only  the same without the normalise (the rows are dropped)
+//   sample_fast train_fast with the per-sample work before it, as the shard pipeline calls it:
+//               the header read (peek) and the crop and flip drawn from the sample's Rng
 // The figure is this thread's CPU time (CLOCK_THREAD_CPUTIME_ID) per image, the median of the
 // rounds; the rounds interleave the variants so that a loaded machine slows them alike. The
 // ratios to `full` are the (target: train_fast <= 0.7x full). --check first compares
@@ -124,9 +126,9 @@ int main(int argc, char** argv) {
   std::vector<std::uint8_t> pixels, whole;
   std::vector<std::uint8_t> copy;
   const std::string shard = "bench";
-  const char* names[] = {"full", "train_plain", "train_fast", "decode_fast", "resample",
-                         "resample_only"};
-  constexpr int variants = 6;
+  const char* names[] = {"full",     "train_plain",   "train_fast", "decode_fast",
+                         "resample", "resample_only", "sample_fast"};
+  constexpr int variants = 7;
   std::vector<double> times[variants];
   int scaled = 0;
   for (const Item& item : items) scaled += item.params.scale_denominator > 1;
@@ -156,6 +158,13 @@ int main(int argc, char** argv) {
       for (const Item& item : items) {
         const detail::ScopedRestartHint hint(
             {item.marked.data(), item.marked.size(), &item.layout, &shard, &shard});
+        if (v == 6) {
+          coload::Rng rng = coload::Rng::for_sample(0, 0, static_cast<coload::Index>(&item - items.data()));
+          const double t0 = thread_seconds();
+          train(item.marked, rng, dst.data());
+          spent += thread_seconds() - t0;
+          continue;
+        }
         if (v >= 4) {
           // Decode outside the clock, copy the source, then time the rest on the copy.
           detail::CropSource src = detail::decode_crop_source(
