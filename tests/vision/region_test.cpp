@@ -588,8 +588,12 @@ TEST_CASE("normalize_row writes write_normalized_row's floats, mirrored or not, 
   // whose every byte value occurs; the source row ends where its buffer ends.
   vision::detail::NormalizeTable table({0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f});
   table.value[1][7] = -1e30f;  // not what arithmetic would give: the lookup must be a lookup
-  const auto level = vision::detail::set_simd_level(vision::detail::SimdLevel::avx2);
-  for (const auto simd : {vision::detail::SimdLevel::scalar, vision::detail::SimdLevel::avx2}) {
+  // Every level is forced: avx512 takes the VBMI form where the CPU has it, the levels below
+  // the scalar loop (normalize_row has no SSSE3 or AVX2 form), so both are checked on such a CPU.
+  using vision::detail::SimdLevel;
+  const auto level = vision::detail::set_simd_level(SimdLevel::avx512);
+  for (const auto simd :
+       {SimdLevel::scalar, SimdLevel::ssse3, SimdLevel::avx2, SimdLevel::avx512}) {
     vision::detail::set_simd_level(simd);
     for (int width = 1; width <= 70; ++width) {
       CAPTURE(width);
