@@ -107,7 +107,9 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
       const std::int64_t g = std::int64_t{r} * per_row + k;
       const bool last_of_image = r + 1 == f->mcu_rows && k + 1 == per_row;
       unsigned marker = 0;
-      const std::size_t end = next_marker(data, pos, marker);
+      // A covering interval is unstuffed for the Huffman decoder on the way to its end.
+      const std::size_t end = k >= i0 && k < i1 ? segments.append_until_marker(data, pos, marker)
+                                                : next_marker(data, pos, marker);
       const unsigned expected = last_of_image ? 0xd9u : 0xd0u + static_cast<unsigned>(g % 8);
       if (end == data.size() || marker != expected) {
         mismatch("restart interval " + std::to_string(g) + " does not end in the marker its " +
@@ -117,7 +119,6 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
           end + 2 != layout.rows[static_cast<std::size_t>(r) + 1]) {
         mismatch("MCU row " + std::to_string(r + 1) + " does not start where the index says");
       }
-      if (k >= i0 && k < i1) segments.append(data.subspan(pos, end - pos));
       pos = end + 2;
     }
   }

@@ -17,34 +17,48 @@
 #include <jpegint.h>
 #include <jerror.h>
 
+#include <algorithm>
 #include <array>
 
 namespace coload::vision::detail {
 
-void RestartSegments::append(std::span<const std::byte> interval) {
-  const auto* p = reinterpret_cast<const std::uint8_t*>(interval.data());
-  const std::uint8_t* const end = p + interval.size();
-  const std::size_t at = bytes.size();
+std::size_t RestartSegments::append_until_marker(std::span<const std::byte> data,
+                                                 std::size_t pos, unsigned& marker) {
+  const auto* base = reinterpret_cast<const std::uint8_t*>(data.data());
+  const std::uint8_t* p = base + pos;
+  const std::uint8_t* const end = base + data.size();
+  const std::size_t at = used;
   begin.push_back(static_cast<std::uint32_t>(at));
-  bytes.resize(at + interval.size() + padding);
-  std::uint8_t* out = bytes.data() + at;
+  // `bytes` only grows (a thread's segments are reused from crop to crop); room for `n` more
+  // bytes and the padding.
+  auto room = [this](std::size_t n) {
+    if (bytes.size() < used + n + padding) bytes.resize(std::max(used + n + padding, 2 * bytes.size()));
+  };
+  std::size_t found = data.size();
   while (p < end) {
     const void* ff = std::memchr(p, 0xff, static_cast<std::size_t>(end - p));
     const std::uint8_t* stop = ff ? static_cast<const std::uint8_t*>(ff) : end;
-    std::memcpy(out, p, static_cast<std::size_t>(stop - p));
-    out += stop - p;
+    const auto n = static_cast<std::size_t>(stop - p);
+    room(n + 1);
+    std::memcpy(bytes.data() + used, p, n);
+    used += n;
     p = stop;
     if (p == end) break;
-    while (p < end && *p == 0xff) ++p;  // fill bytes before the FF that counts
-    if (p == end) break;                // fill before the marker that ends the interval
-    // Inside an interval (its end is the next marker) an FF is followed by the stuffed 00.
-    *out++ = 0xff;
-    ++p;
+    while (p + 1 < end && p[1] == 0xff) ++p;  // fill bytes before the FF that counts
+    if (p + 1 == end) break;                  // an FF at the data's end: no marker
+    if (p[1] != 0x00) {
+      marker = p[1];
+      found = static_cast<std::size_t>(p - base);
+      break;
+    }
+    bytes[used++] = 0xff;  // FF 00: a data byte FF
+    p += 2;
   }
-  const auto n = static_cast<std::size_t>(out - (bytes.data() + at));
-  size.push_back(static_cast<std::uint32_t>(n));
-  bytes.resize(at + n + padding);
-  std::memset(bytes.data() + at + n, 0, padding);
+  room(0);
+  size.push_back(static_cast<std::uint32_t>(used - at));
+  std::memset(bytes.data() + used, 0, padding);
+  used += padding;
+  return found;
 }
 
 namespace {
@@ -86,12 +100,13 @@ inline int extend(std::uint32_t v, int s) {
 }
 
 void build_table(const JHUFF_TBL& t, bool ac, HuffTable& h) {
-  std::memset(h.fast, 0, sizeof(h.fast));
-  if (ac) std::memset(h.ac, 0, sizeof(h.ac));
   std::memcpy(h.values, t.huffval, sizeof(h.values));
-  // Canonical codes (T.81 annex C): consecutive within a length, then one bit longer.
+  // Canonical codes (T.81 annex C): consecutive within a length, then one bit longer. So the
+  // lookup entries of the codes up to fast_bits long are [0, filled), in order; the rest are
+  // the prefixes of longer codes (or of none), zero.
   std::int32_t code = 0;
   int k = 0;
+  int filled = 0;
   for (int l = 1; l <= 16; ++l) {
     const int count = t.bits[l];
     h.offset[l] = k - code;
@@ -100,22 +115,29 @@ void build_table(const JHUFF_TBL& t, bool ac, HuffTable& h) {
       const int symbol = h.values[k];
       const int spare = fast_bits - l;
       const int first = code << spare;
+      const int r = symbol >> 4;
+      const int s = symbol & 15;
       for (int j = 0; j < (1 << spare); ++j) {
         h.fast[first + j] = static_cast<std::uint16_t>(l << 8 | symbol);
-        const int s = symbol & 15;
-        if (ac && s != 0 && l + s <= fast_bits) {
+        if (!ac) continue;
+        std::int32_t e = 0;
+        if (s != 0 && l + s <= fast_bits) {
           const auto v = static_cast<std::uint32_t>(j >> (spare - s)) & ((1u << s) - 1);
-          h.ac[first + j] = extend(v, s) * 65536 | (symbol >> 4) << 8 | (l + s);
-        } else if (ac && symbol == 0x00) {
-          h.ac[first + j] = end_of_block | l;
-        } else if (ac && symbol == 0xf0) {
-          h.ac[first + j] = 15 << 8 | l;  // sixteen zeros: a run of 15 and a zero written
+          e = extend(v, s) * 65536 | r << 8 | (l + s);
+        } else if (symbol == 0x00) {
+          e = end_of_block | l;
+        } else if (symbol == 0xf0) {
+          e = 15 << 8 | l;  // sixteen zeros: a run of 15 and a zero written
         }
+        h.ac[first + j] = e;
       }
+      filled = first + (1 << spare);
     }
     h.maxcode[l] = count > 0 ? code - 1 : -1;
     code <<= 1;
   }
+  std::fill(h.fast + filled, h.fast + fast_size, std::uint16_t{0});
+  if (ac) std::fill(h.ac + filled, h.ac + fast_size, 0);
 }
 
 }  // namespace

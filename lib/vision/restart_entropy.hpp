@@ -26,18 +26,22 @@ namespace coload::vision::detail {
 struct RestartSegments {
   int mcus = 0;                       // MCUs per interval
   std::vector<std::uint8_t> bytes;    // the intervals, each followed by `padding` zero bytes
+  std::size_t used = 0;               // of `bytes` (which is kept from crop to crop)
   std::vector<std::uint32_t> begin;   // where each starts in `bytes`
   std::vector<std::uint32_t> size;    // its length without the padding
   static constexpr std::size_t padding = 16;
 
   void clear() noexcept {
-    bytes.clear();
+    used = 0;
     begin.clear();
     size.clear();
   }
-  /// Appends one interval's entropy-coded bytes (between its RST markers): FF 00 becomes FF;
-  /// fill bytes (FF before FF) are dropped, as libjpeg reads them.
-  void append(std::span<const std::byte> interval);
+  /// Appends the entropy-coded bytes of `data` from `pos` to the next marker as one interval:
+  /// FF 00 becomes FF, fill bytes (FF before FF) are dropped, as libjpeg reads them. Returns
+  /// what next_marker (jpeg_restart.hpp) returns: the offset of the marker's FF (`marker` set
+  /// to its code), or data.size() when there is none.
+  std::size_t append_until_marker(std::span<const std::byte> data, std::size_t pos,
+                                  unsigned& marker);
 };
 
 /// Replaces the Huffman decoder of a decompressor that jpeg_start_decompress has set up for a
