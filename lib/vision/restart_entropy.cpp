@@ -63,7 +63,7 @@ std::size_t RestartSegments::append_until_marker(std::span<const std::byte> data
 
 namespace {
 
-constexpr int fast_bits = 11;
+constexpr int fast_bits = 10;
 constexpr std::int32_t end_of_block = 0x8000;  // in HuffTable::ac
 constexpr int fast_size = 1 << fast_bits;
 
