@@ -1,13 +1,15 @@
 // Decoding a crop from the restart intervals that cover it.
 //
-// libjpeg decodes entropy-coded data from the start of a scan only, so the intervals a crop
-// needs are handed to it as a JPEG of their own: the file's headers with the covered region's
-// size in the SOF, then the covering intervals of each MCU row in order, their RST markers
-// renumbered from 0. Every interval starts with the DC predictions reset, so its blocks decode
-// to the same coefficients there as in the file, and the region's pixels are the file's except
-// where upsampling reads past the region's edges: a margin of one MCU on every side that is not
-// the image's own edge keeps those out of the crop. The region decoder (jpeg_region.cpp) then
-// decodes the crop from that stream as it would from the file.
+// libjpeg decodes entropy-coded data from the start of a scan only, so the region a crop needs
+// is handed to it as a JPEG of its own: the file's headers with the covered region's size in
+// the SOF, and no entropy data; the covering intervals of each MCU row, in order and unstuffed,
+// go to restart_entropy.cpp's Huffman decoder, which libjpeg's coefficient controller calls in
+// place of its own (libjpeg-turbo's takes its slow path for every MCU of a file with restart
+// markers). Every interval starts with the DC predictions reset, so its blocks decode to the
+// same coefficients there as in the file, and the region's pixels are the file's except where
+// upsampling reads past the region's edges: a margin on every side that is not the image's own
+// edge keeps those out of the crop. The region decoder (jpeg_region.cpp) then decodes the crop
+// from that stream as it would from the file.
 
 #include <algorithm>
 #include <atomic>
