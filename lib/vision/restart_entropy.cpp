@@ -1,6 +1,6 @@
 // The Huffman decoding of restart intervals for the region decoder (see restart_entropy.hpp):
 // JPEG's sequential Huffman coding (ITU T.81 F.2.2) over pre-unstuffed intervals, with a
-// 64-bit bit buffer refilled eight bytes at a time and a 9-bit lookup that decodes most AC
+// 64-bit bit buffer refilled eight bytes at a time and a 10-bit lookup that decodes most AC
 // coefficients (code and value together) in one step.
 //
 // NOTE: decode_mcu runs inside libjpeg's frames, between the region decoder's setjmp and its
