@@ -6,6 +6,7 @@
 
 #include "jpeg_region.hpp"
 #include "jpeg_restart.hpp"
+#include "restart_entropy.hpp"
 #include "coload/core/warning.hpp"
 #include "coload/vision/decode.hpp"
 
@@ -46,7 +47,8 @@ void on_message(j_common_ptr cinfo, int level) {
 // NOTE: kept free of C++ objects with destructors: longjmp leaves this frame.
 bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigned char* data,
                  unsigned long size, int top, int left, int height, int width, int denominator,
-                 std::uint8_t* (*grow)(void*, std::size_t), void* buffer, JpegRegion* out) {
+                 std::uint8_t* (*grow)(void*, std::size_t), void* buffer, JpegRegion* out,
+                 const RestartSegments* segments) {
   if (setjmp(err->jump)) {
     jpeg_destroy_decompress(cinfo);
     return false;
@@ -72,6 +74,7 @@ bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigne
   cinfo->scale_num = 1;
   cinfo->scale_denom = static_cast<unsigned int>(denominator);
   jpeg_start_decompress(cinfo);
+  if (segments) install_segment_decoder(cinfo, *segments, segment_state());
   const int image_width = static_cast<int>(cinfo->output_width);
   const int image_height = static_cast<int>(cinfo->output_height);
   if (top < 0 || left < 0 || height <= 0 || width <= 0 || top + height > image_height ||
@@ -153,7 +156,8 @@ std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, in
 std::optional<JpegRegion> decode_jpeg_region_checked(std::span<const std::byte> data, int top,
                                                      int left, int height, int width,
                                                      std::vector<std::uint8_t>& buffer,
-                                                     int denominator, bool* warned) {
+                                                     int denominator, bool* warned,
+                                                     const RestartSegments* segments) {
   if (denominator != 1 && denominator != 2 && denominator != 4 && denominator != 8) {
     return std::nullopt;
   }
@@ -165,7 +169,7 @@ std::optional<JpegRegion> decode_jpeg_region_checked(std::span<const std::byte> 
   JpegRegion region;
   if (!decode_rows(&cinfo, &err, reinterpret_cast<const unsigned char*>(data.data()),
                    static_cast<unsigned long>(data.size()), top, left, height, width,
-                   denominator, grow_vector, &buffer, &region)) {
+                   denominator, grow_vector, &buffer, &region, segments)) {
     if (warned) *warned = err.warned;
     // NOTE: jpeg_create_decompress fails when the jpeglib.h/jconfig.h coload was compiled
     // with are not those of the libjpeg it runs with (its version or struct size check; the

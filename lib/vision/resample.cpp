@@ -372,7 +372,7 @@ const bool cpu_avx2 = false;
 const bool cpu_ssse3 = false;
 #endif
 
-std::atomic<detail::SimdLevel> simd_cap{detail::SimdLevel::avx2};
+std::atomic<detail::SimdLevel> simd_cap{detail::SimdLevel::avx512};
 
 }  // namespace
 
@@ -405,13 +405,16 @@ const bool cpu_avx512vbmi = __builtin_cpu_supports("avx512f") &&
                             __builtin_cpu_supports("avx512bw") &&
                             __builtin_cpu_supports("avx512vbmi");
 
-// The byte indices that pick channel c of 16 RGB pixels out of 48 bytes, in order or mirrored.
+// The byte indices that pick channel c of 16 RGB pixels out of 48 bytes, in order or mirrored,
+// into the low byte of each dword (the others are masked to zero).
 struct alignas(64) ChannelPick {
   std::uint8_t bytes[64];
 };
 constexpr ChannelPick channel_pick(int c, bool mirrored) {
   ChannelPick p{};
-  for (int k = 0; k < 16; ++k) p.bytes[k] = static_cast<std::uint8_t>(3 * (mirrored ? 15 - k : k) + c);
+  for (int k = 0; k < 16; ++k) {
+    p.bytes[4 * k] = static_cast<std::uint8_t>(3 * (mirrored ? 15 - k : k) + c);
+  }
   return p;
 }
 constexpr ChannelPick channel_picks[2][3] = {
@@ -427,17 +430,22 @@ constexpr ChannelPick channel_picks[2][3] = {
   const __m512i pick_g = _mm512_load_si512(picks[1].bytes);
   const __m512i pick_b = _mm512_load_si512(picks[2].bytes);
   constexpr __mmask64 bytes48 = (__mmask64{1} << 48) - 1;
+  // The channel's byte of pixel k into the low byte of dword k, the other bytes zero.
+  constexpr __mmask64 low_bytes = 0x1111111111111111ull;
   int x = 0;
   for (; x + 16 <= width; x += 16) {
     // Outputs x..x+15 read source pixels x..x+15, or width-16-x..width-1-x mirrored.
     const std::uint8_t* p = row + 3 * (flip ? width - 16 - x : x);
     const __m512i v = _mm512_maskz_loadu_epi8(bytes48, p);
-    const __m512i ir = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_permutexvar_epi8(pick_r, v)));
-    const __m512i ig = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_permutexvar_epi8(pick_g, v)));
-    const __m512i ib = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_permutexvar_epi8(pick_b, v)));
-    _mm512_storeu_ps(r + x, _mm512_i32gather_ps(ir, table[0], 4));
-    _mm512_storeu_ps(g + x, _mm512_i32gather_ps(ig, table[1], 4));
-    _mm512_storeu_ps(b + x, _mm512_i32gather_ps(ib, table[2], 4));
+    const __m512i ir = _mm512_maskz_permutexvar_epi8(low_bytes, pick_r, v);
+    const __m512i ig = _mm512_maskz_permutexvar_epi8(low_bytes, pick_g, v);
+    const __m512i ib = _mm512_maskz_permutexvar_epi8(low_bytes, pick_b, v);
+    const __m512 fr = _mm512_i32gather_ps(ir, table[0], 4);
+    const __m512 fg = _mm512_i32gather_ps(ig, table[1], 4);
+    const __m512 fb = _mm512_i32gather_ps(ib, table[2], 4);
+    _mm512_storeu_ps(r + x, fr);
+    _mm512_storeu_ps(g + x, fg);
+    _mm512_storeu_ps(b + x, fb);
   }
   return x;
 }
@@ -453,7 +461,9 @@ void normalize_row(const float (*table)[256], const std::uint8_t* row, int width
   float* b = g + plane;
   int from = 0;
 #ifdef COLOAD_VISION_X86
-  if (cpu_avx512vbmi && use_avx2()) from = normalize_row_avx512(table, row, width, flip, r, g, b);
+  if (cpu_avx512vbmi && simd_cap.load(std::memory_order_relaxed) >= SimdLevel::avx512) {
+    from = normalize_row_avx512(table, row, width, flip, r, g, b);
+  }
 #endif
   normalize_row_scalar(table, row, from, width, flip, r, g, b);
 }

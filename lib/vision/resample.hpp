@@ -225,8 +225,8 @@ inline AxisSpec scaled_crop_axis(int begin, int length, int out, int d, int scal
 /// Writes the RGB row `row` (`width` pixels, mirrored if `flip`) into row `y` of the three
 /// `width` × `height` float planes at `dst`, each value looked up in its channel's 256-entry
 /// table (`table[c][v]`): fused.hpp's write_normalized_row, with the same floats. With AVX-512
-/// VBMI (and the SIMD cap at AVX2 or above) 16 pixels at a time: one byte permute splits them
-/// into channels, a gather reads each channel's table.
+/// VBMI (and the SIMD cap at avx512) 16 pixels at a time: one byte permute splits them into
+/// channels, a gather reads each channel's table; below that cap, the scalar loop.
 void normalize_row(const float (*table)[256], const std::uint8_t* row, int width, int height,
                    int y, bool flip, float* dst);
 

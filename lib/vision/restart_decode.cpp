@@ -1,13 +1,15 @@
 // Decoding a crop from the restart intervals that cover it.
 //
-// libjpeg decodes entropy-coded data from the start of a scan only, so the intervals a crop
-// needs are handed to it as a JPEG of their own: the file's headers with the covered region's
-// size in the SOF, then the covering intervals of each MCU row in order, their RST markers
-// renumbered from 0. Every interval starts with the DC predictions reset, so its blocks decode
-// to the same coefficients there as in the file, and the region's pixels are the file's except
-// where upsampling reads past the region's edges: a margin of one MCU on every side that is not
-// the image's own edge keeps those out of the crop. The region decoder (jpeg_region.cpp) then
-// decodes the crop from that stream as it would from the file.
+// libjpeg decodes entropy-coded data from the start of a scan only, so the region a crop needs
+// is handed to it as a JPEG of its own: the file's headers with the covered region's size in
+// the SOF, and no entropy data; the covering intervals of each MCU row, in order and unstuffed,
+// go to restart_entropy.cpp's Huffman decoder, which libjpeg's coefficient controller calls in
+// place of its own (libjpeg-turbo's takes its slow path for every MCU of a file with restart
+// markers). Every interval starts with the DC predictions reset, so its blocks decode to the
+// same coefficients there as in the file, and the region's pixels are the file's except where
+// upsampling reads past the region's edges: a margin on every side that is not the image's own
+// edge keeps those out of the crop. The region decoder (jpeg_region.cpp) then decodes the crop
+// from that stream as it would from the file.
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +18,7 @@
 
 #include "coload/core/warning.hpp"
 #include "jpeg_restart.hpp"
+#include "restart_entropy.hpp"
 
 namespace coload::vision::detail {
 namespace {
@@ -86,7 +89,9 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
   };
   put16(f->sof_at + 5, region_h);
   put16(f->sof_at + 7, region_w);
-  int written = 0;  // intervals copied so far: the next RST's number
+  thread_local RestartSegments segments;
+  segments.clear();
+  segments.mcus = n;
   for (int r = r0; r < r1; ++r) {
     std::size_t pos = layout.rows[static_cast<std::size_t>(r)];
     // The row's intervals: each ends at the RST numbered by its count from the image's start;
@@ -104,7 +109,9 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
       const std::int64_t g = std::int64_t{r} * per_row + k;
       const bool last_of_image = r + 1 == f->mcu_rows && k + 1 == per_row;
       unsigned marker = 0;
-      const std::size_t end = next_marker(data, pos, marker);
+      // A covering interval is unstuffed for the Huffman decoder on the way to its end.
+      const std::size_t end = k >= i0 && k < i1 ? segments.append_until_marker(data, pos, marker)
+                                                : next_marker(data, pos, marker);
       const unsigned expected = last_of_image ? 0xd9u : 0xd0u + static_cast<unsigned>(g % 8);
       if (end == data.size() || marker != expected) {
         mismatch("restart interval " + std::to_string(g) + " does not end in the marker its " +
@@ -114,15 +121,6 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
           end + 2 != layout.rows[static_cast<std::size_t>(r) + 1]) {
         mismatch("MCU row " + std::to_string(r + 1) + " does not start where the index says");
       }
-      if (k >= i0 && k < i1) {
-        if (written > 0) {
-          stream.push_back(std::byte{0xff});
-          stream.push_back(static_cast<std::byte>(0xd0 + (written - 1) % 8));
-        }
-        stream.insert(stream.end(), data.begin() + static_cast<std::ptrdiff_t>(pos),
-                      data.begin() + static_cast<std::ptrdiff_t>(end));
-        ++written;
-      }
       pos = end + 2;
     }
   }
@@ -130,7 +128,7 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
   stream.push_back(std::byte{0xd9});
   bool warned = false;
   auto region = decode_jpeg_region_checked(stream, top - y0 / d, left - x0 / d, height, width,
-                                           buffer, d, &warned);
+                                           buffer, d, &warned, &segments);
   if (!region || warned) {
     mismatch(warned ? "its intervals decode with libjpeg warnings (a DRI that does not match "
                       "the intervals' MCUs, or damaged data)"

@@ -273,8 +273,9 @@ struct EvalTransform {
 };
 
 namespace detail {
-/// The instruction sets the resampling kernels may use.
-enum class SimdLevel { scalar, ssse3, avx2 };
+/// The instruction sets the resampling kernels may use (avx512: the normalise's AVX-512 VBMI
+/// form too).
+enum class SimdLevel { scalar, ssse3, avx2, avx512 };
 /// Caps the kernels at `level` (they never go above what the CPU has) and returns the previous
 /// cap; for tests, which check that every level gives the same bytes. Not for use while other
 /// threads resample.

@@ -1,7 +1,7 @@
 // tools/bench/vision/crop_decode: where the classic train transform's CPU goes over JPEGs with
 // restart markers (coload-shard --fast-crop's), against a bare full decode of the same files.
 //
-//   crop_decode ROOT [--limit 300] [--rounds 5] [--restart-mcus 2] [--only VARIANT]
+//   crop_decode ROOT [--limit 300] [--rounds 5] [--restart-mcus 2] [--only VARIANT] [--check]
 //
 // Reads up to --limit JPEGs of the ImageFolder ROOT into memory, adds restart markers to each as
 // `coload-shard --fast-crop --restart-mcus N` does (add_restart_markers) and records their
@@ -15,9 +15,13 @@
 //   resample    only the rest of train_fast: resample + normalise of the decoded crop source
 //               (from a copy of decode_fast's output)
 //   resample_only  the same without the normalise (the rows are dropped)
+//   sample_fast train_fast with the per-sample work before it, as the shard pipeline calls it:
+//               the header read (peek) and the crop and flip drawn from the sample's Rng
 // The figure is this thread's CPU time (CLOCK_THREAD_CPUTIME_ID) per image, the median of the
 // rounds; the rounds interleave the variants so that a loaded machine slows them alike. The
-// ratios to `full` are the (target: train_fast <= 0.7x full).
+// ratios to `full` are the (target: train_fast <= 0.7x full). --check first compares
+// train_fast's floats with train_plain's for every image and counts the crops decoded from
+// their intervals (a fallback to the plain decode would be exact too, but slow).
 
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
@@ -84,6 +88,8 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "rounds (median)")->capture_default_str();
   app.add_option("--restart-mcus", restart_mcus, "as coload-shard's")->capture_default_str();
   app.add_option("--only", only, "run this variant alone (for a profiler)");
+  bool check = false;
+  app.add_flag("--check", check, "compare train_fast with train_plain on every image first");
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);
 
@@ -120,12 +126,28 @@ int main(int argc, char** argv) {
   std::vector<std::uint8_t> pixels, whole;
   std::vector<std::uint8_t> copy;
   const std::string shard = "bench";
-  const char* names[] = {"full", "train_plain", "train_fast", "decode_fast", "resample",
-                         "resample_only"};
-  constexpr int variants = 6;
+  const char* names[] = {"full",     "train_plain",   "train_fast", "decode_fast",
+                         "resample", "resample_only", "sample_fast"};
+  constexpr int variants = 7;
   std::vector<double> times[variants];
   int scaled = 0;
   for (const Item& item : items) scaled += item.params.scale_denominator > 1;
+  if (check) {
+    std::vector<float> want(dst.size());
+    int differing = 0;
+    const std::uint64_t before = detail::restart_region_decodes();
+    for (const Item& item : items) {
+      const detail::ScopedRestartHint hint(
+          {item.marked.data(), item.marked.size(), &item.layout, &shard, &shard});
+      train.apply(item.plain, item.params, want.data());
+      train.apply(item.marked, item.params, dst.data());
+      differing += std::memcmp(want.data(), dst.data(), dst.size() * sizeof(float)) != 0;
+    }
+    std::printf("check: %d of %d images differ; %llu crops decoded from their intervals\n",
+                differing, n,
+                static_cast<unsigned long long>(detail::restart_region_decodes() - before));
+    if (differing > 0) return 1;
+  }
   for (int r = 0; r < rounds; ++r) {
     for (int v = 0; v < variants; ++v) {
       if (!only.empty() && only != names[v]) {
@@ -136,6 +158,13 @@ int main(int argc, char** argv) {
       for (const Item& item : items) {
         const detail::ScopedRestartHint hint(
             {item.marked.data(), item.marked.size(), &item.layout, &shard, &shard});
+        if (v == 6) {
+          coload::Rng rng = coload::Rng::for_sample(0, 0, static_cast<coload::Index>(&item - items.data()));
+          const double t0 = thread_seconds();
+          train(item.marked, rng, dst.data());
+          spent += thread_seconds() - t0;
+          continue;
+        }
         if (v >= 4) {
           // Decode outside the clock, copy the source, then time the rest on the copy.
           detail::CropSource src = detail::decode_crop_source(

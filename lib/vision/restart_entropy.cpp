@@ -1,0 +1,328 @@
+// The Huffman decoding of restart intervals for the region decoder (see restart_entropy.hpp):
+// JPEG's sequential Huffman coding (ITU T.81 F.2.2) over pre-unstuffed intervals, with a
+// 64-bit bit buffer refilled eight bytes at a time and a 10-bit lookup that decodes most AC
+// coefficients (code and value together) in one step.
+//
+// NOTE: decode_mcu runs inside libjpeg's frames, between the region decoder's setjmp and its
+// longjmp: no C++ object with a destructor lives here, and a failure is libjpeg's error_exit.
+
+#include "restart_entropy.hpp"
+
+#include <cstdio>
+#include <cstring>
+// jpeglib.h needs FILE and size_t declared first; jpegint.h has the entropy decoder's struct
+// (struct jpeg_entropy_decoder: start_pass, decode_mcu, insufficient_data since libjpeg 6).
+#include <jpeglib.h>
+#define JPEG_INTERNALS
+#include <jpegint.h>
+#include <jerror.h>
+
+#include <algorithm>
+#include <array>
+
+namespace coload::vision::detail {
+
+std::size_t RestartSegments::append_until_marker(std::span<const std::byte> data,
+                                                 std::size_t pos, unsigned& marker) {
+  const auto* base = reinterpret_cast<const std::uint8_t*>(data.data());
+  const std::uint8_t* p = base + pos;
+  const std::uint8_t* const end = base + data.size();
+  const std::size_t at = used;
+  begin.push_back(static_cast<std::uint32_t>(at));
+  // `bytes` only grows (a thread's segments are reused from crop to crop); room for `n` more
+  // bytes and the padding.
+  auto room = [this](std::size_t n) {
+    if (bytes.size() < used + n + padding) bytes.resize(std::max(used + n + padding, 2 * bytes.size()));
+  };
+  std::size_t found = data.size();
+  while (p < end) {
+    const void* ff = std::memchr(p, 0xff, static_cast<std::size_t>(end - p));
+    const std::uint8_t* stop = ff ? static_cast<const std::uint8_t*>(ff) : end;
+    const auto n = static_cast<std::size_t>(stop - p);
+    room(n + 1);
+    std::memcpy(bytes.data() + used, p, n);
+    used += n;
+    p = stop;
+    if (p == end) break;
+    while (p + 1 < end && p[1] == 0xff) ++p;  // fill bytes before the FF that counts
+    if (p + 1 == end) break;                  // an FF at the data's end: no marker
+    if (p[1] != 0x00) {
+      marker = p[1];
+      found = static_cast<std::size_t>(p - base);
+      break;
+    }
+    bytes[used++] = 0xff;  // FF 00: a data byte FF
+    p += 2;
+  }
+  room(0);
+  size.push_back(static_cast<std::uint32_t>(used - at));
+  std::memset(bytes.data() + used, 0, padding);
+  used += padding;
+  return found;
+}
+
+namespace {
+
+constexpr int fast_bits = 10;
+constexpr std::int32_t end_of_block = 0x8000;  // in HuffTable::ac
+constexpr int fast_size = 1 << fast_bits;
+
+// The zigzag order of T.81 figure A.6: position k of the coded sequence is natural index
+// natural_order[k], walking the anti-diagonals alternately up and down.
+constexpr std::array<std::uint8_t, 64> make_natural_order() {
+  std::array<std::uint8_t, 64> order{};
+  int k = 0;
+  for (int s = 0; s < 15; ++s) {
+    for (int i = 0; i <= s; ++i) {
+      // Even diagonals run from bottom-left to top-right (row falls), odd ones the other way.
+      const int row = s % 2 == 0 ? s - i : i;
+      const int col = s - row;
+      if (row < 8 && col < 8) order[static_cast<std::size_t>(k++)] = static_cast<std::uint8_t>(row * 8 + col);
+    }
+  }
+  return order;
+}
+constexpr std::array<std::uint8_t, 64> natural_order = make_natural_order();
+static_assert(natural_order[1] == 1 && natural_order[2] == 8 && natural_order[3] == 16 &&
+              natural_order[5] == 2 && natural_order[63] == 63);
+
+struct HuffTable {
+  std::uint16_t fast[fast_size];  // codes of up to fast_bits bits: length << 8 | symbol; 0: none
+  // AC code and value in fast_bits: value << 16 | run << 8 | bits, or end_of_block | bits
+  std::int32_t ac[fast_size];
+  std::int32_t maxcode[17];       // the largest code of each length, -1 for none
+  std::int32_t offset[17];        // a code of length l is symbol values[offset[l] + code]
+  std::uint8_t values[256];
+};
+
+inline int extend(std::uint32_t v, int s) {
+  return v < (1u << (s - 1)) ? static_cast<int>(v) - (1 << s) + 1 : static_cast<int>(v);
+}
+
+void build_table(const JHUFF_TBL& t, bool ac, HuffTable& h) {
+  std::memcpy(h.values, t.huffval, sizeof(h.values));
+  // Canonical codes (T.81 annex C): consecutive within a length, then one bit longer. So the
+  // lookup entries of the codes up to fast_bits long are [0, filled), in order; the rest are
+  // the prefixes of longer codes (or of none), zero.
+  std::int32_t code = 0;
+  int k = 0;
+  int filled = 0;
+  for (int l = 1; l <= 16; ++l) {
+    const int count = t.bits[l];
+    h.offset[l] = k - code;
+    for (int i = 0; i < count; ++i, ++code, ++k) {
+      if (l > fast_bits || k > 255) continue;
+      const int symbol = h.values[k];
+      const int spare = fast_bits - l;
+      const int first = code << spare;
+      const int r = symbol >> 4;
+      const int s = symbol & 15;
+      for (int j = 0; j < (1 << spare); ++j) {
+        h.fast[first + j] = static_cast<std::uint16_t>(l << 8 | symbol);
+        if (!ac) continue;
+        std::int32_t e = 0;
+        if (s != 0 && l + s <= fast_bits) {
+          const auto v = static_cast<std::uint32_t>(j >> (spare - s)) & ((1u << s) - 1);
+          e = extend(v, s) * 65536 | r << 8 | (l + s);
+        } else if (symbol == 0x00) {
+          e = end_of_block | l;
+        } else if (symbol == 0xf0) {
+          e = 15 << 8 | l;  // sixteen zeros: a run of 15 and a zero written
+        }
+        h.ac[first + j] = e;
+      }
+      filled = first + (1 << spare);
+    }
+    h.maxcode[l] = count > 0 ? code - 1 : -1;
+    code <<= 1;
+  }
+  std::fill(h.fast + filled, h.fast + fast_size, std::uint16_t{0});
+  if (ac) std::fill(h.ac + filled, h.ac + fast_size, 0);
+}
+
+}  // namespace
+
+struct SegmentState {
+  HuffTable dc[NUM_HUFF_TBLS];
+  HuffTable ac[NUM_HUFF_TBLS];
+  const HuffTable* dc_of[D_MAX_BLOCKS_IN_MCU];
+  const HuffTable* ac_of[D_MAX_BLOCKS_IN_MCU];
+  int component_of[D_MAX_BLOCKS_IN_MCU];
+  int blocks = 0;
+  const RestartSegments* segments = nullptr;
+  std::size_t next = 0;   // the next interval
+  int mcus_left = 0;      // MCUs left in the current one
+  const std::uint8_t* first = nullptr;  // its first byte
+  const std::uint8_t* limit = nullptr;  // the last position a refill may load 8 bytes from
+  std::uint32_t size = 0;
+  const std::uint8_t* p = nullptr;
+  std::uint64_t buffer = 0;  // bits from the top
+  int bits = 0;
+  int dc_pred[MAX_COMPS_IN_SCAN] = {};
+  JBLOCK scratch;  // the blocks of MCUs libjpeg skips
+};
+
+namespace {
+
+[[noreturn]] void fail(j_decompress_ptr cinfo) {
+  cinfo->err->msg_code = JERR_BAD_HUFF_TABLE;
+  (*cinfo->err->error_exit)(reinterpret_cast<j_common_ptr>(cinfo));
+  // error_exit does not return (the region decoder's longjmps).
+  __builtin_unreachable();
+}
+
+// The bit reader, in locals of decode_mcu.
+struct Bits {
+  std::uint64_t buffer;
+  int bits;
+  const std::uint8_t* p;
+  const std::uint8_t* limit;
+
+  // At least 57 bits in the buffer (the bytes past an interval's end read as zeros).
+  [[gnu::always_inline]] inline bool refill() {
+    if (p > limit) return false;
+    std::uint64_t v;
+    std::memcpy(&v, p, 8);
+    v = __builtin_bswap64(v);
+    buffer |= v >> bits;
+    const int take = (63 - bits) >> 3;
+    p += take;
+    bits += take * 8;
+    return true;
+  }
+  [[gnu::always_inline]] inline std::uint32_t take(int n) {  // 1 <= n <= 16
+    const auto v = static_cast<std::uint32_t>(buffer >> (64 - n));
+    buffer <<= n;
+    bits -= n;
+    return v;
+  }
+};
+
+// A symbol whose code is longer than fast_bits at the top of `buffer`: its length << 8 | the
+// symbol, or -1 for no code. By value: the bit reader stays in the caller's registers.
+[[gnu::noinline]] int decode_long(const HuffTable& h, std::uint64_t buffer) {
+  const auto peek = static_cast<std::int32_t>(buffer >> 48);
+  for (int l = fast_bits + 1; l <= 16; ++l) {
+    const std::int32_t code = peek >> (16 - l);
+    if (code <= h.maxcode[l]) return l << 8 | h.values[(h.offset[l] + code) & 0xff];
+  }
+  return -1;
+}
+
+[[gnu::always_inline]] inline int decode_symbol(const HuffTable& h, Bits& b) {
+  int e = h.fast[b.buffer >> (64 - fast_bits)];
+  if (e == 0) {
+    e = decode_long(h, b.buffer);
+    if (e < 0) return -1;
+  }
+  b.buffer <<= e >> 8;
+  b.bits -= e >> 8;
+  return e & 0xff;
+}
+
+boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
+  auto* st = static_cast<SegmentState*>(cinfo->client_data);
+  if (st->mcus_left == 0) {
+    // The next interval: its own bytes, the DC predictions reset (T.81 F.2.1.3.1).
+    const RestartSegments& s = *st->segments;
+    if (st->next >= s.begin.size()) fail(cinfo);
+    st->first = s.bytes.data() + s.begin[st->next];
+    st->size = s.size[st->next];
+    st->limit = st->first + st->size + RestartSegments::padding - 8;
+    st->p = st->first;
+    st->buffer = 0;
+    st->bits = 0;
+    for (int& pred : st->dc_pred) pred = 0;
+    st->mcus_left = s.mcus;
+    ++st->next;
+  }
+  Bits b{st->buffer, st->bits, st->p, st->limit};
+  for (int blk = 0; blk < st->blocks; ++blk) {
+    JCOEF* out = mcu ? mcu[blk][0] : st->scratch;
+    const HuffTable& dc = *st->dc_of[blk];
+    const HuffTable& ac = *st->ac_of[blk];
+    if (b.bits < 32 && !b.refill()) fail(cinfo);
+    const int s = decode_symbol(dc, b);
+    if (s < 0 || s > 15) fail(cinfo);
+    const int diff = s != 0 ? extend(b.take(s), s) : 0;
+    int& pred = st->dc_pred[st->component_of[blk]];
+    pred = static_cast<int>(static_cast<unsigned>(pred) + static_cast<unsigned>(diff));
+    out[0] = static_cast<JCOEF>(pred);
+    for (int k = 1; k < 64;) {
+      if (b.bits < 32 && !b.refill()) fail(cinfo);
+      const std::int32_t f = ac.ac[b.buffer >> (64 - fast_bits)];
+      if (f != 0) {
+        b.buffer <<= f & 0xff;
+        b.bits -= f & 0xff;
+        if (f & end_of_block) break;
+        k += (f >> 8) & 15;
+        if (k > 63) fail(cinfo);
+        out[natural_order[static_cast<std::size_t>(k)]] = static_cast<JCOEF>(f >> 16);
+        ++k;
+        continue;
+      }
+      const int rs = decode_symbol(ac, b);
+      if (rs < 0) fail(cinfo);
+      const int r = rs >> 4;
+      const int size = rs & 15;
+      if (size == 0) {
+        if (r != 15) break;  // end of block
+        k += 16;
+        continue;
+      }
+      k += r;
+      if (k > 63) fail(cinfo);
+      out[natural_order[static_cast<std::size_t>(k)]] = static_cast<JCOEF>(extend(b.take(size), size));
+      ++k;
+    }
+  }
+  st->buffer = b.buffer;
+  st->bits = b.bits;
+  st->p = b.p;
+  if (--st->mcus_left == 0) {
+    // The interval's MCUs must end in its last byte: bits past its end were read as zeros, and
+    // a whole byte left over is data libjpeg would warn about (extraneous bytes).
+    const std::int64_t used = (b.p - st->first) * std::int64_t{8} - b.bits;
+    const std::int64_t have = std::int64_t{st->size} * 8;
+    if (used > have || have - used >= 8) fail(cinfo);
+  }
+  return TRUE;
+}
+
+}  // namespace
+
+SegmentState* segment_state() noexcept {
+  thread_local SegmentState state;
+  return &state;
+}
+
+void install_segment_decoder(jpeg_decompress_struct* cinfo, const RestartSegments& segments,
+                             SegmentState* st) {
+  st->blocks = cinfo->blocks_in_MCU;
+  if (st->blocks < 1 || st->blocks > D_MAX_BLOCKS_IN_MCU || segments.mcus < 1) fail(cinfo);
+  bool dc_built[NUM_HUFF_TBLS] = {};
+  bool ac_built[NUM_HUFF_TBLS] = {};
+  for (int blk = 0; blk < st->blocks; ++blk) {
+    const int ci = cinfo->MCU_membership[blk];
+    const jpeg_component_info* comp = cinfo->cur_comp_info[ci];
+    const int d = comp->dc_tbl_no;
+    const int a = comp->ac_tbl_no;
+    if (d < 0 || d >= NUM_HUFF_TBLS || a < 0 || a >= NUM_HUFF_TBLS ||
+        !cinfo->dc_huff_tbl_ptrs[d] || !cinfo->ac_huff_tbl_ptrs[a]) {
+      fail(cinfo);
+    }
+    if (!dc_built[d]) build_table(*cinfo->dc_huff_tbl_ptrs[d], false, st->dc[d]);
+    if (!ac_built[a]) build_table(*cinfo->ac_huff_tbl_ptrs[a], true, st->ac[a]);
+    dc_built[d] = ac_built[a] = true;
+    st->dc_of[blk] = &st->dc[d];
+    st->ac_of[blk] = &st->ac[a];
+    st->component_of[blk] = ci;
+  }
+  st->segments = &segments;
+  st->next = 0;
+  st->mcus_left = 0;
+  cinfo->client_data = st;
+  cinfo->entropy->decode_mcu = decode_mcu;
+}
+
+}  // namespace coload::vision::detail
