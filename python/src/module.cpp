@@ -136,6 +136,11 @@ void register_datasets(py::module_& m) {
              return vision::ImagePipeline(root, vision::FusedTransform(std::move(r)));
            }),
            py::arg("root"), py::arg("recipe"), py::arg("train"))
+      // A composed recipe (coload.vision.Recipe's): `train` is the recipe's own business.
+      .def(py::init([](const std::string& root, const vision::Recipe& recipe, bool /*train*/) {
+             return vision::ImagePipeline(root, vision::FusedTransform(recipe));
+           }),
+           py::arg("root"), py::arg("recipe"), py::arg("train"))
       .def("__len__", &vision::ImagePipeline::size)
       .def_property_readonly("classes",
                              [](const vision::ImagePipeline& p) { return p.index().classes; })
@@ -162,6 +167,7 @@ PYBIND11_MODULE(_C, m) {
   using namespace coload::python;
   m.doc() = "coload's native loader (use the coload package, not this module)";
   register_errors(m);
+  register_recipe(m);  // before the datasets, whose ImagePipeline takes one
   register_datasets(m);
   install_fork();
 
