@@ -21,6 +21,7 @@
 #include "coload/loader/data_loader.hpp"
 #include "coload/shards/dataset.hpp"
 #include "coload/vision/pipeline.hpp"
+#include "coload/vision/shard_pipeline.hpp"
 
 namespace coload::python {
 
@@ -493,6 +494,10 @@ std::unique_ptr<Loader> make_loader(py::object dataset, Options options) {
   if (py::isinstance<vision::ImagePipeline>(dataset)) {
     refuse_native(options, "coload.vision.ImageFolder");
     return make(dataset.cast<vision::ImagePipeline>(), options, DefaultCollate{});
+  }
+  if (py::isinstance<vision::ShardImagePipeline>(dataset)) {
+    refuse_native(options, "coload.shards.ShardImageFolder");
+    return make(dataset.cast<vision::ShardImagePipeline>(), options, DefaultCollate{});
   }
   if (py::isinstance<shards::ShardDataset>(dataset)) {
     refuse_native(options, "coload.shards.ShardDataset");

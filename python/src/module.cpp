@@ -15,6 +15,7 @@
 #include "coload/vision/folder.hpp"
 #include "coload/vision/pipeline.hpp"
 #include "coload/vision/recipe.hpp"
+#include "coload/vision/shard_pipeline.hpp"
 
 namespace coload::python {
 
@@ -154,6 +155,25 @@ void register_datasets(py::module_& m) {
         return out;
       });
   m.def("recipe_presets", [] { return vision::presets::names(); });
+
+  // Tar shards' images through the same fused transforms (a preset's or a composed recipe),
+  // labels from each sample's `cls`; `num_classes` for a MixUp/CutMix with none of its own.
+  py::class_<vision::ShardImagePipeline>(m, "ShardImagePipeline")
+      .def(py::init([](const std::string& path, const std::string& recipe, bool train,
+                       int num_classes) {
+             auto r = train ? vision::presets::train(recipe) : vision::presets::eval(recipe);
+             return vision::ShardImagePipeline(shards::ShardDataset(path),
+                                               vision::FusedTransform(std::move(r)), {},
+                                               num_classes);
+           }),
+           py::arg("path"), py::arg("recipe"), py::arg("train"), py::arg("num_classes"))
+      .def(py::init([](const std::string& path, const vision::Recipe& recipe, bool /*train*/,
+                       int num_classes) {
+             return vision::ShardImagePipeline(shards::ShardDataset(path),
+                                               vision::FusedTransform(recipe), {}, num_classes);
+           }),
+           py::arg("path"), py::arg("recipe"), py::arg("train"), py::arg("num_classes"))
+      .def("__len__", &vision::ShardImagePipeline::size);
 
   py::class_<shards::ShardDataset>(m, "ShardDataset")
       .def(py::init([](const std::string& path) { return shards::ShardDataset(path); }),

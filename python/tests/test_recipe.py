@@ -1,5 +1,9 @@
 """Composed recipes from Python (coload.vision.transforms): equal to the presets, each op
-family's parameters reaching C++, Python callables as user ops, and the builder's errors."""
+family's parameters reaching C++, Python callables as user ops, the shard pipeline, and the
+builder's errors."""
+import io
+import tarfile
+
 import pytest
 import torch
 
@@ -147,6 +151,36 @@ def test_batch_ops_soft_labels(folder):
         assert torch.allclose(labels.sum(1), torch.ones(12))
         # Mixed with the batch rolled by one: rows between two classes share their weight.
         assert (labels.max(1).values < 1.0).any() and not torch.equal(images, unmixed)
+
+
+# ---- The shard pipeline takes the same recipes ------------------------------------------------
+
+def test_shard_image_folder(folder, tmp_path):
+    ds = coload.vision.ImageFolder(folder)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    with tarfile.open(shards / "shard-000.tar", "w") as tar:  # ImageFolder's order, as a tar
+        for i, (path, label) in enumerate(ds.samples):
+            for ext, payload in (("jpg", open(path, "rb").read()), ("cls", str(label).encode())):
+                info = tarfile.TarInfo(f"s{i:03d}.{ext}")
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    (shards / "classes.txt").write_text("".join(c + "\n" for c in ds.classes))
+
+    def shard_batches(recipe, train=True, **kwargs):
+        sd = coload.shards.ShardImageFolder(shards, recipe=recipe, train=train)
+        assert len(sd) == 12 and sd.num_classes == 3
+        return list(coload.DataLoader(sd, batch_size=6, seed=5, **kwargs))
+
+    assert same(shard_batches("classic", train=False), batches(folder, "classic", train=False))
+    # A composed recipe, its MixUp/CutMix's class count from classes.txt: the same batches as
+    # the folder's (each sample's stream and each batch's are functions of the seed and index).
+    mixed = T.Compose([T.RandomResizedCrop(96), T.RandomHorizontalFlip(), T.ToTensor(),
+                       T.RandomChoice([T.MixUp(alpha=0.4), T.CutMix()])])
+    expected = batches(folder, mixed)
+    assert expected[0][1].shape == (6, 3)
+    assert same(shard_batches(mixed), expected)
+    assert same(shard_batches(mixed, num_workers=2), expected)
 
 
 # ---- Python callables as user ops ------------------------------------------------------------
