@@ -11,6 +11,11 @@
 # keep memory for good at exit); TSan runs with die_after_fork=0, as forking a process with
 # threads is what the process executor does (the child execs nothing and uses only what
 # coload's fork hook made safe), and with report_signal_unsafe=0 (Python's signal handler).
+# Known under TSan (session 19): every report is a failed batch's exception object, read by the
+# consumer's translator and freed later by the driver thread when it drops the consumer's wait
+# slot; the order comes from libstdc++'s exception_ptr count, whose atomics TSan does not see
+# (libstdc++ is not instrumented): a false positive. The Ctrl-C case hangs under TSan (its
+# deferred signal delivery; it passes without), so the thread run leaves it out by default.
 set -eu
 kind=${1:?usage: sanitized.sh address|thread [pytest args...]}
 shift
@@ -34,7 +39,10 @@ rm -rf "$root/python-package" && mkdir -p "$root/python-package/coload"
 ln -s "$repo"/python/coload/* "$root"/python/_C.*.so "$root/python-package/coload/"
 ln -s ../lib "$root/python-package/lib"
 export COLOAD_MAKE_IMAGE_FOLDER=$root/tools/gen/make_image_folder
-[ $# -gt 0 ] || set -- test_processes.py test_leak.py test_loader.py test_recipe.py
+if [ $# -eq 0 ]; then
+  set -- test_processes.py test_leak.py test_loader.py test_recipe.py test_errors.py
+  [ "$kind" = address ] || set -- "$@" -k "not keyboard_interrupt"
+fi
 cd python/tests
 LD_PRELOAD=$(gcc -print-file-name=$runtime) PYTHONPATH=$root/python-package \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider --timeout=600 "$@"
