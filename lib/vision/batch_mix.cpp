@@ -118,11 +118,15 @@ at::Tensor apply_batch_mix(at::Tensor& images, const at::Tensor& labels, int num
 
 bool Recipe::has_batch_op() const noexcept { return !plan_->batch_steps.empty(); }
 
-BatchMixParams Recipe::sample_batch(int height, int width, at::Generator& gen) const {
-  const Plan& plan = *plan_;
+namespace {
+// sample_batch's draw; `choice` is the drawn op's place in the plan's batch ops (params.op is
+// its kind, MixUp or CutMix, which differs for MixUp alone, CutMix alone or a reordered
+// RandomChoice).
+BatchMixParams draw_batch_op(const Recipe::Plan& plan, int height, int width, at::Generator& gen,
+                             std::size_t& choice) {
   BatchMixParams params;
+  choice = 0;
   if (plan.batch_ops.empty()) return params;
-  std::size_t choice = 0;
   if (!plan.batch_p.empty()) {
     // RandomChoice: `torch.multinomial(torch.tensor(p), 1)` over the normalised weights.
     double total = 0;
@@ -156,15 +160,21 @@ BatchMixParams Recipe::sample_batch(int height, int width, at::Generator& gen) c
   }
   return params;
 }
+}  // namespace
+
+BatchMixParams Recipe::sample_batch(int height, int width, at::Generator& gen) const {
+  std::size_t choice = 0;
+  return draw_batch_op(*plan_, height, width, gen, choice);
+}
 
 at::Tensor Recipe::mix_batch(at::Tensor& images, const at::Tensor& labels, int num_classes,
                              at::Generator& gen) const {
   const Plan& plan = *plan_;
   if (plan.batch_ops.empty()) return labels;
-  const BatchMixParams params =
-      sample_batch(static_cast<int>(images.size(2)), static_cast<int>(images.size(3)), gen);
-  const int own = std::visit([](const auto& m) { return m.num_classes; },
-                             plan.batch_ops[static_cast<std::size_t>(params.op)]);
+  std::size_t choice = 0;
+  const BatchMixParams params = draw_batch_op(plan, static_cast<int>(images.size(2)),
+                                              static_cast<int>(images.size(3)), gen, choice);
+  const int own = std::visit([](const auto& m) { return m.num_classes; }, plan.batch_ops[choice]);
   const int classes = own > 0 ? own : num_classes;
   if (classes <= 0) {
     throw InvalidArgument("MixUp/CutMix: num_classes is 0 and the pipeline knows no class count: "

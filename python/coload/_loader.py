@@ -177,7 +177,8 @@ class DataLoader:
         self.auto_workers = auto_workers
         self.on_error = on_error
 
-        native = isinstance(dataset, (_C.TensorDataset, _C.ImagePipeline, _C.ShardDataset))
+        native = isinstance(dataset, (_C.TensorDataset, _C.ImagePipeline, _C.ShardDataset,
+                                      _C.ShardImagePipeline))
         self._native_dataset = native
         if native and collate_fn is not None:
             raise ValueError(f"collate_fn is not supported with {type(dataset).__name__}, whose "

@@ -14,3 +14,37 @@ class ShardDataset(_C.ShardDataset):
 
     def __repr__(self):
         return f"coload.shards.ShardDataset({self.path!r}, samples={len(self)})"
+
+
+class ShardImageFolder(_C.ShardImagePipeline):
+    """Image samples of tar shards (a `.tar` or a folder of them, as coload-shard writes an
+    ImageFolder tree) through ImageFolder's fused pipeline: each sample's `jpg`/`jpeg`/`png`/
+    `webp` field decoded and transformed natively, its label the `cls` field. `recipe` and
+    `train` as coload.vision.ImageFolder's. `num_classes` is the class count a recipe's
+    MixUp/CutMix without its own uses: None reads classes.txt beside the shards (coload-shard
+    writes it), else 0 (such an op then needs its num_classes). A batch is [images float
+    [N, 3, S, S], labels]."""
+
+    def __init__(self, path, recipe="classic", train=True, num_classes=None):
+        from .vision import Recipe
+        path = os.fspath(path)
+        if num_classes is None:
+            folder = path if os.path.isdir(path) else os.path.dirname(path)
+            try:
+                with open(os.path.join(folder, "classes.txt")) as f:
+                    num_classes = sum(1 for line in f if line.strip())
+            except FileNotFoundError:
+                num_classes = 0
+        if isinstance(recipe, Recipe):
+            super().__init__(path, recipe._native, train, int(num_classes))
+        elif isinstance(recipe, str):
+            super().__init__(path, recipe, train, int(num_classes))
+        else:
+            raise TypeError("ShardImageFolder: recipe should be a preset's name or a "
+                            f"coload.vision.Recipe, got {type(recipe).__name__}")
+        self.path, self.recipe, self.train, self.num_classes = path, recipe, train, num_classes
+
+    def __repr__(self):
+        recipe = self.recipe if isinstance(self.recipe, str) else "Recipe(...)"
+        return (f"coload.shards.ShardImageFolder({self.path!r}, recipe={recipe!r}, "
+                f"train={self.train}, samples={len(self)})")

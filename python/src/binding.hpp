@@ -65,6 +65,25 @@ class PythonError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Readies the interpreter of a worker process for its first Python call (see python_fork in
+/// loaders.cpp); nothing elsewhere. Before any GIL is taken on a worker's thread.
+void enter_python();
+
+/// Rethrows the Python exception `e` (being handled): as it is, or in a worker process as a
+/// PythonError, which carries the exception's type name and traceback text to the parent (the
+/// exception object itself cannot cross).
+[[noreturn]] void rethrow_python(py::error_already_set& e);
+
+/// Calls `f` (GIL held), its Python exceptions rethrown by rethrow_python.
+template <class F>
+decltype(auto) call_python(F&& f) {
+  try {
+    return std::forward<F>(f)();
+  } catch (py::error_already_set& e) {
+    rethrow_python(e);
+  }
+}
+
 /// What Python's DataLoader shim hands the native loader: torch.utils.data.DataLoader's
 /// arguments, already checked and resolved by the shim (samplers into `batches`).
 struct Options {
@@ -132,5 +151,7 @@ void translate_exception(std::exception_ptr error);
 void register_errors(py::module_& m);
 /// Registers the native dataset classes (TensorDataset, ImageFolder, ShardDataset).
 void register_datasets(py::module_& m);
+/// Registers coload._C.Recipe, a vision::Recipe of coload.vision.transforms' ops (recipe.cpp).
+void register_recipe(py::module_& m);
 
 }  // namespace coload::python

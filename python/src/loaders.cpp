@@ -21,6 +21,7 @@
 #include "coload/loader/data_loader.hpp"
 #include "coload/shards/dataset.hpp"
 #include "coload/vision/pipeline.hpp"
+#include "coload/vision/shard_pipeline.hpp"
 
 namespace coload::python {
 
@@ -65,43 +66,6 @@ pid_t python_fork() {
   PyGILState_Release(gil);
   errno = err;
   return pid;
-}
-
-/// Readies the interpreter of a worker process for its first Python call (see python_fork);
-/// nothing elsewhere. Before any GIL is taken on a worker's thread.
-void enter_python() {
-  if (child_python_pending) {
-    child_python_pending = false;
-    PyOS_AfterFork_Child();
-  }
-}
-
-/// Calls `f` (GIL held); in a worker process, a Python exception it raises leaves as a
-/// PythonError, which carries the exception's type name and traceback text to the parent (the
-/// exception object itself cannot cross).
-template <class F>
-decltype(auto) call_python(F&& f) {
-  try {
-    return std::forward<F>(f)();
-  } catch (py::error_already_set& e) {
-    if (!in_worker_process) throw;
-    std::string text;
-    std::string type = "Exception";
-    try {
-      py::object cls = e.type();
-      type = py::str(cls.attr("__qualname__")).cast<std::string>();
-      const auto module = py::str(cls.attr("__module__")).cast<std::string>();
-      if (module != "builtins") type = module + "." + type;
-      py::object trace = e.trace() ? py::object(e.trace()) : py::object(py::none());
-      py::object lines = py::module_::import("traceback")
-                             .attr("format_exception")(cls, e.value(), trace);
-      text = py::str(py::str("").attr("join")(lines)).cast<std::string>();
-    } catch (py::error_already_set& inner) {
-      text = std::string(e.what()) + " (its traceback could not be formatted: " +
-             inner.what() + ")";
-    }
-    throw PythonError(type + "\n" + text);
-  }
 }
 
 /// A map-style Python dataset (`__getitem__`/`__len__`): each sample is fetched on a worker
@@ -491,6 +455,33 @@ void refuse_native(const Options& o, const char* what) {
 
 }  // namespace
 
+void enter_python() {
+  if (child_python_pending) {
+    child_python_pending = false;
+    PyOS_AfterFork_Child();
+  }
+}
+
+void rethrow_python(py::error_already_set& e) {
+  if (!in_worker_process) throw;
+  std::string text;
+  std::string type = "Exception";
+  try {
+    py::object cls = e.type();
+    type = py::str(cls.attr("__qualname__")).cast<std::string>();
+    const auto module = py::str(cls.attr("__module__")).cast<std::string>();
+    if (module != "builtins") type = module + "." + type;
+    py::object trace = e.trace() ? py::object(e.trace()) : py::object(py::none());
+    py::object lines = py::module_::import("traceback")
+                           .attr("format_exception")(cls, e.value(), trace);
+    text = py::str(py::str("").attr("join")(lines)).cast<std::string>();
+  } catch (py::error_already_set& inner) {
+    text = std::string(e.what()) + " (its traceback could not be formatted: " +
+           inner.what() + ")";
+  }
+  throw PythonError(type + "\n" + text);
+}
+
 PyObject* worker_dataset() noexcept { return current_dataset; }
 
 void install_fork() { set_worker_fork(&python_fork); }
@@ -503,6 +494,10 @@ std::unique_ptr<Loader> make_loader(py::object dataset, Options options) {
   if (py::isinstance<vision::ImagePipeline>(dataset)) {
     refuse_native(options, "coload.vision.ImageFolder");
     return make(dataset.cast<vision::ImagePipeline>(), options, DefaultCollate{});
+  }
+  if (py::isinstance<vision::ShardImagePipeline>(dataset)) {
+    refuse_native(options, "coload.shards.ShardImageFolder");
+    return make(dataset.cast<vision::ShardImagePipeline>(), options, DefaultCollate{});
   }
   if (py::isinstance<shards::ShardDataset>(dataset)) {
     refuse_native(options, "coload.shards.ShardDataset");

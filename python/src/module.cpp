@@ -15,6 +15,7 @@
 #include "coload/vision/folder.hpp"
 #include "coload/vision/pipeline.hpp"
 #include "coload/vision/recipe.hpp"
+#include "coload/vision/shard_pipeline.hpp"
 
 namespace coload::python {
 
@@ -136,6 +137,11 @@ void register_datasets(py::module_& m) {
              return vision::ImagePipeline(root, vision::FusedTransform(std::move(r)));
            }),
            py::arg("root"), py::arg("recipe"), py::arg("train"))
+      // A composed recipe (coload.vision.Recipe's): `train` is the recipe's own business.
+      .def(py::init([](const std::string& root, const vision::Recipe& recipe, bool /*train*/) {
+             return vision::ImagePipeline(root, vision::FusedTransform(recipe));
+           }),
+           py::arg("root"), py::arg("recipe"), py::arg("train"))
       .def("__len__", &vision::ImagePipeline::size)
       .def_property_readonly("classes",
                              [](const vision::ImagePipeline& p) { return p.index().classes; })
@@ -150,6 +156,25 @@ void register_datasets(py::module_& m) {
       });
   m.def("recipe_presets", [] { return vision::presets::names(); });
 
+  // Tar shards' images through the same fused transforms (a preset's or a composed recipe),
+  // labels from each sample's `cls`; `num_classes` for a MixUp/CutMix with none of its own.
+  py::class_<vision::ShardImagePipeline>(m, "ShardImagePipeline")
+      .def(py::init([](const std::string& path, const std::string& recipe, bool train,
+                       int num_classes) {
+             auto r = train ? vision::presets::train(recipe) : vision::presets::eval(recipe);
+             return vision::ShardImagePipeline(shards::ShardDataset(path),
+                                               vision::FusedTransform(std::move(r)), {},
+                                               num_classes);
+           }),
+           py::arg("path"), py::arg("recipe"), py::arg("train"), py::arg("num_classes"))
+      .def(py::init([](const std::string& path, const vision::Recipe& recipe, bool /*train*/,
+                       int num_classes) {
+             return vision::ShardImagePipeline(shards::ShardDataset(path),
+                                               vision::FusedTransform(recipe), {}, num_classes);
+           }),
+           py::arg("path"), py::arg("recipe"), py::arg("train"), py::arg("num_classes"))
+      .def("__len__", &vision::ShardImagePipeline::size);
+
   py::class_<shards::ShardDataset>(m, "ShardDataset")
       .def(py::init([](const std::string& path) { return shards::ShardDataset(path); }),
            py::arg("path"))
@@ -162,6 +187,7 @@ PYBIND11_MODULE(_C, m) {
   using namespace coload::python;
   m.doc() = "coload's native loader (use the coload package, not this module)";
   register_errors(m);
+  register_recipe(m);  // before the datasets, whose ImagePipeline takes one
   register_datasets(m);
   install_fork();
 

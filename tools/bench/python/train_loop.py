@@ -108,6 +108,8 @@ def side_main(a):
             from torchvision.io import ImageReadMode, decode_jpeg, read_file
         except ImportError:
             v2 = None
+        if a.torch_pipeline == "pil":
+            v2 = None  # peers.py's torch2_tuned transform: PIL decode, the classic transforms
         if v2 is not None:
             transform = v2.Compose([
                 v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
@@ -131,15 +133,37 @@ def side_main(a):
                 dataset, batch_size=BATCH, shuffle=True, drop_last=True, num_workers=a.workers,
                 pin_memory=False, persistent_workers=True, prefetch_factor=a.prefetch_factor)
 
+    # What the model costs inside the loop (its steps' CPU and wall time on the main thread, over
+    # every epoch but the warm-up) and the intra-op threads it had: written to --stats at exit,
+    # so the driver can show whether either loader left the model less.
+    stats = {"model_threads": torch.get_num_threads(), "interop_threads": None,
+             "step_cpu_s": 0.0, "step_wall_s": 0.0, "step_images": 0, "epochs": 0}
+
     def epoch(loader, on_first):
         n = 0
+        timed = stats["epochs"] > 0
         for images, labels in loader:
             if n == 0:
                 on_first()
+                stats["model_threads"] = torch.get_num_threads()
+                stats["interop_threads"] = torch.get_num_interop_threads()
+            cpu, wall = time.thread_time(), time.perf_counter()
             step(images, labels)
+            if timed:
+                stats["step_cpu_s"] += time.thread_time() - cpu
+                stats["step_wall_s"] += time.perf_counter() - wall
+                stats["step_images"] += images.shape[0]
             n += images.shape[0]
+        stats["epochs"] += 1
         return n
 
+    if a.stats:
+        import atexit
+
+        def dump():
+            with open(a.stats, "w") as f:
+                json.dump(stats, f)
+        atexit.register(dump)
     peerlib.run(make_loader, epoch, a.epochs, version)
 
 
@@ -152,15 +176,27 @@ def driver_main(a):
         lambda m: print(m, file=sys.stderr))
     cpus = [int(c) for c in a.cpus.split(",")] if a.cpus else None
 
-    def command(side):
+    import tempfile
+    stats_dir = tempfile.mkdtemp(prefix="train_loop-")
+
+    def command(side, stats=None):
         interpreter = (a.torch_python or python) if side in ("torch", "model") else python
-        return [interpreter, os.path.abspath(__file__), root, "--side", side, "--epochs", str(a.epochs),
-                "--workers", str(a.workers), "--prefetch-factor", str(a.prefetch_factor)]
+        return ([interpreter, os.path.abspath(__file__), root, "--side", side, "--epochs",
+                 str(a.epochs), "--workers", str(a.workers), "--prefetch-factor",
+                 str(a.prefetch_factor), "--torch-pipeline", a.torch_pipeline] +
+                (["--stats", stats] if stats else []))
 
     runs = {"coload": [], "torch": []}
+    loop_stats = {"coload": [], "torch": []}
     for r in range(a.rounds):
         for side in (("coload", "torch") if r % 2 == 0 else ("torch", "coload")):
-            runs[side].append(peers.run_peer(side, command(side), cpus=cpus, pss=False))
+            path = os.path.join(stats_dir, f"{side}-{r}.json")
+            runs[side].append(peers.run_peer(side, command(side, path), cpus=cpus, pss=False))
+            try:
+                with open(path) as f:
+                    loop_stats[side].append(json.load(f))
+            except (OSError, ValueError):
+                pass
             print(f"round {r + 1} {side}: {runs[side][-1].get('images_per_s') or runs[side][-1]}",
                   file=sys.stderr)
     rows = {}
@@ -178,8 +214,19 @@ def driver_main(a):
     ratio = None
     if rows["coload"].get("images_per_s") and rows["torch"].get("images_per_s"):
         ratio = rows["coload"]["images_per_s"] / rows["torch"]["images_per_s"]
-    result = {"root": root, "python": python, "torch_python": a.torch_python or python, "cpus": a.cpus, "rounds": a.rounds,
-              "epochs": a.epochs, "load_average": os.getloadavg(), "model": model,
+    in_loop = {}
+    for side, runs_stats in loop_stats.items():
+        n = sum(x["step_images"] for x in runs_stats)
+        if n:
+            in_loop[side] = {
+                "model_cpu_ms_per_image": 1e3 * sum(x["step_cpu_s"] for x in runs_stats) / n,
+                "model_wall_ms_per_image": 1e3 * sum(x["step_wall_s"] for x in runs_stats) / n,
+                "model_threads": sorted({x["model_threads"] for x in runs_stats}),
+                "interop_threads": sorted({x["interop_threads"] for x in runs_stats})}
+    result = {"root": root, "python": python, "torch_python": a.torch_python or python,
+              "cpus": a.cpus, "rounds": a.rounds, "epochs": a.epochs,
+              "torch_pipeline": a.torch_pipeline, "load_average": os.getloadavg(),
+              "model": model, "model_in_loop": in_loop,
               "coload": rows["coload"], "torch": rows["torch"], "ratio": ratio}
     if a.json:
         print(json.dumps(result))
@@ -202,6 +249,10 @@ def driver_main(a):
         print(f"{side:8} {f('images_per_s', '9.1f')} {f('cpu_ms_per_image', '11.2f')} "
               f"{f('first_batch_s', '12.3f')} {f('peak_pss_mib', '13.0f')}  "
               f"{(runs[side][0].get('version') or '') if runs[side] else ''}")
+    for side, x in in_loop.items():
+        print(f"model in {side}'s loop: {x['model_cpu_ms_per_image']:.3f} CPU ms/image, "
+              f"{x['model_wall_ms_per_image']:.3f} wall ms/image, torch threads "
+              f"{x['model_threads']} (inter-op {x['interop_threads']})")
     if ratio is not None:
         print(f"coload / torch images/s: {ratio:.2f}x (target >= 3.5x)")
 
@@ -217,6 +268,11 @@ def main():
     p.add_argument("--cpus", default="0,1")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--prefetch-factor", type=int, default=2)
+    p.add_argument("--torch-pipeline", choices=["tensor", "pil"], default="tensor",
+                   help="the torch side's transform: decode_jpeg + transforms.v2 on uint8 tensors "
+                   "(default, torchvision's fast path), or PIL + the classic transforms (peers.py's "
+                   "torch2_tuned)")
+    p.add_argument("--stats", help=argparse.SUPPRESS)  # a side's in-loop model stats (JSON)
     p.add_argument("--build")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
