@@ -242,8 +242,11 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
     t->reached += take;
     t->arrived.notify_all();
   }
-  // Past the range wanted (a 200 to a Range): stop; finished() sees the range complete.
-  return t->reached >= t->end ? 0 : bytes;
+  // Bytes past the range wanted (a 200 to a Range: the whole body comes): stop here, and
+  // finished() sees the range complete. A 206 ends with the range itself: its last bytes are
+  // taken whole, so the transfer ends cleanly and curl keeps the connection for the next
+  // request (stopping it there aborted it, and each ranged GET paid a new connection).
+  return bytes - used > take ? 0 : bytes;
 }
 
 bool retryable(CURLcode result, long status) {
