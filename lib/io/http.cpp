@@ -22,6 +22,7 @@
 namespace coload::io {
 
 using http_detail::block_size;
+using http_detail::max_idle;
 using http_detail::Clock;
 using http_detail::to_end;
 
@@ -118,7 +119,9 @@ void BodyStream::Transfer::append(const std::byte* p, std::size_t n) {
         spare.pop_back();
         b.clear();
       }
-      b.reserve(block_size);
+      // No bigger than the rest of the range (a small ranged read needs no 1 MiB block).
+      b.reserve(static_cast<std::size_t>(
+          std::min<std::uint64_t>(block_size, std::max<std::uint64_t>(n, end - reached))));
       blocks.push_back(std::move(b));
     }
     std::vector<std::byte>& last = blocks.back();
@@ -236,7 +239,14 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
     }
     {
       std::lock_guard lock(t->mutex);
-      t->append(reinterpret_cast<const std::byte*>(p + used), take);
+      if (t->sink) {
+        // Checked under the same lock as the copy: a cancelled get_range's memory may be gone.
+        if (t->cancelled) return 0;
+        std::memcpy(t->sink + (t->reached - t->begin), p + used, take);
+        t->buffered += take;
+      } else {
+        t->append(reinterpret_cast<const std::byte*>(p + used), take);
+      }
       t->wake_locked(false);
     }
     t->reached += take;
@@ -273,7 +283,13 @@ bool retryable(CURLcode result, long status) {
 }  // namespace
 
 void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) {
-  CURL* easy = curl_easy_init();
+  CURL* easy = nullptr;
+  if (!idle.empty()) {
+    easy = idle.back();  // reset when it was put back
+    idle.pop_back();
+  } else {
+    easy = curl_easy_init();
+  }
   if (!easy) {
     fail(*t, "curl_easy_init failed");
     return;
@@ -360,7 +376,12 @@ void HttpClient::Driver::drop(BodyStream::Transfer& t) {
   if (!t.easy) return;
   curl_multi_remove_handle(multi, t.easy);
   CURL* easy = std::exchange(t.easy, nullptr);
-  curl_easy_cleanup(easy);
+  if (!closing && idle.size() < max_idle) {
+    curl_easy_reset(easy);  // lets go of this transfer's pointers (headers, buffers, callbacks)
+    idle.push_back(easy);
+  } else {
+    curl_easy_cleanup(easy);
+  }
   curl_slist_free_all(std::exchange(t.headers, nullptr));
   running.erase(easy);  // may free t: last
 }
@@ -434,7 +455,7 @@ std::shared_ptr<BodyStream::Transfer> HttpClient::start(const std::string& url,
                                                         std::uint64_t begin, std::uint64_t end,
                                                         std::size_t window, std::uint64_t size,
                                                         const RetryOptions& retry,
-                                                        std::uint64_t limit) {
+                                                        std::uint64_t limit, std::byte* sink) {
   validate(retry);
   // Every field the loop reads is set here, before the loop can see the transfer.
   auto t = std::make_shared<BodyStream::Transfer>();
@@ -446,6 +467,7 @@ std::shared_ptr<BodyStream::Transfer> HttpClient::start(const std::string& url,
   t->end = end;
   t->window = window;
   t->size = size;
+  t->sink = sink;
   Driver* d = driver_.get();
   if (!d->post([d, t] { d->launch(t); })) {
     t->done = t->failed = true;
@@ -475,22 +497,32 @@ void HttpClient::get_range(const std::string& url, std::uint64_t begin, std::uin
                            std::byte* dst, std::uint64_t size, const RetryOptions& retry) {
   if (end <= begin) return;
   blocking("HttpClient::get_range");
-  // No window: a range read is wanted whole, and its reader waits for all of it.
-  BodyStream body(shared_from_this(), start(url, begin, end, 0, size, retry), begin);
-  body.read(dst, static_cast<std::size_t>(end - begin));
+  // No window: a range read is wanted whole, and its reader waits for all of it; its bytes
+  // go straight to dst.
+  auto t = start(url, begin, end, 0, size, retry, to_end, dst);
+  BodyStream body(shared_from_this(), t, begin);
+  finish_sink(*t, static_cast<std::size_t>(end - begin), true);
+}
+
+void HttpClient::finish_sink(BodyStream::Transfer& t, std::size_t n, bool wait) {
+  std::unique_lock lock(t.mutex);
+  if (wait) t.arrived.wait(lock, [&] { return t.buffered >= n || t.done; });
+  if (t.buffered >= n) return;
+  if (t.failed) t.rethrow();
+  throw HttpError(t.url, 0, 0,
+                  "cannot read '" + t.url + "': the body ended at byte " +
+                      std::to_string(t.begin + t.buffered) + ", before the bytes wanted");
 }
 
 Task<void> HttpClient::get_range_async(std::string url, std::uint64_t begin, std::uint64_t end,
                                        std::byte* dst, std::uint64_t size, RetryOptions retry) {
   if (end <= begin) co_return;
-  auto t = start(url, begin, end, 0, size, retry);
+  auto t = start(url, begin, end, 0, size, retry, to_end, dst);  // straight to dst
   // Destroyed early (the fetch was dropped), it cancels the transfer and withdraws the wait.
   BodyStream body(shared_from_this(), t, begin);
   const auto n = static_cast<std::size_t>(end - begin);
   co_await body.wait_for(n);  // no window: done when all of it is here
-  if (body.take(dst, n, false) != n) {
-    body.read(dst, n);  // the error, or the body's early end: no wait
-  }
+  finish_sink(*t, n, false);  // or the error, or the body's early end
 }
 
 std::string HttpClient::get(const std::string& url, std::uint64_t limit,

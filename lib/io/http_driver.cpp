@@ -164,6 +164,8 @@ void Driver::close() {
     fail(*t, "cannot read '" + t->url + "': the HTTP client was closed");
   }
   waiting.clear();
+  for (CURL* easy : idle) curl_easy_cleanup(easy);
+  idle.clear();
   if (multi) curl_multi_cleanup(std::exchange(multi, nullptr));
   // Nothing bound to the io_context outlives this: the client may outlive the io_context.
   for (auto& [fd, s] : sockets) {

@@ -198,7 +198,11 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
   std::shared_ptr<BodyStream::Transfer> start(const std::string& url, std::uint64_t begin,
                                               std::uint64_t end, std::size_t window,
                                               std::uint64_t size, const RetryOptions& retry,
-                                              std::uint64_t limit = ~std::uint64_t{0});
+                                              std::uint64_t limit = ~std::uint64_t{0},
+                                              std::byte* sink = nullptr);
+  /// get_range's end, its bytes written into its memory by the transfer (Transfer::sink):
+  /// returns once all `n` are there (waiting for them when `wait`), or throws its error.
+  static void finish_sink(BodyStream::Transfer& t, std::size_t n, bool wait);
   std::unique_ptr<Driver> driver_;
 };
 
