@@ -111,6 +111,7 @@ HttpError::HttpError(std::string url, long status, int attempts, const std::stri
 
 void BodyStream::Transfer::append(const std::byte* p, std::size_t n) {
   buffered += n;
+  driver->add_held(n);
   while (n > 0) {
     if (blocks.empty() || blocks.back().size() == blocks.back().capacity()) {
       std::vector<std::byte> b;
@@ -165,6 +166,7 @@ std::size_t BodyStream::Transfer::take(std::byte* dst, std::size_t n) {
     got += k;
     front += k;
     buffered -= k;
+    driver->held.fetch_sub(k, std::memory_order_relaxed);
     if (front == b.size()) {
       if (spare.size() < 2) spare.push_back(std::move(b));
       blocks.pop_front();
@@ -239,9 +241,10 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
     }
     {
       std::lock_guard lock(t->mutex);
+      // Checked under the same lock as the copy: a cancelled get_range's memory may be gone,
+      // and a stream let go of has given back the count of the bytes it held.
+      if (t->cancelled) return 0;
       if (t->sink) {
-        // Checked under the same lock as the copy: a cancelled get_range's memory may be gone.
-        if (t->cancelled) return 0;
         std::memcpy(t->sink + (t->reached - t->begin), p + used, take);
         t->buffered += take;
       } else {
@@ -476,6 +479,16 @@ std::shared_ptr<BodyStream::Transfer> HttpClient::start(const std::string& url,
   return t;
 }
 
+std::size_t HttpClient::read_ahead_bytes() const noexcept {
+  return driver_->held.load(std::memory_order_relaxed);
+}
+
+std::size_t HttpClient::read_ahead_peak(bool reset) noexcept {
+  const std::size_t peak = driver_->held_peak.load(std::memory_order_relaxed);
+  if (reset) driver_->held_peak.store(read_ahead_bytes(), std::memory_order_relaxed);
+  return peak;
+}
+
 void HttpClient::blocking(const char* what) const {
   // The loop runs on this very thread: waiting here would wait for ourselves.
   if (driver_->own == nullptr && driver_->ctx->get_executor().running_in_this_thread()) {
@@ -549,6 +562,10 @@ BodyStream::~BodyStream() {
     // posted resumption may reach it now.
     transfer_->waiter = nullptr;
     transfer_->resuming = nullptr;
+    HttpClient::Driver* d = client_->driver_.get();
+    // The bytes it still held are no longer held for a reader (freed with the transfer).
+    if (!transfer_->sink) d->held.fetch_sub(transfer_->buffered, std::memory_order_relaxed);
+    transfer_->buffered = 0;
     if (transfer_->done) return;
     transfer_->cancelled = true;
   }

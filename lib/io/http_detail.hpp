@@ -8,6 +8,7 @@
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <coroutine>
@@ -129,6 +130,17 @@ struct HttpClient::Driver {
   // Easy handles of finished transfers, reset, for the next ones: a fresh handle costs its
   // allocation and curl's receive buffer's pages each time (a ranged GET a sample).
   std::vector<CURL*> idle;
+
+  // The bytes received into transfers' blocks and not yet read (a get_range's, written into
+  // its caller's memory, are not), now and at most since the last reset: what read-ahead
+  // holds. From any thread.
+  std::atomic<std::size_t> held{0}, held_peak{0};
+  void add_held(std::size_t n) noexcept {
+    const std::size_t now = held.fetch_add(n, std::memory_order_relaxed) + n;
+    std::size_t peak = held_peak.load(std::memory_order_relaxed);
+    while (now > peak && !held_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
   std::vector<std::shared_ptr<BodyStream::Transfer>> waiting;  // in backoff
   std::minstd_rand jitter;
   bool closing = false;

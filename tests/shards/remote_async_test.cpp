@@ -329,4 +329,42 @@ TEST_CASE("ranged GETs keep their connection: map-style reads of N samples over 
   CHECK(parallel <= static_cast<int>(total) / 3);
 }
 
+TEST_CASE("a stream's read-ahead holds at most its budget: the client's bytes held never exceed read_ahead plus a receive buffer a transfer") {
+  // Shards of 2 MiB (8 samples of 256 KiB): the next shard's GET starts while this one is
+  // read, and without the bound would hold all of it.
+  const fs::path dir = *root / "big";
+  {
+    shards::Writer writer(dir, {.shard_size = 2 << 20});
+    for (int i = 0; i < 24; ++i) {
+      std::string bin(256 << 10, '\0');
+      for (std::size_t k = 0; k < bin.size(); ++k) bin[k] = static_cast<char>((i * 131 + k * 7) & 0xff);
+      const std::string id = std::to_string(i);
+      const shards::WriteField fields[] = {{"id", shards_test::bytes_of(id)},
+                                           {"bin", shards_test::bytes_of(bin)}};
+      char key[16];
+      std::snprintf(key, sizeof key, "b%05d", i);
+      writer.write(key, fields);
+    }
+    writer.finish();
+  }
+  const std::string nginx = "http://127.0.0.1:" + std::to_string(server->nginx) + "/big/";
+  constexpr std::size_t read_ahead = 1 << 20, receive_buffer = 256 << 10;
+  shards::ShardStream stream(nginx, {.shuffle_shards = false, .read_ahead = read_ahead});
+  REQUIRE(stream.dataset().shards().size() >= 3);
+  const auto client = io::HttpClient::shared();
+  client->read_ahead_peak(true);
+  std::size_t n = 0, bytes = 0;
+  for (auto& s : stream.samples(WorkerInfo{.id = 0, .num_workers = 1})) {
+    bytes += s.field("bin").size();
+    ++n;
+  }
+  CHECK(n == 24);
+  CHECK(bytes == 24u * (256 << 10));
+  const std::size_t peak = client->read_ahead_peak();
+  CAPTURE(peak);
+  CHECK(peak <= read_ahead + 2 * receive_buffer);
+  CHECK(peak >= read_ahead / 2);  // the read-ahead was used: the count sees it
+  CHECK(client->read_ahead_bytes() == 0);  // every byte held was read or let go
+}
+
 }  // TEST_SUITE

@@ -188,6 +188,14 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
                                      std::uint64_t end, std::size_t window,
                                      std::uint64_t size = 0, const RetryOptions& retry = {});
 
+  /// The bytes its transfers have received and hold for their readers (a BodyStream's, up to
+  /// its window plus one receive buffer of 256 KiB; not get_range's, which go straight to
+  /// their destination): what read-ahead costs in memory now.
+  std::size_t read_ahead_bytes() const noexcept;
+  /// The most read_ahead_bytes() has been since the client was made or the last reset; with
+  /// `reset`, starts the count again from now.
+  std::size_t read_ahead_peak(bool reset = false) noexcept;
+
   struct Driver;
   struct Service;
 
