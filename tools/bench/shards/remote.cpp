@@ -57,6 +57,7 @@
 
 #include "../../../tests/shards/serve.hpp"
 #include "../../../tests/shards/shards_test_support.hpp"
+#include "coload/io/http.hpp"
 #include "coload/loader/data_loader.hpp"
 #include "coload/shards/stream.hpp"
 #include "coload/shards/writer.hpp"
@@ -84,6 +85,7 @@ struct Row {
   std::vector<double> mb_per_s;
   std::vector<double> cpu_ms;  // per 100 KiB delivered
   double peak_mib = 0;
+  double held_mib = 0;
 };
 
 // This process's CPU time so far (every thread, user + system), in seconds.
@@ -106,6 +108,7 @@ struct CountBytes {
 struct Run {
   double mb_per_s = 0;
   double cpu_ms_per_100k = 0;
+  double held_mib = 0;  // --via threads: the most the process's HTTP client held for readers
 };
 
 Run stream_all(const std::string& where, int workers, std::size_t read_ahead, bool loader) {
@@ -114,6 +117,8 @@ Run stream_all(const std::string& where, int workers, std::size_t read_ahead, bo
   std::vector<std::uint64_t> bytes(static_cast<std::size_t>(workers));
   const double cpu0 = cpu_seconds();
   const auto t = Clock::now();
+  const auto client = coload::io::HttpClient::shared();
+  client->read_ahead_peak(true);
   if (loader) {
     auto l = coload::make_data_loader(
         stream, coload::LoaderOptions<CountBytes>{.batch_size = 16, .num_workers = workers});
@@ -135,7 +140,8 @@ Run stream_all(const std::string& where, int workers, std::size_t read_ahead, bo
   std::uint64_t total = 0;
   for (auto b : bytes) total += b;
   return {static_cast<double>(total) / s / 1e6,
-          total ? cpu * 1e3 / (static_cast<double>(total) / (100 << 10)) : 0};
+          total ? cpu * 1e3 / (static_cast<double>(total) / (100 << 10)) : 0,
+          loader ? 0 : static_cast<double>(client->read_ahead_peak()) / (1 << 20)};
 }
 
 // CPU seconds (user + system) of process `pid` and of its children (one level: serve.py's
@@ -287,14 +293,18 @@ int main(int argc, char** argv) {
       row.mb_per_s.push_back(run.mb_per_s);
       row.cpu_ms.push_back(run.cpu_ms_per_100k);
       row.peak_mib = std::max(row.peak_mib, peak_rss_mib());
+      row.held_mib = std::max(row.held_mib, run.held_mib);
     }
   }
   if (raw) {
     std::printf("raw delivery via %s, %d workers, read_ahead %d MiB, median of %d rounds:\n",
                 via.c_str(), workers, read_ahead_mib, rounds);
     for (const Row& row : rows) {
-      std::printf("  %-22s %8.0f MB/s   CPU %6.3f ms/100KiB   peak RSS %6.0f MiB\n",
+      std::printf("  %-22s %8.0f MB/s   CPU %6.3f ms/100KiB   peak RSS %6.0f MiB",
                   row.name.c_str(), median(row.mb_per_s), median(row.cpu_ms), row.peak_mib);
+      // What the HTTP client held for the readers at most (the read-ahead), --via threads.
+      if (!loader) std::printf("   held %5.1f MiB", row.held_mib);
+      std::printf("\n");
     }
     // Each worker holds at most read_ahead: half for its shard, half for the next.
     std::printf("  (resident before any row: %.0f MiB; read-ahead budget %d x %d MiB)\n",
