@@ -84,6 +84,7 @@ struct Row {
   std::string where;
   std::vector<double> mb_per_s;
   std::vector<double> cpu_ms;  // per 100 KiB delivered
+  std::vector<double> server_ms{};  // nginx's and the proxy's, per 100 KiB
   double peak_mib = 0;
   double held_mib = 0;
 };
@@ -109,40 +110,8 @@ struct Run {
   double mb_per_s = 0;
   double cpu_ms_per_100k = 0;
   double held_mib = 0;  // --via threads: the most the process's HTTP client held for readers
+  double server_ms_per_100k = 0;  // nginx + the proxy
 };
-
-Run stream_all(const std::string& where, int workers, std::size_t read_ahead, bool loader) {
-  coload::shards::ShardStream stream(
-      where, {.shuffle_shards = false, .read_ahead = read_ahead});
-  std::vector<std::uint64_t> bytes(static_cast<std::size_t>(workers));
-  const double cpu0 = cpu_seconds();
-  const auto t = Clock::now();
-  const auto client = coload::io::HttpClient::shared();
-  client->read_ahead_peak(true);
-  if (loader) {
-    auto l = coload::make_data_loader(
-        stream, coload::LoaderOptions<CountBytes>{.batch_size = 16, .num_workers = workers});
-    for (auto& b : l) bytes[0] += static_cast<std::uint64_t>(b.item<std::int64_t>());
-  } else {
-    std::vector<std::thread> threads;
-    for (int w = 0; w < workers; ++w) {
-      threads.emplace_back([&, w] {
-        coload::shards::ShardStream mine = stream;  // a replica per worker, as the loader makes
-        for (auto& s : mine.samples(coload::WorkerInfo{.id = w, .num_workers = workers})) {
-          bytes[static_cast<std::size_t>(w)] += s.data.size();
-        }
-      });
-    }
-    for (auto& t2 : threads) t2.join();
-  }
-  const double s = std::chrono::duration<double>(Clock::now() - t).count();
-  const double cpu = cpu_seconds() - cpu0;
-  std::uint64_t total = 0;
-  for (auto b : bytes) total += b;
-  return {static_cast<double>(total) / s / 1e6,
-          total ? cpu * 1e3 / (static_cast<double>(total) / (100 << 10)) : 0,
-          loader ? 0 : static_cast<double>(client->read_ahead_peak()) / (1 << 20)};
-}
 
 // CPU seconds (user + system) of process `pid` and of its children (one level: serve.py's
 // proxy and the nginx it started), from /proc; 0 for what cannot be read.
@@ -164,6 +133,41 @@ double process_tree_cpu(pid_t pid) {
   std::ifstream kids("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
   for (long child = 0; kids >> child;) total += one(child);
   return total;
+}
+
+Run stream_all(const std::string& where, int workers, std::size_t read_ahead, bool loader,
+               pid_t server) {
+  coload::shards::ShardStream stream(
+      where, {.shuffle_shards = false, .read_ahead = read_ahead});
+  std::vector<std::uint64_t> bytes(static_cast<std::size_t>(workers));
+  const double cpu0 = cpu_seconds(), server0 = process_tree_cpu(server);
+  const auto t = Clock::now();
+  const auto client = coload::io::HttpClient::shared();
+  client->read_ahead_peak(true);
+  if (loader) {
+    auto l = coload::make_data_loader(
+        stream, coload::LoaderOptions<CountBytes>{.batch_size = 16, .num_workers = workers});
+    for (auto& b : l) bytes[0] += static_cast<std::uint64_t>(b.item<std::int64_t>());
+  } else {
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w) {
+      threads.emplace_back([&, w] {
+        coload::shards::ShardStream mine = stream;  // a replica per worker, as the loader makes
+        for (auto& s : mine.samples(coload::WorkerInfo{.id = w, .num_workers = workers})) {
+          bytes[static_cast<std::size_t>(w)] += s.data.size();
+        }
+      });
+    }
+    for (auto& t2 : threads) t2.join();
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t).count();
+  const double cpu = cpu_seconds() - cpu0, server_cpu = process_tree_cpu(server) - server0;
+  std::uint64_t total = 0;
+  for (auto b : bytes) total += b;
+  return {static_cast<double>(total) / s / 1e6,
+          total ? cpu * 1e3 / (static_cast<double>(total) / (100 << 10)) : 0,
+          loader ? 0 : static_cast<double>(client->read_ahead_peak()) / (1 << 20),
+          total ? server_cpu * 1e3 / (static_cast<double>(total) / (100 << 10)) : 0};
 }
 
 struct TrainRun {
@@ -283,13 +287,14 @@ int main(int argc, char** argv) {
   const std::size_t read_ahead = static_cast<std::size_t>(read_ahead_mib) << 20;
   const bool loader = via == "loader";
   // Warms the page cache.
-  if (raw) stream_all((served / "shards").string(), workers, read_ahead, loader);
+  if (raw) stream_all((served / "shards").string(), workers, read_ahead, loader, server.pid);
   reset_peak_rss();
   const double base_mib = peak_rss_mib();  // libtorch's pages and the heap kept: every row has them
   for (int r = 0; r < (raw ? rounds : 0); ++r) {
     for (Row& row : rows) {
       reset_peak_rss();
-      const Run run = stream_all(row.where, workers, read_ahead, loader);
+      const Run run = stream_all(row.where, workers, read_ahead, loader, server.pid);
+      row.server_ms.push_back(run.server_ms_per_100k);
       row.mb_per_s.push_back(run.mb_per_s);
       row.cpu_ms.push_back(run.cpu_ms_per_100k);
       row.peak_mib = std::max(row.peak_mib, peak_rss_mib());
@@ -300,8 +305,9 @@ int main(int argc, char** argv) {
     std::printf("raw delivery via %s, %d workers, read_ahead %d MiB, median of %d rounds:\n",
                 via.c_str(), workers, read_ahead_mib, rounds);
     for (const Row& row : rows) {
-      std::printf("  %-22s %8.0f MB/s   CPU %6.3f ms/100KiB   peak RSS %6.0f MiB",
-                  row.name.c_str(), median(row.mb_per_s), median(row.cpu_ms), row.peak_mib);
+      std::printf("  %-22s %8.0f MB/s   CPU %6.3f ms/100KiB (servers' %6.3f)   peak RSS %6.0f MiB",
+                  row.name.c_str(), median(row.mb_per_s), median(row.cpu_ms),
+                  median(row.server_ms), row.peak_mib);
       // What the HTTP client held for the readers at most (the read-ahead), --via threads.
       if (!loader) std::printf("   held %5.1f MiB", row.held_mib);
       std::printf("\n");
