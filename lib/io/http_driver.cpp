@@ -176,6 +176,58 @@ void Driver::close() {
   timer.reset();
 }
 
+// A transfer's ends: done (the reader woken), failed for good, or let go of.
+void HttpClient::Driver::complete(BodyStream::Transfer& t) {
+  {
+    std::lock_guard lock(t.mutex);
+    t.done = true;
+    // A cancelled transfer's waiter was withdrawn with its BodyStream (the frame went away).
+    t.wake_locked(true);
+  }
+  t.arrived.notify_all();
+}
+
+void HttpClient::Driver::fail(BodyStream::Transfer& t, const std::string& why) {
+  {
+    std::lock_guard lock(t.mutex);
+    t.failed = true;
+    t.error_status = t.status;
+    t.error_attempts = t.attempts;
+    t.error_what = why;
+  }
+  complete(t);
+}
+
+void HttpClient::Driver::drop(BodyStream::Transfer& t) {
+  if (!t.easy) return;
+  curl_multi_remove_handle(multi, t.easy);
+  CURL* easy = std::exchange(t.easy, nullptr);
+  if (!closing && idle.size() < http_detail::max_idle) {
+    curl_easy_reset(easy);  // lets go of this transfer's pointers (headers, buffers, callbacks)
+    idle.push_back(easy);
+  } else {
+    curl_easy_cleanup(easy);
+  }
+  curl_slist_free_all(std::exchange(t.headers, nullptr));
+  running.erase(easy);  // may free t: last
+}
+
+void HttpClient::Driver::cancel(const std::shared_ptr<BodyStream::Transfer>& t) {
+  drop(*t);
+  t->backoff.reset();  // its wait ends as cancelled
+  std::erase(waiting, t);
+}
+
+std::size_t HttpClient::read_ahead_bytes() const noexcept {
+  return driver_->held.load(std::memory_order_relaxed);
+}
+
+std::size_t HttpClient::read_ahead_peak(bool reset) noexcept {
+  const std::size_t peak = driver_->held_peak.load(std::memory_order_relaxed);
+  if (reset) driver_->held_peak.store(read_ahead_bytes(), std::memory_order_relaxed);
+  return peak;
+}
+
 /// Keeps the client of one io_context (HttpClient::on) and closes it when the io_context is
 /// destroyed, before the io_context's own parts go (a service made after them is shut down
 /// first). Closing fails what is in flight without resuming any waiting coroutine: nothing
