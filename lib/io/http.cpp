@@ -110,6 +110,7 @@ HttpError::HttpError(std::string url, long status, int attempts, const std::stri
 
 void BodyStream::Transfer::append(const std::byte* p, std::size_t n) {
   buffered += n;
+  driver->add_held(n);
   while (n > 0) {
     if (blocks.empty() || blocks.back().size() == blocks.back().capacity()) {
       std::vector<std::byte> b;
@@ -118,7 +119,9 @@ void BodyStream::Transfer::append(const std::byte* p, std::size_t n) {
         spare.pop_back();
         b.clear();
       }
-      b.reserve(block_size);
+      // No bigger than the rest of the range (a small ranged read needs no 1 MiB block).
+      b.reserve(static_cast<std::size_t>(
+          std::min<std::uint64_t>(block_size, std::max<std::uint64_t>(n, end - reached))));
       blocks.push_back(std::move(b));
     }
     std::vector<std::byte>& last = blocks.back();
@@ -162,6 +165,7 @@ std::size_t BodyStream::Transfer::take(std::byte* dst, std::size_t n) {
     got += k;
     front += k;
     buffered -= k;
+    driver->held.fetch_sub(k, std::memory_order_relaxed);
     if (front == b.size()) {
       if (spare.size() < 2) spare.push_back(std::move(b));
       blocks.pop_front();
@@ -236,14 +240,25 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
     }
     {
       std::lock_guard lock(t->mutex);
-      t->append(reinterpret_cast<const std::byte*>(p + used), take);
+      // Checked under the same lock as the copy: a cancelled get_range's memory may be gone,
+      // and a stream let go of has given back the count of the bytes it held.
+      if (t->cancelled) return 0;
+      if (t->sink) {
+        std::memcpy(t->sink + (t->reached - t->begin), p + used, take);
+        t->buffered += take;
+      } else {
+        t->append(reinterpret_cast<const std::byte*>(p + used), take);
+      }
       t->wake_locked(false);
     }
     t->reached += take;
     t->arrived.notify_all();
   }
-  // Past the range wanted (a 200 to a Range): stop; finished() sees the range complete.
-  return t->reached >= t->end ? 0 : bytes;
+  // Bytes past the range wanted (a 200 to a Range: the whole body comes): stop here, and
+  // finished() sees the range complete. A 206 ends with the range itself: its last bytes are
+  // taken whole, so the transfer ends cleanly and curl keeps the connection for the next
+  // request (stopping it there aborted it, and each ranged GET paid a new connection).
+  return bytes - used > take ? 0 : bytes;
 }
 
 bool retryable(CURLcode result, long status) {
@@ -270,7 +285,13 @@ bool retryable(CURLcode result, long status) {
 }  // namespace
 
 void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) {
-  CURL* easy = curl_easy_init();
+  CURL* easy = nullptr;
+  if (!idle.empty()) {
+    easy = idle.back();  // reset when it was put back
+    idle.pop_back();
+  } else {
+    easy = curl_easy_init();
+  }
   if (!easy) {
     fail(*t, "curl_easy_init failed");
     return;
@@ -330,42 +351,6 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   if (!range.empty()) curl_easy_setopt(easy, CURLOPT_RANGE, range.c_str());  // copied by curl
   running.emplace(easy, t);
   curl_multi_add_handle(multi, easy);
-}
-
-void HttpClient::Driver::complete(BodyStream::Transfer& t) {
-  {
-    std::lock_guard lock(t.mutex);
-    t.done = true;
-    // A cancelled transfer's waiter was withdrawn with its BodyStream (the frame went away).
-    t.wake_locked(true);
-  }
-  t.arrived.notify_all();
-}
-
-void HttpClient::Driver::fail(BodyStream::Transfer& t, const std::string& why) {
-  {
-    std::lock_guard lock(t.mutex);
-    t.failed = true;
-    t.error_status = t.status;
-    t.error_attempts = t.attempts;
-    t.error_what = why;
-  }
-  complete(t);
-}
-
-void HttpClient::Driver::drop(BodyStream::Transfer& t) {
-  if (!t.easy) return;
-  curl_multi_remove_handle(multi, t.easy);
-  CURL* easy = std::exchange(t.easy, nullptr);
-  curl_easy_cleanup(easy);
-  curl_slist_free_all(std::exchange(t.headers, nullptr));
-  running.erase(easy);  // may free t: last
-}
-
-void HttpClient::Driver::cancel(const std::shared_ptr<BodyStream::Transfer>& t) {
-  drop(*t);
-  t->backoff.reset();  // its wait ends as cancelled
-  std::erase(waiting, t);
 }
 
 void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
@@ -431,7 +416,7 @@ std::shared_ptr<BodyStream::Transfer> HttpClient::start(const std::string& url,
                                                         std::uint64_t begin, std::uint64_t end,
                                                         std::size_t window, std::uint64_t size,
                                                         const RetryOptions& retry,
-                                                        std::uint64_t limit) {
+                                                        std::uint64_t limit, std::byte* sink) {
   validate(retry);
   // Every field the loop reads is set here, before the loop can see the transfer.
   auto t = std::make_shared<BodyStream::Transfer>();
@@ -443,6 +428,7 @@ std::shared_ptr<BodyStream::Transfer> HttpClient::start(const std::string& url,
   t->end = end;
   t->window = window;
   t->size = size;
+  t->sink = sink;
   Driver* d = driver_.get();
   if (!d->post([d, t] { d->launch(t); })) {
     t->done = t->failed = true;
@@ -472,22 +458,32 @@ void HttpClient::get_range(const std::string& url, std::uint64_t begin, std::uin
                            std::byte* dst, std::uint64_t size, const RetryOptions& retry) {
   if (end <= begin) return;
   blocking("HttpClient::get_range");
-  // No window: a range read is wanted whole, and its reader waits for all of it.
-  BodyStream body(shared_from_this(), start(url, begin, end, 0, size, retry), begin);
-  body.read(dst, static_cast<std::size_t>(end - begin));
+  // No window: a range read is wanted whole, and its reader waits for all of it; its bytes
+  // go straight to dst.
+  auto t = start(url, begin, end, 0, size, retry, to_end, dst);
+  BodyStream body(shared_from_this(), t, begin);
+  finish_sink(*t, static_cast<std::size_t>(end - begin), true);
+}
+
+void HttpClient::finish_sink(BodyStream::Transfer& t, std::size_t n, bool wait) {
+  std::unique_lock lock(t.mutex);
+  if (wait) t.arrived.wait(lock, [&] { return t.buffered >= n || t.done; });
+  if (t.buffered >= n) return;
+  if (t.failed) t.rethrow();
+  throw HttpError(t.url, 0, 0,
+                  "cannot read '" + t.url + "': the body ended at byte " +
+                      std::to_string(t.begin + t.buffered) + ", before the bytes wanted");
 }
 
 Task<void> HttpClient::get_range_async(std::string url, std::uint64_t begin, std::uint64_t end,
                                        std::byte* dst, std::uint64_t size, RetryOptions retry) {
   if (end <= begin) co_return;
-  auto t = start(url, begin, end, 0, size, retry);
+  auto t = start(url, begin, end, 0, size, retry, to_end, dst);  // straight to dst
   // Destroyed early (the fetch was dropped), it cancels the transfer and withdraws the wait.
   BodyStream body(shared_from_this(), t, begin);
   const auto n = static_cast<std::size_t>(end - begin);
   co_await body.wait_for(n);  // no window: done when all of it is here
-  if (body.take(dst, n, false) != n) {
-    body.read(dst, n);  // the error, or the body's early end: no wait
-  }
+  finish_sink(*t, n, false);  // or the error, or the body's early end
 }
 
 std::string HttpClient::get(const std::string& url, std::uint64_t limit,
@@ -514,6 +510,10 @@ BodyStream::~BodyStream() {
     // posted resumption may reach it now.
     transfer_->waiter = nullptr;
     transfer_->resuming = nullptr;
+    HttpClient::Driver* d = client_->driver_.get();
+    // The bytes it still held are no longer held for a reader (freed with the transfer).
+    if (!transfer_->sink) d->held.fetch_sub(transfer_->buffered, std::memory_order_relaxed);
+    transfer_->buffered = 0;
     if (transfer_->done) return;
     transfer_->cancelled = true;
   }

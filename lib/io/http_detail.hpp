@@ -8,6 +8,7 @@
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <coroutine>
@@ -33,6 +34,7 @@ namespace coload::io {
 namespace http_detail {
 constexpr std::uint64_t to_end = std::numeric_limits<std::uint64_t>::max();
 constexpr std::size_t block_size = 1 << 20;
+constexpr std::size_t max_idle = 64;  // easy handles kept for reuse
 using Clock = std::chrono::steady_clock;
 }  // namespace http_detail
 
@@ -44,6 +46,10 @@ struct BodyStream::Transfer : std::enable_shared_from_this<BodyStream::Transfer>
   std::size_t window = 0;                 // 0: no bound (get)
   std::uint64_t size = 0;                 // the body's size when known (0: not checked)
   std::uint64_t limit = http_detail::to_end;  // get(): the most bytes accepted
+  // get_range: the bytes go straight to sink + (offset - begin), under `mutex`, and `buffered`
+  // counts them (no block, no second copy); the caller's memory, written only while the
+  // transfer is not cancelled.
+  std::byte* sink = nullptr;
   RetryOptions retry;
 
   // The loop's alone (the io_context's thread).
@@ -121,6 +127,20 @@ struct HttpClient::Driver {
   std::unordered_map<curl_socket_t, std::shared_ptr<Socket>> sockets;
   std::unique_ptr<asio::steady_timer> timer;  // curl's timeout (CURLMOPT_TIMERFUNCTION)
   std::unordered_map<CURL*, std::shared_ptr<BodyStream::Transfer>> running;
+  // Easy handles of finished transfers, reset, for the next ones: a fresh handle costs its
+  // allocation and curl's receive buffer's pages each time (a ranged GET a sample).
+  std::vector<CURL*> idle;
+
+  // The bytes received into transfers' blocks and not yet read (a get_range's, written into
+  // its caller's memory, are not), now and at most since the last reset: what read-ahead
+  // holds. From any thread.
+  std::atomic<std::size_t> held{0}, held_peak{0};
+  void add_held(std::size_t n) noexcept {
+    const std::size_t now = held.fetch_add(n, std::memory_order_relaxed) + n;
+    std::size_t peak = held_peak.load(std::memory_order_relaxed);
+    while (now > peak && !held_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
   std::vector<std::shared_ptr<BodyStream::Transfer>> waiting;  // in backoff
   std::minstd_rand jitter;
   bool closing = false;

@@ -295,4 +295,76 @@ TEST_CASE("shards without an index: a state inside one resumes exactly; a later 
   for (std::int64_t i = first; i < first + n; ++i) CHECK(ids.count(i) == 0);
 }
 
+TEST_CASE("ranged GETs keep their connection: map-style reads of N samples over one host open far fewer than N") {
+  // The proxy counts the client connections that carried a request of a mode, and keeps a
+  // connection open after each response, as nginx does.
+  const auto count = [](const std::string& what, const std::string& mode) {
+    return std::stoi(io::HttpClient::shared()->get(
+        "http://127.0.0.1:" + std::to_string(server->proxy) + "/" + what + "/" + mode));
+  };
+  // One read after another through the process's client: shards.txt, the indices and every
+  // sample over the one connection (at most two, should curl find one of its pool closed).
+  const shards::ShardDataset remote(url("ok,keep1"));
+  const int shards_n = static_cast<int>(remote.shards().size());
+  int reads = 0;
+  for (Index i = 0; i < total; i += 3, ++reads) CHECK(remote.read(i).text("bin") == payload(i));
+  CHECK(count("count", "ok,keep1") == 1 + shards_n + reads);
+  const int serial = count("connections", "ok,keep1");
+  CAPTURE(serial);
+  CHECK(serial >= 1);
+  CHECK(serial <= 2);
+  // A loader's batches (2 workers, 8 samples a batch, each sample its own GET on the driver):
+  // connections are opened for the GETs in flight together, and then reused.
+  const shards::ShardDataset batched(url("ok,keep2"));
+  auto loader = make_data_loader(
+      batched, LoaderOptions<CheckedIds>{.batch_size = 8, .shuffle = true, .num_workers = 2,
+                                         .seed = 3});
+  std::vector<std::int64_t> ids = all_ids(loader);
+  std::sort(ids.begin(), ids.end());
+  REQUIRE(ids.size() == static_cast<std::size_t>(total));
+  for (std::int64_t i = 0; i < total; ++i) CHECK(ids[static_cast<std::size_t>(i)] == i);
+  CHECK(count("count", "ok,keep2") == 1 + shards_n + static_cast<int>(total));
+  const int parallel = count("connections", "ok,keep2");
+  CAPTURE(parallel);
+  CHECK(parallel <= static_cast<int>(total) / 3);
+}
+
+TEST_CASE("a stream's read-ahead holds at most its budget: the client's bytes held never exceed read_ahead plus a receive buffer a transfer") {
+  // Shards of 2 MiB (8 samples of 256 KiB): the next shard's GET starts while this one is
+  // read, and without the bound would hold all of it.
+  const fs::path dir = *root / "big";
+  {
+    shards::Writer writer(dir, {.shard_size = 2 << 20});
+    for (int i = 0; i < 24; ++i) {
+      std::string bin(256 << 10, '\0');
+      for (std::size_t k = 0; k < bin.size(); ++k) bin[k] = static_cast<char>((i * 131 + k * 7) & 0xff);
+      const std::string id = std::to_string(i);
+      const shards::WriteField fields[] = {{"id", shards_test::bytes_of(id)},
+                                           {"bin", shards_test::bytes_of(bin)}};
+      char key[16];
+      std::snprintf(key, sizeof key, "b%05d", i);
+      writer.write(key, fields);
+    }
+    writer.finish();
+  }
+  const std::string nginx = "http://127.0.0.1:" + std::to_string(server->nginx) + "/big/";
+  constexpr std::size_t read_ahead = 1 << 20, receive_buffer = 256 << 10;
+  shards::ShardStream stream(nginx, {.shuffle_shards = false, .read_ahead = read_ahead});
+  REQUIRE(stream.dataset().shards().size() >= 3);
+  const auto client = io::HttpClient::shared();
+  client->read_ahead_peak(true);
+  std::size_t n = 0, bytes = 0;
+  for (auto& s : stream.samples(WorkerInfo{.id = 0, .num_workers = 1})) {
+    bytes += s.field("bin").size();
+    ++n;
+  }
+  CHECK(n == 24);
+  CHECK(bytes == 24u * (256 << 10));
+  const std::size_t peak = client->read_ahead_peak();
+  CAPTURE(peak);
+  CHECK(peak <= read_ahead + 2 * receive_buffer);
+  CHECK(peak >= read_ahead / 2);  // the read-ahead was used: the count sees it
+  CHECK(client->read_ahead_bytes() == 0);  // every byte held was read or let go
+}
+
 }  // TEST_SUITE

@@ -13,7 +13,8 @@ gives a test case counts of its own). Faults count the requests made for each wh
 to .tar paths only, unless the token "all" is given, and with "on<text>" only to paths holding
 <text>.
   lat<ms>       waits <ms> before answering each request (an added round trip)
-  bw<KiB/s>     sends bodies at most this fast
+  bw<KiB/s>     sends bodies at most this fast, each connection
+  link<KiB/s>   sends the bodies of all the mode's connections together at most this fast
   reset<k>      sends half the body, then resets the connection (RST)
   503x<k>       answers 503
   short<k>      sends half the body with the true Content-Length, then closes
@@ -22,7 +23,10 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
   always503     answers 503 to every request
   from<k>       no fault for the first k requests of each target (a later epoch's fail)
   403           answers 403
-http://127.0.0.1:<proxy>/count/<mode> answers the number of requests made under /<mode>/ so far.
+http://127.0.0.1:<proxy>/count/<mode> answers the number of requests made under /<mode>/ so far,
+and /connections/<mode> the number of client connections that carried one of them: a response
+without a fault keeps its connection open for the client's next request (HTTP/1.1 keep-alive),
+as nginx does, and the proxy's own connection to nginx is kept with it.
 """
 import asyncio
 import os
@@ -81,33 +85,54 @@ class Proxy:
     def __init__(self, upstream):
         self.upstream = upstream
         self.seen = {}
+        self.connections = {}  # mode: the client connections that served a request under it
+        self.opened = 0
+        self.link_free = {}  # mode: when its link is free to send the next byte (loop time)
 
     async def handle(self, cr, cw):
+        self.opened += 1
+        conn = self.opened
+        up = [None, None]  # this client connection's nginx connection, kept between requests
         try:
-            await self.serve(cr, cw)
+            # One request after another on the connection (HTTP/1.1 keep-alive), until a fault
+            # closes it or the client does.
+            while await self.serve(cr, cw, conn, up):
+                pass
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
-            # A reset client, or the server closing with the request in flight.
+            # A reset client, a client that closed between requests, or the server closing
+            # with the request in flight.
             pass
         finally:
+            if up[1] is not None:
+                up[1].close()
             cw.close()
 
-    async def serve(self, cr, cw):
+    async def serve(self, cr, cw, conn, up):
+        """Answers one request; whether the connection goes on to the next."""
         head = (await cr.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
         method, target, _ = head[0].split(" ", 2)
-        if target.startswith("/count/"):  # requests so far whose target starts "/<mode>/"
-            prefix = "/" + target[len("/count/"):].strip("/") + "/"
-            body = str(sum(n for t, n in self.seen.items() if t.startswith(prefix))).encode()
-            cw.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
-                     % (len(body), body))
-            await cw.drain()
-            return
+        for prefix, table in (("/count/", None), ("/connections/", self.connections)):
+            if target.startswith(prefix):
+                # /count/<mode>: requests so far whose target starts "/<mode>/";
+                # /connections/<mode>: client connections that carried one of them.
+                mode = "/" + target[len(prefix):].strip("/") + "/"
+                if table is None:
+                    n = sum(n for t, n in self.seen.items() if t.startswith(mode))
+                else:
+                    n = len(table.get(mode, ()))
+                body = str(n).encode()
+                cw.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                         % (len(body), body))
+                await cw.drain()
+                return False
         m = re.match(r"/([^/]*)(/.*)", target)
         mode, path = (m.group(1), m.group(2)) if m else ("", target)
+        self.connections.setdefault("/" + mode + "/", set()).add(conn)
         n = self.seen[target] = self.seen.get(target, 0) + 1
         tokens = mode.split(",")
         opts = {}
         for t in tokens:
-            k = re.fullmatch(r"(lat|bw|reset|503x|short|lie|lielong|from)(\d+)", t)
+            k = re.fullmatch(r"(lat|bw|link|reset|503x|short|lie|lielong|from)(\d+)", t)
             if k:
                 opts[k.group(1)] = int(k.group(2))
         faulty = path.endswith(".tar") or "all" in tokens
@@ -117,41 +142,60 @@ class Proxy:
         if n <= opts.get("from", 0):
             faulty = False
         hit = lambda name: faulty and n <= opts.get(name, 0)
+        client_close = any(l.lower().replace(" ", "") == "connection:close" for l in head[1:])
         if "lat" in opts:
             await asyncio.sleep(opts["lat"] / 1000)
         if faulty and ("403" in tokens or "always503" in tokens or hit("503x")):
             code = "403 Forbidden" if "403" in tokens else "503 Service Unavailable"
             cw.write(f"HTTP/1.1 {code}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
             await cw.drain()
-            return
-        ur, uw = await asyncio.open_connection("127.0.0.1", self.upstream)
+            return False
+        if up[1] is None:
+            up[0], up[1] = await asyncio.open_connection("127.0.0.1", self.upstream)
+        ur, uw = up
         keep = [l for l in head[1:] if l and not l.lower().startswith(("connection:", "keep-alive:"))]
         uw.write((f"{method} {path} HTTP/1.1\r\n" + "".join(l + "\r\n" for l in keep) +
-                  "Connection: close\r\n\r\n").encode("latin-1"))
+                  "\r\n").encode("latin-1"))
         await uw.drain()
         rhead = (await ur.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        length = 0
+        length = None
+        upstream_close = False
         out = [rhead[0]]
         for l in rhead[1:]:
-            if not l or l.lower().startswith(("connection:", "keep-alive:")):
+            if not l:
                 continue
-            if l.lower().startswith("content-length:"):
+            low = l.lower().replace(" ", "")
+            if low.startswith(("connection:", "keep-alive:")):
+                upstream_close = upstream_close or low == "connection:close"
+                continue
+            if low.startswith("content-length:"):
                 length = int(l.split(":", 1)[1])
                 continue
             out.append(l)
+        if length is None:  # not what nginx sends for a file: read it whole, then close
+            upstream_close = True
+            body = await ur.read()
+            length = len(body)
+            ur = _Bytes(body)
         send = length  # body bytes sent
         said = length  # the Content-Length told
         reset = hit("reset")
+        fault = reset or hit("short") or hit("lie") or hit("lielong")
         if reset or hit("short"):
             send = length // 2
         elif hit("lie"):
             send = said = length // 2
         elif hit("lielong"):
             said = length + 1000
+        # A fault's response closes the connection (as before); any other keeps it for the
+        # client's next request, unless the client asked to close.
+        close = fault or client_close
         out.append(f"Content-Length: {said}")
-        out.append("Connection: close")
+        if close:
+            out.append("Connection: close")
         cw.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
         bw = opts.get("bw", 0) * 1024
+        link = opts.get("link", 0) * 1024
         left = send
         while left > 0:
             chunk = await ur.read(min(left, 64 << 10))
@@ -162,11 +206,36 @@ class Proxy:
             await cw.drain()
             if bw:
                 await asyncio.sleep(len(chunk) / bw)
-        uw.close()
+            if link:
+                # The chunk takes its turn on the mode's one link: the sum of all its
+                # connections' rates stays under the cap.
+                now = asyncio.get_running_loop().time()
+                free = max(now, self.link_free.get(mode, 0.0)) + len(chunk) / link
+                self.link_free[mode] = free
+                await asyncio.sleep(free - now)
+        if upstream_close or left > 0 or send < length:
+            # nginx's connection is reused only when its whole body was read.
+            uw.close()
+            up[0] = up[1] = None
         if reset:
             sock = cw.get_extra_info("socket")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             cw.transport.abort()
+            return False
+        if close:
+            await cw.drain()
+            return False
+        return True
+
+
+class _Bytes:
+    """A body already read, read again in pieces."""
+    def __init__(self, data):
+        self.data = data
+
+    async def read(self, n):
+        out, self.data = self.data[:n], self.data[n:]
+        return out
 
 
 async def main(root):

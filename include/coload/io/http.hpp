@@ -188,6 +188,14 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
                                      std::uint64_t end, std::size_t window,
                                      std::uint64_t size = 0, const RetryOptions& retry = {});
 
+  /// The bytes its transfers have received and hold for their readers (a BodyStream's, up to
+  /// its window plus one receive buffer of 256 KiB; not get_range's, which go straight to
+  /// their destination): what read-ahead costs in memory now.
+  std::size_t read_ahead_bytes() const noexcept;
+  /// The most read_ahead_bytes() has been since the client was made or the last reset; with
+  /// `reset`, starts the count again from now.
+  std::size_t read_ahead_peak(bool reset = false) noexcept;
+
   struct Driver;
   struct Service;
 
@@ -198,7 +206,11 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
   std::shared_ptr<BodyStream::Transfer> start(const std::string& url, std::uint64_t begin,
                                               std::uint64_t end, std::size_t window,
                                               std::uint64_t size, const RetryOptions& retry,
-                                              std::uint64_t limit = ~std::uint64_t{0});
+                                              std::uint64_t limit = ~std::uint64_t{0},
+                                              std::byte* sink = nullptr);
+  /// get_range's end, its bytes written into its memory by the transfer (Transfer::sink):
+  /// returns once all `n` are there (waiting for them when `wait`), or throws its error.
+  static void finish_sink(BodyStream::Transfer& t, std::size_t n, bool wait);
   std::unique_ptr<Driver> driver_;
 };
 

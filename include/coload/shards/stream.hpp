@@ -30,7 +30,9 @@ struct ShardStreamOptions {
   std::size_t read_size = 16 << 20;
   /// Shards named by http(s) URL: the bytes received ahead of the samples handed out, in all.
   /// Two shards are in flight (the one being read and the next, so that its first bytes
-  /// overlap this one's tail), each holding at most half of this.
+  /// overlap this one's tail), each holding at most half of this, plus one receive buffer
+  /// (256 KiB: curl hands over what one read of the socket brought before the transfer
+  /// pauses). io::HttpClient::read_ahead_peak() measures it.
   std::size_t read_ahead = 64 << 20;
   /// A remote shard that fails for good (see io::RetryOptions) ends the stream with an
   /// io::HttpError naming its URL, status, attempts and samples; with this set (or the

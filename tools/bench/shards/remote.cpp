@@ -22,6 +22,20 @@
 // Rows alternate within each of --rounds rounds; each figure is the median. Ratios: nginx /
 // local (target >= 0.95) and proxy+lat / proxy (the cost of the delay, target >= 0.9). The
 // peak RSS of each remote row (VmHWM, reset before it) shows the read-ahead bound.
+//
+// With --images DIR (coload-shard's shards of an ImageFolder: a jpg and a cls field a sample,
+// e.g. ~/.cache/coload/peers-shards/<folder>-plain), the train pipeline rows follow, what
+// training reads: ShardImagePipeline (map-style: one ranged GET a sample, on the loader's
+// driver) with the classic recipe (TrainTransform: RandomResizedCrop 224, flip, normalise),
+// --workers worker threads, --batch-size, shuffled, --epochs epochs a row, over DIR's shards
+//  - train local: the folder;
+//  - train nginx: nginx on loopback;
+//  - train proxy: serve.py's proxy, the link (all its connections together) capped at
+//    --train-bw MiB/s;
+//  - train proxy+lat: the same with --lat ms added before each response.
+// Each: images/s, this process's CPU ms per image, the servers' (nginx + the proxy, which share
+// the cores) CPU ms per image, and peak RSS; ratios against train local. --no-raw leaves out
+// the raw rows.
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -34,6 +48,8 @@
 #include <cstring>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -41,9 +57,12 @@
 
 #include "../../../tests/shards/serve.hpp"
 #include "../../../tests/shards/shards_test_support.hpp"
+#include "coload/io/http.hpp"
 #include "coload/loader/data_loader.hpp"
 #include "coload/shards/stream.hpp"
 #include "coload/shards/writer.hpp"
+#include "coload/vision/shard_pipeline.hpp"
+#include "coload/vision/transforms.hpp"
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -65,7 +84,9 @@ struct Row {
   std::string where;
   std::vector<double> mb_per_s;
   std::vector<double> cpu_ms;  // per 100 KiB delivered
+  std::vector<double> server_ms{};  // nginx's and the proxy's, per 100 KiB
   double peak_mib = 0;
+  double held_mib = 0;
 };
 
 // This process's CPU time so far (every thread, user + system), in seconds.
@@ -88,14 +109,41 @@ struct CountBytes {
 struct Run {
   double mb_per_s = 0;
   double cpu_ms_per_100k = 0;
+  double held_mib = 0;  // --via threads: the most the process's HTTP client held for readers
+  double server_ms_per_100k = 0;  // nginx + the proxy
 };
 
-Run stream_all(const std::string& where, int workers, std::size_t read_ahead, bool loader) {
+// CPU seconds (user + system) of process `pid` and of its children (one level: serve.py's
+// proxy and the nginx it started), from /proc; 0 for what cannot be read.
+double process_tree_cpu(pid_t pid) {
+  const auto one = [](long p) {
+    std::ifstream in("/proc/" + std::to_string(p) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto close = text.rfind(')');
+    if (close == std::string::npos) return 0.0;
+    std::istringstream rest(text.substr(close + 2));
+    std::string field;
+    double ticks = 0;
+    for (int k = 3; k <= 15 && rest >> field; ++k) {
+      if (k == 14 || k == 15) ticks += std::stod(field);  // utime, stime
+    }
+    return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  };
+  double total = one(pid);
+  std::ifstream kids("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  for (long child = 0; kids >> child;) total += one(child);
+  return total;
+}
+
+Run stream_all(const std::string& where, int workers, std::size_t read_ahead, bool loader,
+               pid_t server) {
   coload::shards::ShardStream stream(
       where, {.shuffle_shards = false, .read_ahead = read_ahead});
   std::vector<std::uint64_t> bytes(static_cast<std::size_t>(workers));
-  const double cpu0 = cpu_seconds();
+  const double cpu0 = cpu_seconds(), server0 = process_tree_cpu(server);
   const auto t = Clock::now();
+  const auto client = coload::io::HttpClient::shared();
+  client->read_ahead_peak(true);
   if (loader) {
     auto l = coload::make_data_loader(
         stream, coload::LoaderOptions<CountBytes>{.batch_size = 16, .num_workers = workers});
@@ -113,11 +161,43 @@ Run stream_all(const std::string& where, int workers, std::size_t read_ahead, bo
     for (auto& t2 : threads) t2.join();
   }
   const double s = std::chrono::duration<double>(Clock::now() - t).count();
-  const double cpu = cpu_seconds() - cpu0;
+  const double cpu = cpu_seconds() - cpu0, server_cpu = process_tree_cpu(server) - server0;
   std::uint64_t total = 0;
   for (auto b : bytes) total += b;
   return {static_cast<double>(total) / s / 1e6,
-          total ? cpu * 1e3 / (static_cast<double>(total) / (100 << 10)) : 0};
+          total ? cpu * 1e3 / (static_cast<double>(total) / (100 << 10)) : 0,
+          loader ? 0 : static_cast<double>(client->read_ahead_peak()) / (1 << 20),
+          total ? server_cpu * 1e3 / (static_cast<double>(total) / (100 << 10)) : 0};
+}
+
+struct TrainRun {
+  double images_per_s = 0;
+  double cpu_ms = 0;         // this process, per image
+  double server_cpu_ms = 0;  // nginx + the proxy, per image
+  std::int64_t images = 0;
+};
+
+// `epochs` epochs of the classic train pipeline over the shards at `where`.
+TrainRun train(const std::string& where, int workers, std::int64_t batch, int epochs,
+               pid_t server) {
+  // The index is fetched before the clock starts: a row times the epochs.
+  coload::vision::ShardImagePipeline pipeline(coload::shards::ShardDataset(where),
+                                              coload::vision::TrainTransform{});
+  auto loader = coload::make_data_loader(
+      std::move(pipeline),
+      {.batch_size = batch, .shuffle = true, .num_workers = workers, .seed = 1});
+  TrainRun r;
+  const double cpu0 = cpu_seconds(), server0 = process_tree_cpu(server);
+  const auto t = Clock::now();
+  for (int e = 0; e < epochs; ++e) {
+    for (auto& [x, y] : loader) r.images += x.size(0);
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t).count();
+  const double n = static_cast<double>(std::max<std::int64_t>(r.images, 1));
+  r.images_per_s = static_cast<double>(r.images) / s;
+  r.cpu_ms = (cpu_seconds() - cpu0) * 1e3 / n;
+  r.server_cpu_ms = (process_tree_cpu(server) - server0) * 1e3 / n;
+  return r;
 }
 
 double median(std::vector<double> v) {
@@ -131,7 +211,10 @@ int main(int argc, char** argv) {
   CLI::App app{"Shards streamed from the local folder and by URL (nginx, a delaying proxy)."};
   std::string shards;
   int size_mib = 1024, workers = 2, rounds = 3, lat = 20, bw = 0, read_ahead_mib = 64;
-  std::string via = "loader";
+  std::string via = "loader", images, only;
+  int epochs = 2, train_bw = 200;
+  std::int64_t batch = 64;
+  bool raw = true;
   app.add_option("SHARDS", shards, "a folder of shards (default: written here, random)");
   app.add_option("--size", size_mib, "MiB of random shards to write when SHARDS is not given");
   app.add_option("--workers", workers, "streams at once (threads)");
@@ -141,11 +224,21 @@ int main(int argc, char** argv) {
   app.add_option("--read-ahead", read_ahead_mib, "ShardStreamOptions::read_ahead, MiB");
   app.add_option("--via", via, "loader (a DataLoader's worker threads) or threads (plain loops)")
       ->check(CLI::IsMember({"loader", "threads"}));
+  app.add_option("--images", images,
+                 "a folder of image shards (jpg + cls): adds the train pipeline rows");
+  app.add_option("--epochs", epochs, "epochs of each train row");
+  app.add_option("--batch-size", batch, "the train rows' batch size");
+  app.add_option("--train-bw", train_bw,
+                 "MiB/s cap of the proxy's link (all connections) in the train rows (0: none)");
+  app.add_option("--only", only, "the rows whose name holds this text, alone (for a profile)");
+  app.add_flag_callback("--no-raw", [&raw] { raw = false; }, "leave out the raw delivery rows");
   CLI11_PARSE(app, argc, argv);
 
   shards_test::TempDir tmp;  // the served root: shards/ in it
   const fs::path served = tmp.path;
-  if (shards.empty()) {
+  if (shards.empty() && !raw) {
+    fs::create_directory(served / "shards");  // the raw rows' shards are not needed
+  } else if (shards.empty()) {
     coload::shards::Writer writer(served / "shards");
     std::mt19937_64 rng(1);
     std::string payload(100 << 10, '\0');
@@ -172,6 +265,7 @@ int main(int argc, char** argv) {
       fs::create_symlink(fs::canonical(e.path()), served / "noindex" / e.path().filename());
     }
   }
+  if (!images.empty()) fs::create_directory_symlink(fs::absolute(images), served / "images");
   shards_test::Server server;
   server.start(COLOAD_SERVE_SCRIPT, served);
   if (!server.skip.empty()) {
@@ -188,32 +282,96 @@ int main(int argc, char** argv) {
       {"proxy" + cap, host + std::to_string(server.proxy) + "/ok" + cap + "/shards/", {}, {}},
       {"proxy+" + delay, host + std::to_string(server.proxy) + "/" + delay + "/shards/", {}, {}},
       {"nginx, no index", host + std::to_string(server.nginx) + "/noindex/", {}, {}}};
+  const bool all_rows = only.empty();
+  if (!all_rows) std::erase_if(rows, [&](const Row& r) { return r.name.find(only) == std::string::npos; });
   const std::size_t read_ahead = static_cast<std::size_t>(read_ahead_mib) << 20;
   const bool loader = via == "loader";
-  stream_all(rows[0].where, workers, read_ahead, loader);  // warms the page cache
+  // Warms the page cache.
+  if (raw) stream_all((served / "shards").string(), workers, read_ahead, loader, server.pid);
   reset_peak_rss();
   const double base_mib = peak_rss_mib();  // libtorch's pages and the heap kept: every row has them
-  for (int r = 0; r < rounds; ++r) {
+  for (int r = 0; r < (raw ? rounds : 0); ++r) {
     for (Row& row : rows) {
       reset_peak_rss();
-      const Run run = stream_all(row.where, workers, read_ahead, loader);
+      const Run run = stream_all(row.where, workers, read_ahead, loader, server.pid);
+      row.server_ms.push_back(run.server_ms_per_100k);
       row.mb_per_s.push_back(run.mb_per_s);
       row.cpu_ms.push_back(run.cpu_ms_per_100k);
       row.peak_mib = std::max(row.peak_mib, peak_rss_mib());
+      row.held_mib = std::max(row.held_mib, run.held_mib);
     }
   }
-  std::printf("raw delivery via %s, %d workers, read_ahead %d MiB, median of %d rounds:\n",
-              via.c_str(), workers, read_ahead_mib, rounds);
-  for (const Row& row : rows) {
-    std::printf("  %-22s %8.0f MB/s   CPU %6.3f ms/100KiB   peak RSS %6.0f MiB\n",
-                row.name.c_str(), median(row.mb_per_s), median(row.cpu_ms), row.peak_mib);
+  if (raw) {
+    std::printf("raw delivery via %s, %d workers, read_ahead %d MiB, median of %d rounds:\n",
+                via.c_str(), workers, read_ahead_mib, rounds);
+    for (const Row& row : rows) {
+      std::printf("  %-22s %8.0f MB/s   CPU %6.3f ms/100KiB (servers' %6.3f)   peak RSS %6.0f MiB",
+                  row.name.c_str(), median(row.mb_per_s), median(row.cpu_ms),
+                  median(row.server_ms), row.peak_mib);
+      // What the HTTP client held for the readers at most (the read-ahead), --via threads.
+      if (!loader) std::printf("   held %5.1f MiB", row.held_mib);
+      std::printf("\n");
+    }
+    // Each worker holds at most read_ahead: half for its shard, half for the next.
+    std::printf("  (resident before any row: %.0f MiB; read-ahead budget %d x %d MiB)\n",
+                base_mib, workers, read_ahead_mib);
+    if (all_rows) std::printf("nginx / local: %.2f    proxy+delay / proxy: %.2f    no index / nginx: %.2f\n",
+                median(rows[1].mb_per_s) / median(rows[0].mb_per_s),
+                median(rows[3].mb_per_s) / median(rows[2].mb_per_s),
+                median(rows[4].mb_per_s) / median(rows[1].mb_per_s));
   }
-  // Each worker holds at most read_ahead: half for its shard, half for the next.
-  std::printf("  (resident before any row: %.0f MiB; read-ahead budget %d x %d MiB)\n", base_mib,
-              workers, read_ahead_mib);
-  std::printf("nginx / local: %.2f    proxy+delay / proxy: %.2f    no index / nginx: %.2f\n",
-              median(rows[1].mb_per_s) / median(rows[0].mb_per_s),
-              median(rows[3].mb_per_s) / median(rows[2].mb_per_s),
-              median(rows[4].mb_per_s) / median(rows[1].mb_per_s));
+  if (images.empty()) return 0;
+
+  // The train pipeline over the image shards: the same rows, alternating within rounds.
+  struct TrainRow {
+    std::string name, where;
+    std::vector<double> images_per_s, cpu_ms, server_ms;
+    double peak_mib = 0;
+  };
+  const std::string link = train_bw > 0 ? ",link" + std::to_string(train_bw * 1024) : "";
+  const std::string proxy = host + std::to_string(server.proxy) + "/";
+  std::vector<TrainRow> train_rows{
+      {"train local", (served / "images").string(), {}, {}, {}},
+      {"train nginx", host + std::to_string(server.nginx) + "/images/", {}, {}, {}},
+      {"train proxy" + link, proxy + "t" + link + "/images/", {}, {}, {}},
+      {"train proxy+lat" + std::to_string(lat) + link,
+       proxy + "t,lat" + std::to_string(lat) + link + "/images/", {}, {}, {}}};
+  train(train_rows[0].where, workers, batch, 1, server.pid);  // warms the page cache
+  if (!all_rows) {
+    std::erase_if(train_rows, [&](const TrainRow& r) { return r.name.find(only) == std::string::npos; });
+  }
+  std::int64_t per_row = 0;
+  for (int r = 0; r < rounds; ++r) {
+    for (TrainRow& row : train_rows) {
+      reset_peak_rss();
+      const TrainRun run = train(row.where, workers, batch, epochs, server.pid);
+      row.images_per_s.push_back(run.images_per_s);
+      row.cpu_ms.push_back(run.cpu_ms);
+      row.server_ms.push_back(run.server_cpu_ms);
+      row.peak_mib = std::max(row.peak_mib, peak_rss_mib());
+      per_row = run.images;
+    }
+  }
+  std::printf("train pipeline (ShardImagePipeline, classic recipe), %d workers, batch %lld, "
+              "%lld images a row (%d epochs), median of %d rounds:\n",
+              workers, static_cast<long long>(batch), static_cast<long long>(per_row), epochs,
+              rounds);
+  const double local = all_rows ? median(train_rows[0].images_per_s) : 0;
+  for (const TrainRow& row : train_rows) {
+    const double v = median(row.images_per_s);
+    std::printf("  %-30s %8.1f images/s (%.3fx local)   CPU %6.3f ms/img   servers' CPU "
+                "%6.3f ms/img   peak RSS %6.0f MiB\n",
+                row.name.c_str(), v, local > 0 ? v / local : 0.0, median(row.cpu_ms),
+                median(row.server_ms), row.peak_mib);
+    std::printf("    rounds:");
+    for (double x : row.images_per_s) std::printf(" %.1f", x);
+    std::printf("\n");
+  }
+  std::printf("  (resident before any row: %.0f MiB)\n", base_mib);
+  if (all_rows) std::printf("train nginx / local: %.3f (target >= 0.95)   train proxy+lat / local: %.3f "
+              "(target >= 0.9)   proxy+lat / proxy: %.3f\n",
+              median(train_rows[1].images_per_s) / local,
+              median(train_rows[3].images_per_s) / local,
+              median(train_rows[3].images_per_s) / median(train_rows[2].images_per_s));
   return 0;
 }
