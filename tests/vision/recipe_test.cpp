@@ -730,3 +730,31 @@ TEST_CASE("recipe: in the loader, each row is the recipe on its file with the sa
 }
 
 }  // TEST_SUITE
+
+TEST_CASE("recipe: MixUp or CutMix alone, or listed CutMix first, takes the drawn op's num_classes") {
+  // mix_batch looked the drawn op up by its kind (0 MixUp, 1 CutMix) rather than its place in
+  // the recipe's list: CutMix alone read past a one-op vector, and RandomChoice{CutMix, MixUp}
+  // took the other op's class count.
+  const at::Tensor labels = at::tensor({0, 1, 2, 3}, at::kLong);
+  const Recipe cutmix_alone{vision::RandomResizedCrop{8}, vision::ToTensor{}, vision::CutMix{1.0, 7}};
+  const Recipe mixup_alone{vision::RandomResizedCrop{8}, vision::ToTensor{}, vision::MixUp{0.2, 6}};
+  const Recipe both{vision::RandomResizedCrop{8}, vision::ToTensor{},
+                    vision::RandomChoice{{vision::CutMix{1.0, 5}, vision::MixUp{0.2, 9}}, {}}};
+  int widths[2] = {0, 0};
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    CAPTURE(seed);
+    at::Tensor images = at::rand({4, 3, 8, 8});
+    at::Generator gen = coload::make_generator(seed);
+    CHECK(cutmix_alone.mix_batch(images, labels, 0, gen).size(1) == 7);
+    gen = coload::make_generator(seed);
+    CHECK(mixup_alone.mix_batch(images, labels, 0, gen).size(1) == 6);
+    gen = coload::make_generator(seed);
+    const int op = both.sample_batch(8, 8, gen).op;
+    gen = coload::make_generator(seed);
+    const auto width = both.mix_batch(images, labels, 0, gen).size(1);
+    CHECK(width == (op == 1 ? 5 : 9));
+    ++widths[op == 1 ? 0 : 1];
+  }
+  CHECK(widths[0] > 0);  // both ops were drawn
+  CHECK(widths[1] > 0);
+}
