@@ -57,10 +57,12 @@ meson test -C "$build" --print-errorlogs "$@"
 # (AutoContrast, Color, Sharpness, bilinear warps) into Solarize's threshold or Equalize's
 # histogram, which turn them into larger ones (2-12 of 255 in 9 of its 120 samples with
 # torchvision 0.29.2); each op alone is compared by the case before it. Left out too: AugMix,
-# whose nearest case differs by up to 12 of 255 in 4 of 40 seeds against 0.26: v2's F.affine
-# computes its grid in another float order than 0.14's, and a nearest shear of 0.2 takes a
-# neighbouring pixel at 72 of 8064 values (coload follows 0.14's grid bit for bit; each chain's
-# weight scales the difference). Matching v2's grid is issue 31's open item.
+# whose nearest case differs by up to 12 of 255 in 4 of 40 seeds against 0.26: on torch 2.11
+# torchvision's affine (v1's functional and v2's alike, equal to each other) takes a
+# neighbouring pixel for a nearest shear of 0.2 at 72 of 8064 values where the same code on
+# torch 1.13 does not: the grid's float arithmetic (its bmm, or grid_sample) changed with
+# torch, as lstsq's did for RandomPerspective. coload computes the grid as torch 1.13 does;
+# matching torch 2.x's is issue 31's open item. Each chain's weight scales the difference.
 venv=$cache/venv-torch-$version
 if [ "$#" -eq 0 ] && [ -f "$venv/.complete" ]; then
   "$venv/bin/python" -c 'import torchvision' 2>/dev/null ||
