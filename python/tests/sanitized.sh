@@ -30,7 +30,7 @@ case $kind in
   *) echo "sanitized.sh: address or thread, not $kind" >&2; exit 2 ;;
 esac
 if [ ! -f "$build/build.ninja" ]; then
-  meson setup "$build" -Db_sanitize=$sanitize -Db_lundef=false -Doptimization=1 \
+  meson setup "$build" -Db_sanitize=$sanitize -Db_lundef=false -Doptimization=1 -Ddebug=false \
     -Dtests=false -Dexamples=false -Dbench=false -Dpython=enabled >&2
 fi
 ninja -C "$build" python/_C.cpython-311-x86_64-linux-gnu.so tools/gen/make_image_folder >&2

@@ -2,7 +2,7 @@
 """A Python training loop fed by coload.DataLoader and by a tuned torch.utils.data.DataLoader.
 
     train_loop.py [ROOT] [--python PY] [--torch-python PY] [--rounds 3] [--epochs 2] [--cpus 0,1] [--workers 2]
-                  [--prefetch-factor 2] [--build BUILD] [--json]
+                  [--prefetch-factor 2] [--build BUILD] [--json] [--recipe classic|resnet50]
 
 Both sides train the same model for the same steps over the same ImageFolder tree (default: the
 peers folder, ~/.cache/coload/peers-folder/gen-10x100, made by tools/bench/peers/peers.py's
@@ -15,6 +15,12 @@ The model is small on purpose: a careful user whose loader is what they wait on.
 224 x 224 image down 8x and runs two strided 3x3 convolutions (16 and 32 channels) and a linear
 head: well under a MFLOP an image, so the step is a small part of a batch's time and the loader
 sets the pace (the bench prints the model's own CPU ms/image over a fixed batch to show it).
+
+--recipe resnet50 trains with torchvision's references/classification ResNet-50 recipe instead
+(RandomResizedCrop(176), flip, TrivialAugmentWide, ToDtype, Normalize, RandomErasing(0.1), and
+per batch a RandomChoice of MixUp(0.2) and CutMix(1.0), so the labels are soft): coload's
+"resnet50" preset against the same ops in transforms.v2 (peers.py --recipe resnet50's
+torch2_tuned, here on decode_jpeg's uint8 tensors by default) with the mix in collate_fn.
 
   coload  coload.DataLoader(coload.vision.ImageFolder(ROOT, recipe="classic"), batch_size=64,
           shuffle=True, num_workers=2, persistent_workers=True, drop_last=True): decode and
@@ -62,6 +68,25 @@ def make_model(torch, classes):
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, classes))
 
 
+def torch_recipe(a, torch, v2):
+    """The torch side's train transform and collate_fn for --recipe, in transforms.v2."""
+    if a.recipe == "classic":
+        return v2.Compose([
+            v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
+            v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]), None
+    classes = len([d for d in os.listdir(a.root) if os.path.isdir(os.path.join(a.root, d))])
+    mix = v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=classes),
+                           v2.CutMix(alpha=1.0, num_classes=classes)])
+
+    def collate(batch):
+        return mix(*torch.utils.data.default_collate(batch))
+    pil = [v2.PILToTensor()] if a.torch_pipeline == "pil" else []
+    return v2.Compose([
+        v2.RandomResizedCrop(176, antialias=True), v2.RandomHorizontalFlip(),
+        v2.TrivialAugmentWide()] + pil + [v2.ToDtype(torch.float32, scale=True),
+        v2.Normalize(MEAN, STD), v2.RandomErasing(0.1)]), collate
+
+
 def side_main(a):
     import peerlib
     import torch
@@ -80,7 +105,8 @@ def side_main(a):
 
     if a.side == "model":
         # The model alone over one fixed batch: what a step costs when the loader is free.
-        images, labels = torch.randn(BATCH, 3, 224, 224), torch.randint(0, classes, (BATCH,))
+        side = 176 if a.recipe == "resnet50" else 224
+        images, labels = torch.randn(BATCH, 3, side, side), torch.randint(0, classes, (BATCH,))
         for _ in range(3):
             step(images, labels)
         t, cpu = time.perf_counter(), time.thread_time()
@@ -98,7 +124,7 @@ def side_main(a):
         version = f"coload (torch {torch.__version__})"
 
         def make_loader():
-            return coload.DataLoader(coload.vision.ImageFolder(a.root, recipe="classic"),
+            return coload.DataLoader(coload.vision.ImageFolder(a.root, recipe=a.recipe),
                                      batch_size=BATCH, shuffle=True, num_workers=a.workers,
                                      persistent_workers=True, drop_last=True)
     else:
@@ -108,30 +134,35 @@ def side_main(a):
             from torchvision.io import ImageReadMode, decode_jpeg, read_file
         except ImportError:
             v2 = None
-        if a.torch_pipeline == "pil":
+        collate = None
+        if a.recipe != "classic" and v2 is None:
+            peerlib.fail(f"torchvision {torchvision.__version__} lacks transforms.v2 (MixUp, "
+                         f"CutMix), needed for --recipe {a.recipe}")
+        if a.torch_pipeline == "pil" and a.recipe == "classic":
             v2 = None  # peers.py's torch2_tuned transform: PIL decode, the classic transforms
-        if v2 is not None:
-            transform = v2.Compose([
-                v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
-                v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
-
+        if v2 is None:
+            import torchvision.transforms as T
+            transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                                   T.ToTensor(), T.Normalize(MEAN, STD)])
+        else:
+            transform, collate = torch_recipe(a, torch, v2)
+        if a.torch_pipeline == "pil" or v2 is None:
+            from torchvision.datasets.folder import default_loader as load
+            how = "PIL + transforms" + (".v2" if v2 is not None else "")
+        else:
             def load(path):
                 return decode_jpeg(read_file(path), mode=ImageReadMode.RGB)
             how = "decode_jpeg + transforms.v2"
-        else:
-            import torchvision.transforms as T
-            from torchvision.datasets.folder import default_loader as load
-            transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
-                                   T.ToTensor(), T.Normalize(MEAN, STD)])
-            how = "PIL + transforms"
         version = (f"torch {torch.__version__}, torchvision {torchvision.__version__} ({how}), "
-                   f"prefetch_factor {a.prefetch_factor}")
+                   f"prefetch_factor {a.prefetch_factor}, {a.recipe} recipe")
 
         def make_loader():
             dataset = torchvision.datasets.ImageFolder(a.root, transform=transform, loader=load)
+            extra = {"collate_fn": collate} if collate else {}
             return torch.utils.data.DataLoader(
                 dataset, batch_size=BATCH, shuffle=True, drop_last=True, num_workers=a.workers,
-                pin_memory=False, persistent_workers=True, prefetch_factor=a.prefetch_factor)
+                pin_memory=False, persistent_workers=True, prefetch_factor=a.prefetch_factor,
+                **extra)
 
     # What the model costs inside the loop (its steps' CPU and wall time on the main thread, over
     # every epoch but the warm-up) and the intra-op threads it had: written to --stats at exit,
@@ -183,7 +214,8 @@ def driver_main(a):
         interpreter = (a.torch_python or python) if side in ("torch", "model") else python
         return ([interpreter, os.path.abspath(__file__), root, "--side", side, "--epochs",
                  str(a.epochs), "--workers", str(a.workers), "--prefetch-factor",
-                 str(a.prefetch_factor), "--torch-pipeline", a.torch_pipeline] +
+                 str(a.prefetch_factor), "--torch-pipeline", a.torch_pipeline, "--recipe",
+                 a.recipe] +
                 (["--stats", stats] if stats else []))
 
     runs = {"coload": [], "torch": []}
@@ -225,13 +257,13 @@ def driver_main(a):
                 "interop_threads": sorted({x["interop_threads"] for x in runs_stats})}
     result = {"root": root, "python": python, "torch_python": a.torch_python or python,
               "cpus": a.cpus, "rounds": a.rounds, "epochs": a.epochs,
-              "torch_pipeline": a.torch_pipeline, "load_average": os.getloadavg(),
+              "torch_pipeline": a.torch_pipeline, "recipe": a.recipe, "load_average": os.getloadavg(),
               "model": model, "model_in_loop": in_loop,
               "coload": rows["coload"], "torch": rows["torch"], "ratio": ratio}
     if a.json:
         print(json.dumps(result))
         return
-    print(f"training loop over {root} ({a.rounds} rounds x {a.epochs} epochs, CPUs {a.cpus}, "
+    print(f"training loop, {a.recipe} recipe, over {root} ({a.rounds} rounds x {a.epochs} epochs, CPUs {a.cpus}, "
           f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())})")
     if "model_images_per_s" in model:
         print(f"model alone (fixed batch): {model['model_images_per_s']:.0f} images/s, "
@@ -272,6 +304,9 @@ def main():
                    help="the torch side's transform: decode_jpeg + transforms.v2 on uint8 tensors "
                    "(default, torchvision's fast path), or PIL + the classic transforms (peers.py's "
                    "torch2_tuned)")
+    p.add_argument("--recipe", choices=["classic", "resnet50"], default="classic",
+                   help="the training recipe on both sides (default classic; resnet50: "
+                   "torchvision's ResNet-50 recipe with MixUp/CutMix, soft labels)")
     p.add_argument("--stats", help=argparse.SUPPRESS)  # a side's in-loop model stats (JSON)
     p.add_argument("--build")
     p.add_argument("--json", action="store_true")
