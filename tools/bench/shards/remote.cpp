@@ -14,13 +14,16 @@
 // proxy's) per 100 KiB of samples:
 //  - local: the folder (read_size chunks through pread);
 //  - nginx: http://127.0.0.1 straight to nginx (sendfile);
-//  - proxy: through serve.py's proxy (Python, so its own ceiling), no delay;
-//  - proxy+lat: through the proxy with --lat ms added before each response;
+//  - link: through link_proxy (C++, beside this program: a link's delay and bandwidth cap at
+//    little CPU), no delay;
+//  - link+rtt: through link_proxy with --lat ms of round trip (half each way);
 //  - nginx, no index: nginx, the same shards without their .idx files, streamed by their tar
 //    headers (lib/shards/unindexed.cpp).
-// With --bw, both proxy rows cap each connection at that many MiB/s.
+// With --bw, both link rows cap each connection at that many MiB/s. --python-proxy puts
+// serve.py's Python proxy (the fault tests' one: --lat ms before each response) in the link's
+// place, as before: its own CPU on the same cores is then most of those rows' cost.
 // Rows alternate within each of --rounds rounds; each figure is the median. Ratios: nginx /
-// local (target >= 0.95) and proxy+lat / proxy (the cost of the delay, target >= 0.9). The
+// local (target >= 0.95) and link+rtt / link (the cost of the delay, target >= 0.9). The
 // peak RSS of each remote row (VmHWM, reset before it) shows the read-ahead bound.
 //
 // With --images DIR (coload-shard's shards of an ImageFolder: a jpg and a cls field a sample,
@@ -30,14 +33,17 @@
 // --workers worker threads, --batch-size, shuffled, --epochs epochs a row, over DIR's shards
 //  - train local: the folder;
 //  - train nginx: nginx on loopback;
-//  - train proxy: serve.py's proxy, the link (all its connections together) capped at
-//    --train-bw MiB/s;
-//  - train proxy+lat: the same with --lat ms added before each response.
-// Each: images/s, this process's CPU ms per image, the servers' (nginx + the proxy, which share
-// the cores) CPU ms per image, and peak RSS; ratios against train local. --no-raw leaves out
-// the raw rows.
+//  - train link: link_proxy, the link (all its connections together) capped at --train-bw
+//    MiB/s;
+//  - train link+rtt: the same with --lat ms of round trip.
+// Each: images/s, this process's CPU ms per image, the servers' (nginx + the proxies, which
+// share the cores) CPU ms per image, and peak RSS; ratios against train local. --no-raw leaves
+// out the raw rows.
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <ATen/ATen.h>
@@ -49,6 +55,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <sstream>
 #include <random>
 #include <string>
@@ -115,6 +122,9 @@ struct Run {
 
 // CPU seconds (user + system) of process `pid` and of its children (one level: serve.py's
 // proxy and the nginx it started), from /proc; 0 for what cannot be read.
+// The link proxies' pids: their CPU counts with the servers'.
+std::vector<pid_t> link_pids;
+
 double process_tree_cpu(pid_t pid) {
   const auto one = [](long p) {
     std::ifstream in("/proc/" + std::to_string(p) + "/stat");
@@ -132,6 +142,7 @@ double process_tree_cpu(pid_t pid) {
   double total = one(pid);
   std::ifstream kids("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
   for (long child = 0; kids >> child;) total += one(child);
+  for (pid_t p : link_pids) total += one(p);
   return total;
 }
 
@@ -200,6 +211,47 @@ TrainRun train(const std::string& where, int workers, std::int64_t batch, int ep
   return r;
 }
 
+// link_proxy (built beside this program) in front of nginx, until this object goes.
+struct LinkProxy {
+  pid_t pid = -1;
+  int to_child = -1;
+  int port = 0;
+  LinkProxy(int upstream, int rtt_ms, int link_mib, int conn_mib) {
+    const fs::path exe = fs::read_symlink("/proc/self/exe").parent_path() / "link_proxy";
+    int in[2], out[2];
+    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {
+      throw std::runtime_error("pipe failed");
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    std::vector<std::string> args{exe.string(), "--upstream", std::to_string(upstream),
+                                  "--rtt-ms", std::to_string(rtt_ms), "--link-mib",
+                                  std::to_string(link_mib), "--conn-mib", std::to_string(conn_mib)};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ) != 0) {
+      throw std::runtime_error("cannot start " + exe.string());
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(in[0]);
+    ::close(out[1]);
+    to_child = in[1];
+    FILE* f = ::fdopen(out[0], "r");
+    if (!f || std::fscanf(f, "PORT %d", &port) != 1) {
+      throw std::runtime_error(exe.string() + " did not say its port");
+    }
+    std::fclose(f);
+  }
+  LinkProxy(const LinkProxy&) = delete;
+  ~LinkProxy() {
+    ::close(to_child);  // its standard input closes: it exits
+    ::waitpid(pid, nullptr, 0);
+  }
+};
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -214,12 +266,13 @@ int main(int argc, char** argv) {
   std::string via = "loader", images, only;
   int epochs = 2, train_bw = 200;
   std::int64_t batch = 64;
-  bool raw = true;
+  bool raw = true, python_proxy = false;
   app.add_option("SHARDS", shards, "a folder of shards (default: written here, random)");
   app.add_option("--size", size_mib, "MiB of random shards to write when SHARDS is not given");
   app.add_option("--workers", workers, "streams at once (threads)");
   app.add_option("--rounds", rounds, "rounds of all rows; each figure is the median");
-  app.add_option("--lat", lat, "ms the proxy waits before each response");
+  app.add_option("--lat", lat, "ms of round trip the delayed rows add (link_proxy: half each "
+                 "way; --python-proxy: before each response)");
   app.add_option("--bw", bw, "MiB/s cap of each proxied connection (0: none)");
   app.add_option("--read-ahead", read_ahead_mib, "ShardStreamOptions::read_ahead, MiB");
   app.add_option("--via", via, "loader (a DataLoader's worker threads) or threads (plain loops)")
@@ -232,6 +285,8 @@ int main(int argc, char** argv) {
                  "MiB/s cap of the proxy's link (all connections) in the train rows (0: none)");
   app.add_option("--only", only, "the rows whose name holds this text, alone (for a profile)");
   app.add_flag_callback("--no-raw", [&raw] { raw = false; }, "leave out the raw delivery rows");
+  app.add_flag("--python-proxy", python_proxy,
+               "the proxy rows through serve.py's Python proxy (as before link_proxy)");
   CLI11_PARSE(app, argc, argv);
 
   shards_test::TempDir tmp;  // the served root: shards/ in it
@@ -274,13 +329,25 @@ int main(int argc, char** argv) {
   }
   const std::string host = "http://127.0.0.1:";
   // The two proxy rows differ by the delay alone: the bandwidth cap, if any, is on both.
+  // link_proxy: one a row (raw: --bw each connection; train: --train-bw the link).
+  std::vector<std::unique_ptr<LinkProxy>> links;
+  const auto link_url = [&](int rtt, int link_mib, int conn_mib, const std::string& path) {
+    links.push_back(std::make_unique<LinkProxy>(server.nginx, rtt, link_mib, conn_mib));
+    link_pids.push_back(links.back()->pid);
+    return host + std::to_string(links.back()->port) + path;
+  };
   const std::string cap = bw > 0 ? ",bw" + std::to_string(bw * 1024) : "";
   const std::string delay = "lat" + std::to_string(lat) + cap;
+  const std::string mib = bw > 0 ? ",bw" + std::to_string(bw) : "";
   std::vector<Row> rows{
       {"local", (served / "shards").string(), {}, {}},
       {"nginx", host + std::to_string(server.nginx) + "/shards/", {}, {}},
-      {"proxy" + cap, host + std::to_string(server.proxy) + "/ok" + cap + "/shards/", {}, {}},
-      {"proxy+" + delay, host + std::to_string(server.proxy) + "/" + delay + "/shards/", {}, {}},
+      python_proxy
+          ? Row{"proxy" + cap, host + std::to_string(server.proxy) + "/ok" + cap + "/shards/", {}, {}}
+          : Row{"link" + mib, link_url(0, 0, bw, "/shards/"), {}, {}},
+      python_proxy
+          ? Row{"proxy+" + delay, host + std::to_string(server.proxy) + "/" + delay + "/shards/", {}, {}}
+          : Row{"link+rtt" + std::to_string(lat) + mib, link_url(lat, 0, bw, "/shards/"), {}, {}},
       {"nginx, no index", host + std::to_string(server.nginx) + "/noindex/", {}, {}}};
   const bool all_rows = only.empty();
   if (!all_rows) std::erase_if(rows, [&](const Row& r) { return r.name.find(only) == std::string::npos; });
@@ -315,7 +382,7 @@ int main(int argc, char** argv) {
     // Each worker holds at most read_ahead: half for its shard, half for the next.
     std::printf("  (resident before any row: %.0f MiB; read-ahead budget %d x %d MiB)\n",
                 base_mib, workers, read_ahead_mib);
-    if (all_rows) std::printf("nginx / local: %.2f    proxy+delay / proxy: %.2f    no index / nginx: %.2f\n",
+    if (all_rows) std::printf("nginx / local: %.2f    delay / no delay: %.2f    no index / nginx: %.2f\n",
                 median(rows[1].mb_per_s) / median(rows[0].mb_per_s),
                 median(rows[3].mb_per_s) / median(rows[2].mb_per_s),
                 median(rows[4].mb_per_s) / median(rows[1].mb_per_s));
@@ -330,12 +397,19 @@ int main(int argc, char** argv) {
   };
   const std::string link = train_bw > 0 ? ",link" + std::to_string(train_bw * 1024) : "";
   const std::string proxy = host + std::to_string(server.proxy) + "/";
+  const std::string link_mib = train_bw > 0 ? ",link" + std::to_string(train_bw) : "";
   std::vector<TrainRow> train_rows{
       {"train local", (served / "images").string(), {}, {}, {}},
-      {"train nginx", host + std::to_string(server.nginx) + "/images/", {}, {}, {}},
-      {"train proxy" + link, proxy + "t" + link + "/images/", {}, {}, {}},
-      {"train proxy+lat" + std::to_string(lat) + link,
-       proxy + "t,lat" + std::to_string(lat) + link + "/images/", {}, {}, {}}};
+      {"train nginx", host + std::to_string(server.nginx) + "/images/", {}, {}, {}}};
+  if (python_proxy) {
+    train_rows.push_back({"train proxy" + link, proxy + "t" + link + "/images/", {}, {}, {}});
+    train_rows.push_back({"train proxy+lat" + std::to_string(lat) + link,
+                          proxy + "t,lat" + std::to_string(lat) + link + "/images/", {}, {}, {}});
+  } else {
+    train_rows.push_back({"train link" + link_mib, link_url(0, train_bw, 0, "/images/"), {}, {}, {}});
+    train_rows.push_back({"train link+rtt" + std::to_string(lat) + link_mib,
+                          link_url(lat, train_bw, 0, "/images/"), {}, {}, {}});
+  }
   train(train_rows[0].where, workers, batch, 1, server.pid);  // warms the page cache
   if (!all_rows) {
     std::erase_if(train_rows, [&](const TrainRow& r) { return r.name.find(only) == std::string::npos; });
@@ -368,8 +442,8 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   std::printf("  (resident before any row: %.0f MiB)\n", base_mib);
-  if (all_rows) std::printf("train nginx / local: %.3f (target >= 0.95)   train proxy+lat / local: %.3f "
-              "(target >= 0.9)   proxy+lat / proxy: %.3f\n",
+  if (all_rows) std::printf("train nginx / local: %.3f (target >= 0.95)   train with the delay / local: "
+              "%.3f (target >= 0.9)   delay / no delay: %.3f\n",
               median(train_rows[1].images_per_s) / local,
               median(train_rows[3].images_per_s) / local,
               median(train_rows[3].images_per_s) / median(train_rows[2].images_per_s));
