@@ -45,10 +45,20 @@ std::int64_t now_ns() {
 constexpr std::size_t chunk_bytes = 256 << 10;
 constexpr std::size_t held_bound = 8 << 20;
 
+// Receive buffers, reused: a fresh 256 KiB one a read would be an mmap, its page faults and
+// its zeroing each time, more than the forwarding itself.
+std::vector<std::unique_ptr<char[]>> spare;
+
 struct Chunk {
-  std::int64_t due;  // when its first byte may leave
-  std::vector<char> data;
-  std::size_t sent = 0;
+  std::int64_t due = 0;  // when its first byte may leave
+  std::unique_ptr<char[]> data;
+  std::size_t size = 0, sent = 0;
+  Chunk() = default;
+  Chunk(Chunk&&) = default;
+  Chunk& operator=(Chunk&&) = default;
+  ~Chunk() {
+    if (data) spare.push_back(std::move(data));
+  }
 };
 
 // One direction of a connection: bytes read from `from`, written to `to` once due.
@@ -81,8 +91,13 @@ void nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOC
 bool pull(Flow& f, Link& link) {
   while (f.readable && !f.eof && f.held_bytes < held_bound) {
     Chunk c;
-    c.data.resize(chunk_bytes);
-    const ssize_t n = ::read(f.from, c.data.data(), c.data.size());
+    if (spare.empty()) {
+      c.data.reset(new char[chunk_bytes]);
+    } else {
+      c.data = std::move(spare.back());
+      spare.pop_back();
+    }
+    const ssize_t n = ::read(f.from, c.data.get(), chunk_bytes);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       f.readable = false;
@@ -93,7 +108,7 @@ bool pull(Flow& f, Link& link) {
       f.eof = true;
       break;
     }
-    c.data.resize(static_cast<std::size_t>(n));
+    c.size = static_cast<std::size_t>(n);
     const std::int64_t now = now_ns();
     std::int64_t leaves = now;
     if (f.down) {
@@ -125,7 +140,7 @@ bool push(Flow& f, std::int64_t now, std::int64_t& next_due) {
       next_due = std::min(next_due, c.due);
       return true;
     }
-    const ssize_t n = ::send(f.to, c.data.data() + c.sent, c.data.size() - c.sent, MSG_NOSIGNAL);
+    const ssize_t n = ::send(f.to, c.data.get() + c.sent, c.size - c.sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       f.writable = false;
@@ -134,7 +149,7 @@ bool push(Flow& f, std::int64_t now, std::int64_t& next_due) {
     if (n < 0) return false;
     c.sent += static_cast<std::size_t>(n);
     f.held_bytes -= static_cast<std::size_t>(n);
-    if (c.sent == c.data.size()) f.held.pop_front();
+    if (c.sent == c.size) f.held.pop_front();
   }
   if (f.held.empty() && f.eof && !f.shut) {
     ::shutdown(f.to, SHUT_WR);
