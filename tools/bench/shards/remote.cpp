@@ -42,6 +42,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -86,6 +87,42 @@ double peak_rss_mib() {
 }
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
+// What glibc's heap holds (every arena, MiB): in use by the program, and free but kept (not
+// given back to the kernel, so still resident once touched), and how many arenas.
+struct Heap {
+  double used = 0, kept = 0;
+  int arenas = 0;
+};
+Heap heap_now() {
+  const struct mallinfo2 m = ::mallinfo2();
+  Heap h;
+  h.used = static_cast<double>(m.uordblks + m.hblkhd) / (1 << 20);
+  h.kept = static_cast<double>(m.fordblks) / (1 << 20);
+  // malloc_info's XML: one <heap nr="..."> a arena.
+  char* text = nullptr;
+  std::size_t size = 0;
+  if (FILE* f = ::open_memstream(&text, &size)) {
+    ::malloc_info(0, f);
+    std::fclose(f);
+    for (const char* p = text; (p = std::strstr(p, "<heap nr=")) != nullptr; ++p) ++h.arenas;
+    std::free(text);
+  }
+  return h;
+}
+
+// Where a row's memory is, at its start and at its end: the resident set, and the heap.
+struct MemoryTrace {
+  double start_rss = 0, peak_rss = 0;
+  Heap end{};
+};
+double rss_mib() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024;
+  }
+  return 0;
+}
+
 struct Row {
   std::string name;
   std::string where;
@@ -94,6 +131,7 @@ struct Row {
   std::vector<double> server_ms{};  // nginx's and the proxy's, per 100 KiB
   double peak_mib = 0;
   double held_mib = 0;
+  MemoryTrace memory{};  // the last round's
 };
 
 // This process's CPU time so far (every thread, user + system), in seconds.
@@ -252,6 +290,18 @@ struct LinkProxy {
   }
 };
 
+// Each row's last round: resident at its start and at most, and glibc's heap at its end.
+template <class Rows>
+void print_memory(const char* what, const Rows& rows) {
+  std::printf("  memory of the %s rows' last round (MiB): resident at the start -> peak; glibc's "
+              "heap at the end: in use, free but kept, arenas\n", what);
+  for (const auto& row : rows) {
+    const MemoryTrace& m = row.memory;
+    std::printf("    %-30s %6.0f -> %6.0f   heap in use %6.1f   kept %6.1f   arenas %d\n",
+                row.name.c_str(), m.start_rss, m.peak_rss, m.end.used, m.end.kept, m.end.arenas);
+  }
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -266,7 +316,7 @@ int main(int argc, char** argv) {
   std::string via = "loader", images, only;
   int epochs = 2, train_bw = 200;
   std::int64_t batch = 64;
-  bool raw = true, python_proxy = false;
+  bool raw = true, python_proxy = false, trim = false;
   app.add_option("SHARDS", shards, "a folder of shards (default: written here, random)");
   app.add_option("--size", size_mib, "MiB of random shards to write when SHARDS is not given");
   app.add_option("--workers", workers, "streams at once (threads)");
@@ -285,6 +335,8 @@ int main(int argc, char** argv) {
                  "MiB/s cap of the proxy's link (all connections) in the train rows (0: none)");
   app.add_option("--only", only, "the rows whose name holds this text, alone (for a profile)");
   app.add_flag_callback("--no-raw", [&raw] { raw = false; }, "leave out the raw delivery rows");
+  app.add_flag("--trim", trim,
+               "malloc_trim(0) before each row: what glibc keeps from the rows before is let go");
   app.add_flag("--python-proxy", python_proxy,
                "the proxy rows through serve.py's Python proxy (as before link_proxy)");
   CLI11_PARSE(app, argc, argv);
@@ -359,8 +411,12 @@ int main(int argc, char** argv) {
   const double base_mib = peak_rss_mib();  // libtorch's pages and the heap kept: every row has them
   for (int r = 0; r < (raw ? rounds : 0); ++r) {
     for (Row& row : rows) {
+      if (trim) ::malloc_trim(0);
       reset_peak_rss();
+      row.memory.start_rss = rss_mib();
       const Run run = stream_all(row.where, workers, read_ahead, loader, server.pid);
+      row.memory.peak_rss = peak_rss_mib();
+      row.memory.end = heap_now();
       row.server_ms.push_back(run.server_ms_per_100k);
       row.mb_per_s.push_back(run.mb_per_s);
       row.cpu_ms.push_back(run.cpu_ms_per_100k);
@@ -382,6 +438,7 @@ int main(int argc, char** argv) {
     // Each worker holds at most read_ahead: half for its shard, half for the next.
     std::printf("  (resident before any row: %.0f MiB; read-ahead budget %d x %d MiB)\n",
                 base_mib, workers, read_ahead_mib);
+    print_memory("raw", rows);
     if (all_rows) std::printf("nginx / local: %.2f    delay / no delay: %.2f    no index / nginx: %.2f\n",
                 median(rows[1].mb_per_s) / median(rows[0].mb_per_s),
                 median(rows[3].mb_per_s) / median(rows[2].mb_per_s),
@@ -394,6 +451,7 @@ int main(int argc, char** argv) {
     std::string name, where;
     std::vector<double> images_per_s, cpu_ms, server_ms;
     double peak_mib = 0;
+    MemoryTrace memory{};
   };
   const std::string link = train_bw > 0 ? ",link" + std::to_string(train_bw * 1024) : "";
   const std::string proxy = host + std::to_string(server.proxy) + "/";
@@ -417,8 +475,12 @@ int main(int argc, char** argv) {
   std::int64_t per_row = 0;
   for (int r = 0; r < rounds; ++r) {
     for (TrainRow& row : train_rows) {
+      if (trim) ::malloc_trim(0);
       reset_peak_rss();
+      row.memory.start_rss = rss_mib();
       const TrainRun run = train(row.where, workers, batch, epochs, server.pid);
+      row.memory.peak_rss = peak_rss_mib();
+      row.memory.end = heap_now();
       row.images_per_s.push_back(run.images_per_s);
       row.cpu_ms.push_back(run.cpu_ms);
       row.server_ms.push_back(run.server_cpu_ms);
@@ -442,6 +504,7 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   std::printf("  (resident before any row: %.0f MiB)\n", base_mib);
+  print_memory("train", train_rows);
   if (all_rows) std::printf("train nginx / local: %.3f (target >= 0.95)   train with the delay / local: "
               "%.3f (target >= 0.9)   delay / no delay: %.3f\n",
               median(train_rows[1].images_per_s) / local,
