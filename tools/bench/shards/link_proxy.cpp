@@ -3,7 +3,7 @@
 // read and a write a chunk), so those rows measure the link's delay and bandwidth, not the
 // proxy, as tests/shards/serve.py's Python proxy (kept for the fault tests) did.
 //
-//   link_proxy --upstream PORT [--rtt-ms 20] [--link-mib 0] [--conn-mib 0]
+//   link_proxy --upstream PORT [--rtt-ms 20] [--link-mib 0] [--conn-mib 0] [--splice 1]
 //
 // Prints "PORT <port>" once it accepts connections, then runs until its standard input
 // closes. Each client connection gets its own connection to 127.0.0.1:PORT. Bytes are
@@ -13,6 +13,8 @@
 // link) and --conn-mib MiB/s each (0: no cap); a chunk takes its turn on the link when it is
 // read, as serve.py's "link" and "bw" tokens do. What is read and not yet due is held, at
 // most 8 MiB a direction a connection (the server is then not read: TCP's flow control).
+// With --splice 1 (the default) the bytes wait in a pipe a direction (splice(2): no copy
+// through this process; at most the pipe's size, 4 MiB as root, else 1 MiB, is held).
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -70,7 +72,27 @@ struct Flow {
   std::size_t held_bytes = 0;
   std::int64_t conn_free = 0;  // when this connection's own cap lets the next byte go
   Flow* other = nullptr;       // the connection's other direction
+  // splice(2): the held bytes wait in this pipe, never copied to or from this process (the
+  // chunks then hold no data); without one, read and send through `spare` buffers.
+  int pipe_r = -1, pipe_w = -1;
+  std::size_t bound = held_bound;
 };
+
+// A pipe for a flow's held bytes, as large as the kernel lets it be (1 MiB unprivileged).
+void open_pipe(Flow& f) {
+  int p[2];
+  if (::pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) return;
+  int size = ::fcntl(p[1], F_SETPIPE_SZ, 4 << 20);
+  if (size < 0) size = ::fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+  if (size < 0) size = ::fcntl(p[1], F_GETPIPE_SZ);
+  f.pipe_r = p[0];
+  f.pipe_w = p[1];
+  f.bound = static_cast<std::size_t>(size);
+}
+void close_pipe(Flow& f) {
+  if (f.pipe_r >= 0) ::close(f.pipe_r);
+  if (f.pipe_w >= 0) ::close(f.pipe_w);
+}
 
 struct Conn {
   int client = -1, server = -1;
@@ -89,18 +111,29 @@ void nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOC
 // Reads what `f.from` has (while under the bound), each chunk stamped with when it is due.
 // False when the connection failed.
 bool pull(Flow& f, Link& link) {
-  while (f.readable && !f.eof && f.held_bytes < held_bound) {
+  while (f.readable && !f.eof && f.held_bytes < f.bound) {
     Chunk c;
-    if (spare.empty()) {
-      c.data.reset(new char[chunk_bytes]);
+    ssize_t n = 0;
+    if (f.pipe_w >= 0) {
+      // A chunk at a time: a chunk leaves when the link has sent its last byte, so a larger
+      // one would wait longer, and its bytes arrive in a lump.
+      n = ::splice(f.from, nullptr, f.pipe_w, nullptr,
+                   std::min(chunk_bytes, f.bound - f.held_bytes), SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
     } else {
-      c.data = std::move(spare.back());
-      spare.pop_back();
+      if (spare.empty()) {
+        c.data.reset(new char[chunk_bytes]);
+      } else {
+        c.data = std::move(spare.back());
+        spare.pop_back();
+      }
+      n = ::read(f.from, c.data.get(), chunk_bytes);
     }
-    const ssize_t n = ::read(f.from, c.data.get(), chunk_bytes);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      f.readable = false;
+      // Into a pipe, EAGAIN may mean the pipe's slots are taken (a slot a socket buffer's
+      // fragment, however small): the socket may still hold bytes, and no new edge would come
+      // for them, so it is tried again once some went out.
+      if (f.pipe_w < 0 || f.held.empty()) f.readable = false;
       break;
     }
     if (n < 0) return false;
@@ -140,7 +173,11 @@ bool push(Flow& f, std::int64_t now, std::int64_t& next_due) {
       next_due = std::min(next_due, c.due);
       return true;
     }
-    const ssize_t n = ::send(f.to, c.data.get() + c.sent, c.size - c.sent, MSG_NOSIGNAL);
+    const ssize_t n =
+        f.pipe_r >= 0
+            ? ::splice(f.pipe_r, nullptr, f.to, nullptr, c.size - c.sent,
+                       SPLICE_F_MOVE | SPLICE_F_NONBLOCK)
+            : ::send(f.to, c.data.get() + c.sent, c.size - c.sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       f.writable = false;
@@ -190,6 +227,7 @@ int connect_upstream(int port) {
 int main(int argc, char** argv) {
   int upstream = 0;
   double rtt_ms = 0, link_mib = 0, conn_mib = 0;
+  bool use_splice = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const double v = std::atof(argv[i + 1]);
@@ -201,6 +239,8 @@ int main(int argc, char** argv) {
       link_mib = v;
     } else if (k == "--conn-mib") {
       conn_mib = v;
+    } else if (k == "--splice") {
+      use_splice = v != 0;
     } else {
       std::fprintf(stderr, "link_proxy: unknown option %s\n", argv[i]);
       return 2;
@@ -264,10 +304,15 @@ int main(int argc, char** argv) {
           auto conn = std::make_unique<Conn>();
           conn->client = c;
           conn->server = s;
-          conn->up = Flow{.from = c, .to = s};
-          conn->down = Flow{.from = s, .to = c, .down = true};
+          conn->up.from = conn->down.to = c;
+          conn->up.to = conn->down.from = s;
+          conn->down.down = true;
           conn->up.other = &conn->down;
           conn->down.other = &conn->up;
+          if (use_splice) {
+            open_pipe(conn->up);
+            open_pipe(conn->down);
+          }
           // Edge-triggered: each event sets a flag, and the loop below reads and writes until
           // the socket says EAGAIN.
           epoll_event e{};
@@ -302,6 +347,8 @@ int main(int argc, char** argv) {
       if (!c->dead) return false;
       ::close(c->client);
       ::close(c->server);
+      close_pipe(c->up);
+      close_pipe(c->down);
       return true;
     });
   }

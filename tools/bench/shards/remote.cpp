@@ -254,7 +254,7 @@ struct LinkProxy {
   pid_t pid = -1;
   int to_child = -1;
   int port = 0;
-  LinkProxy(int upstream, int rtt_ms, int link_mib, int conn_mib) {
+  LinkProxy(int upstream, int rtt_ms, int link_mib, int conn_mib, int splice) {
     const fs::path exe = fs::read_symlink("/proc/self/exe").parent_path() / "link_proxy";
     int in[2], out[2];
     if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {
@@ -266,7 +266,8 @@ struct LinkProxy {
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
     std::vector<std::string> args{exe.string(), "--upstream", std::to_string(upstream),
                                   "--rtt-ms", std::to_string(rtt_ms), "--link-mib",
-                                  std::to_string(link_mib), "--conn-mib", std::to_string(conn_mib)};
+                                  std::to_string(link_mib), "--conn-mib", std::to_string(conn_mib),
+                                  "--splice", std::to_string(splice)};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -317,6 +318,7 @@ int main(int argc, char** argv) {
   int epochs = 2, train_bw = 200;
   std::int64_t batch = 64;
   bool raw = true, python_proxy = false, trim = false;
+  int splice = 1;
   app.add_option("SHARDS", shards, "a folder of shards (default: written here, random)");
   app.add_option("--size", size_mib, "MiB of random shards to write when SHARDS is not given");
   app.add_option("--workers", workers, "streams at once (threads)");
@@ -337,6 +339,7 @@ int main(int argc, char** argv) {
   app.add_flag_callback("--no-raw", [&raw] { raw = false; }, "leave out the raw delivery rows");
   app.add_flag("--trim", trim,
                "malloc_trim(0) before each row: what glibc keeps from the rows before is let go");
+  app.add_option("--splice", splice, "link_proxy forwards with splice(2) (1) or read/send (0)");
   app.add_flag("--python-proxy", python_proxy,
                "the proxy rows through serve.py's Python proxy (as before link_proxy)");
   CLI11_PARSE(app, argc, argv);
@@ -384,7 +387,7 @@ int main(int argc, char** argv) {
   // link_proxy: one a row (raw: --bw each connection; train: --train-bw the link).
   std::vector<std::unique_ptr<LinkProxy>> links;
   const auto link_url = [&](int rtt, int link_mib, int conn_mib, const std::string& path) {
-    links.push_back(std::make_unique<LinkProxy>(server.nginx, rtt, link_mib, conn_mib));
+    links.push_back(std::make_unique<LinkProxy>(server.nginx, rtt, link_mib, conn_mib, splice));
     link_pids.push_back(links.back()->pid);
     return host + std::to_string(links.back()->port) + path;
   };
