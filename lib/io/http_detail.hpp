@@ -126,7 +126,6 @@ struct HttpClient::Driver {
   };
   std::unordered_map<curl_socket_t, std::shared_ptr<Socket>> sockets;
   std::unique_ptr<asio::steady_timer> timer;  // curl's timeout (CURLMOPT_TIMERFUNCTION)
-  bool timer_armed = false;                    // a wait on `timer` is pending
   // A timeout of 0 posted (1), none (0), or the driver closed (-1): shared with the handler,
   // which may run after the driver is gone.
   std::shared_ptr<int> timeout_posted = std::make_shared<int>(0);
