@@ -126,6 +126,9 @@ struct HttpClient::Driver {
   };
   std::unordered_map<curl_socket_t, std::shared_ptr<Socket>> sockets;
   std::unique_ptr<asio::steady_timer> timer;  // curl's timeout (CURLMOPT_TIMERFUNCTION)
+  // A timeout of 0 posted (1), none (0), or the driver closed (-1): shared with the handler,
+  // which may run after the driver is gone.
+  std::shared_ptr<int> timeout_posted = std::make_shared<int>(0);
   std::unordered_map<CURL*, std::shared_ptr<BodyStream::Transfer>> running;
   // Easy handles of finished transfers, reset, for the next ones: a fresh handle costs its
   // allocation and curl's receive buffer's pages each time (a ranged GET a sample).

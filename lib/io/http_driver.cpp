@@ -62,7 +62,22 @@ int on_timer(CURLM*, long ms, void* user) {
   d->timer->cancel();
   if (ms < 0) return 0;
   // Even a timeout of 0 waits for a handler of its own: curl must not be called back from
-  // inside this callback.
+  // inside this callback. It is a post, not the timer: curl asks for 0 for every GET added,
+  // and arming the timer re-programs the reactor's timerfd each time (18% of the driver's CPU
+  // in the train rows over nginx). A timeout above 0 moves the timer each time curl tells
+  // one: curl tells a timeout only when it changes and counts on a call at the last one (a
+  // timer kept armed for an earlier one, which calls curl early, slowed streams fourfold).
+  if (ms == 0) {
+    if (*d->timeout_posted == 0) {
+      *d->timeout_posted = 1;
+      asio::post(*d->ctx, [d, posted = d->timeout_posted] {
+        if (*posted < 0) return;  // the driver closed: `d` may be gone
+        *posted = 0;
+        if (!d->closing) d->action(CURL_SOCKET_TIMEOUT, 0);
+      });
+    }
+    return 0;
+  }
   d->timer->expires_after(std::chrono::milliseconds(ms));
   d->timer->async_wait([d](const asio::error_code& ec) {
     if (!ec && !d->closing) d->action(CURL_SOCKET_TIMEOUT, 0);
@@ -100,6 +115,7 @@ void Driver::open() {
   // limited per host: a reader may hold a paused transfer while it waits for another.
   curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, 256L);
   timer = std::make_unique<asio::steady_timer>(*ctx);
+  timeout_posted = std::make_shared<int>(0);
   jitter.seed(static_cast<unsigned>(::getpid()) ^ 0x5eed);
 }
 
@@ -174,6 +190,7 @@ void Driver::close() {
   }
   sockets.clear();
   timer.reset();
+  *timeout_posted = -1;
 }
 
 // A transfer's ends: done (the reader woken), failed for good, or let go of.

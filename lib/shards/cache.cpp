@@ -1,6 +1,8 @@
-// The byte-bounded LRU cache of remote shards: an entry's mtime is its last use; eviction
-// removes the oldest until a new entry fits. Entries are written under a temporary name and
-// renamed, so a reader (another worker, another process) never sees half of one.
+// The byte-bounded LRU cache of remote shards: an entry's atime is its last use (set by hand,
+// so that its mtime changes only when its bytes do); eviction removes the least recently used
+// until a new entry fits. Entries are written under a temporary name and renamed, so a reader
+// (another worker, another process) never sees half of one. An entry whose index records a
+// checksum is hashed before its first use, and again when its size or mtime changes.
 
 #include "cache.hpp"
 
@@ -9,10 +11,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <vector>
+
+#include "checksum.hpp"
+#include "coload/core/warning.hpp"
 
 namespace coload::shards::detail {
 
@@ -38,20 +47,62 @@ std::string entry_name(const ShardIndex& shard) {
   return std::string(hex) + "-" + url.substr(slash == std::string::npos ? 0 : slash + 1);
 }
 
+std::int64_t ns(const struct timespec& t) {
+  return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+// The entries this process found equal to their index's checksum, by path: the file as it was
+// then. One whose inode, size or mtime differs since (rewritten, or written to) is hashed again.
+struct Verified {
+  dev_t dev;
+  ino_t ino;
+  std::uint64_t size;
+  std::int64_t mtime_ns;
+  bool same(const struct stat& st) const {
+    return dev == st.st_dev && ino == st.st_ino && size == static_cast<std::uint64_t>(st.st_size) &&
+           mtime_ns == ns(st.st_mtim);
+  }
+};
+std::mutex verified_mutex;
+std::map<std::string, Verified>& verified() {
+  static std::map<std::string, Verified> v;
+  return v;
+}
+void remember(const std::string& path, const struct stat& st) {
+  std::lock_guard lock(verified_mutex);
+  verified()[path] = {st.st_dev, st.st_ino, static_cast<std::uint64_t>(st.st_size), ns(st.st_mtim)};
+}
+
+// Marks the entry used now: its atime, which eviction orders by; its mtime stays its bytes'.
+// A use within a second of the last is not marked again (a map-style read finds the entry
+// once a sample).
+void touch(const std::string& path, const struct stat& st) {
+  struct timespec now {};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  if (ns(now) - ns(st.st_atim) < 1000000000) return;
+  const struct timespec times[2] = {now, {0, UTIME_OMIT}};
+  ::utimensat(AT_FDCWD, path.c_str(), times, 0);
+}
+
+std::atomic<std::uint64_t> mismatches{0};
+
 void evict_for(const std::string& dir, std::uint64_t incoming, std::uint64_t bound) {
   struct Entry {
     fs::path path;
     std::uint64_t size;
-    fs::file_time_type used;
+    std::int64_t used;
   };
   std::vector<Entry> entries;
   std::uint64_t total = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.path().extension() != ".tar" || !e.is_regular_file(ec)) continue;
-    const auto size = e.file_size(ec);
-    if (ec) continue;
-    entries.push_back({e.path(), size, e.last_write_time(ec)});
+    struct stat st {};
+    if (e.path().extension() != ".tar" || ::stat(e.path().c_str(), &st) != 0 ||
+        !S_ISREG(st.st_mode)) {
+      continue;
+    }
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    entries.push_back({e.path(), size, ns(st.st_atim)});
     total += size;
   }
   std::sort(entries.begin(), entries.end(),
@@ -77,8 +128,45 @@ std::optional<std::string> cache_find(const ShardOptions& options, const ShardIn
     ::unlink(path.c_str());  // not this shard's bytes (the shard changed, or a torn copy)
     return std::nullopt;
   }
-  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // now its most recent use
+  if (shard.checksum) {
+    bool known = false;
+    {
+      std::lock_guard lock(verified_mutex);
+      const auto it = verified().find(path);
+      known = it != verified().end() && it->second.same(st);
+    }
+    if (!known) {
+      // Hashed from an fd opened now: what it reads is what the stat above saw, or the check
+      // fails and the entry goes.
+      std::optional<std::uint64_t> sum;
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      struct stat fst {};
+      if (fd >= 0 && ::fstat(fd, &fst) == 0 && fst.st_ino == st.st_ino) {
+        sum = file_checksum(fd, cached_size(shard));
+      }
+      if (fd >= 0) ::close(fd);
+      if (sum != shard.checksum) {
+        ::unlink(path.c_str());
+        ++mismatches;
+        coload::detail::warn("the cache entry '" + path + "' of shard '" + shard.path +
+                             "' does not match the checksum its index records (" +
+                             (sum ? format_checksum(*sum) : std::string("unreadable")) +
+                             ", expected " + format_checksum(*shard.checksum) +
+                             "): removed, and the shard fetched again");
+        return std::nullopt;
+      }
+      remember(path, fst);
+    }
+  }
+  touch(path, st);  // now its most recent use
   return path;
+}
+
+std::uint64_t cache_mismatches() noexcept { return mismatches.load(); }
+
+void cache_forget_verified() {
+  std::lock_guard lock(verified_mutex);
+  verified().clear();
 }
 
 std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const ShardIndex& shard) {
@@ -95,6 +183,9 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
             std::to_string(reinterpret_cast<std::uintptr_t>(e.get()));
   e->bound_ = options.cache_bytes;
   e->size_ = size;
+  e->url_ = shard.path;
+  e->expected_ = shard.checksum;
+  if (shard.checksum) e->sum_ = std::make_unique<Checksum>();
   e->fd_ = ::open(e->tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (e->fd_ < 0) return nullptr;  // a cache folder that cannot be written: no cache
   return e;
@@ -117,6 +208,7 @@ void CacheEntry::write(const std::byte* data, std::size_t n) {
       fd_ = -1;
       return;
     }
+    if (sum_) sum_->update(data, static_cast<std::size_t>(k));
     data += k;
     n -= static_cast<std::size_t>(k);
     written_ += static_cast<std::uint64_t>(k);
@@ -132,8 +224,24 @@ void CacheEntry::commit() {
     ::unlink(tmp_.c_str());
     return;
   }
+  if (sum_ && sum_->digest() != expected_) {
+    // The server sent other bytes than the index describes (the shard replaced without its
+    // index): not kept, so a later epoch does not take them for the indexed shard.
+    ::unlink(tmp_.c_str());
+    ++mismatches;
+    coload::detail::warn("shard '" + url_ + "' as fetched does not match the checksum its index "
+                         "records (" + format_checksum(sum_->digest()) + ", expected " +
+                         format_checksum(*expected_) + "): not cached");
+    return;
+  }
   evict_for(dir_, size_, bound_);
-  if (::rename(tmp_.c_str(), final_.c_str()) != 0) ::unlink(tmp_.c_str());
+  if (::rename(tmp_.c_str(), final_.c_str()) != 0) {
+    ::unlink(tmp_.c_str());
+    return;
+  }
+  struct stat st {};
+  // Hashed as it was written: its first use need not read it again.
+  if (sum_ && ::stat(final_.c_str(), &st) == 0) remember(final_, st);
 }
 
 }  // namespace coload::shards::detail

@@ -12,17 +12,29 @@
 
 namespace coload::shards::detail {
 
+class Checksum;
+
 /// The bytes a cache entry of `shard` holds: [0, its last sample's end).
 std::uint64_t cached_size(const ShardIndex& shard) noexcept;
 
 /// The cached file of `shard`, and marked most recently used; nothing when the cache is off or
 /// has no such entry. An entry is named for the URL and the version of the shard its index
-/// describes (size, mtime), and verified by its size (the index has no checksum); one of the
-/// wrong size is removed.
+/// describes (size, mtime), and verified by its size and, where the index records one, by its
+/// checksum: hashed at its first use in this process (or since cache_forget_verified), and
+/// again whenever its size, mtime or inode has changed. One of the wrong size is removed; one
+/// of the wrong checksum is removed with a warning naming it and the URL (the caller then
+/// fetches the shard). Hashing a 64 MiB entry costs about 10 ms, on the calling thread.
 std::optional<std::string> cache_find(const ShardOptions& options, const ShardIndex& shard);
 
+/// Entries refused for their checksum (found, or as fetched) in this process so far.
+std::uint64_t cache_mismatches() noexcept;
+
+/// Makes every entry hashed again at its next use: a new dataset checks what it reads.
+void cache_forget_verified();
+
 /// A new entry being written; commit() puts it in place (renamed over, after evicting the least
-/// recently used entries until it fits the bound), and an entry never committed leaves nothing.
+/// recently used entries until it fits the bound), unless its bytes miss the index's checksum
+/// (then it warns and keeps nothing); an entry never committed leaves nothing.
 class CacheEntry {
  public:
   ~CacheEntry();
@@ -33,8 +45,10 @@ class CacheEntry {
  private:
   friend std::unique_ptr<CacheEntry> cache_start(const ShardOptions&, const ShardIndex&);
   CacheEntry() = default;
-  std::string dir_, tmp_, final_;
+  std::string dir_, tmp_, final_, url_;
   std::uint64_t bound_ = 0, size_ = 0, written_ = 0;
+  std::optional<std::uint64_t> expected_;  // the index's checksum
+  std::unique_ptr<Checksum> sum_;          // of the bytes written, when it has one
   int fd_ = -1;
 };
 

@@ -139,6 +139,8 @@ ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options
     : state_(std::make_shared<State>()) {
   checked(options);
   state_->options = std::move(options);
+  // A new dataset hashes each cache entry again before its first use (see cache_find).
+  if (!state_->options.cache_dir.empty()) detail::cache_forget_verified();
   state_->offsets.push_back(0);
   for (const std::string& path : shards) {
     bool missing = false;

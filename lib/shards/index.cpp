@@ -16,6 +16,7 @@
 #include <system_error>
 
 #include "coload/io/http.hpp"
+#include "checksum.hpp"
 #include "remote.hpp"
 
 namespace coload::shards {
@@ -220,10 +221,13 @@ std::string format_index(const ShardIndex& index) {
   // every shard without them.
   const bool restarts = std::any_of(index.members.begin(), index.members.end(),
                                     [](const IndexMember& m) { return m.restarts.marked(); });
-  std::string out = restarts ? "coload-shard-index\t2\n" : "coload-shard-index\t1\n";
+  std::string out = index.checksum ? "coload-shard-index\t3\n"
+                    : restarts     ? "coload-shard-index\t2\n"
+                                   : "coload-shard-index\t1\n";
   out += std::to_string(index.file_size) + "\t" + std::to_string(index.mtime_ns) + "\t" +
-         std::to_string(index.members.size()) + "\t" + std::to_string(index.samples.size()) +
-         "\n";
+         std::to_string(index.members.size()) + "\t" + std::to_string(index.samples.size());
+  if (index.checksum) out += "\t" + detail::format_checksum(*index.checksum);
+  out += '\n';
   for (const IndexSample& s : index.samples) {
     for (std::uint32_t k = s.first; k < s.first + s.count; ++k) {
       const IndexMember& m = index.members[k];
@@ -250,15 +254,19 @@ bool parse_index(std::string_view text, std::uint64_t file_size, ShardIndex& out
   };
   std::string_view line;
   if (!next_line(line)) return false;
-  const bool v2 = line == "coload-shard-index\t2";
+  const bool v3 = line == "coload-shard-index\t3";
+  const bool v2 = v3 || line == "coload-shard-index\t2";  // restart intervals allowed
   if (!v2 && line != "coload-shard-index\t1") return false;
   if (!next_line(line)) return false;
   auto head = split_tabs(line);
-  std::uint64_t members = 0, samples = 0;
-  if (head.size() != 4 || !number(head[0], out.file_size) || !number(head[1], out.mtime_ns) ||
-      !number(head[2], members) || !number(head[3], samples) || out.file_size != file_size) {
+  std::uint64_t members = 0, samples = 0, sum = 0;
+  if (head.size() != (v3 ? 5u : 4u) || !number(head[0], out.file_size) ||
+      !number(head[1], out.mtime_ns) || !number(head[2], members) ||
+      !number(head[3], samples) || out.file_size != file_size ||
+      (v3 && !detail::parse_checksum(head[4], sum))) {
     return false;
   }
+  out.checksum = v3 ? std::optional<std::uint64_t>(sum) : std::nullopt;
   // Bounded by the text itself, not by what the header claims.
   if (members > text.size() / 8 || samples > members) return false;
   out.members.clear();

@@ -234,7 +234,7 @@ class CachedReader final : public ChunkReader {
  public:
   CachedReader(std::string path, std::uint64_t size, std::size_t chunk, std::uint64_t from,
                std::vector<io::Buffer>& spare)
-      : file_{std::move(path), size, 0, {}, {}}, local_(file_, false, chunk, from, spare) {}
+      : file_{std::move(path), size, 0, {}, {}, {}}, local_(file_, false, chunk, from, spare) {}
   void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst,
             const std::string& key) override {
     local_.copy(begin, end, dst, key);

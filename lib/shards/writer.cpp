@@ -3,6 +3,7 @@
 #include "coload/shards/writer.hpp"
 
 #include "../vision/jpeg_restart.hpp"
+#include "checksum.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -103,6 +104,7 @@ void Writer::close_current() {
       while (r != restarts_.end() && r->first < m.offset) ++r;
       if (r != restarts_.end() && r->first == m.offset) m.restarts = r->second;
     }
+    index.checksum = detail::shard_checksum(index);  // what a cached copy is checked by
     const std::string idx = index_path(current_).string();
     std::ofstream out(idx, std::ios::binary | std::ios::trunc);
     out << format_index(index);

@@ -61,7 +61,9 @@ PY
 # gives the digests of the plain shards, epoch by epoch (the crops decode only their intervals).
 "$shard" "$tmp/folder" "$tmp/fast" --shard-size 1MiB --seed 3 --fast-crop > "$tmp/fast.txt"
 grep -q "; marked 96$" "$tmp/fast.txt" || { echo "--fast-crop: $(cat "$tmp/fast.txt")"; exit 1; }
-head -1 "$tmp/fast"/shard-000000.tar.idx | grep -q "	2$" || { echo "--fast-crop: no version 2 index"; exit 1; }
+# Version 3 (a checksum), and members with restart intervals (a fifth field).
+head -1 "$tmp/fast"/shard-000000.tar.idx | grep -q "	3$" || { echo "--fast-crop: no version 3 index"; exit 1; }
+grep -Eq "^[0-9]+	[0-9]+	[^	]+	jpg	[0-9]+:[0-9]" "$tmp/fast"/shard-000000.tar.idx || { echo "--fast-crop: no restart intervals in the index"; exit 1; }
 "$image_folder" --shards "$tmp/fast" --epochs 4 --batch-size 16 --workers 2 --json > "$tmp/fast.json"
 /usr/bin/python3 - "$tmp/run.json" "$tmp/fast.json" <<'PY'
 import json, sys

@@ -108,7 +108,8 @@ TEST_CASE("--fast-crop shards: the index records each marked JPEG's rows (versio
   const shards::ShardDataset plain_set(plain.path), fast_set(fast.path);
   int marked = 0;
   for (const auto& index : fast_set.shards()) {
-    CHECK(shards_test::read_text(shards::index_path(index.path)).rfind("coload-shard-index\t2\n", 0) == 0);
+    // Version 3: Writer records a checksum (and the restarts, as version 2 did).
+    CHECK(shards_test::read_text(shards::index_path(index.path)).rfind("coload-shard-index\t3\n", 0) == 0);
     for (const auto& sample : index.samples) {
       const int i = std::stoi(sample.key.substr(3));
       for (std::uint32_t k = sample.first; k < sample.first + sample.count; ++k) {
@@ -128,7 +129,7 @@ TEST_CASE("--fast-crop shards: the index records each marked JPEG's rows (versio
   }
   CHECK(marked == images);
   for (const auto& index : plain_set.shards()) {
-    CHECK(shards_test::read_text(shards::index_path(index.path)).rfind("coload-shard-index\t1\n", 0) == 0);
+    CHECK(shards_test::read_text(shards::index_path(index.path)).rfind("coload-shard-index\t3\n", 0) == 0);
     for (const auto& m : index.members) CHECK_FALSE(m.restarts.marked());
   }
   // Each transform, and whether its crops are small enough to go through the intervals (at

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <coroutine>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <set>
@@ -20,10 +21,15 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "coload/core/warning.hpp"
 #include "coload/coro/task.hpp"
 #include "coload/io/http.hpp"
 #include "coload/loader/data_loader.hpp"
 #include "coload/shards/dataset.hpp"
+#include "coload/shards/index.hpp"
 #include "coload/shards/stream.hpp"
 #include "remote_support.hpp"
 
@@ -365,6 +371,107 @@ TEST_CASE("a stream's read-ahead holds at most its budget: the client's bytes he
   CHECK(peak <= read_ahead + 2 * receive_buffer);
   CHECK(peak >= read_ahead / 2);  // the read-ahead was used: the count sees it
   CHECK(client->read_ahead_bytes() == 0);  // every byte held was read or let go
+}
+
+
+TEST_CASE("a cache entry is checked against its index's checksum: one altered at the same size is fetched again, with one warning naming it and the URL") {
+  const std::string mode = "ok,checksum";
+  const auto requests = [&] {
+    return std::stoi(io::HttpClient::shared()->get(
+        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
+  };
+  // Writer's indexes record XXH3-64 of each shard's bytes up to its last sample's end.
+  const shards::ShardDataset local(*root / "shards");
+  for (const auto& s : local.shards()) {
+    REQUIRE(s.checksum.has_value());
+    const std::string bytes = shards_test::read_text(s.path).substr(0, s.samples.back().end);
+    CHECK(*s.checksum == XXH3_64bits(bytes.data(), bytes.size()));
+    CHECK(shards_test::read_text(shards::index_path(s.path)).starts_with("coload-shard-index\t3\n"));
+  }
+  std::vector<std::string> warnings;
+  set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
+  struct Restore {
+    ~Restore() { set_warning_handler({}); }
+  } restore;
+  shards_test::TempDir cache;
+  shards::ShardStreamOptions o = stream_options();
+  o.shards.cache_dir = cache.path.string();
+  o.shards.cache_bytes = 1ull << 30;
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 31};
+  const auto want = local_epoch(info);
+  // An entry's name ends with its shard's file name.
+  const auto shard_of = [&](const fs::path& entry) {
+    const std::string name = entry.filename().string();
+    const auto it = std::find_if(local.shards().begin(), local.shards().end(), [&](const auto& s) {
+      return name.ends_with("-" + fs::path(s.path).filename().string());
+    });
+    REQUIRE(it != local.shards().end());
+    return it - local.shards().begin();
+  };
+  const auto alter = [&](const fs::path& entry) {
+    // The first byte of the shard's last field (a sample's "bin"), flipped in place: the size
+    // stays the index's, and without the check that sample would come back altered.
+    const auto at = static_cast<std::streamoff>(local.shards()[shard_of(entry)].members.back().offset);
+    std::fstream f(entry, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(at);
+    const char c = static_cast<char>(f.get() ^ 0x5a);
+    f.seekp(at);
+    f.put(c);
+  };
+  std::size_t n = 0;
+  {
+    shards::ShardStream remote(url(mode), o);
+    n = remote.dataset().shards().size();
+    int before = requests();
+    CHECK(epoch(remote, info) == want);
+    CHECK(requests() - before == static_cast<int>(n));
+    before = requests();
+    CHECK(epoch(remote, info) == want);  // every entry verified, and used
+    CHECK(requests() == before);
+    CHECK(warnings.empty());
+    // Altered while this stream uses the cache: its mtime changed, so it is hashed again.
+    const fs::path first = fs::directory_iterator(cache.path)->path();
+    alter(first);
+    before = requests();
+    CHECK(epoch(remote, info) == want);  // not one altered sample
+    CHECK(requests() - before == 1);     // that shard alone fetched again
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find(first.string()) != std::string::npos);
+    CHECK(warnings[0].find(url(mode)) != std::string::npos);
+    CHECK(warnings[0].find("checksum") != std::string::npos);
+  }
+  // A new dataset checks each entry before its first use: map-style reads of a shard whose
+  // entry was altered meanwhile come from the server, right, and the entry is gone.
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(cache.path)) entries.push_back(e.path());
+  REQUIRE(entries.size() == n);
+  alter(entries.back());
+  const shards::ShardDataset ds(url(mode), o.shards);
+  int before = requests();
+  for (Index i = 0; i < total; ++i) CHECK(ds.read(i).text("bin") == payload(i));
+  // One ranged GET a sample of the altered shard; every other sample from the cache.
+  CHECK(requests() - before ==
+        static_cast<int>(ds.shards()[static_cast<std::size_t>(shard_of(entries.back()))].samples.size()));
+  CHECK(warnings.size() == 2);
+  CHECK_FALSE(fs::exists(entries.back()));
+  // An index without a checksum (version 1, from before) still works: entries checked by size.
+  const fs::path old = *root / "old-index";
+  write_shards(old);
+  const shards::ShardDataset written(old);
+  for (const auto& s : written.shards()) {
+    shards::ShardIndex v1 = s;
+    v1.checksum.reset();
+    std::ofstream(shards::index_path(s.path), std::ios::trunc) << shards::format_index(v1);
+  }
+  shards::ShardStream plain(url(mode, "old-index/"), o);
+  CHECK_FALSE(plain.dataset().shards()[0].checksum.has_value());
+  before = requests();
+  CHECK(epoch(plain, info) == want);
+  CHECK(requests() - before == static_cast<int>(n));
+  before = requests();
+  CHECK(epoch(plain, info) == want);
+  CHECK(requests() == before);
+  CHECK(warnings.size() == 2);
 }
 
 }  // TEST_SUITE

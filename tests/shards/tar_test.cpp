@@ -134,8 +134,11 @@ TEST_CASE("the writer's shards round-trip through the index, tar -tf and Python'
   for (const auto& p : paths) {
     CHECK(fs::file_size(p) % 10240 == 0);
     const shards::ShardIndex built = shards::build_index(p);
-    const shards::ShardIndex loaded = shards::load_index(p, {.write = false});
-    CHECK(loaded == built);  // the writer's index file matches a fresh build
+    shards::ShardIndex loaded = shards::load_index(p, {.write = false});
+    // The writer's index file matches a fresh build, which reads no data and so has no checksum.
+    CHECK(loaded.checksum.has_value());
+    loaded.checksum.reset();
+    CHECK(loaded == built);
     for (const auto& s : built.samples) {
       REQUIRE(s.count == 2);
       const auto data = read_bytes(p);
@@ -296,6 +299,23 @@ TEST_CASE("the index file: rebuilt when the shard changes, ignored when corrupt"
   REQUIRE(shards::parse_index(shards::format_index(odd), 100, back));
   CHECK(back == odd);
   CHECK_FALSE(shards::parse_index(shards::format_index(odd), 5, back));  // other shard size
+  // A checksum makes it version 3, a fifth field of the header line; a malformed one, or one
+  // in an earlier version, is not an index.
+  odd.checksum = 0x00ab'cdef'0123'4567ULL;
+  const std::string v3 = shards::format_index(odd);
+  CHECK(v3.starts_with("coload-shard-index\t3\n100\t0\t1\t1\txxh3:00abcdef01234567\n"));
+  REQUIRE(shards::parse_index(v3, 100, back));
+  CHECK(back == odd);
+  const auto edited = [&](std::string from, std::string to) {
+    std::string t = v3;
+    t.replace(t.find(from), from.size(), to);
+    return shards::parse_index(t, 100, back);
+  };
+  CHECK_FALSE(edited("\t3\n", "\t2\n"));
+  CHECK_FALSE(edited("xxh3:00abcdef01234567", "xxh3:00abcdef0123456"));
+  CHECK_FALSE(edited("xxh3:00abcdef01234567", "xxh3:00ABCDEF01234567"));
+  CHECK_FALSE(edited("xxh3:00abcdef01234567", "md5:00abcdef01234567"));
+  CHECK_FALSE(edited("\txxh3:00abcdef01234567", ""));
 }
 
 TEST_CASE("pack_order is a seeded permutation") {

@@ -60,8 +60,11 @@ struct ShardOptions {
   /// a shard streamed whole is kept in `cache_dir` (its bytes up to its last sample's end), and
   /// later epochs, streamed or map-style, read it from there. The entries' bytes stay within
   /// `cache_bytes`, the least recently used evicted first; an entry is used only when its size
-  /// is the index's (the index has no checksum), and is written under a temporary name and
-  /// renamed, so workers and processes may share the folder.
+  /// is the index's and, when the index records a checksum (coload-shard's do), when its bytes
+  /// hash to it (checked at a dataset's first use of the entry, and again if the file changes;
+  /// a mismatch warns, naming the entry and the URL, and the shard is fetched again). Entries
+  /// are written under a temporary name and renamed, so workers and processes may share the
+  /// folder.
   std::string cache_dir{};
   std::uint64_t cache_bytes = 0;
   /// How every request for shards named by URL (the shard list, the indices, the shards'

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -58,6 +59,10 @@ struct ShardIndex {
   std::string path;
   std::uint64_t file_size = 0;
   std::int64_t mtime_ns = 0;
+  /// XXH3-64 of the shard's bytes up to its last sample's end (what a cache entry of it holds),
+  /// when the index records one (version 3: Writer's indexes; an index built from the headers
+  /// alone has none). A cached copy of the shard is checked against it before it is used.
+  std::optional<std::uint64_t> checksum{};
   std::vector<IndexSample> samples;
   std::vector<IndexMember> members;
 
@@ -88,13 +93,18 @@ std::filesystem::path index_path(const std::filesystem::path& shard);
 /// The index file's text. Format (UTF-8 text, one record a line, fields separated by tabs;
 /// in keys and fields a backslash, tab and newline are written `\\`, `\t` and `\n`):
 ///
-///     coload-shard-index<TAB><version: 1, or 2 when a member has restart intervals>
+///     coload-shard-index<TAB><version: 3 with a checksum, else 2 when a member has restart
+///                              intervals, else 1>
 ///     <shard size in bytes><TAB><shard mtime in ns since the epoch><TAB><members><TAB><samples>
+///         [<TAB>xxh3:<checksum, 16 lowercase hex digits>]          (version 3 only)
 ///     <offset><TAB><size><TAB><key><TAB><field>        (one line per member, in archive order)
 ///
-/// In version 2 a member with restart intervals has a fifth field,
+/// In versions 2 and 3 a member with restart intervals has a fifth field,
 /// `<interval>:<row 0 start>,<row 1 start - row 0 start>,...` (MCUs per interval, then the row
-/// starts as differences). Version 1 files (no such field) are read as before, by both.
+/// starts as differences). The checksum is XXH3-64 of the shard's first `<last sample's end>`
+/// bytes, as `head -c END shard.tar | xxhsum -H3` prints it. Each version is written only
+/// when its feature is used, so a reader from before it still reads every index without it;
+/// versions 1 and 2 are read as before.
 /// Samples are not stored: they are the runs of consecutive members with the same key.
 std::string format_index(const ShardIndex& index);
 

@@ -14,13 +14,16 @@
 // proxy's) per 100 KiB of samples:
 //  - local: the folder (read_size chunks through pread);
 //  - nginx: http://127.0.0.1 straight to nginx (sendfile);
-//  - proxy: through serve.py's proxy (Python, so its own ceiling), no delay;
-//  - proxy+lat: through the proxy with --lat ms added before each response;
+//  - link: through link_proxy (C++, beside this program: a link's delay and bandwidth cap at
+//    little CPU), no delay;
+//  - link+rtt: through link_proxy with --lat ms of round trip (half each way);
 //  - nginx, no index: nginx, the same shards without their .idx files, streamed by their tar
 //    headers (lib/shards/unindexed.cpp).
-// With --bw, both proxy rows cap each connection at that many MiB/s.
+// With --bw, both link rows cap each connection at that many MiB/s. --python-proxy puts
+// serve.py's Python proxy (the fault tests' one: --lat ms before each response) in the link's
+// place, as before: its own CPU on the same cores is then most of those rows' cost.
 // Rows alternate within each of --rounds rounds; each figure is the median. Ratios: nginx /
-// local (target >= 0.95) and proxy+lat / proxy (the cost of the delay, target >= 0.9). The
+// local (target >= 0.95) and link+rtt / link (the cost of the delay, target >= 0.9). The
 // peak RSS of each remote row (VmHWM, reset before it) shows the read-ahead bound.
 //
 // With --images DIR (coload-shard's shards of an ImageFolder: a jpg and a cls field a sample,
@@ -30,14 +33,18 @@
 // --workers worker threads, --batch-size, shuffled, --epochs epochs a row, over DIR's shards
 //  - train local: the folder;
 //  - train nginx: nginx on loopback;
-//  - train proxy: serve.py's proxy, the link (all its connections together) capped at
-//    --train-bw MiB/s;
-//  - train proxy+lat: the same with --lat ms added before each response.
-// Each: images/s, this process's CPU ms per image, the servers' (nginx + the proxy, which share
-// the cores) CPU ms per image, and peak RSS; ratios against train local. --no-raw leaves out
-// the raw rows.
+//  - train link: link_proxy, the link (all its connections together) capped at --train-bw
+//    MiB/s;
+//  - train link+rtt: the same with --lat ms of round trip.
+// Each: images/s, this process's CPU ms per image, the servers' (nginx + the proxies, which
+// share the cores) CPU ms per image, and peak RSS; ratios against train local. --no-raw leaves
+// out the raw rows.
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <malloc.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <ATen/ATen.h>
@@ -49,6 +56,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <sstream>
 #include <random>
 #include <string>
@@ -79,6 +87,42 @@ double peak_rss_mib() {
 }
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
+// What glibc's heap holds (every arena, MiB): in use by the program, and free but kept (not
+// given back to the kernel, so still resident once touched), and how many arenas.
+struct Heap {
+  double used = 0, kept = 0;
+  int arenas = 0;
+};
+Heap heap_now() {
+  const struct mallinfo2 m = ::mallinfo2();
+  Heap h;
+  h.used = static_cast<double>(m.uordblks + m.hblkhd) / (1 << 20);
+  h.kept = static_cast<double>(m.fordblks) / (1 << 20);
+  // malloc_info's XML: one <heap nr="..."> a arena.
+  char* text = nullptr;
+  std::size_t size = 0;
+  if (FILE* f = ::open_memstream(&text, &size)) {
+    ::malloc_info(0, f);
+    std::fclose(f);
+    for (const char* p = text; (p = std::strstr(p, "<heap nr=")) != nullptr; ++p) ++h.arenas;
+    std::free(text);
+  }
+  return h;
+}
+
+// Where a row's memory is, at its start and at its end: the resident set, and the heap.
+struct MemoryTrace {
+  double start_rss = 0, peak_rss = 0;
+  Heap end{};
+};
+double rss_mib() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024;
+  }
+  return 0;
+}
+
 struct Row {
   std::string name;
   std::string where;
@@ -87,6 +131,7 @@ struct Row {
   std::vector<double> server_ms{};  // nginx's and the proxy's, per 100 KiB
   double peak_mib = 0;
   double held_mib = 0;
+  MemoryTrace memory{};  // the last round's
 };
 
 // This process's CPU time so far (every thread, user + system), in seconds.
@@ -115,6 +160,9 @@ struct Run {
 
 // CPU seconds (user + system) of process `pid` and of its children (one level: serve.py's
 // proxy and the nginx it started), from /proc; 0 for what cannot be read.
+// The link proxies' pids: their CPU counts with the servers'.
+std::vector<pid_t> link_pids;
+
 double process_tree_cpu(pid_t pid) {
   const auto one = [](long p) {
     std::ifstream in("/proc/" + std::to_string(p) + "/stat");
@@ -132,6 +180,7 @@ double process_tree_cpu(pid_t pid) {
   double total = one(pid);
   std::ifstream kids("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
   for (long child = 0; kids >> child;) total += one(child);
+  for (pid_t p : link_pids) total += one(p);
   return total;
 }
 
@@ -200,6 +249,60 @@ TrainRun train(const std::string& where, int workers, std::int64_t batch, int ep
   return r;
 }
 
+// link_proxy (built beside this program) in front of nginx, until this object goes.
+struct LinkProxy {
+  pid_t pid = -1;
+  int to_child = -1;
+  int port = 0;
+  LinkProxy(int upstream, int rtt_ms, int link_mib, int conn_mib, int splice) {
+    const fs::path exe = fs::read_symlink("/proc/self/exe").parent_path() / "link_proxy";
+    int in[2], out[2];
+    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {
+      throw std::runtime_error("pipe failed");
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    std::vector<std::string> args{exe.string(), "--upstream", std::to_string(upstream),
+                                  "--rtt-ms", std::to_string(rtt_ms), "--link-mib",
+                                  std::to_string(link_mib), "--conn-mib", std::to_string(conn_mib),
+                                  "--splice", std::to_string(splice)};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ) != 0) {
+      throw std::runtime_error("cannot start " + exe.string());
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(in[0]);
+    ::close(out[1]);
+    to_child = in[1];
+    FILE* f = ::fdopen(out[0], "r");
+    if (!f || std::fscanf(f, "PORT %d", &port) != 1) {
+      throw std::runtime_error(exe.string() + " did not say its port");
+    }
+    std::fclose(f);
+  }
+  LinkProxy(const LinkProxy&) = delete;
+  ~LinkProxy() {
+    ::close(to_child);  // its standard input closes: it exits
+    ::waitpid(pid, nullptr, 0);
+  }
+};
+
+// Each row's last round: resident at its start and at most, and glibc's heap at its end.
+template <class Rows>
+void print_memory(const char* what, const Rows& rows) {
+  std::printf("  memory of the %s rows' last round (MiB): resident at the start -> peak; glibc's "
+              "heap at the end: in use, free but kept, arenas\n", what);
+  for (const auto& row : rows) {
+    const MemoryTrace& m = row.memory;
+    std::printf("    %-30s %6.0f -> %6.0f   heap in use %6.1f   kept %6.1f   arenas %d\n",
+                row.name.c_str(), m.start_rss, m.peak_rss, m.end.used, m.end.kept, m.end.arenas);
+  }
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -214,12 +317,14 @@ int main(int argc, char** argv) {
   std::string via = "loader", images, only;
   int epochs = 2, train_bw = 200;
   std::int64_t batch = 64;
-  bool raw = true;
+  bool raw = true, python_proxy = false, trim = false;
+  int splice = 1;
   app.add_option("SHARDS", shards, "a folder of shards (default: written here, random)");
   app.add_option("--size", size_mib, "MiB of random shards to write when SHARDS is not given");
   app.add_option("--workers", workers, "streams at once (threads)");
   app.add_option("--rounds", rounds, "rounds of all rows; each figure is the median");
-  app.add_option("--lat", lat, "ms the proxy waits before each response");
+  app.add_option("--lat", lat, "ms of round trip the delayed rows add (link_proxy: half each "
+                 "way; --python-proxy: before each response)");
   app.add_option("--bw", bw, "MiB/s cap of each proxied connection (0: none)");
   app.add_option("--read-ahead", read_ahead_mib, "ShardStreamOptions::read_ahead, MiB");
   app.add_option("--via", via, "loader (a DataLoader's worker threads) or threads (plain loops)")
@@ -232,6 +337,11 @@ int main(int argc, char** argv) {
                  "MiB/s cap of the proxy's link (all connections) in the train rows (0: none)");
   app.add_option("--only", only, "the rows whose name holds this text, alone (for a profile)");
   app.add_flag_callback("--no-raw", [&raw] { raw = false; }, "leave out the raw delivery rows");
+  app.add_flag("--trim", trim,
+               "malloc_trim(0) before each row: what glibc keeps from the rows before is let go");
+  app.add_option("--splice", splice, "link_proxy forwards with splice(2) (1) or read/send (0)");
+  app.add_flag("--python-proxy", python_proxy,
+               "the proxy rows through serve.py's Python proxy (as before link_proxy)");
   CLI11_PARSE(app, argc, argv);
 
   shards_test::TempDir tmp;  // the served root: shards/ in it
@@ -274,13 +384,25 @@ int main(int argc, char** argv) {
   }
   const std::string host = "http://127.0.0.1:";
   // The two proxy rows differ by the delay alone: the bandwidth cap, if any, is on both.
+  // link_proxy: one a row (raw: --bw each connection; train: --train-bw the link).
+  std::vector<std::unique_ptr<LinkProxy>> links;
+  const auto link_url = [&](int rtt, int link_mib, int conn_mib, const std::string& path) {
+    links.push_back(std::make_unique<LinkProxy>(server.nginx, rtt, link_mib, conn_mib, splice));
+    link_pids.push_back(links.back()->pid);
+    return host + std::to_string(links.back()->port) + path;
+  };
   const std::string cap = bw > 0 ? ",bw" + std::to_string(bw * 1024) : "";
   const std::string delay = "lat" + std::to_string(lat) + cap;
+  const std::string mib = bw > 0 ? ",bw" + std::to_string(bw) : "";
   std::vector<Row> rows{
       {"local", (served / "shards").string(), {}, {}},
       {"nginx", host + std::to_string(server.nginx) + "/shards/", {}, {}},
-      {"proxy" + cap, host + std::to_string(server.proxy) + "/ok" + cap + "/shards/", {}, {}},
-      {"proxy+" + delay, host + std::to_string(server.proxy) + "/" + delay + "/shards/", {}, {}},
+      python_proxy
+          ? Row{"proxy" + cap, host + std::to_string(server.proxy) + "/ok" + cap + "/shards/", {}, {}}
+          : Row{"link" + mib, link_url(0, 0, bw, "/shards/"), {}, {}},
+      python_proxy
+          ? Row{"proxy+" + delay, host + std::to_string(server.proxy) + "/" + delay + "/shards/", {}, {}}
+          : Row{"link+rtt" + std::to_string(lat) + mib, link_url(lat, 0, bw, "/shards/"), {}, {}},
       {"nginx, no index", host + std::to_string(server.nginx) + "/noindex/", {}, {}}};
   const bool all_rows = only.empty();
   if (!all_rows) std::erase_if(rows, [&](const Row& r) { return r.name.find(only) == std::string::npos; });
@@ -292,8 +414,12 @@ int main(int argc, char** argv) {
   const double base_mib = peak_rss_mib();  // libtorch's pages and the heap kept: every row has them
   for (int r = 0; r < (raw ? rounds : 0); ++r) {
     for (Row& row : rows) {
+      if (trim) ::malloc_trim(0);
       reset_peak_rss();
+      row.memory.start_rss = rss_mib();
       const Run run = stream_all(row.where, workers, read_ahead, loader, server.pid);
+      row.memory.peak_rss = peak_rss_mib();
+      row.memory.end = heap_now();
       row.server_ms.push_back(run.server_ms_per_100k);
       row.mb_per_s.push_back(run.mb_per_s);
       row.cpu_ms.push_back(run.cpu_ms_per_100k);
@@ -315,7 +441,8 @@ int main(int argc, char** argv) {
     // Each worker holds at most read_ahead: half for its shard, half for the next.
     std::printf("  (resident before any row: %.0f MiB; read-ahead budget %d x %d MiB)\n",
                 base_mib, workers, read_ahead_mib);
-    if (all_rows) std::printf("nginx / local: %.2f    proxy+delay / proxy: %.2f    no index / nginx: %.2f\n",
+    print_memory("raw", rows);
+    if (all_rows) std::printf("nginx / local: %.2f    delay / no delay: %.2f    no index / nginx: %.2f\n",
                 median(rows[1].mb_per_s) / median(rows[0].mb_per_s),
                 median(rows[3].mb_per_s) / median(rows[2].mb_per_s),
                 median(rows[4].mb_per_s) / median(rows[1].mb_per_s));
@@ -327,15 +454,23 @@ int main(int argc, char** argv) {
     std::string name, where;
     std::vector<double> images_per_s, cpu_ms, server_ms;
     double peak_mib = 0;
+    MemoryTrace memory{};
   };
   const std::string link = train_bw > 0 ? ",link" + std::to_string(train_bw * 1024) : "";
   const std::string proxy = host + std::to_string(server.proxy) + "/";
+  const std::string link_mib = train_bw > 0 ? ",link" + std::to_string(train_bw) : "";
   std::vector<TrainRow> train_rows{
       {"train local", (served / "images").string(), {}, {}, {}},
-      {"train nginx", host + std::to_string(server.nginx) + "/images/", {}, {}, {}},
-      {"train proxy" + link, proxy + "t" + link + "/images/", {}, {}, {}},
-      {"train proxy+lat" + std::to_string(lat) + link,
-       proxy + "t,lat" + std::to_string(lat) + link + "/images/", {}, {}, {}}};
+      {"train nginx", host + std::to_string(server.nginx) + "/images/", {}, {}, {}}};
+  if (python_proxy) {
+    train_rows.push_back({"train proxy" + link, proxy + "t" + link + "/images/", {}, {}, {}});
+    train_rows.push_back({"train proxy+lat" + std::to_string(lat) + link,
+                          proxy + "t,lat" + std::to_string(lat) + link + "/images/", {}, {}, {}});
+  } else {
+    train_rows.push_back({"train link" + link_mib, link_url(0, train_bw, 0, "/images/"), {}, {}, {}});
+    train_rows.push_back({"train link+rtt" + std::to_string(lat) + link_mib,
+                          link_url(lat, train_bw, 0, "/images/"), {}, {}, {}});
+  }
   train(train_rows[0].where, workers, batch, 1, server.pid);  // warms the page cache
   if (!all_rows) {
     std::erase_if(train_rows, [&](const TrainRow& r) { return r.name.find(only) == std::string::npos; });
@@ -343,8 +478,12 @@ int main(int argc, char** argv) {
   std::int64_t per_row = 0;
   for (int r = 0; r < rounds; ++r) {
     for (TrainRow& row : train_rows) {
+      if (trim) ::malloc_trim(0);
       reset_peak_rss();
+      row.memory.start_rss = rss_mib();
       const TrainRun run = train(row.where, workers, batch, epochs, server.pid);
+      row.memory.peak_rss = peak_rss_mib();
+      row.memory.end = heap_now();
       row.images_per_s.push_back(run.images_per_s);
       row.cpu_ms.push_back(run.cpu_ms);
       row.server_ms.push_back(run.server_cpu_ms);
@@ -368,8 +507,9 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   std::printf("  (resident before any row: %.0f MiB)\n", base_mib);
-  if (all_rows) std::printf("train nginx / local: %.3f (target >= 0.95)   train proxy+lat / local: %.3f "
-              "(target >= 0.9)   proxy+lat / proxy: %.3f\n",
+  print_memory("train", train_rows);
+  if (all_rows) std::printf("train nginx / local: %.3f (target >= 0.95)   train with the delay / local: "
+              "%.3f (target >= 0.9)   delay / no delay: %.3f\n",
               median(train_rows[1].images_per_s) / local,
               median(train_rows[3].images_per_s) / local,
               median(train_rows[3].images_per_s) / median(train_rows[2].images_per_s));
