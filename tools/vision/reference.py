@@ -40,6 +40,12 @@ test, because importing torch takes about a second.
                                         per seed: torch.manual_seed(seed), then AugMix on the
                                         centre crop's uint8 tensor (raw HWC outputs; DRAWS: the
                                         weights, the depths and the ops _apply_op was given)
+  arithmetic W H M0 .. M5 GRID INFO     the float32 affine grid torchvision's F.affine samples
+                                        for the 2 x 3 matrix M (v2's _affine_grid, or 0.14's
+                                        _gen_affine_grid), raw [H, W, 2]; INFO: "TORCH
+                                        TORCHVISION" versions (the tests follow this torch's
+                                        grid arithmetic and this torchvision's perspective
+                                        solve when it is not the torch coload links)
   recipe IN OPS OUT                     a recipe's ops with coload's draws (OPS: one op a line),
                                         geometry on the PIL image, the rest through the tensor
                                         functional API; raw float32 CHW (uint8 values when OPS
@@ -493,7 +499,22 @@ def augmix_forward(args):
     write(args[13], "".join(rows).encode())
 
 
+def arithmetic(args):
+    w, h = int(args[0]), int(args[1])
+    theta = torch.tensor([float(x) for x in args[2:8]], dtype=torch.float).reshape(1, 2, 3)
+    if F2 is not None:
+        from torchvision.transforms.v2.functional import _geometry as G
+        grid = G._affine_grid(theta, w=w, h=h, ow=w, oh=h)
+    else:
+        from torchvision.transforms import functional_tensor as FT
+        grid = FT._gen_affine_grid(theta, w=w, h=h, ow=w, oh=h)
+    write(args[8], grid.contiguous().numpy().astype("<f4").tobytes())
+    import torchvision
+    write(args[9], f"{torch.__version__} {torchvision.__version__}\n".encode())
+
+
 EXTRA_COMMANDS = {
+    "arithmetic": arithmetic,
     "perspective_forward": perspective_forward,
     "augmix_forward": augmix_forward,
 }
