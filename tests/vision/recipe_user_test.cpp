@@ -154,14 +154,16 @@ TEST_CASE("recipe: a Custom op on the uint8 crop changes exactly what it does, w
     CHECK((got.params.box == want.params.box));
     CHECK(got.params.applies(1) == want.params.applies(1));
     REQUIRE(got.out.size() == want.out.size());
+    // ToDtype(float32, scale=True): v2's float32 v · (1 / 255).
+    const float unit = static_cast<float>(1.0 / 255.0);
     for (std::size_t k = 1; k < want.out.size(); ++k) {
       const int v = static_cast<int>(std::lround(want.out[k] * 255.0f));
-      if (got.out[k] != static_cast<float>(255 - v) / 255.0f) {
+      if (got.out[k] != static_cast<float>(255 - v) * unit) {
         FAIL_CHECK("value " << k << ": " << got.out[k] << " for " << v);
         break;
       }
     }
-    CHECK(got.out[0] == static_cast<float>(seen->drawn) / 255.0f);
+    CHECK(got.out[0] == static_cast<float>(seen->drawn) * unit);
     // The op's Rng is a function of the sample's generator: the same seed draws the same.
     const std::int64_t first = seen->drawn;
     (void)run_seeded(custom, jpeg, seed);

@@ -150,10 +150,9 @@ class V2Ops:
         @staticmethod
         def scale_to_float(t):
             # NOTE: ToTensor's and 0.14's convert_image_dtype's v / 255, which 0.29's ToTensor
-            # still computes and coload's ToTensor and ToDtype(float32, scale) both follow.
-            # transforms.v2's ToDtype(scale=True) multiplies by 1/255 instead: one float32 step
-            # apart in about 40% of values (5.96e-8 before Normalize), a difference the tests
-            # would otherwise report on every case with a float output.
+            # still computes and coload's ToTensor follows. transforms.v2's ToDtype(scale=True)
+            # multiplies by 1/255 instead (one float32 step apart in about 40% of values):
+            # `to_float v2`, which coload's ToDtype(float32, scale) follows.
             return t.to(torch.float32).div(255)
 
 
@@ -259,7 +258,10 @@ def run_recipe(img, ops_path):
             elif name == "gray3":
                 t = OPS.gray3(t)
             elif name == "to_float":
-                t = OPS.scale_to_float(t) if v[0] == "1" else t.to(torch.float32)
+                if v[0] == "v2":  # ToDtype(float32, scale=True): v2's times 1/255, any version
+                    t = t.to(torch.float32).mul_(1.0 / 255)
+                else:  # ToTensor (1): divided by 255; ToDtype without scale (0)
+                    t = OPS.scale_to_float(t) if v[0] == "1" else t.to(torch.float32)
             elif name == "jitter":
                 order, factors = [int(x) for x in v[:4]], [float(x) for x in v[4:]]
                 adjust = [OPS.adjust_brightness, OPS.adjust_contrast, OPS.adjust_saturation,
