@@ -144,8 +144,11 @@ void check_bins(int bins, std::string& error) {
 }  // namespace
 
 // The fill as torchvision's tensor path checks it (`_assert_grid_transform_inputs`), and
-// within a uint8 image's values.
+// within a uint8 image's values. Every plan with a warp checks its fill here, so this is also
+// where the warps' grid arithmetic is probed (once per process, with at::bmm): when the recipe
+// is built, before any worker process forks.
 std::vector<float> checked_fill(const std::vector<double>& fill, std::string& error) {
+  (void)linked_grid_form(0);
   if (fill.size() > 1 && fill.size() != 3) {
     error =
         "The number of elements in 'fill' cannot broadcast to match the number of channels "

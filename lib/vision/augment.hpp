@@ -5,6 +5,7 @@
 // steps to the crop it keeps whole (augment.cpp, geometry.cpp).
 
 #include <array>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -87,7 +88,16 @@ struct PerspectivePlan {
 PerspectivePlan make_perspective_plan(const RandomPerspective& t, std::string& error);
 /// The start points of an image of height × width: its corners.
 RandomPerspective::Corners perspective_startpoints(int height, int width) noexcept;
-/// `_get_perspective_coeffs(startpoints, endpoints)`: float32, through torch.linalg.lstsq.
+/// The precision `_get_perspective_coeffs` solves its system in: float32 up to torchvision
+/// 0.17, float64 (then float32) from 0.18 on (pytorch/vision#8249). coload follows the
+/// torchvision of the linked torch (0.18 came with torch 2.3): linked_perspective_solve.
+enum class PerspectiveSolve { linked, float32, float64 };
+PerspectiveSolve linked_perspective_solve() noexcept;
+/// For tests, which compare with another torchvision: the precision perspective_coefficients
+/// solves in (linked: the linked torch's torchvision's again); returns the previous one.
+PerspectiveSolve set_perspective_solve(PerspectiveSolve solve) noexcept;
+/// `_get_perspective_coeffs(startpoints, endpoints)` through torch.linalg.lstsq ("gels") in the
+/// precision above, as float32.
 std::array<float, 8> perspective_coefficients(const RandomPerspective::Corners& startpoints,
                                               const RandomPerspective::Corners& endpoints);
 /// `F_t.perspective(img, coeffs, interpolation, fill)` in place.
@@ -103,6 +113,31 @@ void apply_augment(RgbSpan img, const AugmentStep& step, Interpolation interpola
 std::array<double, 6> inverse_affine_matrix(std::array<double, 2> center, double angle,
                                             std::array<double, 2> translate, double scale,
                                             std::array<double, 2> shear);
+
+/// How a warp's float32 grid is rounded. torchvision makes it with one bmm of the base grid
+/// [pixels, 3] by theta [3, 2], and the linked libtorch decides that bmm's arithmetic: torch's
+/// own loop, `(x · t0 + y · t1) + t2` rounded at each step (below 400 products, and wherever
+/// the BLAS is generic, as in Debian's torch 1.13), or MKL's sgemm on a CPU with FMA (the torch
+/// 2.x wheels), `fma(y, t1, x · t0) + t2`. Measured over 8.9 million grid values and 4.4 million
+/// nearest samples; ATEN_CPU_CAPABILITY does not change it, MKL_CBWR=COMPATIBLE or an MKL
+/// without FMA gives the plain form.
+enum class GridForm {
+  linked,  // what the linked libtorch computes (linked_grid_form); the default
+  plain,   // (x · t0 + y · t1) + t2
+  fused,   // fma(y, t1, x · t0) + t2
+  aten,    // at::bmm itself, as torchvision calls it, per image
+};
+/// The form the linked libtorch's bmm takes for a grid of `pixels` output pixels: probed once
+/// per process against at::bmm (plain or fused where one of them is its arithmetic, else aten).
+GridForm linked_grid_form(std::size_t pixels);
+/// For tests, which compare with a torch other than the linked one: grids above torch's 400
+/// products take `form` (linked: the linked torch's again), smaller ones stay plain (torch's own
+/// loop in every version). Returns the previous form. Not while other threads warp.
+GridForm set_grid_form(GridForm form) noexcept;
+/// `_gen_affine_grid(theta, w, h, w, h)` of `matrix` in `form`: 2 · width · height floats, x and
+/// y of each output pixel, row by row (what the warps sample).
+void affine_grid(const std::array<double, 6>& matrix, int width, int height, GridForm form,
+                 float* out);
 
 /// `F_t.affine(img, matrix, interpolation, fill)` in place (the output has the input's size):
 /// the float32 grid of `_gen_affine_grid`, sampled as grid_sample does (align_corners=False,

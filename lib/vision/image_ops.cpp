@@ -422,7 +422,8 @@ Image RandomGrayscale::operator()(Image image, at::Generator& gen) const {
 at::Tensor ToDtype::operator()(const at::Tensor& image) const {
   if (image.scalar_type() == dtype) return image;
   if (scale && image.scalar_type() == at::kByte && at::isFloatingType(dtype)) {
-    return image.to(dtype).div(255);
+    // transforms.v2's arithmetic: times 1/255 (ToTensor divides by 255).
+    return image.to(dtype).mul_(1.0 / 255.0);
   }
   if (scale && !(image.is_floating_point() && at::isFloatingType(dtype))) {
     throw InvalidArgument("ToDtype with scale supports uint8 or floating point to floating "

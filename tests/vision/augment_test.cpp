@@ -22,6 +22,7 @@
 #include "coload/sampler/random.hpp"
 #include "coload/vision/recipe.hpp"
 #include "image_test_support.hpp"
+#include "reference_arithmetic.hpp"
 
 namespace vision = coload::vision;
 namespace fs = std::filesystem;
@@ -116,6 +117,7 @@ TEST_SUITE("vision") {
 TEST_CASE("augment: every op of the policies equals torchvision's _apply_op on the same image" *
           coload::testing::needs(vision::test::torchvision_reference())) {
   coload::testing::require(vision::test::torchvision_reference());
+  const vision::test::FollowReference follow;  // its torch's grid and solve
   TempDir dir;
   // A 48 x 40 image (not square, so that x and y cannot be swapped unnoticed), and the same
   // squeezed into [40, 200] so that AutoContrast has a range to stretch.
@@ -262,6 +264,7 @@ TEST_CASE("augment: the policies draw torchvision's ops and magnitudes after tor
 TEST_CASE("augment: a recipe with TrivialAugmentWide equals torchvision on coload's draws" *
           coload::testing::needs(vision::test::torchvision_reference())) {
   coload::testing::require(vision::test::torchvision_reference());
+  const vision::test::FollowReference follow;  // its torch's grid and solve
   TempDir dir;
   const auto jpeg = vision::test::synthetic_jpeg(500, 375, 41);
   vision::test::write_bytes(dir / "a.jpg", jpeg);
@@ -518,6 +521,7 @@ TEST_CASE("augment: RandomRotation and RandomAffine draw as torchvision's get_pa
 TEST_CASE("augment: recipes with RandomRotation and RandomAffine equal F.rotate and F.affine" *
           coload::testing::needs(vision::test::torchvision_reference())) {
   coload::testing::require(vision::test::torchvision_reference());
+  const vision::test::FollowReference follow;  // its torch's grid and solve
   TempDir dir;
   const auto jpeg = vision::test::synthetic_jpeg(500, 375, 43);
   vision::test::write_bytes(dir / "a.jpg", jpeg);

@@ -93,7 +93,7 @@ std::string ops_text(const Recipe& recipe, const vision::RecipeParams& params,
           } else if constexpr (std::is_same_v<T, vision::ToTensor>) {
             out << "to_float 1\n";
           } else if constexpr (std::is_same_v<T, vision::ToDtype>) {
-            out << "to_float " << (op.scale ? 1 : 0) << "\n";
+            out << "to_float " << (op.scale ? "v2" : "0") << "\n";
           } else if constexpr (std::is_same_v<T, vision::ColorJitter>) {
             const auto& j = params.draws[k].jitter;
             out << "jitter";
@@ -221,7 +221,9 @@ TEST_CASE("recipe: flips and grayscale as functions and as random ops") {
   CHECK(vision::RandomVerticalFlip{0.0}(img, gen).data == img.data);
   CHECK(vision::RandomVerticalFlip{1.0}(img, gen).data == vision::vflip(img.view()).data);
   const at::Tensor u8 = at::arange(0, 256, at::kByte).view({1, 16, 16});
-  CHECK(at::equal(vision::ToDtype{at::kFloat, true}(u8), u8.to(at::kFloat).div(255)));
+  // transforms.v2's arithmetic, times 1/255: not ToTensor's division (they differ in places).
+  CHECK(at::equal(vision::ToDtype{at::kFloat, true}(u8), u8.to(at::kFloat).mul(1.0 / 255)));
+  CHECK_FALSE(at::equal(u8.to(at::kFloat).mul(1.0 / 255), u8.to(at::kFloat).div(255)));
   CHECK(at::equal(vision::ToDtype{at::kFloat, false}(u8), u8.to(at::kFloat)));
 }
 

@@ -40,6 +40,12 @@ test, because importing torch takes about a second.
                                         per seed: torch.manual_seed(seed), then AugMix on the
                                         centre crop's uint8 tensor (raw HWC outputs; DRAWS: the
                                         weights, the depths and the ops _apply_op was given)
+  arithmetic W H M0 .. M5 GRID INFO     the float32 affine grid torchvision's F.affine samples
+                                        for the 2 x 3 matrix M (v2's _affine_grid, or 0.14's
+                                        _gen_affine_grid), raw [H, W, 2]; INFO: "TORCH
+                                        TORCHVISION" versions (the tests follow this torch's
+                                        grid arithmetic and this torchvision's perspective
+                                        solve when it is not the torch coload links)
   recipe IN OPS OUT                     a recipe's ops with coload's draws (OPS: one op a line),
                                         geometry on the PIL image, the rest through the tensor
                                         functional API; raw float32 CHW (uint8 values when OPS
@@ -144,10 +150,9 @@ class V2Ops:
         @staticmethod
         def scale_to_float(t):
             # NOTE: ToTensor's and 0.14's convert_image_dtype's v / 255, which 0.29's ToTensor
-            # still computes and coload's ToTensor and ToDtype(float32, scale) both follow.
-            # transforms.v2's ToDtype(scale=True) multiplies by 1/255 instead: one float32 step
-            # apart in about 40% of values (5.96e-8 before Normalize), a difference the tests
-            # would otherwise report on every case with a float output.
+            # still computes and coload's ToTensor follows. transforms.v2's ToDtype(scale=True)
+            # multiplies by 1/255 instead (one float32 step apart in about 40% of values):
+            # `to_float v2`, which coload's ToDtype(float32, scale) follows.
             return t.to(torch.float32).div(255)
 
 
@@ -253,7 +258,10 @@ def run_recipe(img, ops_path):
             elif name == "gray3":
                 t = OPS.gray3(t)
             elif name == "to_float":
-                t = OPS.scale_to_float(t) if v[0] == "1" else t.to(torch.float32)
+                if v[0] == "v2":  # ToDtype(float32, scale=True): v2's times 1/255, any version
+                    t = t.to(torch.float32).mul_(1.0 / 255)
+                else:  # ToTensor (1): divided by 255; ToDtype without scale (0)
+                    t = OPS.scale_to_float(t) if v[0] == "1" else t.to(torch.float32)
             elif name == "jitter":
                 order, factors = [int(x) for x in v[:4]], [float(x) for x in v[4:]]
                 adjust = [OPS.adjust_brightness, OPS.adjust_contrast, OPS.adjust_saturation,
@@ -493,7 +501,22 @@ def augmix_forward(args):
     write(args[13], "".join(rows).encode())
 
 
+def arithmetic(args):
+    w, h = int(args[0]), int(args[1])
+    theta = torch.tensor([float(x) for x in args[2:8]], dtype=torch.float).reshape(1, 2, 3)
+    if F2 is not None:
+        from torchvision.transforms.v2.functional import _geometry as G
+        grid = G._affine_grid(theta, w=w, h=h, ow=w, oh=h)
+    else:
+        from torchvision.transforms import functional_tensor as FT
+        grid = FT._gen_affine_grid(theta, w=w, h=h, ow=w, oh=h)
+    write(args[8], grid.contiguous().numpy().astype("<f4").tobytes())
+    import torchvision
+    write(args[9], f"{torch.__version__} {torchvision.__version__}\n".encode())
+
+
 EXTRA_COMMANDS = {
+    "arithmetic": arithmetic,
     "perspective_forward": perspective_forward,
     "augmix_forward": augmix_forward,
 }

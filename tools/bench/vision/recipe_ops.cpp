@@ -121,6 +121,14 @@ int main(int argc, char** argv) {
   variants.push_back({"+ RandomPerspective(p=1, nearest)", "RandomResizedCrop+ToTensor+Normalize",
                       Recipe{RandomResizedCrop{224},
                              RandomPerspective{0.5, 1.0, Interpolation::nearest}, ToTensor{}, imagenet()}, {}});
+  // The warps alone, nearest (torchvision's default): their grid is the linked torch's bmm.
+  variants.push_back({"+ RandomRotation(30)", "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224}, RandomRotation{{-30.0, 30.0}}, ToTensor{}, imagenet()}, {}});
+  variants.push_back({"+ RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 10)",
+                      "RandomResizedCrop+ToTensor+Normalize",
+                      Recipe{RandomResizedCrop{224},
+                             RandomAffine{{-10.0, 10.0}, {{0.1, 0.1}}, {{0.9, 1.1}}, {-10.0, 10.0}},
+                             ToTensor{}, imagenet()}, {}});
   variants.push_back({"+ AugMix", "RandomResizedCrop+ToTensor+Normalize",
                       Recipe{RandomResizedCrop{224}, AugMix{}, ToTensor{}, imagenet()}, {}});
   // A user's op that does nothing costs what keeping the crop whole costs (the rows are kept
