@@ -138,20 +138,42 @@ def children_of_self():
     return pids
 
 
+class WaitsOnPipe(IndexDataset):
+    """Samples 0 and 1 come at once; each later one first reads a byte from a pipe that the test
+    fills only after its kill, so both workers hold a batch when one of them is killed."""
+
+    def __init__(self, n, fd):
+        super().__init__(n)
+        self.fd = fd
+
+    def __getitem__(self, i):
+        if i >= 2:
+            os.read(self.fd, 1)
+        return i
+
+
 def test_worker_process_killed_is_worker_died():
     import signal
     before = children_of_self()
-    loader = coload.DataLoader(coload.TensorDataset(torch.arange(4000)), batch_size=1,
-                               num_workers=2, executor="processes")
+    # NOTE: a worker killed while idle loses nothing and its batches go to the other (the
+    # pool's "died idle"), so the kill must find the victim holding a batch: with a dataset
+    # that never waits, a loaded machine let both workers finish every batch in flight first
+    # and the epoch ended without an error (session 20).
+    r, w = os.pipe()
+    loader = coload.DataLoader(WaitsOnPipe(4000, r), batch_size=1, num_workers=2,
+                               executor="processes")
     it = iter(loader)
     next(it)
     workers = children_of_self() - before
     assert len(workers) == 2
     victim = min(workers)
     os.kill(victim, signal.SIGKILL)
+    os.write(w, b"x" * 4000)  # the survivor goes on; the victim read nothing more
     with pytest.raises(coload.WorkerDied) as info:
         for _ in it:
             pass
+    os.close(r)
+    os.close(w)
     e = info.value
     assert e.pid == victim and e.signal == signal.SIGKILL and e.worker_id in (0, 1)
     assert str(victim) in str(e)
