@@ -124,7 +124,10 @@ inline int extend(std::uint32_t v, int s) {
   return v < (1u << (s - 1)) ? static_cast<int>(v) - (1 << s) + 1 : static_cast<int>(v);
 }
 
-void build_table(const JHUFF_TBL& t, bool ac, HuffTable& h) {
+// Builds `h` from libjpeg's table; an AC table's single-symbol entries go through `single`
+// (fast_size entries of scratch) on their way to the paired ones. Per image (--fast-crop's
+// transcode writes each file's own optimal tables), so kept free of unpredictable branches.
+void build_table(const JHUFF_TBL& t, bool ac, HuffTable& h, std::uint64_t* single) {
   std::memcpy(h.values, t.huffval, sizeof(h.values));
   // Canonical codes (T.81 annex C): consecutive within a length, then one bit longer. So the
   // lookup entries of the codes up to fast_bits long are [0, filled), in order; the rest are
@@ -142,41 +145,57 @@ void build_table(const JHUFF_TBL& t, bool ac, HuffTable& h) {
       const int first = code << spare;
       const int r = symbol >> 4;
       const int s = symbol & 15;
-      for (int j = 0; j < (1 << spare); ++j) {
-        h.fast[first + j] = static_cast<std::uint16_t>(l << 8 | symbol);
-        if (!ac) continue;
-        std::uint64_t e = 0;
-        if (s != 0 && l + s <= fast_bits) {
-          const auto v = static_cast<std::uint32_t>(j >> (spare - s)) & ((1u << s) - 1);
-          const int value = extend(v, s);
-          e = ac_entry::make(l + s, r + 1, l + s, 0, value, value);
-        } else if (symbol == 0x00) {
-          e = ac_entry::make(l, 64, l, 0, 0, 0);
-        } else if (symbol == 0xf0) {
-          e = ac_entry::make(l, 16, l, 0, 0, 0);  // sixteen zeros: the sixteenth written
-        }
-        h.ac[first + j] = e;
-      }
+      std::fill_n(h.fast + first, 1 << spare, static_cast<std::uint16_t>(l << 8 | symbol));
       filled = first + (1 << spare);
+      if (!ac) continue;
+      std::uint64_t* e = single + first;
+      if (s != 0 && l + s <= fast_bits) {
+        // The value's s bits follow the code: each value holds a run of 2^(spare - s) entries.
+        const int run = 1 << (spare - s);
+        for (std::uint32_t v = 0; v < (1u << s); ++v) {
+          const int value = extend(v, s);
+          std::fill_n(e + v * static_cast<std::uint32_t>(run), run,
+                      ac_entry::make(l + s, r + 1, l + s, 0, value, value));
+        }
+      } else if (symbol == 0x00) {
+        std::fill_n(e, 1 << spare, ac_entry::make(l, 64, l, 0, 0, 0));
+      } else if (symbol == 0xf0) {
+        // Sixteen zeros: the sixteenth written.
+        std::fill_n(e, 1 << spare, ac_entry::make(l, 16, l, 0, 0, 0));
+      } else {
+        std::fill_n(e, 1 << spare, std::uint64_t{0});
+      }
     }
     h.maxcode[l] = count > 0 ? code - 1 : -1;
     code <<= 1;
   }
   std::fill(h.fast + filled, h.fast + fast_size, std::uint16_t{0});
   if (!ac) return;
-  std::fill(h.ac + filled, h.ac + fast_size, std::uint64_t{0});
-  // A second symbol where the bits after the first hold it whole (the first symbol of the entry
-  // for those bits followed by zeros is then its own: entries already paired keep their first
-  // symbol's fields). Not after an end of block: the next block's DC follows.
-  for (int i = 0; i < filled; ++i) {
-    const std::uint64_t e = h.ac[i];
+  std::fill(single + filled, single + fast_size, std::uint64_t{0});
+  // A second symbol where the bits after the first hold it whole: the entry for those bits
+  // followed by zeros is then its own. Not after an end of block: the next block's DC follows.
+  // The entries of one first symbol (and value) are a run of 2^(fast_bits - n); within it, the
+  // second symbol of entry t is single[t << n], taken if its bits fit the run's.
+  constexpr std::uint64_t value2_field = std::uint64_t{0xffff} << 48;
+  for (int i = 0; i < fast_size;) {
+    const std::uint64_t e = single[i];
     const int n = ac_entry::first_bits(e);
-    if (e == 0 || ac_entry::step(e) == 64 || n >= fast_bits) continue;
-    const std::uint64_t e2 = h.ac[(i << n) & (fast_size - 1)];
-    const int n2 = ac_entry::first_bits(e2);
-    if (e2 == 0 || n2 > fast_bits - n) continue;
-    h.ac[i] = ac_entry::make(n + n2, ac_entry::step(e), n, ac_entry::step(e2),
-                             ac_entry::value(e), ac_entry::value(e2));
+    if (e == 0 || ac_entry::step(e) == 64 || n >= fast_bits) {
+      h.ac[i++] = e;
+      continue;
+    }
+    const int room = fast_bits - n;
+    const std::uint64_t base = e & ~value2_field;  // a lone symbol's second step is 0
+    for (int t = 0; t < (1 << room); ++t) {
+      const std::uint64_t e2 = single[t << n];
+      // The second's bits add to the first's; its step and value fill the empty fields.
+      const std::uint64_t second = static_cast<std::uint64_t>(ac_entry::first_bits(e2)) |
+                                   static_cast<std::uint64_t>(ac_entry::step(e2)) << 24 |
+                                   (e2 & value2_field >> 16) << 16;
+      const bool fits = e2 != 0 && ac_entry::first_bits(e2) <= room;
+      h.ac[i + t] = fits ? base + second : e;
+    }
+    i += 1 << room;
   }
 }
 
@@ -200,6 +219,7 @@ struct SegmentState {
   int bits = 0;
   int dc_pred[MAX_COMPS_IN_SCAN] = {};
   JBLOCK scratch;  // the blocks of MCUs libjpeg skips
+  std::uint64_t single[fast_size];  // build_table's scratch
 };
 
 namespace {
@@ -373,8 +393,8 @@ void install_segment_decoder(jpeg_decompress_struct* cinfo, const RestartSegment
         !cinfo->dc_huff_tbl_ptrs[d] || !cinfo->ac_huff_tbl_ptrs[a]) {
       fail(cinfo);
     }
-    if (!dc_built[d]) build_table(*cinfo->dc_huff_tbl_ptrs[d], false, st->dc[d]);
-    if (!ac_built[a]) build_table(*cinfo->ac_huff_tbl_ptrs[a], true, st->ac[a]);
+    if (!dc_built[d]) build_table(*cinfo->dc_huff_tbl_ptrs[d], false, st->dc[d], st->single);
+    if (!ac_built[a]) build_table(*cinfo->ac_huff_tbl_ptrs[a], true, st->ac[a], st->single);
     dc_built[d] = ac_built[a] = true;
     st->dc_of[blk] = &st->dc[d];
     st->ac_of[blk] = &st->ac[a];
