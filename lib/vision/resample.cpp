@@ -404,6 +404,7 @@ void normalize_row_scalar(const float (*table)[256], const std::uint8_t* __restr
 const bool cpu_avx512vbmi = __builtin_cpu_supports("avx512f") &&
                             __builtin_cpu_supports("avx512bw") &&
                             __builtin_cpu_supports("avx512vbmi");
+const bool cpu_avx512vnni = __builtin_cpu_supports("avx512vnni");
 
 // The byte indices that pick channel c of 16 RGB pixels out of 48 bytes, in order or mirrored,
 // into the low byte of each dword (the others are masked to zero).
@@ -449,9 +450,91 @@ constexpr ChannelPick channel_picks[2][3] = {
   }
   return x;
 }
+
+// The window pass (Pairs 2 or 3, as horizontal_row_rgb_avx2_window) with AVX-512 VBMI and VNNI:
+// four output pixels per register, one per 128-bit lane, from one 64-byte load at the first
+// one's window; a byte permute per step takes each lane's pairs of pixels out of it
+// (PackedWeights::indices: pack_weights keeps every quad's windows inside those 64 bytes, else
+// packs for AVX2), and vpdpwssd multiplies and adds them as vpmaddwd then vpaddd would. The
+// same products and sums as the AVX2 kernel's, so the same bytes. Reads 64 bytes from a quad's
+// first window start.
+// NOTE: GCC 12 warns that its own AVX-512 intrinsics' pass-through (_mm512_undefined_epi32)
+// "may be used uninitialized" in this function; it is not: silenced here only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <int Pairs>
+[[gnu::target("avx512f,avx512bw,avx512vbmi,avx512vnni")]] void horizontal_row_rgb_avx512(
+    const std::uint8_t* __restrict in, std::uint8_t* __restrict out, int n_out,
+    const int* __restrict start, const std::int32_t* __restrict packed_hi,
+    const std::int32_t* __restrict packed_lo, const std::uint8_t* __restrict indices) {
+  static_assert(Pairs == 2 || Pairs == 3);
+  constexpr __mmask64 words = 0x0555055505550555ull;  // bytes 0, 2, .., 10 of each lane
+  const __m512i half = _mm512_set1_epi32(1 << (precision_bits - 1));
+  // The three bytes of each of the four pixels, in order: 12 bytes, then 4 overwritten later.
+  const __m128i compact = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  int x = 0;
+  for (; x + 4 <= n_out; x += 4) {
+    const __m512i window = _mm512_loadu_si512(in + static_cast<std::ptrdiff_t>(start[x]) * 3);
+    const std::uint8_t* index = indices + static_cast<std::ptrdiff_t>(x / 4) * Pairs * 64;
+    const std::int32_t* hi = packed_hi + static_cast<std::ptrdiff_t>(x / 4) * Pairs * 16;
+    const std::int32_t* lo = packed_lo + static_cast<std::ptrdiff_t>(x / 4) * Pairs * 16;
+    __m512i sum_hi = _mm512_setzero_si512();
+    __m512i sum_lo = _mm512_setzero_si512();
+    for (int j = 0; j < Pairs; ++j) {
+      const __m512i px =
+          _mm512_maskz_permutexvar_epi8(words, _mm512_loadu_si512(index + 64 * j), window);
+      sum_hi = _mm512_dpwssd_epi32(sum_hi, px, _mm512_loadu_si512(hi + 16 * j));
+      sum_lo = _mm512_dpwssd_epi32(sum_lo, px, _mm512_loadu_si512(lo + 16 * j));
+    }
+    __m512i v = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(sum_hi, 11), sum_lo), half);
+    v = _mm512_max_epi32(_mm512_srai_epi32(v, precision_bits), _mm512_setzero_si512());
+    const __m128i bytes = _mm_shuffle_epi8(_mm512_cvtusepi32_epi8(v), compact);  // clamps to 255
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * x), bytes);
+  }
+  // The last pixels, from the quad layout's words, as the AVX2 kernel's odd last pixel.
+  for (; x < n_out; ++x) {
+    const std::uint8_t* p = in + static_cast<std::ptrdiff_t>(start[x]) * 3;
+    const std::int32_t* hi = packed_hi + static_cast<std::ptrdiff_t>(x / 4) * Pairs * 16 + (x % 4) * 4;
+    const std::int32_t* lo = packed_lo + static_cast<std::ptrdiff_t>(x / 4) * Pairs * 16 + (x % 4) * 4;
+    std::int32_t sum[3] = {1 << (precision_bits - 1), 1 << (precision_bits - 1),
+                           1 << (precision_bits - 1)};
+    for (int j = 0; j < Pairs; ++j) {
+      const auto h = static_cast<std::uint32_t>(hi[16 * j]);
+      const auto l = static_cast<std::uint32_t>(lo[16 * j]);
+      const std::int32_t w0 = static_cast<std::int16_t>(h & 0xffff) * 2048 + static_cast<std::int16_t>(l & 0xffff);
+      const std::int32_t w1 = static_cast<std::int16_t>(h >> 16) * 2048 + static_cast<std::int16_t>(l >> 16);
+      for (int c = 0; c < 3; ++c) sum[c] += p[6 * j + c] * w0 + p[6 * j + 3 + c] * w1;
+    }
+    for (int c = 0; c < 3; ++c) out[3 * x + c] = clip8(sum[c]);
+  }
+}
 #endif
 
 }  // namespace
+
+bool use_avx512_window() noexcept {
+#ifdef COLOAD_VISION_X86
+  return cpu_avx512vbmi && cpu_avx512vnni &&
+         simd_cap.load(std::memory_order_relaxed) >= SimdLevel::avx512;
+#else
+  return false;
+#endif
+}
+
+void horizontal_row_quads(const std::uint8_t* in, std::uint8_t* out, int n_out, const int* start,
+                          const PackedWeights& p) {
+#ifdef COLOAD_VISION_X86
+  if (p.max_pairs == 2) {
+    return horizontal_row_rgb_avx512<2>(in, out, n_out, start, p.hi.data(), p.lo.data(),
+                                        p.indices.data());
+  }
+  return horizontal_row_rgb_avx512<3>(in, out, n_out, start, p.hi.data(), p.lo.data(),
+                                      p.indices.data());
+#else
+  (void)in, (void)out, (void)n_out, (void)start, (void)p;
+#endif
+}
+#pragma GCC diagnostic pop
 
 void normalize_row(const float (*table)[256], const std::uint8_t* row, int width, int height,
                    int y, bool flip, float* dst) {
@@ -468,13 +551,40 @@ void normalize_row(const float (*table)[256], const std::uint8_t* row, int width
   normalize_row_scalar(table, row, from, width, flip, r, g, b);
 }
 
-void pack_weights(const AxisCoeffs& c, PackedWeights& p, bool pixel_pairs) {
+void pack_weights(const AxisCoeffs& c, PackedWeights& p, int group) {
   const std::size_t n = c.start.size();
   const auto pairs = static_cast<std::size_t>((c.ksize + 1) / 2);
   p.max_pairs = static_cast<int>(pairs);
-  // SSSE3 layout: one word per (pixel, step). AVX2 layout: per (pixel pair, step) eight words,
-  // the first pixel's word four times, then the second's.
-  const std::size_t words = pixel_pairs ? (n + 1) / 2 * pairs * 8 : n * pairs;
+  p.indices.clear();
+  if (group == 4) {
+    // Quads for the AVX-512 window kernel where every quad's four windows (their start, plus
+    // the 6 x pairs bytes a window's steps read) lie within 64 bytes of its first: else pairs.
+    // Per (quad, step) the permute's 64 byte indices: lane i's (tap, tap + 1) pairs of R, G, B
+    // (bytes 6 step + 0, 3, 1, 4, 2, 5 of its window) in its even bytes 0-10, the rest zeroed
+    // by the kernel's mask (index 0 there).
+    constexpr int order[6] = {0, 3, 1, 4, 2, 5};
+    if (pairs < 2 || pairs > 3) group = 2;
+    p.indices.assign((n + 3) / 4 * pairs * 64, 0);
+    for (std::size_t x = 0; group == 4 && x < n; ++x) {
+      const int offset = 3 * (c.start[x] - c.start[x / 4 * 4]);
+      if (offset < 0 || offset + 6 * static_cast<int>(pairs) > 64) {
+        group = 2;
+        break;
+      }
+      for (std::size_t j = 0; j < pairs; ++j) {
+        std::uint8_t* lane = p.indices.data() + ((x / 4) * pairs + j) * 64 + (x % 4) * 16;
+        for (int b = 0; b < 12; b += 2) {
+          lane[b] = static_cast<std::uint8_t>(offset + 6 * static_cast<int>(j) + order[b / 2]);
+        }
+      }
+    }
+    if (group != 4) p.indices.clear();
+  }
+  p.group = group;
+  // SSSE3 layout (group 1): one word per (pixel, step). AVX2 (2) and AVX-512 (4) layouts: per
+  // (group of pixels, step) 4 x group words, each pixel's word four times, in order.
+  const auto g = static_cast<std::size_t>(group);
+  const std::size_t words = group > 1 ? (n + g - 1) / g * pairs * 4 * g : n * pairs;
   p.hi.assign(words, 0);
   p.lo.assign(words, 0);
   auto pack = [](std::int32_t a, std::int32_t b) {
@@ -488,8 +598,8 @@ void pack_weights(const AxisCoeffs& c, PackedWeights& p, bool pixel_pairs) {
       const std::int32_t w1 = 2 * j + 1 < static_cast<std::size_t>(c.ksize) ? w[2 * j + 1] : 0;
       const std::int32_t hi = pack(w0 >> 11, w1 >> 11);
       const std::int32_t lo = pack(w0 & 2047, w1 & 2047);
-      if (pixel_pairs) {
-        const std::size_t base = (x / 2) * pairs * 8 + j * 8 + (x % 2) * 4;
+      if (group > 1) {
+        const std::size_t base = (x / g) * pairs * 4 * g + j * 4 * g + (x % g) * 4;
         std::fill_n(p.hi.begin() + static_cast<std::ptrdiff_t>(base), 4, hi);
         std::fill_n(p.lo.begin() + static_cast<std::ptrdiff_t>(base), 4, lo);
       } else {
