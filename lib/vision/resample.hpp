@@ -104,6 +104,15 @@ HorizontalKernel horizontal_kernel(int max_pairs);
 bool use_avx2() noexcept;
 bool use_ssse3() noexcept;
 
+/// The SIMD cap set_simd_level set (avx512 unless a test lowered it).
+SimdLevel simd_level_cap() noexcept;
+#ifdef COLOAD_VISION_X86
+/// The AVX-512 VNNI vertical pass (resample_avx512.cpp), if the CPU and the cap allow it and the
+/// filter is at most 32 taps: false where it did not run.
+bool vertical_row_avx512(const std::uint8_t* base, std::size_t row_bytes, int n,
+                         const std::int32_t* w, std::uint8_t* out);
+#endif
+
 /// The vertical pass over one output row: `n` source rows from `base`, weights `w`.
 void vertical_row(const std::uint8_t* base, std::size_t row_bytes, int n, const std::int32_t* w,
                   std::int32_t* acc, std::uint8_t* out);
