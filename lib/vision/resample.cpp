@@ -481,7 +481,7 @@ void pack_weights(const AxisCoeffs& c, PackedWeights& p, int group) {
     // (bytes 6 step + 0, 3, 1, 4, 2, 5 of its window) in its even bytes 0-10, the rest zeroed
     // by the kernel's mask (index 0 there).
     constexpr int order[6] = {0, 3, 1, 4, 2, 5};
-    if (pairs < 2 || pairs > 3) group = 2;
+    if (pairs < 2 || pairs > 4) group = 2;
     p.indices.assign((n + 3) / 4 * pairs * 64, 0);
     for (std::size_t x = 0; group == 4 && x < n; ++x) {
       const int offset = 3 * (c.start[x] - c.start[x / 4 * 4]);

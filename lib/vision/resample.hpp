@@ -175,7 +175,7 @@ void resample(const ImageView& src, const AxisSpec& ax, const AxisSpec& ay, Sink
     PackedWeights& packed = tl_packed;
     const int pairs = (cx.ksize + 1) / 2;
     pack_weights(cx, packed,
-                 !avx2 ? 1 : (pairs == 2 || pairs == 3) && use_avx512_window() ? 4 : 2);
+                 !avx2 ? 1 : pairs >= 2 && pairs <= 4 && use_avx512_window() ? 4 : 2);
     const bool quads = packed.group == 4;
     const HorizontalKernel kernel =
         avx2 ? horizontal_kernel_avx2(packed.max_pairs) : horizontal_kernel(packed.max_pairs);

@@ -22,7 +22,7 @@ const bool cpu_avx512vnni = __builtin_cpu_supports("avx512vnni");
 const bool cpu_avx512bw = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2");
 
-// The window pass (Pairs 2 or 3, as horizontal_row_rgb_avx2_window) with AVX-512 VBMI and VNNI:
+// The window pass for 3 to 7 taps (Pairs 2 to 4) with AVX-512 VBMI and VNNI:
 // four output pixels per register, one per 128-bit lane, from one 64-byte load at the first
 // one's window; a byte permute per step takes each lane's pairs of pixels out of it
 // (PackedWeights::indices: pack_weights keeps every quad's windows inside those 64 bytes, else
@@ -38,7 +38,7 @@ template <int Pairs>
     const std::uint8_t* __restrict in, std::uint8_t* __restrict out, int n_out,
     const int* __restrict start, const std::int32_t* __restrict packed_hi,
     const std::int32_t* __restrict packed_lo, const std::uint8_t* __restrict indices) {
-  static_assert(Pairs == 2 || Pairs == 3);
+  static_assert(Pairs >= 2 && Pairs <= 4);
   constexpr __mmask64 words = 0x0555055505550555ull;  // bytes 0, 2, .., 10 of each lane
   const __m512i half = _mm512_set1_epi32(1 << (precision_bits - 1));
   // The three bytes of each of the four pixels, in order: 12 bytes, then 4 overwritten later.
@@ -95,12 +95,17 @@ bool use_avx512_window() noexcept {
 void horizontal_row_quads(const std::uint8_t* in, std::uint8_t* out, int n_out, const int* start,
                           const PackedWeights& p) {
 #ifdef COLOAD_VISION_X86
-  if (p.max_pairs == 2) {
-    return horizontal_row_rgb_avx512<2>(in, out, n_out, start, p.hi.data(), p.lo.data(),
-                                        p.indices.data());
+  switch (p.max_pairs) {
+    case 2:
+      return horizontal_row_rgb_avx512<2>(in, out, n_out, start, p.hi.data(), p.lo.data(),
+                                          p.indices.data());
+    case 3:
+      return horizontal_row_rgb_avx512<3>(in, out, n_out, start, p.hi.data(), p.lo.data(),
+                                          p.indices.data());
+    default:
+      return horizontal_row_rgb_avx512<4>(in, out, n_out, start, p.hi.data(), p.lo.data(),
+                                          p.indices.data());
   }
-  return horizontal_row_rgb_avx512<3>(in, out, n_out, start, p.hi.data(), p.lo.data(),
-                                      p.indices.data());
 #else
   (void)in, (void)out, (void)n_out, (void)start, (void)p;
 #endif
