@@ -573,6 +573,20 @@ TEST_CASE("the fused paths take PNGs too, decoding them at full size") {
   std::vector<float> fused(3 * 224 * 224);
   vision::TrainTransform{}(vision::as_bytes_span(png), g1, fused.data());
   CHECK(fused == floats_of(composed(src, g2)));
+  // Another mean and std on the same thread, then the first again: the thread's cached
+  // normalise table follows them (transforms.cpp's normalize_table).
+  const auto unit = vision::Compose{vision::RandomResizedCrop{224}, vision::RandomHorizontalFlip{},
+                                    vision::ToTensor{}, vision::Normalize{{0.5, 0, 0}, {1, 2, 1}}};
+  at::Generator g3 = coload::make_generator(4);
+  at::Generator g4 = coload::make_generator(4);
+  std::vector<float> other(3 * 224 * 224);
+  vision::TrainTransform{.mean = {0.5f, 0, 0}, .std_dev = {1, 2, 1}}(vision::as_bytes_span(png),
+                                                                     g3, other.data());
+  CHECK(other == floats_of(unit(src, g4)));
+  at::Generator g5 = coload::make_generator(3);
+  std::vector<float> again(3 * 224 * 224);
+  vision::TrainTransform{}(vision::as_bytes_span(png), g5, again.data());
+  CHECK(again == fused);
 }
 
 TEST_CASE("fidelity: resized crops reach 35 dB PSNR against torchvision, full and DCT-scaled" *
