@@ -19,6 +19,9 @@
 
 #include <algorithm>
 #include <array>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace coload::vision::detail {
 
@@ -38,13 +41,38 @@ std::size_t RestartSegments::append_until_marker(std::span<const std::byte> data
   };
   std::size_t found = data.size();
   while (p < end) {
+    const std::uint8_t* stop = end;
+#if defined(__SSE2__)
+    // Copied 16 bytes at a time up to the first FF (one every few hundred bytes of entropy
+    // data): a memchr and a memcpy call per FF cost about 2% of a --fast-crop image's CPU.
+    room(static_cast<std::size_t>(end - p) + 16);
+    std::uint8_t* to = bytes.data() + used;
+    const std::uint8_t* const from = p;
+    const __m128i ff = _mm_set1_epi8(static_cast<char>(0xff));
+    for (; end - p >= 16; p += 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(to + (p - from)), v);
+      if (const int mask = _mm_movemask_epi8(_mm_cmpeq_epi8(v, ff))) {
+        stop = p + __builtin_ctz(static_cast<unsigned>(mask));
+        break;
+      }
+    }
+    if (stop == end) {
+      const void* f = std::memchr(p, 0xff, static_cast<std::size_t>(end - p));
+      if (f) stop = static_cast<const std::uint8_t*>(f);
+      std::memcpy(to + (p - from), p, static_cast<std::size_t>(stop - p));
+    }
+    used += static_cast<std::size_t>(stop - from);
+    p = stop;
+#else
     const void* ff = std::memchr(p, 0xff, static_cast<std::size_t>(end - p));
-    const std::uint8_t* stop = ff ? static_cast<const std::uint8_t*>(ff) : end;
+    if (ff) stop = static_cast<const std::uint8_t*>(ff);
     const auto n = static_cast<std::size_t>(stop - p);
     room(n + 1);
     std::memcpy(bytes.data() + used, p, n);
     used += n;
     p = stop;
+#endif
     if (p == end) break;
     while (p + 1 < end && p[1] == 0xff) ++p;  // fill bytes before the FF that counts
     if (p + 1 == end) break;                  // an FF at the data's end: no marker
