@@ -111,6 +111,7 @@ void horizontal_row_quads(const std::uint8_t* in, std::uint8_t* out, int n_out, 
 #endif
 }
 
+#ifdef COLOAD_VISION_X86
 namespace {
 
 // The vertical pass with AVX-512 and VNNI: vertical_row_avx2's arithmetic (each weight as
@@ -168,6 +169,7 @@ namespace {
 }  // namespace
 
 #pragma GCC diagnostic pop
+#endif
 
 #ifdef COLOAD_VISION_X86
 [[gnu::target("avx512f,avx512bw,avx512vl,avx512vnni")]] bool vertical_row_avx512(
