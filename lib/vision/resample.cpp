@@ -382,6 +382,7 @@ bool use_ssse3() noexcept { return cpu_ssse3 && simd_cap.load(std::memory_order_
 void vertical_row(const std::uint8_t* base, std::size_t row_bytes, int n, const std::int32_t* w,
                   std::int32_t* acc, std::uint8_t* out) {
 #ifdef COLOAD_VISION_X86
+  if (vertical_row_avx512(base, row_bytes, n, w, out)) return;
   if (use_avx2()) return vertical_row_avx2(base, row_bytes, n, w, acc, out);
 #endif
   vertical_row_generic(base, row_bytes, n, w, acc, out);
@@ -468,13 +469,40 @@ void normalize_row(const float (*table)[256], const std::uint8_t* row, int width
   normalize_row_scalar(table, row, from, width, flip, r, g, b);
 }
 
-void pack_weights(const AxisCoeffs& c, PackedWeights& p, bool pixel_pairs) {
+void pack_weights(const AxisCoeffs& c, PackedWeights& p, int group) {
   const std::size_t n = c.start.size();
   const auto pairs = static_cast<std::size_t>((c.ksize + 1) / 2);
   p.max_pairs = static_cast<int>(pairs);
-  // SSSE3 layout: one word per (pixel, step). AVX2 layout: per (pixel pair, step) eight words,
-  // the first pixel's word four times, then the second's.
-  const std::size_t words = pixel_pairs ? (n + 1) / 2 * pairs * 8 : n * pairs;
+  p.indices.clear();
+  if (group == 4) {
+    // Quads for the AVX-512 window kernel where every quad's four windows (their start, plus
+    // the 6 x pairs bytes a window's steps read) lie within 64 bytes of its first: else pairs.
+    // Per (quad, step) the permute's 64 byte indices: lane i's (tap, tap + 1) pairs of R, G, B
+    // (bytes 6 step + 0, 3, 1, 4, 2, 5 of its window) in its even bytes 0-10, the rest zeroed
+    // by the kernel's mask (index 0 there).
+    constexpr int order[6] = {0, 3, 1, 4, 2, 5};
+    if (pairs < 2 || pairs > 4) group = 2;
+    p.indices.assign((n + 3) / 4 * pairs * 64, 0);
+    for (std::size_t x = 0; group == 4 && x < n; ++x) {
+      const int offset = 3 * (c.start[x] - c.start[x / 4 * 4]);
+      if (offset < 0 || offset + 6 * static_cast<int>(pairs) > 64) {
+        group = 2;
+        break;
+      }
+      for (std::size_t j = 0; j < pairs; ++j) {
+        std::uint8_t* lane = p.indices.data() + ((x / 4) * pairs + j) * 64 + (x % 4) * 16;
+        for (int b = 0; b < 12; b += 2) {
+          lane[b] = static_cast<std::uint8_t>(offset + 6 * static_cast<int>(j) + order[b / 2]);
+        }
+      }
+    }
+    if (group != 4) p.indices.clear();
+  }
+  p.group = group;
+  // SSSE3 layout (group 1): one word per (pixel, step). AVX2 (2) and AVX-512 (4) layouts: per
+  // (group of pixels, step) 4 x group words, each pixel's word four times, in order.
+  const auto g = static_cast<std::size_t>(group);
+  const std::size_t words = group > 1 ? (n + g - 1) / g * pairs * 4 * g : n * pairs;
   p.hi.assign(words, 0);
   p.lo.assign(words, 0);
   auto pack = [](std::int32_t a, std::int32_t b) {
@@ -488,8 +516,8 @@ void pack_weights(const AxisCoeffs& c, PackedWeights& p, bool pixel_pairs) {
       const std::int32_t w1 = 2 * j + 1 < static_cast<std::size_t>(c.ksize) ? w[2 * j + 1] : 0;
       const std::int32_t hi = pack(w0 >> 11, w1 >> 11);
       const std::int32_t lo = pack(w0 & 2047, w1 & 2047);
-      if (pixel_pairs) {
-        const std::size_t base = (x / 2) * pairs * 8 + j * 8 + (x % 2) * 4;
+      if (group > 1) {
+        const std::size_t base = (x / g) * pairs * 4 * g + j * 4 * g + (x % g) * 4;
         std::fill_n(p.hi.begin() + static_cast<std::ptrdiff_t>(base), 4, hi);
         std::fill_n(p.lo.begin() + static_cast<std::ptrdiff_t>(base), 4, lo);
       } else {
@@ -526,6 +554,10 @@ Image resample_to_image(const ImageView& src, const AxisSpec& ax, const AxisSpec
 }
 
 }  // namespace detail
+
+detail::SimdLevel detail::simd_level_cap() noexcept {
+  return simd_cap.load(std::memory_order_relaxed);
+}
 
 detail::SimdLevel detail::set_simd_level(SimdLevel level) noexcept {
   return simd_cap.exchange(level);

@@ -104,6 +104,15 @@ HorizontalKernel horizontal_kernel(int max_pairs);
 bool use_avx2() noexcept;
 bool use_ssse3() noexcept;
 
+/// The SIMD cap set_simd_level set (avx512 unless a test lowered it).
+SimdLevel simd_level_cap() noexcept;
+#ifdef COLOAD_VISION_X86
+/// The AVX-512 VNNI vertical pass (resample_avx512.cpp), if the CPU and the cap allow it and the
+/// filter is at most 32 taps: false where it did not run.
+bool vertical_row_avx512(const std::uint8_t* base, std::size_t row_bytes, int n,
+                         const std::int32_t* w, std::uint8_t* out);
+#endif
+
 /// The vertical pass over one output row: `n` source rows from `base`, weights `w`.
 void vertical_row(const std::uint8_t* base, std::size_t row_bytes, int n, const std::int32_t* w,
                   std::int32_t* acc, std::uint8_t* out);
@@ -111,12 +120,23 @@ void vertical_row(const std::uint8_t* base, std::size_t row_bytes, int n, const 
 // Weights of an axis split into 16-bit halves, two taps per 32-bit word, for the SIMD pass.
 struct PackedWeights {
   int max_pairs = 0;
+  int group = 1;  // pixels per layout group: 1 SSSE3, 2 AVX2, 4 AVX-512 (horizontal_row_quads)
   std::vector<std::int32_t> hi;
   std::vector<std::int32_t> lo;
+  // group 4: per (quad, step) the kernel's 64 byte indices into the quad's 64-byte window
+  std::vector<std::uint8_t> indices;
 };
 
-/// Packs `c`'s weights for the SIMD pass (`pixel_pairs`: the AVX2 layout).
-void pack_weights(const AxisCoeffs& c, PackedWeights& p, bool pixel_pairs);
+/// Packs `c`'s weights for the SIMD pass, `group` pixels together (1: SSSE3, 2: AVX2, 4: the
+/// AVX-512 window kernel, which falls back to 2 where the axis does not suit it: p.group says).
+void pack_weights(const AxisCoeffs& c, PackedWeights& p, int group);
+
+/// Whether the AVX-512 VBMI/VNNI window kernel may run (the CPU has it, set_simd_level allows it).
+bool use_avx512_window() noexcept;
+/// The horizontal pass of an RGB row with weights packed in quads (p.group == 4); reads 64
+/// bytes from each quad's first window start.
+void horizontal_row_quads(const std::uint8_t* in, std::uint8_t* out, int n_out, const int* start,
+                          const PackedWeights& p);
 
 // Resamples `src` along both axes and hands each output row (count_x × C bytes) to
 // `sink(y, row)`, in order. Scratch memory is per thread and reused.
@@ -153,7 +173,10 @@ void resample(const ImageView& src, const AxisSpec& ax, const AxisSpec& ay, Sink
     thread_local PackedWeights tl_packed;
     thread_local std::vector<std::uint8_t> tl_padded_row;
     PackedWeights& packed = tl_packed;
-    pack_weights(cx, packed, avx2);
+    const int pairs = (cx.ksize + 1) / 2;
+    pack_weights(cx, packed,
+                 !avx2 ? 1 : pairs >= 2 && pairs <= 4 && use_avx512_window() ? 4 : 2);
+    const bool quads = packed.group == 4;
     const HorizontalKernel kernel =
         avx2 ? horizontal_kernel_avx2(packed.max_pairs) : horizontal_kernel(packed.max_pairs);
     // The SIMD loads read up to `reach` bytes from a tap window's start (2 × max_pairs + 3
@@ -161,7 +184,7 @@ void resample(const ImageView& src, const AxisSpec& ax, const AxisSpec& ay, Sink
     // after its last window's start is read from a padded copy. That is the last row, and more
     // rows of an image a few pixels wide.
     const std::size_t reach =
-        std::max<std::size_t>(16, 6 * static_cast<std::size_t>(packed.max_pairs) + 9);
+        quads ? 64 : std::max<std::size_t>(16, 6 * static_cast<std::size_t>(packed.max_pairs) + 9);
     for (int y = y_first; y < y_last; ++y) {
       const std::uint8_t* in = src.row(y);
       const std::size_t after =
@@ -170,12 +193,17 @@ void resample(const ImageView& src, const AxisSpec& ax, const AxisSpec& ay, Sink
                          : 0;
       if (after < reach) {
         const std::size_t bytes = static_cast<std::size_t>(src.width) * 3;
-        tl_padded_row.assign(bytes + 6 * static_cast<std::size_t>(packed.max_pairs) + 16, 0);
+        tl_padded_row.assign(bytes + std::max<std::size_t>(6 * static_cast<std::size_t>(packed.max_pairs) + 16, 64), 0);
         std::memcpy(tl_padded_row.data(), in, bytes);
         in = tl_padded_row.data();
       }
-      kernel(in, rows + static_cast<std::size_t>(y - y_first) * row_bytes, out_w, cx.start.data(),
-             packed.max_pairs, packed.hi.data(), packed.lo.data());
+      std::uint8_t* out = rows + static_cast<std::size_t>(y - y_first) * row_bytes;
+      if (quads) {
+        horizontal_row_quads(in, out, out_w, cx.start.data(), packed);
+      } else {
+        kernel(in, out, out_w, cx.start.data(), packed.max_pairs, packed.hi.data(),
+               packed.lo.data());
+      }
     }
   } else
 #endif

@@ -19,8 +19,13 @@
 
 #include <algorithm>
 #include <array>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace coload::vision::detail {
+
+bool use_avx2() noexcept;  // resample.hpp's (whose header brings ATen's)
 
 std::size_t RestartSegments::append_until_marker(std::span<const std::byte> data,
                                                  std::size_t pos, unsigned& marker) {
@@ -36,13 +41,38 @@ std::size_t RestartSegments::append_until_marker(std::span<const std::byte> data
   };
   std::size_t found = data.size();
   while (p < end) {
+    const std::uint8_t* stop = end;
+#if defined(__SSE2__)
+    // Copied 16 bytes at a time up to the first FF (one every few hundred bytes of entropy
+    // data): a memchr and a memcpy call per FF cost about 2% of a --fast-crop image's CPU.
+    room(static_cast<std::size_t>(end - p) + 16);
+    std::uint8_t* to = bytes.data() + used;
+    const std::uint8_t* const from = p;
+    const __m128i ff = _mm_set1_epi8(static_cast<char>(0xff));
+    for (; end - p >= 16; p += 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(to + (p - from)), v);
+      if (const int mask = _mm_movemask_epi8(_mm_cmpeq_epi8(v, ff))) {
+        stop = p + __builtin_ctz(static_cast<unsigned>(mask));
+        break;
+      }
+    }
+    if (stop == end) {
+      const void* f = std::memchr(p, 0xff, static_cast<std::size_t>(end - p));
+      if (f) stop = static_cast<const std::uint8_t*>(f);
+      std::memcpy(to + (p - from), p, static_cast<std::size_t>(stop - p));
+    }
+    used += static_cast<std::size_t>(stop - from);
+    p = stop;
+#else
     const void* ff = std::memchr(p, 0xff, static_cast<std::size_t>(end - p));
-    const std::uint8_t* stop = ff ? static_cast<const std::uint8_t*>(ff) : end;
+    if (ff) stop = static_cast<const std::uint8_t*>(ff);
     const auto n = static_cast<std::size_t>(stop - p);
     room(n + 1);
     std::memcpy(bytes.data() + used, p, n);
     used += n;
     p = stop;
+#endif
     if (p == end) break;
     while (p + 1 < end && p[1] == 0xff) ++p;  // fill bytes before the FF that counts
     if (p + 1 == end) break;                  // an FF at the data's end: no marker
@@ -63,14 +93,17 @@ std::size_t RestartSegments::append_until_marker(std::span<const std::byte> data
 
 namespace {
 
-constexpr int fast_bits = 10;
-constexpr std::int32_t end_of_block = 0x8000;  // in HuffTable::ac
+constexpr int fast_bits = 11;
 constexpr int fast_size = 1 << fast_bits;
 
 // The zigzag order of T.81 figure A.6: position k of the coded sequence is natural index
-// natural_order[k], walking the anti-diagonals alternately up and down.
-constexpr std::array<std::uint8_t, 64> make_natural_order() {
-  std::array<std::uint8_t, 64> order{};
+// natural_order[k], walking the anti-diagonals alternately up and down. Positions 64 to 127 are
+// 63: as in libjpeg's jpeg_natural_order, a run past the block's end in damaged data writes the
+// last coefficient and ends the block; and an end of block (a step of 64 in HuffTable::ac)
+// writes its zero there, where a block that ends early has its zero already.
+constexpr std::array<std::uint8_t, 128> make_natural_order() {
+  std::array<std::uint8_t, 128> order{};
+  for (auto& o : order) o = 63;
   int k = 0;
   for (int s = 0; s < 15; ++s) {
     for (int i = 0; i <= s; ++i) {
@@ -82,14 +115,34 @@ constexpr std::array<std::uint8_t, 64> make_natural_order() {
   }
   return order;
 }
-constexpr std::array<std::uint8_t, 64> natural_order = make_natural_order();
+constexpr std::array<std::uint8_t, 128> natural_order = make_natural_order();
 static_assert(natural_order[1] == 1 && natural_order[2] == 8 && natural_order[3] == 16 &&
-              natural_order[5] == 2 && natural_order[63] == 63);
+              natural_order[5] == 2 && natural_order[63] == 63 && natural_order[61] == 55 &&
+              natural_order[62] == 62 && natural_order[79] == 63 && natural_order[127] == 63);
+
+// HuffTable::ac's entries: up to two AC symbols, codes and values, that the next fast_bits bits
+// hold. A symbol's step is its run of zeros plus one (the coded positions it advances), 64 for
+// an end of block; a lone symbol repeats its value and has a second step of 0, so that writing
+// "both" writes it twice. 0: the first symbol is not in fast_bits (decoded the slow way).
+namespace ac_entry {
+constexpr std::uint64_t make(int bits, int step, int first_bits, int step2, int value,
+                             int value2) {
+  return static_cast<std::uint64_t>(bits) | static_cast<std::uint64_t>(step) << 8 |
+         static_cast<std::uint64_t>(first_bits) << 16 | static_cast<std::uint64_t>(step2) << 24 |
+         static_cast<std::uint64_t>(static_cast<std::uint16_t>(value)) << 32 |
+         static_cast<std::uint64_t>(static_cast<std::uint16_t>(value2)) << 48;
+}
+inline int bits(std::uint64_t e) { return static_cast<int>(e & 0xff); }         // both
+inline int step(std::uint64_t e) { return static_cast<int>((e >> 8) & 0xff); }
+inline int first_bits(std::uint64_t e) { return static_cast<int>((e >> 16) & 0xff); }
+inline int step2(std::uint64_t e) { return static_cast<int>((e >> 24) & 0xff); }
+inline std::int16_t value(std::uint64_t e) { return static_cast<std::int16_t>(e >> 32); }
+inline std::int16_t value2(std::uint64_t e) { return static_cast<std::int16_t>(e >> 48); }
+}  // namespace ac_entry
 
 struct HuffTable {
   std::uint16_t fast[fast_size];  // codes of up to fast_bits bits: length << 8 | symbol; 0: none
-  // AC code and value in fast_bits: value << 16 | run << 8 | bits, or end_of_block | bits
-  std::int32_t ac[fast_size];
+  std::uint64_t ac[fast_size];    // AC symbols with their values in fast_bits (ac_entry)
   std::int32_t maxcode[17];       // the largest code of each length, -1 for none
   std::int32_t offset[17];        // a code of length l is symbol values[offset[l] + code]
   std::uint8_t values[256];
@@ -99,7 +152,10 @@ inline int extend(std::uint32_t v, int s) {
   return v < (1u << (s - 1)) ? static_cast<int>(v) - (1 << s) + 1 : static_cast<int>(v);
 }
 
-void build_table(const JHUFF_TBL& t, bool ac, HuffTable& h) {
+// Builds `h` from libjpeg's table; an AC table's single-symbol entries go through `single`
+// (fast_size entries of scratch) on their way to the paired ones. Per image (--fast-crop's
+// transcode writes each file's own optimal tables), so kept free of unpredictable branches.
+void build_table(const JHUFF_TBL& t, bool ac, HuffTable& h, std::uint64_t* single) {
   std::memcpy(h.values, t.huffval, sizeof(h.values));
   // Canonical codes (T.81 annex C): consecutive within a length, then one bit longer. So the
   // lookup entries of the codes up to fast_bits long are [0, filled), in order; the rest are
@@ -117,27 +173,58 @@ void build_table(const JHUFF_TBL& t, bool ac, HuffTable& h) {
       const int first = code << spare;
       const int r = symbol >> 4;
       const int s = symbol & 15;
-      for (int j = 0; j < (1 << spare); ++j) {
-        h.fast[first + j] = static_cast<std::uint16_t>(l << 8 | symbol);
-        if (!ac) continue;
-        std::int32_t e = 0;
-        if (s != 0 && l + s <= fast_bits) {
-          const auto v = static_cast<std::uint32_t>(j >> (spare - s)) & ((1u << s) - 1);
-          e = extend(v, s) * 65536 | r << 8 | (l + s);
-        } else if (symbol == 0x00) {
-          e = end_of_block | l;
-        } else if (symbol == 0xf0) {
-          e = 15 << 8 | l;  // sixteen zeros: a run of 15 and a zero written
-        }
-        h.ac[first + j] = e;
-      }
+      std::fill_n(h.fast + first, 1 << spare, static_cast<std::uint16_t>(l << 8 | symbol));
       filled = first + (1 << spare);
+      if (!ac) continue;
+      std::uint64_t* e = single + first;
+      if (s != 0 && l + s <= fast_bits) {
+        // The value's s bits follow the code: each value holds a run of 2^(spare - s) entries.
+        const int run = 1 << (spare - s);
+        for (std::uint32_t v = 0; v < (1u << s); ++v) {
+          const int value = extend(v, s);
+          std::fill_n(e + v * static_cast<std::uint32_t>(run), run,
+                      ac_entry::make(l + s, r + 1, l + s, 0, value, value));
+        }
+      } else if (symbol == 0x00) {
+        std::fill_n(e, 1 << spare, ac_entry::make(l, 64, l, 0, 0, 0));
+      } else if (symbol == 0xf0) {
+        // Sixteen zeros: the sixteenth written.
+        std::fill_n(e, 1 << spare, ac_entry::make(l, 16, l, 0, 0, 0));
+      } else {
+        std::fill_n(e, 1 << spare, std::uint64_t{0});
+      }
     }
     h.maxcode[l] = count > 0 ? code - 1 : -1;
     code <<= 1;
   }
   std::fill(h.fast + filled, h.fast + fast_size, std::uint16_t{0});
-  if (ac) std::fill(h.ac + filled, h.ac + fast_size, 0);
+  if (!ac) return;
+  std::fill(single + filled, single + fast_size, std::uint64_t{0});
+  // A second symbol where the bits after the first hold it whole: the entry for those bits
+  // followed by zeros is then its own. Not after an end of block: the next block's DC follows.
+  // The entries of one first symbol (and value) are a run of 2^(fast_bits - n); within it, the
+  // second symbol of entry t is single[t << n], taken if its bits fit the run's.
+  constexpr std::uint64_t value2_field = std::uint64_t{0xffff} << 48;
+  for (int i = 0; i < fast_size;) {
+    const std::uint64_t e = single[i];
+    const int n = ac_entry::first_bits(e);
+    if (e == 0 || ac_entry::step(e) == 64 || n >= fast_bits) {
+      h.ac[i++] = e;
+      continue;
+    }
+    const int room = fast_bits - n;
+    const std::uint64_t base = e & ~value2_field;  // a lone symbol's second step is 0
+    for (int t = 0; t < (1 << room); ++t) {
+      const std::uint64_t e2 = single[t << n];
+      // The second's bits add to the first's; its step and value fill the empty fields.
+      const std::uint64_t second = static_cast<std::uint64_t>(ac_entry::first_bits(e2)) |
+                                   static_cast<std::uint64_t>(ac_entry::step(e2)) << 24 |
+                                   (e2 & value2_field >> 16) << 16;
+      const bool fits = e2 != 0 && ac_entry::first_bits(e2) <= room;
+      h.ac[i + t] = fits ? base + second : e;
+    }
+    i += 1 << room;
+  }
 }
 
 }  // namespace
@@ -160,6 +247,7 @@ struct SegmentState {
   int bits = 0;
   int dc_pred[MAX_COMPS_IN_SCAN] = {};
   JBLOCK scratch;  // the blocks of MCUs libjpeg skips
+  std::uint64_t single[fast_size];  // build_table's scratch
 };
 
 namespace {
@@ -220,7 +308,10 @@ struct Bits {
   return e & 0xff;
 }
 
-boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
+// The body of decode_mcu, compiled twice: for any x86-64, and with BMI2 (whose shifts by a
+// register, shlx/shrx, are one cycle on the chain of dependent table lookups every coefficient
+// waits on; `shl %cl` is two to three). The same source, so the same coefficients.
+[[gnu::always_inline]] inline boolean decode_mcu_body(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
   auto* st = static_cast<SegmentState*>(cinfo->client_data);
   if (st->mcus_left == 0) {
     // The next interval: its own bytes, the DC predictions reset (T.81 F.2.1.3.1).
@@ -248,17 +339,28 @@ boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
     int& pred = st->dc_pred[st->component_of[blk]];
     pred = static_cast<int>(static_cast<unsigned>(pred) + static_cast<unsigned>(diff));
     out[0] = static_cast<JCOEF>(pred);
+    // A run past coefficient 63 (damaged data) writes at natural_order's 63 and ends the block,
+    // as libjpeg's decoder does: k stays below 128.
     for (int k = 1; k < 64;) {
       if (b.bits < 32 && !b.refill()) fail(cinfo);
-      const std::int32_t f = ac.ac[b.buffer >> (64 - fast_bits)];
-      if (f != 0) {
-        b.buffer <<= f & 0xff;
-        b.bits -= f & 0xff;
-        if (f & end_of_block) break;
-        k += (f >> 8) & 15;
-        if (k > 63) fail(cinfo);
-        out[natural_order[static_cast<std::size_t>(k)]] = static_cast<JCOEF>(f >> 16);
-        ++k;
+      const std::uint64_t e = ac.ac[b.buffer >> (64 - fast_bits)];
+      if (e != 0) {
+        const int k1 = k + ac_entry::step(e);
+        out[natural_order[static_cast<std::size_t>(k1 - 1)]] = ac_entry::value(e);
+        if (k1 < 64) [[likely]] {
+          // The second symbol is this block's too (a lone one writes its value again).
+          const int n = ac_entry::bits(e);
+          b.buffer <<= n;
+          b.bits -= n;
+          k = k1 + ac_entry::step2(e);
+          out[natural_order[static_cast<std::size_t>(k - 1)]] = ac_entry::value2(e);
+        } else {
+          // The block ended with the first: what follows is the next block's DC.
+          const int n = ac_entry::first_bits(e);
+          b.buffer <<= n;
+          b.bits -= n;
+          k = k1;
+        }
         continue;
       }
       const int rs = decode_symbol(ac, b);
@@ -271,7 +373,6 @@ boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
         continue;
       }
       k += r;
-      if (k > 63) fail(cinfo);
       out[natural_order[static_cast<std::size_t>(k)]] = static_cast<JCOEF>(extend(b.take(size), size));
       ++k;
     }
@@ -288,6 +389,15 @@ boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
   }
   return TRUE;
 }
+
+boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* mcu) { return decode_mcu_body(cinfo, mcu); }
+
+#if defined(__x86_64__) || defined(__i386__)
+[[gnu::target("bmi2")]] boolean decode_mcu_bmi2(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
+  return decode_mcu_body(cinfo, mcu);
+}
+const bool cpu_bmi2 = __builtin_cpu_supports("bmi2");
+#endif
 
 }  // namespace
 
@@ -311,8 +421,8 @@ void install_segment_decoder(jpeg_decompress_struct* cinfo, const RestartSegment
         !cinfo->dc_huff_tbl_ptrs[d] || !cinfo->ac_huff_tbl_ptrs[a]) {
       fail(cinfo);
     }
-    if (!dc_built[d]) build_table(*cinfo->dc_huff_tbl_ptrs[d], false, st->dc[d]);
-    if (!ac_built[a]) build_table(*cinfo->ac_huff_tbl_ptrs[a], true, st->ac[a]);
+    if (!dc_built[d]) build_table(*cinfo->dc_huff_tbl_ptrs[d], false, st->dc[d], st->single);
+    if (!ac_built[a]) build_table(*cinfo->ac_huff_tbl_ptrs[a], true, st->ac[a], st->single);
     dc_built[d] = ac_built[a] = true;
     st->dc_of[blk] = &st->dc[d];
     st->ac_of[blk] = &st->ac[a];
@@ -323,6 +433,10 @@ void install_segment_decoder(jpeg_decompress_struct* cinfo, const RestartSegment
   st->mcus_left = 0;
   cinfo->client_data = st;
   cinfo->entropy->decode_mcu = decode_mcu;
+#if defined(__x86_64__) || defined(__i386__)
+  // The BMI2 form where the CPU has it and the SIMD cap (set_simd_level, for tests) allows AVX2.
+  if (cpu_bmi2 && use_avx2()) cinfo->entropy->decode_mcu = decode_mcu_bmi2;
+#endif
 }
 
 }  // namespace coload::vision::detail

@@ -112,7 +112,7 @@ TEST_CASE("Resize filters like PIL's antialiased bilinear on known inputs") {
   CHECK(vision::resize(column.view(), 2, 1).data == std::vector<std::uint8_t>{71, 209});
 }
 
-TEST_CASE("the scalar, SSSE3 and AVX2 resampling kernels give the same bytes") {
+TEST_CASE("the scalar, SSSE3, AVX2 and AVX-512 resampling kernels give the same bytes") {
   using vision::detail::SimdLevel;
   // What `resample` gives with the kernels capped at each of `levels`, in order.
   auto at_levels = [](std::initializer_list<SimdLevel> levels, const auto& resample) {
@@ -132,10 +132,12 @@ TEST_CASE("the scalar, SSSE3 and AVX2 resampling kernels give the same bytes") {
     CAPTURE(box);
     CAPTURE(h);
     CAPTURE(w);
-    const auto outputs = at_levels({SimdLevel::scalar, SimdLevel::ssse3, SimdLevel::avx2},
-                                   [&] { return vision::resized_crop(img.view(), box, h, w); });
+    const auto outputs =
+        at_levels({SimdLevel::scalar, SimdLevel::ssse3, SimdLevel::avx2, SimdLevel::avx512},
+                  [&] { return vision::resized_crop(img.view(), box, h, w); });
     CHECK(outputs[0] == outputs[1]);
     CHECK(outputs[0] == outputs[2]);
+    CHECK(outputs[0] == outputs[3]);
   }
   // Random boxes and output sizes: every filter length from upscales to 6x downscales (the
   // kernels specialised for windows of 3 and 5 taps and the general ones), output rows of
@@ -161,10 +163,11 @@ TEST_CASE("the scalar, SSSE3 and AVX2 resampling kernels give the same bytes") {
       CAPTURE(box);
       CAPTURE(out_h);
       CAPTURE(out_w);
-      const auto outputs = at_levels({SimdLevel::scalar, SimdLevel::avx2}, [&] {
+      const auto outputs = at_levels({SimdLevel::scalar, SimdLevel::avx2, SimdLevel::avx512}, [&] {
         return vision::resized_crop(src.view(), box, out_h, out_w);
       });
       CHECK(outputs[0] == outputs[1]);
+      CHECK(outputs[0] == outputs[2]);
     }
   }
   // Images a few pixels wide: a SIMD load from a window near a row's end reaches past the rows
@@ -182,10 +185,12 @@ TEST_CASE("the scalar, SSSE3 and AVX2 resampling kernels give the same bytes") {
         CAPTURE(height);
         CAPTURE(out_h);
         CAPTURE(out_w);
-        const auto outputs = at_levels({SimdLevel::scalar, SimdLevel::ssse3, SimdLevel::avx2},
-                                       [&] { return vision::resize(src.view(), out_h, out_w); });
+        const auto outputs =
+            at_levels({SimdLevel::scalar, SimdLevel::ssse3, SimdLevel::avx2, SimdLevel::avx512},
+                      [&] { return vision::resize(src.view(), out_h, out_w); });
         CHECK(outputs[0] == outputs[1]);
         CHECK(outputs[0] == outputs[2]);
+        CHECK(outputs[0] == outputs[3]);
       }
     }
   }
@@ -568,6 +573,20 @@ TEST_CASE("the fused paths take PNGs too, decoding them at full size") {
   std::vector<float> fused(3 * 224 * 224);
   vision::TrainTransform{}(vision::as_bytes_span(png), g1, fused.data());
   CHECK(fused == floats_of(composed(src, g2)));
+  // Another mean and std on the same thread, then the first again: the thread's cached
+  // normalise table follows them (transforms.cpp's normalize_table).
+  const auto unit = vision::Compose{vision::RandomResizedCrop{224}, vision::RandomHorizontalFlip{},
+                                    vision::ToTensor{}, vision::Normalize{{0.5, 0, 0}, {1, 2, 1}}};
+  at::Generator g3 = coload::make_generator(4);
+  at::Generator g4 = coload::make_generator(4);
+  std::vector<float> other(3 * 224 * 224);
+  vision::TrainTransform{.mean = {0.5f, 0, 0}, .std_dev = {1, 2, 1}}(vision::as_bytes_span(png),
+                                                                     g3, other.data());
+  CHECK(other == floats_of(unit(src, g4)));
+  at::Generator g5 = coload::make_generator(3);
+  std::vector<float> again(3 * 224 * 224);
+  vision::TrainTransform{}(vision::as_bytes_span(png), g5, again.data());
+  CHECK(again == fused);
 }
 
 TEST_CASE("fidelity: resized crops reach 35 dB PSNR against torchvision, full and DCT-scaled" *
