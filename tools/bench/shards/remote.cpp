@@ -123,6 +123,18 @@ double rss_mib() {
   return 0;
 }
 
+// Runs one row's `run()` with its memory traced into `m` (after malloc_trim with --trim).
+template <typename Run>
+auto traced(bool trim, MemoryTrace& m, Run&& run) {
+  if (trim) ::malloc_trim(0);
+  reset_peak_rss();
+  m.start_rss = rss_mib();
+  auto result = run();
+  m.peak_rss = peak_rss_mib();
+  m.end = heap_now();
+  return result;
+}
+
 struct Row {
   std::string name;
   std::string where;
@@ -414,16 +426,13 @@ int main(int argc, char** argv) {
   const double base_mib = peak_rss_mib();  // libtorch's pages and the heap kept: every row has them
   for (int r = 0; r < (raw ? rounds : 0); ++r) {
     for (Row& row : rows) {
-      if (trim) ::malloc_trim(0);
-      reset_peak_rss();
-      row.memory.start_rss = rss_mib();
-      const Run run = stream_all(row.where, workers, read_ahead, loader, server.pid);
-      row.memory.peak_rss = peak_rss_mib();
-      row.memory.end = heap_now();
+      const Run run = traced(trim, row.memory, [&] {
+        return stream_all(row.where, workers, read_ahead, loader, server.pid);
+      });
       row.server_ms.push_back(run.server_ms_per_100k);
       row.mb_per_s.push_back(run.mb_per_s);
       row.cpu_ms.push_back(run.cpu_ms_per_100k);
-      row.peak_mib = std::max(row.peak_mib, peak_rss_mib());
+      row.peak_mib = std::max(row.peak_mib, row.memory.peak_rss);
       row.held_mib = std::max(row.held_mib, run.held_mib);
     }
   }
@@ -478,16 +487,12 @@ int main(int argc, char** argv) {
   std::int64_t per_row = 0;
   for (int r = 0; r < rounds; ++r) {
     for (TrainRow& row : train_rows) {
-      if (trim) ::malloc_trim(0);
-      reset_peak_rss();
-      row.memory.start_rss = rss_mib();
-      const TrainRun run = train(row.where, workers, batch, epochs, server.pid);
-      row.memory.peak_rss = peak_rss_mib();
-      row.memory.end = heap_now();
+      const TrainRun run =
+          traced(trim, row.memory, [&] { return train(row.where, workers, batch, epochs, server.pid); });
       row.images_per_s.push_back(run.images_per_s);
       row.cpu_ms.push_back(run.cpu_ms);
       row.server_ms.push_back(run.server_cpu_ms);
-      row.peak_mib = std::max(row.peak_mib, peak_rss_mib());
+      row.peak_mib = std::max(row.peak_mib, row.memory.peak_rss);
       per_row = run.images;
     }
   }
