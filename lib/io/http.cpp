@@ -177,9 +177,40 @@ std::size_t BodyStream::Transfer::take(std::byte* dst, std::size_t n) {
 
 namespace {
 
+/// `line` lower-cased, for matching header names.
+std::string lower(std::string_view line) {
+  std::string out(line);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+/// A multi-range answer's Content-Type: its boundary, or "" (not multipart/byteranges).
+std::string byteranges_boundary(std::string_view line) {
+  const std::string low = lower(line);
+  if (low.rfind("content-type:", 0) != 0 || low.find("multipart/byteranges") == std::string::npos) {
+    return "";
+  }
+  const auto at = low.find("boundary=");
+  if (at == std::string::npos) return "";
+  std::string_view b = line.substr(at + 9);
+  while (!b.empty() && (b.back() == '\r' || b.back() == '\n' || b.back() == ' ')) b.remove_suffix(1);
+  if (const auto semi = b.find(';'); semi != std::string_view::npos) b = b.substr(0, semi);
+  if (b.size() >= 2 && b.front() == '"' && b.back() == '"') b = b.substr(1, b.size() - 2);
+  return std::string(b);
+}
+
 std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
   auto* t = static_cast<BodyStream::Transfer*>(user);
   std::string_view line(p, size * n);
+  if (t->scatter) {
+    if (starts_with(line, "HTTP/")) {
+      t->scatter->boundary.clear();  // a new response (after a redirect): its own headers
+      t->range_start = t->range_total = -1;
+    } else if (std::string b = byteranges_boundary(line); !b.empty()) {
+      t->scatter->boundary = std::move(b);
+    }
+  }
   constexpr std::string_view name = "content-range:";
   if (line.size() > name.size()) {
     std::string head(line.substr(0, name.size()));
@@ -197,9 +228,108 @@ std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
   return size * n;
 }
 
+/// Writes `n` bytes that are bytes [at, at + n) of the URL into the parts they belong to.
+/// A part takes only bytes that continue it: a gap leaves it short, for the caller to fetch.
+void scatter_write(ScatterState& s, std::uint64_t at, const char* p, std::size_t n) {
+  auto it = std::upper_bound(s.parts.begin(), s.parts.end(), at,
+                             [](std::uint64_t v, const RangePart& r) { return v < r.end; });
+  for (; it != s.parts.end() && it->begin < at + n; ++it) {
+    std::uint64_t& filled = s.filled[static_cast<std::size_t>(it - s.parts.begin())];
+    const std::uint64_t next = it->begin + filled;
+    const std::uint64_t to = std::min<std::uint64_t>(at + n, it->end);
+    if (at > next || next >= to) continue;
+    std::memcpy(it->dst + filled, p + (next - at), static_cast<std::size_t>(to - next));
+    filled += to - next;
+  }
+}
+
+/// One part's header block of a multipart/byteranges body, up to its blank line: the part's
+/// first byte and size from its Content-Range, or false when it is not one of ours.
+bool parse_part_head(const ScatterState& s, std::string_view head, std::uint64_t size,
+                     std::uint64_t* first, std::uint64_t* count) {
+  if (head.find("--" + s.boundary) == std::string_view::npos) return false;
+  const std::string low = lower(head);
+  const auto at = low.find("content-range:");
+  if (at == std::string::npos) return false;
+  unsigned long long a = 0, b = 0, total = 0;
+  const std::string rest = low.substr(at + 14, 80);
+  if (std::sscanf(rest.c_str(), " bytes %llu-%llu/%llu", &a, &b, &total) != 3 || b < a) {
+    return false;
+  }
+  if (size && total != size) return false;  // changed since indexed: the caller's GET says so
+  *first = a;
+  *count = b - a + 1;
+  return true;
+}
+
+/// on_body for get_ranges_async: the answer's parts scattered to the caller's memory. Any
+/// answer it cannot use ends the transfer (the caller fetches what is missing).
+std::size_t on_scatter(BodyStream::Transfer& t, const char* p, std::size_t bytes) {
+  constexpr std::size_t head_limit = 16 << 10;  // a part's headers: a few lines
+  ScatterState& s = *t.scatter;
+  if (!t.checked) {
+    t.checked = true;
+    curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &t.status);
+    if (t.status == 200) {
+      // Several ranges answered with the whole body: this server is asked one range a GET.
+      const auto scheme = t.url.find("://");
+      const std::string origin = t.url.substr(0, t.url.find('/', scheme + 3));
+      std::lock_guard lock(t.driver->origins_mutex);
+      if (std::find(t.driver->whole_body_origins.begin(), t.driver->whole_body_origins.end(),
+                    origin) == t.driver->whole_body_origins.end()) {
+        t.driver->whole_body_origins.push_back(origin);
+      }
+      return 0;
+    }
+    if (t.status != 206) return 0;
+    if (!s.boundary.empty()) {
+      s.multipart = true;
+    } else if (t.range_start >= 0 &&
+               (!t.size || static_cast<std::uint64_t>(t.range_total) == t.size)) {
+      s.offset = static_cast<std::uint64_t>(t.range_start);  // one range over all the parts
+      s.left = to_end;
+    } else {
+      return 0;
+    }
+  }
+  std::lock_guard lock(t.mutex);
+  if (t.cancelled) return 0;  // the parts' memory may be gone
+  std::size_t i = 0;
+  while (i < bytes) {
+    if (s.left > 0) {
+      const auto k = static_cast<std::size_t>(std::min<std::uint64_t>(bytes - i, s.left));
+      scatter_write(s, s.offset, p + i, k);
+      s.offset += k;
+      if (s.left != to_end) s.left -= k;
+      i += k;
+      continue;
+    }
+    // Between parts: "\r\n--boundary\r\n" and the part's headers, up to a blank line.
+    const std::size_t had = s.head.size();
+    const std::size_t k = std::min(bytes - i, head_limit - had);
+    s.head.append(p + i, k);
+    const auto blank = s.head.find("\r\n\r\n", had >= 3 ? had - 3 : 0);
+    if (blank == std::string::npos) {
+      if (s.head.size() >= head_limit) return 0;
+      i += k;  // the closing boundary ends here too: it has no blank line
+      continue;
+    }
+    i += blank + 4 - had;
+    std::uint64_t first = 0, count = 0;
+    if (!parse_part_head(s, std::string_view(s.head).substr(0, blank), t.size, &first, &count)) {
+      return 0;
+    }
+    s.offset = first;
+    s.left = count;
+    s.head.clear();
+  }
+  return bytes;
+}
+
 std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
   auto* t = static_cast<BodyStream::Transfer*>(user);
   const std::size_t bytes = size * n;
+  if (t->scatter) return on_scatter(*t, p, bytes);
   if (!t->checked) {
     t->checked = true;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
@@ -343,7 +473,9 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   // Identity encoding: byte offsets are offsets of the file itself.
   curl_easy_setopt(easy, CURLOPT_HTTP_CONTENT_DECODING, 0L);
   std::string range;
-  if (t->end != to_end) {
+  if (t->scatter) {
+    range = t->scatter->ranges;
+  } else if (t->end != to_end) {
     range = std::to_string(t->reached) + "-" + std::to_string(t->end - 1);
   } else if (t->reached > 0) {
     range = std::to_string(t->reached) + "-";
@@ -366,6 +498,11 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
     cancelled = t.cancelled;
   }
   if (cancelled) return;
+  if (t.scatter) {
+    // One attempt: what arrived is the caller's, and it fetches the rest itself.
+    this->complete(t);
+    return;
+  }
   const bool complete = t.end != to_end ? t.reached >= t.end : result == CURLE_OK;
   if (complete && t.fatal.empty()) {
     this->complete(t);
@@ -417,6 +554,16 @@ std::shared_ptr<BodyStream::Transfer> HttpClient::start(const std::string& url,
                                                         std::size_t window, std::uint64_t size,
                                                         const RetryOptions& retry,
                                                         std::uint64_t limit, std::byte* sink) {
+  auto t = prepare(url, begin, end, window, size, retry, limit, sink);
+  launch(t);
+  return t;
+}
+
+std::shared_ptr<BodyStream::Transfer> HttpClient::prepare(const std::string& url,
+                                                          std::uint64_t begin, std::uint64_t end,
+                                                          std::size_t window, std::uint64_t size,
+                                                          const RetryOptions& retry,
+                                                          std::uint64_t limit, std::byte* sink) {
   validate(retry);
   // Every field the loop reads is set here, before the loop can see the transfer.
   auto t = std::make_shared<BodyStream::Transfer>();
@@ -429,12 +576,15 @@ std::shared_ptr<BodyStream::Transfer> HttpClient::start(const std::string& url,
   t->window = window;
   t->size = size;
   t->sink = sink;
+  return t;
+}
+
+void HttpClient::launch(const std::shared_ptr<BodyStream::Transfer>& t) {
   Driver* d = driver_.get();
   if (!d->post([d, t] { d->launch(t); })) {
     t->done = t->failed = true;
-    t->error_what = "cannot read '" + url + "': the HTTP client was closed";
+    t->error_what = "cannot read '" + t->url + "': the HTTP client was closed";
   }
-  return t;
 }
 
 void HttpClient::blocking(const char* what) const {
@@ -484,6 +634,60 @@ Task<void> HttpClient::get_range_async(std::string url, std::uint64_t begin, std
   const auto n = static_cast<std::size_t>(end - begin);
   co_await body.wait_for(n);  // no window: done when all of it is here
   finish_sink(*t, n, false);  // or the error, or the body's early end
+}
+
+Task<std::vector<std::uint64_t>> HttpClient::get_ranges_async(std::string url,
+                                                              std::vector<RangePart> parts,
+                                                              std::uint64_t size, std::uint64_t gap,
+                                                              RetryOptions retry) {
+  std::vector<std::uint64_t> filled(parts.size(), 0);
+  auto s = std::make_unique<ScatterState>();
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    if (parts[k].end > parts[k].begin) s->slot.push_back(k);
+  }
+  std::sort(s->slot.begin(), s->slot.end(),
+            [&](std::size_t a, std::size_t b) { return parts[a].begin < parts[b].begin; });
+  for (const std::size_t k : s->slot) {
+    if (!s->parts.empty() && parts[k].begin < s->parts.back().end) {
+      throw InvalidArgument("HttpClient::get_ranges_async: the ranges of '" + url +
+                            "' overlap at byte " + std::to_string(parts[k].begin));
+    }
+    s->parts.push_back(parts[k]);
+  }
+  const bool http = starts_with(url, "http://") || starts_with(url, "https://");
+  if (s->parts.empty() || !http) co_return filled;
+  {
+    const auto scheme = url.find("://");
+    const std::string origin = url.substr(0, url.find('/', scheme + 3));
+    std::lock_guard lock(driver_->origins_mutex);
+    const auto& whole = driver_->whole_body_origins;
+    if (std::find(whole.begin(), whole.end(), origin) != whole.end()) co_return filled;
+  }
+  // Neighbours less than `gap` apart are one range: the bytes between come along, dropped.
+  std::uint64_t run_begin = s->parts.front().begin, run_end = s->parts.front().end;
+  const auto add_run = [&] {
+    if (!s->ranges.empty()) s->ranges += ',';
+    s->ranges += std::to_string(run_begin) + "-" + std::to_string(run_end - 1);
+  };
+  for (const RangePart& r : s->parts) {
+    if (r.begin > run_end + gap) {
+      add_run();
+      run_begin = r.begin;
+    }
+    run_end = std::max(run_end, r.end);
+  }
+  add_run();
+  s->filled.assign(s->parts.size(), 0);
+  auto t = prepare(url, 0, to_end, 0, size, retry);
+  t->scatter = std::move(s);
+  launch(t);
+  // Destroyed early (the batch was dropped), it cancels the transfer and withdraws the wait.
+  BodyStream body(shared_from_this(), t, 0);
+  co_await body.wait_for(std::numeric_limits<std::size_t>::max());  // until it is done
+  std::lock_guard lock(t->mutex);
+  const ScatterState& done = *t->scatter;
+  for (std::size_t i = 0; i < done.parts.size(); ++i) filled[done.slot[i]] = done.filled[i];
+  co_return filled;
 }
 
 std::string HttpClient::get(const std::string& url, std::uint64_t limit,

@@ -38,6 +38,21 @@ constexpr std::size_t max_idle = 64;  // easy handles kept for reuse
 using Clock = std::chrono::steady_clock;
 }  // namespace http_detail
 
+/// A multi-range read's state (HttpClient::get_ranges_async): its parts, what each has
+/// received, and where the answer's parser stands. The loop's alone while the transfer runs;
+/// `filled` is written under the transfer's mutex, read by the caller once it is done.
+struct ScatterState {
+  std::vector<RangePart> parts;       // by begin, disjoint
+  std::vector<std::size_t> slot;      // each part's position in the caller's list
+  std::vector<std::uint64_t> filled;  // bytes of each part written, from its begin
+  std::string ranges;                 // the Range header's value: "a-b,c-d"
+  std::string boundary;               // a multipart/byteranges answer's (Content-Type)
+  std::string head;                   // a part's header block as far as it arrived
+  std::uint64_t offset = 0;           // the body's next byte is this byte of the URL
+  std::uint64_t left = 0;             // bytes of the part being received still to come
+  bool multipart = false;
+};
+
 struct BodyStream::Transfer : std::enable_shared_from_this<BodyStream::Transfer> {
   // Set before the transfer starts; read-only after.
   HttpClient::Driver* driver = nullptr;
@@ -50,6 +65,8 @@ struct BodyStream::Transfer : std::enable_shared_from_this<BodyStream::Transfer>
   // counts them (no block, no second copy); the caller's memory, written only while the
   // transfer is not cancelled.
   std::byte* sink = nullptr;
+  // get_ranges_async: its parts' memory, written as sink's is; one attempt, no retry.
+  std::unique_ptr<ScatterState> scatter;
   RetryOptions retry;
 
   // The loop's alone (the io_context's thread).
@@ -145,6 +162,10 @@ struct HttpClient::Driver {
     }
   }
   std::vector<std::shared_ptr<BodyStream::Transfer>> waiting;  // in backoff
+  // Servers ("scheme://host:port") that answered a multi-range request with the whole body:
+  // get_ranges_async asks them no more. From any thread, under `origins_mutex`.
+  std::mutex origins_mutex;
+  std::vector<std::string> whole_body_origins;
   std::minstd_rand jitter;
   bool closing = false;
 

@@ -342,6 +342,81 @@ Task<ShardSample> ShardDataset::read_async(io::Reader& reader, Index index) cons
   co_return out;
 }
 
+std::vector<std::vector<std::size_t>> ShardDataset::remote_groups(std::span<const Index> indices,
+                                                                  std::size_t max_parts) const {
+  struct Want {
+    std::size_t shard, sample, slot;
+  };
+  const auto& shards = state_->shards;
+  std::vector<Want> remote;
+  std::vector<signed char> served(shards.size(), -1);  // per shard: by HTTP(S), not cached
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    const Location at = locate(indices[k]);
+    signed char& by_http = served[at.shard];
+    if (by_http < 0) {
+      const std::string& path = shards[at.shard].path;
+      by_http = (path.rfind("http://", 0) == 0 || path.rfind("https://", 0) == 0) &&
+                !detail::cache_find(state_->options, shards[at.shard]);
+    }
+    if (by_http) remote.push_back({at.shard, at.sample, k});
+  }
+  std::sort(remote.begin(), remote.end(), [](const Want& a, const Want& b) {
+    return a.shard != b.shard ? a.shard < b.shard : a.sample < b.sample;
+  });
+  // A repeat is left to read_async: the parts of one request must not overlap.
+  remote.erase(std::unique(remote.begin(), remote.end(),
+                           [](const Want& a, const Want& b) {
+                             return a.shard == b.shard && a.sample == b.sample;
+                           }),
+               remote.end());
+  std::vector<std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < remote.size();) {
+    std::size_t j = i + 1;
+    while (j < remote.size() && remote[j].shard == remote[i].shard) ++j;
+    // Split evenly: a batch's decode starts as each group arrives, not after the whole shard's.
+    const std::size_t n = j - i, count = (n + max_parts - 1) / std::max<std::size_t>(max_parts, 1);
+    for (std::size_t g = 0; g < count && n > 1; ++g) {
+      std::vector<std::size_t> group;
+      for (std::size_t k = i + n * g / count; k < i + n * (g + 1) / count; ++k) {
+        group.push_back(remote[k].slot);
+      }
+      if (group.size() > 1) groups.push_back(std::move(group));
+    }
+    i = j;
+  }
+  return groups;
+}
+
+Task<std::vector<std::optional<ShardSample>>> ShardDataset::prefetch_async(
+    io::Reader& reader, std::span<const Index> indices, std::vector<std::size_t> group,
+    std::uint64_t gap) const {
+  std::vector<std::optional<ShardSample>> out(group.size());
+  if (group.empty()) co_return out;
+  const ShardIndex& shard = state_->shards[locate(indices[group.front()]).shard];
+  std::vector<ShardSample> got(group.size());
+  std::vector<io::RangePart> parts;
+  for (std::size_t j = 0; j < group.size(); ++j) {
+    const Location at = locate(indices[group[j]]);
+    if (&state_->shards[at.shard] != &shard) {
+      throw InvalidArgument("ShardDataset::prefetch_async: the group's samples are of more "
+                            "than one shard");
+    }
+    const IndexSample& sample = shard.samples[at.sample];
+    got[j].data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
+    parts.push_back({sample.begin, sample.end, got[j].data.data()});
+  }
+  const std::vector<std::uint64_t> filled =
+      co_await io::HttpClient::on(reader.context())
+          ->get_ranges_async(shard.path, parts, shard.file_size, gap, state_->options.retry);
+  for (std::size_t j = 0; j < group.size(); ++j) {
+    if (filled[j] != parts[j].end - parts[j].begin) continue;
+    detail::place_fields(shard, shard.samples[locate(indices[group[j]]).sample], parts[j].begin,
+                         got[j]);
+    out[j] = std::move(got[j]);
+  }
+  co_return out;
+}
+
 ShardSample ShardDataset::get(Index index, SampleContext&) const { return read(index); }
 
 Task<ShardSample> ShardDataset::get_async(Index index, SampleContext& ctx) const {

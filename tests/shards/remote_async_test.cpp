@@ -12,6 +12,8 @@
 #include <exception>
 #include <fstream>
 #include <functional>
+#include <iterator>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -25,12 +27,17 @@
 #include <xxhash.h>
 
 #include "coload/core/warning.hpp"
+#include "coload/coro/sync_wait.hpp"
 #include "coload/coro/task.hpp"
 #include "coload/io/http.hpp"
 #include "coload/loader/data_loader.hpp"
 #include "coload/shards/dataset.hpp"
 #include "coload/shards/index.hpp"
 #include "coload/shards/stream.hpp"
+#include "coload/shards/writer.hpp"
+#include "coload/vision/shard_pipeline.hpp"
+#include "coload/vision/transforms.hpp"
+#include "../vision/image_test_support.hpp"
 #include "remote_support.hpp"
 
 // After the coload headers: libtorch's glog defines a CHECK of its own, which doctest's replaces.
@@ -472,6 +479,158 @@ TEST_CASE("a cache entry is checked against its index's checksum: one altered at
   CHECK(epoch(plain, info) == want);
   CHECK(requests() == before);
   CHECK(warnings.size() == 2);
+}
+
+TEST_CASE("get_ranges_async: several ranges of one URL with one GET, neighbours as one range; a fault leaves parts short, never wrong") {
+  const auto count = [](const std::string& mode) {
+    return std::stoi(io::HttpClient::shared()->get(
+        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
+  };
+  const fs::path file = *root / "shards" / "shard-000000.tar";
+  std::ifstream in(file, std::ios::binary);
+  const std::string whole((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::uint64_t size = whole.size();
+  REQUIRE(size > 4000);
+  // Out of order; the second and fourth are neighbours (one range asked), the third ends the
+  // file, the last is empty.
+  const std::vector<std::pair<std::uint64_t, std::uint64_t>> wants{
+      {1000, 1500}, {10, 110}, {size - 200, size}, {110, 300}, {2000, 2000}};
+  std::vector<std::string> got;
+  const auto run = [&](io::HttpClient& client, const std::string& where) {
+    got.assign(wants.size(), std::string());
+    std::vector<io::RangePart> parts;
+    for (std::size_t k = 0; k < wants.size(); ++k) {
+      got[k].assign(wants[k].second - wants[k].first, '\xee');
+      parts.push_back({wants[k].first, wants[k].second, reinterpret_cast<std::byte*>(got[k].data())});
+    }
+    return sync_wait(client.get_ranges_async(where, parts, size, 0));
+  };
+  const auto expect = [&](std::size_t k) {
+    return whole.substr(wants[k].first, wants[k].second - wants[k].first);
+  };
+  auto client = std::make_shared<io::HttpClient>();
+  {
+    const std::string mode = "ok,ranges";
+    const auto filled = run(*client, url(mode) + "shard-000000.tar");
+    for (std::size_t k = 0; k < wants.size(); ++k) {
+      CAPTURE(k);
+      CHECK(filled[k] == wants[k].second - wants[k].first);
+      CHECK(got[k] == expect(k));
+    }
+    CHECK(count(mode) == 1);
+  }
+  // Each fault: one attempt (no retry), and a part holds exactly the bytes it says it has.
+  for (const char* fault : {"reset1", "short1", "lie1", "503x1", "lielong1"}) {
+    const std::string mode = std::string(fault) + ",ranges";
+    CAPTURE(mode);
+    const auto filled = run(*client, url(mode) + "shard-000000.tar");
+    bool short_one = false;
+    for (std::size_t k = 0; k < wants.size(); ++k) {
+      CAPTURE(k);
+      REQUIRE(filled[k] <= got[k].size());
+      CHECK(got[k].substr(0, filled[k]) == expect(k).substr(0, filled[k]));
+      short_one = short_one || filled[k] < got[k].size();
+    }
+    // lielong sends every byte (it only claims more): nothing is missing there.
+    CHECK(short_one == (std::string(fault) != "lielong1"));
+    CHECK(count(mode) == 1);
+  }
+  // Overlapping parts are the caller's mistake.
+  std::string a(100, '\0'), b(100, '\0');
+  CHECK_THROWS_AS(sync_wait(client->get_ranges_async(
+                      url("ok,ranges") + "shard-000000.tar",
+                      {{0, 100, reinterpret_cast<std::byte*>(a.data())},
+                       {50, 150, reinterpret_cast<std::byte*>(b.data())}})),
+                  InvalidArgument);
+  // s3:// (S3 answers one range a GET): nothing asked, nothing filled.
+  CHECK(run(*client, "s3://no-such-bucket/shard-000000.tar") ==
+        std::vector<std::uint64_t>(wants.size(), 0));
+  // A server that answers several ranges with the whole body: nothing filled, and the client
+  // asks that server (host and port) no more: one request in all.
+  const std::vector<std::uint64_t> none(wants.size(), 0);
+  CHECK(run(*client, url("norange,ranges") + "shard-000000.tar") == none);
+  CHECK(run(*client, url("norange,ranges") + "shard-000000.tar") == none);
+  CHECK(count("norange,ranges") == 1);
+  CHECK(run(*client, url("ok,ranges2") + "shard-000000.tar") == none);
+  CHECK(count("ok,ranges2") == 0);
+}
+
+TEST_CASE("image batches by URL: a batch's samples of one shard come a few to a GET, and the batches are the folder's, under faults and from a server that ignores ranges") {
+  constexpr int images = 48;
+  const fs::path dir = *root / "images";
+  if (!fs::exists(dir)) {
+    shards::Writer writer(dir, {.shard_size = 40000});
+    for (int i = 0; i < images; ++i) {
+      const auto jpg = vision::test::synthetic_jpeg(40 + i % 7 * 8, 36 + i % 5 * 8,
+                                                    static_cast<std::uint32_t>(i));
+      const std::string cls = std::to_string(i % 3);
+      const shards::WriteField fields[] = {{"jpg", jpg}, {"cls", shards_test::bytes_of(cls)}};
+      char key[16];
+      std::snprintf(key, sizeof key, "img%03d", i);
+      writer.write(key, fields);
+    }
+    writer.finish();
+  }
+  const shards::ShardDataset local(dir);
+  REQUIRE(local.size() == images);
+  REQUIRE(local.shards().size() >= 2);
+  // The label is the sample's index: each batch says which samples it holds.
+  const vision::ShardImagePipeline::Label label = [](const shards::ShardSample& s) {
+    return static_cast<std::int64_t>(std::stoi(s.key.substr(3)));
+  };
+  struct Epoch {
+    std::vector<at::Tensor> batches;
+    std::vector<std::vector<std::int64_t>> ids;
+  };
+  const auto run = [&](const shards::ShardDataset& data, Executor executor) {
+    vision::ShardImagePipeline pipe(data, vision::TrainTransform{.size = 24}, label);
+    auto loader = make_data_loader(pipe, LoaderOptions<>{.batch_size = 20, .shuffle = true,
+                                                         .num_workers = 2, .seed = 5,
+                                                         .executor = executor});
+    Epoch e;
+    for (auto& [batch, labels] : loader) {
+      e.batches.push_back(batch.clone());
+      const at::Tensor l = labels.contiguous();
+      e.ids.emplace_back(l.data_ptr<std::int64_t>(), l.data_ptr<std::int64_t>() + l.numel());
+    }
+    return e;
+  };
+  const auto same = [](const Epoch& a, const Epoch& b) {
+    if (a.ids != b.ids || a.batches.size() != b.batches.size()) return false;
+    for (std::size_t k = 0; k < a.batches.size(); ++k) {
+      if (!a.batches[k].equal(b.batches[k])) return false;
+    }
+    return true;
+  };
+  const Epoch want = run(local, Executor::threads);
+  REQUIRE(want.ids.size() == 3);
+  // A batch's samples of one shard, at most 8 a GET: what the requests must number.
+  int gets = 0;
+  for (const auto& batch : want.ids) {
+    std::map<std::size_t, int> per_shard;
+    for (const std::int64_t i : batch) ++per_shard[local.locate(i).shard];
+    for (const auto& [shard, n] : per_shard) gets += (n + 7) / 8;
+  }
+  CAPTURE(gets);
+  CHECK(gets < images / 2);
+  const auto count = [](const std::string& mode) {
+    return std::stoi(io::HttpClient::shared()->get(
+        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
+  };
+  struct Case {
+    const char* mode;
+    Executor executor;
+  };
+  for (const Case c : {Case{"ok,img", Executor::threads}, Case{"ok,imgp", Executor::processes},
+                       Case{"reset1,img", Executor::threads}, Case{"short1,img", Executor::threads},
+                       Case{"lie1,img", Executor::threads}, Case{"503x1,img", Executor::threads},
+                       Case{"norange,img", Executor::threads}}) {
+    CAPTURE(c.mode);
+    const shards::ShardDataset remote(url(c.mode, "images/"));
+    const int before = count(c.mode);
+    CHECK(same(run(remote, c.executor), want));
+    if (std::string(c.mode).rfind("ok,", 0) == 0) CHECK(count(c.mode) - before == gets);
+  }
 }
 
 }  // TEST_SUITE

@@ -23,6 +23,8 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
   always503     answers 503 to every request
   from<k>       no fault for the first k requests of each target (a later epoch's fail)
   403           answers 403
+  norange       forwards requests without their Range header: nginx answers each with its
+                whole body (200), as a server that ignores ranges does
 http://127.0.0.1:<proxy>/count/<mode> answers the number of requests made under /<mode>/ so far,
 and /connections/<mode> the number of client connections that carried one of them: a response
 without a fault keeps its connection open for the client's next request (HTTP/1.1 keep-alive),
@@ -57,12 +59,16 @@ def start_nginx(root, tmp):
     for _ in range(20):  # another process may take the port between free_port and listen
         port = free_port()
         conf = os.path.join(tmp, "nginx.conf")
+        # COLOAD_SERVE_FILE_CACHE=1 (the benchmarks): nginx keeps files open between requests,
+        # as a server of shards is set up. The tests leave it off: they rewrite files under it.
+        file_cache = ("\n  open_file_cache max=10000 inactive=60s; open_file_cache_valid 60s;"
+                      if os.environ.get("COLOAD_SERVE_FILE_CACHE") == "1" else "")
         with open(conf, "w") as f:
             f.write(f"""daemon off; master_process off; worker_processes 1;
 error_log {tmp}/error.log; pid {tmp}/nginx.pid;
 events {{ worker_connections 1024; }}
 http {{
-  access_log off; sendfile on; tcp_nopush on; keepalive_requests 100000;
+  access_log off; sendfile on; tcp_nopush on; keepalive_requests 100000;{file_cache}
   client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy;
   fastcgi_temp_path {tmp}/fastcgi; uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
   default_type application/octet-stream;
@@ -153,7 +159,8 @@ class Proxy:
         if up[1] is None:
             up[0], up[1] = await asyncio.open_connection("127.0.0.1", self.upstream)
         ur, uw = up
-        keep = [l for l in head[1:] if l and not l.lower().startswith(("connection:", "keep-alive:"))]
+        drop = ("connection:", "keep-alive:") + (("range:",) if "norange" in tokens else ())
+        keep = [l for l in head[1:] if l and not l.lower().startswith(drop)]
         uw.write((f"{method} {path} HTTP/1.1\r\n" + "".join(l + "\r\n" for l in keep) +
                   "\r\n").encode("latin-1"))
         await uw.drain()

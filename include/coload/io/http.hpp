@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "coload/core/error.hpp"
 #include "coload/coro/task.hpp"
@@ -74,6 +75,13 @@ class HttpError : public std::runtime_error, public Error {
 };
 
 class HttpClient;
+
+/// One range of a multi-range read (HttpClient::get_ranges_async): bytes [begin, end) of the
+/// URL, written to `dst`.
+struct RangePart {
+  std::uint64_t begin = 0, end = 0;
+  std::byte* dst = nullptr;
+};
 
 /// The bytes [begin, end) of one URL, arriving in order; at most `window` bytes are held
 /// received ahead of the reader (the transfer is paused beyond it). Destroying it cancels the
@@ -182,6 +190,21 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
   /// of the client's io_context (on()'s: the loader's driver). `dst` must outlive it.
   Task<void> get_range_async(std::string url, std::uint64_t begin, std::uint64_t end,
                              std::byte* dst, std::uint64_t size = 0, RetryOptions retry = {});
+  /// Several ranges of `url` with one request where the server allows it: an HTTP(S) GET whose
+  /// `Range` header lists them all (ranges less than `gap` bytes apart asked as one), its
+  /// multipart/byteranges answer (or one range that covers them) written to each part's
+  /// `dst`. One attempt, no retry and no error: it returns how many bytes of each part arrived,
+  /// counted from the part's begin (its whole size for a part done), and the caller fetches
+  /// what is missing its own way (get_range_async: retries, and the error that names the
+  /// URL). s3:// and file:// URLs (S3 answers one range only), and a server that answered a
+  /// multi-range request with its whole body (remembered a client, by scheme, host and port),
+  /// get nothing: zeros at once. The parts must not overlap (InvalidArgument); each `dst`
+  /// must outlive the task.
+  Task<std::vector<std::uint64_t>> get_ranges_async(std::string url,
+                                                    std::vector<RangePart> parts,
+                                                    std::uint64_t size = 0,
+                                                    std::uint64_t gap = 0,
+                                                    RetryOptions retry = {});
   /// Streams bytes [begin, end) of `url` (see BodyStream); `size` as for get_range. It starts
   /// the transfer and returns without waiting (any thread, ctx's too).
   std::unique_ptr<BodyStream> stream(const std::string& url, std::uint64_t begin,
@@ -203,6 +226,14 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
   friend class BodyStream;
   explicit HttpClient(asio::io_context& ctx);
   void blocking(const char* what) const;
+  /// A transfer with these fields, not started yet (launch() starts it).
+  std::shared_ptr<BodyStream::Transfer> prepare(const std::string& url, std::uint64_t begin,
+                                                std::uint64_t end, std::size_t window,
+                                                std::uint64_t size, const RetryOptions& retry,
+                                                std::uint64_t limit = ~std::uint64_t{0},
+                                                std::byte* sink = nullptr);
+  /// Hands `t` to the loop (or fails it at once when the client is closed).
+  void launch(const std::shared_ptr<BodyStream::Transfer>& t);
   std::shared_ptr<BodyStream::Transfer> start(const std::string& url, std::uint64_t begin,
                                               std::uint64_t end, std::size_t window,
                                               std::uint64_t size, const RetryOptions& retry,

@@ -111,6 +111,22 @@ class ShardDataset {
                                       std::uint64_t gap = 64 << 10) const;
   /// Sample `index` read through `reader` (which must outlive the task).
   Task<ShardSample> read_async(io::Reader& reader, Index index) const;
+  /// For a DataLoader's batch fetch: the samples of `indices` to read together with
+  /// prefetch_async, as positions in `indices`: those of one shard on an HTTP(S) server (not
+  /// in the cache), in the shard's order, at least 2 and at most `max_parts` a group. A
+  /// position in no group (a local or cached sample, the only one of its shard, a repeat) is
+  /// read_async's.
+  std::vector<std::vector<std::size_t>> remote_groups(std::span<const Index> indices,
+                                                      std::size_t max_parts = 8) const;
+  /// One group of remote_groups with one multi-range GET (HttpClient::get_ranges_async;
+  /// neighbours less than `gap` bytes apart asked as one range) on `reader`'s io_context.
+  /// Entry j is the sample at indices[group[j]] when it arrived whole, and empty when the
+  /// answer did not complete it: read_async reads that one (with its retries, and the error
+  /// that names the URL), so a fault here costs a request, never a sample.
+  Task<std::vector<std::optional<ShardSample>>> prefetch_async(io::Reader& reader,
+                                                               std::span<const Index> indices,
+                                                               std::vector<std::size_t> group,
+                                                               std::uint64_t gap = 4096) const;
 
   /// Which shard, and which sample of it, global index `index` is.
   struct Location {

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "coload/coro/task.hpp"
 #include "coload/dataset/sample_context.hpp"
@@ -56,7 +58,10 @@ class ShardImagePipeline {
 
  private:
   Task<bool> fetch_one(BatchContext& ctx, std::size_t position, detail::BatchRows& rows,
-                       std::int64_t* label) const;
+                       std::int64_t* label, std::optional<shards::ShardSample>* fetched) const;
+  Task<bool> fetch_group(BatchContext& ctx, std::vector<std::size_t> group,
+                         detail::BatchRows& rows, std::int64_t* label,
+                         std::vector<char>& loaded) const;
   void transform_into(const shards::ShardSample& sample, Rng& rng, float* dst) const;
   std::int64_t label_of(const shards::ShardSample& sample) const;
 

@@ -389,6 +389,8 @@ int main(int argc, char** argv) {
   }
   if (!images.empty()) fs::create_directory_symlink(fs::absolute(images), served / "images");
   shards_test::Server server;
+  // nginx as a shard server is set up: its files kept open between requests (open_file_cache).
+  ::setenv("COLOAD_SERVE_FILE_CACHE", "1", 1);
   server.start(COLOAD_SERVE_SCRIPT, served);
   if (!server.skip.empty()) {
     std::fprintf(stderr, "shards_remote: %s", server.skip.c_str());
