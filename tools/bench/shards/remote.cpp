@@ -28,16 +28,17 @@
 //
 // With --images DIR (coload-shard's shards of an ImageFolder: a jpg and a cls field a sample,
 // e.g. ~/.cache/coload/peers-shards/<folder>-plain), the train pipeline rows follow, what
-// training reads: ShardImagePipeline (map-style: one ranged GET a sample, on the loader's
-// driver) with the classic recipe (TrainTransform: RandomResizedCrop 224, flip, normalise),
-// --workers worker threads, --batch-size, shuffled, --epochs epochs a row, over DIR's shards
+// training reads: ShardImagePipeline (map-style: a batch's samples of one shard up to 8 to a
+// multi-range GET, on the loader's driver) with the classic recipe (TrainTransform:
+// RandomResizedCrop 224, flip, normalise), --workers worker threads, --batch-size, shuffled, --epochs epochs a row, over DIR's shards
 //  - train local: the folder;
 //  - train nginx: nginx on loopback;
 //  - train link: link_proxy, the link (all its connections together) capped at --train-bw
 //    MiB/s;
 //  - train link+rtt: the same with --lat ms of round trip.
 // Each: images/s, this process's CPU ms per image, the servers' (nginx + the proxies, which
-// share the cores) CPU ms per image, and peak RSS; ratios against train local. --no-raw leaves
+// share the cores) CPU ms per image, peak RSS, and an epoch's first batch (from the epoch's
+// start: what a round trip adds to each epoch's fill); ratios against train local. --no-raw leaves
 // out the raw rows.
 
 #include <fcntl.h>
@@ -235,6 +236,7 @@ struct TrainRun {
   double images_per_s = 0;
   double cpu_ms = 0;         // this process, per image
   double server_cpu_ms = 0;  // nginx + the proxy, per image
+  double first_batch_ms = 0;  // an epoch's start to its first batch, the mean of the epochs
   std::int64_t images = 0;
 };
 
@@ -251,7 +253,15 @@ TrainRun train(const std::string& where, int workers, std::int64_t batch, int ep
   const double cpu0 = cpu_seconds(), server0 = process_tree_cpu(server);
   const auto t = Clock::now();
   for (int e = 0; e < epochs; ++e) {
-    for (auto& [x, y] : loader) r.images += x.size(0);
+    const auto start = Clock::now();
+    bool first = true;
+    for (auto& [x, y] : loader) {
+      if (first) {
+        r.first_batch_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count() / epochs;
+        first = false;
+      }
+      r.images += x.size(0);
+    }
   }
   const double s = std::chrono::duration<double>(Clock::now() - t).count();
   const double n = static_cast<double>(std::max<std::int64_t>(r.images, 1));
@@ -463,7 +473,7 @@ int main(int argc, char** argv) {
   // The train pipeline over the image shards: the same rows, alternating within rounds.
   struct TrainRow {
     std::string name, where;
-    std::vector<double> images_per_s, cpu_ms, server_ms;
+    std::vector<double> images_per_s, cpu_ms, server_ms, first_ms;
     double peak_mib = 0;
     MemoryTrace memory{};
   };
@@ -494,6 +504,7 @@ int main(int argc, char** argv) {
       row.images_per_s.push_back(run.images_per_s);
       row.cpu_ms.push_back(run.cpu_ms);
       row.server_ms.push_back(run.server_cpu_ms);
+      row.first_ms.push_back(run.first_batch_ms);
       row.peak_mib = std::max(row.peak_mib, row.memory.peak_rss);
       per_row = run.images;
     }
@@ -511,7 +522,7 @@ int main(int argc, char** argv) {
                 median(row.server_ms), row.peak_mib);
     std::printf("    rounds:");
     for (double x : row.images_per_s) std::printf(" %.1f", x);
-    std::printf("\n");
+    std::printf("   an epoch's first batch: %.1f ms\n", median(row.first_ms));
   }
   std::printf("  (resident before any row: %.0f MiB)\n", base_mib);
   print_memory("train", train_rows);
