@@ -63,6 +63,10 @@ std::string describe_death(int worker, int pid, int status, std::int64_t batch,
   } else {
     s += " exited with code " + std::to_string(WEXITSTATUS(status));
   }
+  if (batch < 0) {
+    s += " while idle, between batches";
+    return s;
+  }
   s += " while fetching batch " + std::to_string(batch);
   if (!indices.empty()) {
     s += " (indices ";
@@ -199,6 +203,8 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
   std::vector<int> restarts;
   bool broken = false;
   bool shut = false;
+  // A worker that died holding no batch, under `raise`: the next submit carries it.
+  std::exception_ptr idle_death;
   std::exception_ptr cancelled;
   std::size_t next_worker = 0;
   std::vector<std::function<void()>> retired;  // waiting for every departing worker's end
@@ -354,8 +360,18 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     w->pidfd.reset();
     if (w->outstanding.empty()) {
       if (current && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        // Died idle: the next epoch (or a restart) forks a new one; nothing was lost.
-        if (options.on_death == OnWorkerDeath::restart) spawn_or_break(w->id);
+        // Died idle: nothing was lost. Under `restart` a new one is forked; under `raise` the
+        // next batch asked for fails with it, as torch's DataLoader raises for a worker that
+        // died whatever it was doing (its SIGCHLD handler), and nothing is dispatched after.
+        if (options.on_death == OnWorkerDeath::restart) {
+          spawn_or_break(w->id);
+        } else if (!idle_death) {
+          const int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+          const int code = WIFSIGNALED(status) ? -1 : WEXITSTATUS(status);
+          idle_death = std::make_exception_ptr(
+              WorkerDied(describe_death(w->id, w->pid, status, -1, {}), w->id, w->pid, sig, code,
+                         -1, {}));
+        }
       }
       return;
     }
@@ -563,6 +579,11 @@ ProcessPool::Awaiter ProcessPool::submit(int worker, ProcessTask task) {
   p->task = std::move(task);
   if (s.shut) {
     s.fail(*p, s.cancelled);
+    return Awaiter{p};
+  }
+  if (s.idle_death) {
+    s.broken = true;
+    s.fail(*p, std::exchange(s.idle_death, nullptr));
     return Awaiter{p};
   }
   const int w = s.pick(worker);

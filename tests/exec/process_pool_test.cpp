@@ -361,6 +361,48 @@ TEST_SUITE("process pool") {
     }
   }
 
+  TEST_CASE("a worker that dies idle under on_death = raise fails the next submit with WorkerDied naming it, as torch raises") {
+    asio::io_context io;
+    Faults faults;
+    ProcessPool pool(io, pool_options(2), test_work(faults));
+    pool.start();
+    auto a = submit(pool, 0, {1}, 0);
+    auto b = submit(pool, 1, {2}, 1);
+    REQUIRE(run_until_done(io, {a, b}));
+    const std::int64_t pid = std::get<1>(answer_of(*b));
+    REQUIRE(::kill(static_cast<pid_t>(pid), SIGKILL) == 0);
+    // The pool reaps it when the driver runs: then it is gone, holding no batch.
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (!gone(pid) && std::chrono::steady_clock::now() < deadline) {
+      io.restart();
+      io.run_one_for(100ms);
+    }
+    REQUIRE(gone(pid));
+    CHECK(!pool.broken());  // nothing asked for yet
+    // The next batch, for the worker still alive, carries the death; none after it is sent.
+    auto next = submit(pool, 0, {3}, 2);
+    REQUIRE(run_until_done(io, {next}));
+    REQUIRE(next->error);
+    try {
+      std::rethrow_exception(next->error);
+    } catch (const WorkerDied& e) {
+      CHECK(e.worker_id() == 1);
+      CHECK(e.pid() == pid);
+      CHECK(e.signal() == SIGKILL);
+      CHECK(e.exit_code() == -1);
+      CHECK(e.batch() == -1);
+      CHECK(e.indices().empty());
+      CHECK(std::string(e.what()) == "DataLoader worker 1 (pid " + std::to_string(pid) +
+                                         ") was killed by signal SIGKILL (Killed) while idle, "
+                                         "between batches");
+    }
+    CHECK(pool.broken());
+    // Reported once: a later submit goes to the live worker as before.
+    auto later = submit(pool, 0, {4}, 3);
+    REQUIRE(run_until_done(io, {later}));
+    CHECK(std::get<0>(answer_of(*later)) == std::vector<std::int64_t>{8});
+  }
+
   TEST_CASE("on_death = restart: a new worker fetches the lost task again") {
     asio::io_context io;
     Faults faults;

@@ -30,7 +30,7 @@ class WorkerDied : public LoaderError {
   int signal() const noexcept { return signal_; }
   /// Its exit status when it exited, or -1 when a signal killed it.
   int exit_code() const noexcept { return exit_code_; }
-  /// The batch number it was fetching.
+  /// The batch number it was fetching; -1 when it died holding none (idle, between batches).
   std::int64_t batch() const noexcept { return batch_; }
   /// The indices of that batch (empty for an iterable dataset's batch).
   const std::vector<std::int64_t>& indices() const noexcept { return indices_; }

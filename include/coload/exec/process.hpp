@@ -49,7 +49,8 @@ bool forkserver_running() noexcept;
 
 /// What the loader does when a worker process dies (`LoaderOptions::on_worker_death`).
 enum class OnWorkerDeath {
-  raise,    ///< the batch it was fetching fails with WorkerDied; the epoch ends after it
+  raise,    ///< the batch it was fetching (or, idle, the next one) fails with WorkerDied; the
+            ///< epoch ends after it
   restart,  ///< fork a new worker and fetch its batches again (up to max_worker_restarts)
 };
 

@@ -77,7 +77,8 @@ struct LoaderOptions {
   /// where other threads may hold locks when the loader forks.
   ProcessStart process_start = ProcessStart::fork;
   /// What a worker process's death does: `raise` delivers WorkerDied in place of the batch it
-  /// was fetching and ends the epoch after it; `restart` forks it again and re-fetches its
+  /// was fetching and ends the epoch after it (one that died holding no batch fails the next
+  /// batch asked for, as torch's DataLoader raises for any worker that dies); `restart` forks it again and re-fetches its
   /// batches, up to max_worker_restarts times per worker (then raises). Iterable datasets
   /// always raise: a restarted stream would start over.
   OnWorkerDeath on_worker_death = OnWorkerDeath::raise;
