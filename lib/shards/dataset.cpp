@@ -344,6 +344,7 @@ Task<ShardSample> ShardDataset::read_async(io::Reader& reader, Index index) cons
 
 std::vector<std::vector<std::size_t>> ShardDataset::remote_groups(std::span<const Index> indices,
                                                                   std::size_t max_parts) const {
+  if (max_parts < 2) return {};  // a group of one is read_async's own GET
   struct Want {
     std::size_t shard, sample, slot;
   };
@@ -374,7 +375,7 @@ std::vector<std::vector<std::size_t>> ShardDataset::remote_groups(std::span<cons
     std::size_t j = i + 1;
     while (j < remote.size() && remote[j].shard == remote[i].shard) ++j;
     // Split evenly: a batch's decode starts as each group arrives, not after the whole shard's.
-    const std::size_t n = j - i, count = (n + max_parts - 1) / std::max<std::size_t>(max_parts, 1);
+    const std::size_t n = j - i, count = (n + max_parts - 1) / max_parts;
     for (std::size_t g = 0; g < count && n > 1; ++g) {
       std::vector<std::size_t> group;
       for (std::size_t k = i + n * g / count; k < i + n * (g + 1) / count; ++k) {

@@ -155,10 +155,10 @@ class WaitsOnPipe(IndexDataset):
 def test_worker_process_killed_is_worker_died():
     import signal
     before = children_of_self()
-    # NOTE: a worker killed while idle loses nothing and its batches go to the other (the
-    # pool's "died idle"), so the kill must find the victim holding a batch: with a dataset
-    # that never waits, a loaded machine let both workers finish every batch in flight first
-    # and the epoch ended without an error (session 20).
+    # NOTE: the victim is killed holding a batch (its samples wait on the pipe), so the error
+    # names that batch. A worker killed idle fails the next batch asked for instead (since
+    # session 21; before, it was absorbed, and on a loaded machine this case once ended its
+    # epoch without an error): tests/exec/process_pool_test.cpp checks that path.
     r, w = os.pipe()
     loader = coload.DataLoader(WaitsOnPipe(4000, r), batch_size=1, num_workers=2,
                                executor="processes")
