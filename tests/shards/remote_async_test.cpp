@@ -519,6 +519,17 @@ TEST_CASE("get_ranges_async: several ranges of one URL with one GET, neighbours 
     }
     CHECK(count(mode) == 1);
   }
+  // A server that answers one range covering them all: each part cut out of it.
+  {
+    const std::string mode = "onerange,ranges";
+    const auto filled = run(*client, url(mode) + "shard-000000.tar");
+    for (std::size_t k = 0; k < wants.size(); ++k) {
+      CAPTURE(k);
+      CHECK(filled[k] == wants[k].second - wants[k].first);
+      CHECK(got[k] == expect(k));
+    }
+    CHECK(count(mode) == 1);
+  }
   // Each fault: one attempt (no retry), and a part holds exactly the bytes it says it has.
   for (const char* fault : {"reset1", "short1", "lie1", "503x1", "lielong1"}) {
     const std::string mode = std::string(fault) + ",ranges";

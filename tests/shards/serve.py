@@ -25,6 +25,8 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
   403           answers 403
   norange       forwards requests without their Range header: nginx answers each with its
                 whole body (200), as a server that ignores ranges does
+  onerange      forwards a request for several ranges as one for the range that covers them
+                (one 206 with one Content-Range), as a server that merges them may answer
 http://127.0.0.1:<proxy>/count/<mode> answers the number of requests made under /<mode>/ so far,
 and /connections/<mode> the number of client connections that carried one of them: a response
 without a fault keeps its connection open for the client's next request (HTTP/1.1 keep-alive),
@@ -161,6 +163,14 @@ class Proxy:
         ur, uw = up
         drop = ("connection:", "keep-alive:") + (("range:",) if "norange" in tokens else ())
         keep = [l for l in head[1:] if l and not l.lower().startswith(drop)]
+        if "onerange" in tokens:
+            # Several ranges asked as the one that covers them all, as some servers answer.
+            for k, l in enumerate(keep):
+                m = re.fullmatch(r"(?i)range:\s*bytes=(.*)", l)
+                if m and "," in m.group(1):
+                    spans = [tuple(int(x) for x in r.split("-")) for r in m.group(1).split(",")]
+                    keep[k] = "Range: bytes=%d-%d" % (min(a for a, _ in spans),
+                                                      max(b for _, b in spans))
         uw.write((f"{method} {path} HTTP/1.1\r\n" + "".join(l + "\r\n" for l in keep) +
                   "\r\n").encode("latin-1"))
         await uw.drain()
