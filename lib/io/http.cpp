@@ -177,6 +177,12 @@ std::size_t BodyStream::Transfer::take(std::byte* dst, std::size_t n) {
 
 namespace {
 
+/// A URL's scheme, host and port ("http://host:8080"): what servers are remembered by.
+std::string origin_of(const std::string& url) {
+  const auto scheme = url.find("://");
+  return url.substr(0, url.find('/', scheme == std::string::npos ? 0 : scheme + 3));
+}
+
 /// `line` lower-cased, for matching header names.
 std::string lower(std::string_view line) {
   std::string out(line);
@@ -272,8 +278,7 @@ std::size_t on_scatter(BodyStream::Transfer& t, const char* p, std::size_t bytes
     curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &t.status);
     if (t.status == 200) {
       // Several ranges answered with the whole body: this server is asked one range a GET.
-      const auto scheme = t.url.find("://");
-      const std::string origin = t.url.substr(0, t.url.find('/', scheme + 3));
+      const std::string origin = origin_of(t.url);
       std::lock_guard lock(t.driver->origins_mutex);
       if (std::find(t.driver->whole_body_origins.begin(), t.driver->whole_body_origins.end(),
                     origin) == t.driver->whole_body_origins.end()) {
@@ -657,8 +662,7 @@ Task<std::vector<std::uint64_t>> HttpClient::get_ranges_async(std::string url,
   const bool http = starts_with(url, "http://") || starts_with(url, "https://");
   if (s->parts.empty() || !http) co_return filled;
   {
-    const auto scheme = url.find("://");
-    const std::string origin = url.substr(0, url.find('/', scheme + 3));
+    const std::string origin = origin_of(url);
     std::lock_guard lock(driver_->origins_mutex);
     const auto& whole = driver_->whole_body_origins;
     if (std::find(whole.begin(), whole.end(), origin) != whole.end()) co_return filled;
