@@ -19,7 +19,8 @@ class SampleError(LoaderError):
 
 
 class WorkerDied(LoaderError):
-    """A worker process died: worker_id, pid, batch, signal, exit_code."""
+    """A worker process died: worker_id, pid, batch (-1: it died idle, between batches),
+    signal, exit_code."""
 
 
 class TimeoutError(builtins.TimeoutError, LoaderError):  # noqa: A001 (as PyTorch's name)
