@@ -395,6 +395,7 @@ Task<std::vector<std::optional<ShardSample>>> ShardDataset::prefetch_async(
   if (group.empty()) co_return out;
   const ShardIndex& shard = state_->shards[locate(indices[group.front()]).shard];
   std::vector<ShardSample> got(group.size());
+  std::vector<const IndexSample*> samples;
   std::vector<io::RangePart> parts;
   for (std::size_t j = 0; j < group.size(); ++j) {
     const Location at = locate(indices[group[j]]);
@@ -403,6 +404,7 @@ Task<std::vector<std::optional<ShardSample>>> ShardDataset::prefetch_async(
                             "than one shard");
     }
     const IndexSample& sample = shard.samples[at.sample];
+    samples.push_back(&sample);
     got[j].data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
     parts.push_back({sample.begin, sample.end, got[j].data.data()});
   }
@@ -411,8 +413,7 @@ Task<std::vector<std::optional<ShardSample>>> ShardDataset::prefetch_async(
           ->get_ranges_async(shard.path, parts, shard.file_size, gap, state_->options.retry);
   for (std::size_t j = 0; j < group.size(); ++j) {
     if (filled[j] != parts[j].end - parts[j].begin) continue;
-    detail::place_fields(shard, shard.samples[locate(indices[group[j]]).sample], parts[j].begin,
-                         got[j]);
+    detail::place_fields(shard, *samples[j], parts[j].begin, got[j]);
     out[j] = std::move(got[j]);
   }
   co_return out;
