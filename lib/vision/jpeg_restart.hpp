@@ -70,6 +70,20 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> jpeg,
                                                 std::vector<std::uint8_t>& buffer,
                                                 int denominator = 1);
 
+/// Decodes the crop of a JPEG without restart markers as decode_jpeg_region does, with the same
+/// pixels, its whole scan decoded by restart_entropy.cpp's Huffman decoder (as one interval) in
+/// place of libjpeg's. Nothing when it does not apply (not a baseline single-scan Huffman JPEG,
+/// restart markers, a scan that does not end in the EOI) or the decode fails or warns (damaged
+/// data): the caller then decodes through libjpeg alone.
+std::optional<JpegRegion> decode_scan_region(std::span<const std::byte> jpeg,
+                                             const JpegFrame& frame, int top, int left,
+                                             int height, int width,
+                                             std::vector<std::uint8_t>& buffer,
+                                             int denominator = 1);
+
+/// Crops this process decoded by decode_scan_region (for tests and profiles).
+std::uint64_t scan_region_decodes() noexcept;
+
 /// Crops this process decoded from their restart intervals (for tests and profiles).
 std::uint64_t restart_region_decodes() noexcept;
 

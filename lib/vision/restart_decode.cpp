@@ -10,6 +10,11 @@
 // upsampling reads past the region's edges: a margin on every side that is not the image's own
 // edge keeps those out of the crop. The region decoder (jpeg_region.cpp) then decodes the crop
 // from that stream as it would from the file.
+//
+// A JPEG without restart markers is one interval: its whole scan, unstuffed, goes to the same
+// decoder, and libjpeg skips and crops as before. That decoder takes two AC symbols a table
+// lookup, and a crop of a plain file decodes in about 0.7x the time libjpeg-turbo's own fast
+// Huffman path takes (tools/bench/vision/crop_decode's train_plain, 2026-11-29).
 
 #include <algorithm>
 #include <atomic>
@@ -29,6 +34,24 @@ unsigned at(std::span<const std::byte> b, std::size_t i) { return std::to_intege
 
 thread_local RestartHint current_hint;
 std::atomic<std::uint64_t> restart_decodes{0};
+std::atomic<std::uint64_t> scan_decodes{0};
+
+// The stream libjpeg reads (the headers, the SOF's size edited, and an EOI) and the entropy-coded
+// data for restart_entropy's decoder: a thread's, kept from crop to crop.
+struct Scratch {
+  std::vector<std::byte> stream;
+  RestartSegments segments;
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+void start_stream(std::vector<std::byte>& stream, std::span<const std::byte> data,
+                  std::size_t entropy_at) {
+  stream.assign(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(entropy_at));
+}
 
 }  // namespace
 
@@ -81,15 +104,14 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
   const int region_w = std::min(f->width, i1 * n * f->mcu_width) - x0;
   const int region_h = std::min(f->height, r1 * f->mcu_height) - y0;
 
-  thread_local std::vector<std::byte> stream;
-  stream.assign(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(f->entropy_at));
+  auto& [stream, segments] = scratch();
+  start_stream(stream, data, f->entropy_at);
   auto put16 = [&](std::size_t i, int v) {
     stream[i] = static_cast<std::byte>(v >> 8);
     stream[i + 1] = static_cast<std::byte>(v & 0xff);
   };
   put16(f->sof_at + 5, region_h);
   put16(f->sof_at + 7, region_w);
-  thread_local RestartSegments segments;
   segments.clear();
   segments.mcus = n;
   for (int r = r0; r < r1; ++r) {
@@ -138,6 +160,37 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
   region->y0 += y0 / d;
   restart_decodes.fetch_add(1, std::memory_order_relaxed);
   return region;
+}
+
+std::optional<JpegRegion> decode_scan_region(std::span<const std::byte> data,
+                                             const JpegFrame& frame, int top, int left,
+                                             int height, int width,
+                                             std::vector<std::uint8_t>& buffer, int denominator) {
+  if (!frame.huffman_sequential || frame.restart_interval != 0 || frame.mcus_per_row <= 0 ||
+      frame.mcu_rows <= 0) {
+    return std::nullopt;
+  }
+  auto& [stream, segments] = scratch();
+  segments.clear();
+  segments.mcus = frame.mcus_per_row * frame.mcu_rows;
+  unsigned marker = 0;
+  // The scan must end in the image's EOI: a truncated file, an RST without a DRI or a DNL is
+  // left to libjpeg, which says what it makes of it.
+  const std::size_t end = segments.append_until_marker(data, frame.entropy_at, marker);
+  if (end == data.size() || marker != 0xd9u) return std::nullopt;
+  start_stream(stream, data, frame.entropy_at);
+  stream.push_back(std::byte{0xff});
+  stream.push_back(std::byte{0xd9});
+  bool warned = false;
+  auto region = decode_jpeg_region_checked(stream, top, left, height, width, buffer, denominator,
+                                           &warned, &segments);
+  if (!region || warned) return std::nullopt;
+  scan_decodes.fetch_add(1, std::memory_order_relaxed);
+  return region;
+}
+
+std::uint64_t scan_region_decodes() noexcept {
+  return scan_decodes.load(std::memory_order_relaxed);
 }
 
 std::uint64_t restart_region_decodes() noexcept {

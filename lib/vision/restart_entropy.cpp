@@ -380,13 +380,14 @@ struct Bits {
   st->buffer = b.buffer;
   st->bits = b.bits;
   st->p = b.p;
-  if (--st->mcus_left == 0) {
-    // The interval's MCUs must end in its last byte: bits past its end were read as zeros, and
-    // a whole byte left over is data libjpeg would warn about (extraneous bytes).
-    const std::int64_t used = (b.p - st->first) * std::int64_t{8} - b.bits;
-    const std::int64_t have = std::int64_t{st->size} * 8;
-    if (used > have || have - used >= 8) fail(cinfo);
-  }
+  // Bits past the interval's end read as zeros: an MCU that took any is damaged data (libjpeg
+  // would warn and leave it zero), and fails here, before libjpeg can output it (a crop may
+  // stop short of the interval's last MCU). The interval's last MCU must end in its last byte:
+  // a whole byte left over is data libjpeg would warn about (extraneous bytes).
+  const std::int64_t used = (b.p - st->first) * std::int64_t{8} - b.bits;
+  const std::int64_t have = std::int64_t{st->size} * 8;
+  if (used > have) fail(cinfo);
+  if (--st->mcus_left == 0 && have - used >= 8) fail(cinfo);
   return TRUE;
 }
 

@@ -11,6 +11,9 @@
 // exact by construction (the same codes give the same coefficients); anything the data does
 // not support (a bad code, a run past the block's end, an interval shorter or longer than its
 // MCUs) fails the decode, and the caller falls back to the plain decode of the whole file.
+//
+// A JPEG without restart markers is decoded as one interval (restart_decode.cpp's
+// decode_scan_region): this decoder is faster than libjpeg-turbo's fast path too.
 
 #include <cstddef>
 #include <cstdint>

@@ -114,6 +114,7 @@ TEST_CASE("the region decoder equals the whole decode for crops at every row off
       const int col_span = std::min(full.width, 16 + 2 * std::max(1, sub.mcu_width / d));
       std::vector<std::uint8_t> buffer;
       Mismatch m;
+      const std::uint64_t through_scan = vision::detail::scan_region_decodes();
       for (int top = 0; top < row_span; ++top) {
         for (int left = 0; left < col_span; ++left) {
           compare(jpeg, full, top, left, std::min(5, full.height - top),
@@ -133,8 +134,132 @@ TEST_CASE("the region decoder equals the whole decode for crops at every row off
                            std::min(full.width, 2 * sub.mcu_width));
       CHECK(m.declined == 0);
       CHECK(m.differing == 0);
+      // Every crop's scan went through coload's Huffman decoder, not libjpeg's.
+      CHECK(vision::detail::scan_region_decodes() - through_scan ==
+            static_cast<std::uint64_t>(m.crops));
     }
   }
+}
+
+namespace {
+
+std::vector<std::byte> turbo_jpeg_optimized(const vision::Image& image, int tj_subsampling) {
+  ::setenv("TJ_OPTIMIZE", "1", 1);
+  std::vector<std::byte> jpeg;
+  try {
+    jpeg = encode(image, tj_subsampling);
+  } catch (...) {
+    ::unsetenv("TJ_OPTIMIZE");
+    throw;
+  }
+  ::unsetenv("TJ_OPTIMIZE");
+  return jpeg;
+}
+
+// The same pixels of both, or the first row that differs.
+std::string first_difference(const vision::detail::JpegRegion& region, const vision::ImageView& full,
+                             int top, int left, int height, int width) {
+  for (int y = top; y < top + height; ++y) {
+    const std::uint8_t* got =
+        region.pixels + (y - region.y0) * region.stride + (left - region.x0) * 3;
+    if (std::memcmp(got, full.data + y * full.stride + left * 3,
+                    static_cast<std::size_t>(width) * 3) != 0) {
+      return "row " + std::to_string(y) + " differs";
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("a plain JPEG's crop through coload's Huffman decoder: a scan that ends early gives "
+          "libjpeg's pixels (zero bits for the MCU that ran out, grey after it), never MCUs "
+          "decoded from the padding past the data") {
+  // A smooth image with optimised tables: the commonest symbols (DC difference 0, end of block)
+  // get the all-zero codes, so zero bits past the data's end would decode as whole blocks.
+  vision::Image src = vision::Image::zeros(160, 128, 3);
+  for (int y = 0; y < src.height; ++y) {
+    for (int x = 0; x < src.width; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        src.data[static_cast<std::size_t>((y * src.width + x) * 3 + c)] =
+            static_cast<std::uint8_t>(60 + c * 40 + (x + y) / 8);
+      }
+    }
+  }
+  for (const Subsampling& sub : {subsamplings[0], subsamplings[2]}) {
+    const std::string subsampling = sub.name;
+    CAPTURE(subsampling);
+    const std::vector<std::byte> jpeg = turbo_jpeg_optimized(src, sub.tj);
+    const auto frame = vision::detail::parse_jpeg_frame(jpeg);
+    REQUIRE(frame.has_value());
+    REQUIRE(frame->restart_interval == 0u);
+    // The scan cut at several places, the EOI right after: libjpeg warns and decodes the rest
+    // of the MCU it was in from zero bits, and every MCU after it as zeros.
+    int refused = 0, decoded = 0;
+    for (const double at : {0.3, 0.5, 0.7}) {
+      CAPTURE(at);
+      const std::size_t entropy = jpeg.size() - 2 - frame->entropy_at;
+      std::vector<std::byte> cut(jpeg.begin(), jpeg.begin() + static_cast<std::ptrdiff_t>(
+                                                                   frame->entropy_at +
+                                                                   static_cast<std::size_t>(at * static_cast<double>(entropy))));
+      if (cut.back() == std::byte{0xff}) cut.pop_back();  // not half a stuffed byte
+      cut.push_back(std::byte{0xff});
+      cut.push_back(std::byte{0xd9});
+      std::vector<std::uint8_t> whole, buffer;
+      const vision::ImageView full = vision::decode_into(cut, whole, 1);
+      // Crops whose last row is at every 8th row: those above the cut decode through coload's
+      // decoder, those past it are refused there and decoded by libjpeg.
+      for (int bottom = 8; bottom <= full.height; bottom += 8) {
+        CAPTURE(bottom);
+        const std::uint64_t before = vision::detail::scan_region_decodes();
+        const auto region = vision::detail::decode_jpeg_region(cut, bottom - 8, 3, 8, full.width - 6,
+                                                               buffer);
+        REQUIRE(region.has_value());
+        CHECK(first_difference(*region, full, bottom - 8, 3, 8, full.width - 6) == "");
+        (vision::detail::scan_region_decodes() > before ? decoded : refused) += 1;
+      }
+    }
+    CHECK(decoded > 0);
+    CHECK(refused > 0);
+  }
+}
+
+TEST_CASE("damaged entropy data in a plain JPEG gives libjpeg's pixels: decoded as libjpeg "
+          "decodes it, or refused by coload's decoder (libjpeg then decodes it)") {
+  const vision::Image src = vision::test::synthetic_image(259, 203, 9, 30);
+  const std::vector<std::byte> jpeg = encode(src, TJSAMP_420);
+  const auto frame = vision::detail::parse_jpeg_frame(jpeg);
+  REQUIRE(frame.has_value());
+  const int top = 5 * 16 + 4, left = 37, height = 50, width = 150;
+  std::uint32_t state = 11;
+  auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return state >> 8;
+  };
+  int decoded = 0, refused = 0, differing = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    std::vector<std::byte> bad = jpeg;
+    // One or three bytes of the scan's first 60% (above and inside the crop), never an FF or
+    // the 00 stuffed after one, never made into an FF: the damage stays inside the scan.
+    const std::size_t span = (jpeg.size() - frame->entropy_at) * 6 / 10;
+    for (int k = 0; k < 1 + 2 * (trial % 2); ++k) {
+      const std::size_t at = frame->entropy_at + 1 + next() % span;
+      if (bad[at] == std::byte{0xff} || bad[at - 1] == std::byte{0xff}) continue;
+      const auto flipped = static_cast<std::byte>(std::to_integer<unsigned>(bad[at]) ^ (1u << (next() % 8)));
+      if (flipped != std::byte{0xff}) bad[at] = flipped;
+    }
+    std::vector<std::uint8_t> buffer, whole;
+    const std::uint64_t before = vision::detail::scan_region_decodes();
+    const auto region = vision::detail::decode_jpeg_region(bad, top, left, height, width, buffer);
+    if (!region) continue;  // libjpeg gave up too: the whole decode then says why
+    (vision::detail::scan_region_decodes() > before ? decoded : refused) += 1;
+    const vision::ImageView full = vision::decode_into(bad, whole, 1);
+    differing += !first_difference(*region, full, top, left, height, width).empty();
+  }
+  CHECK(differing == 0);
+  CHECK(refused > 0);
+  CHECK(decoded > 0);
+  MESSAGE("damaged: " << decoded << " decoded by coload's decoder, " << refused << " by libjpeg");
 }
 
 TEST_CASE("--fast-crop's transcode adds restart markers losslessly, every few MCUs of a row, "
