@@ -229,9 +229,25 @@ void build_table(const JHUFF_TBL& t, bool ac, HuffTable& h, std::uint64_t* singl
 
 }  // namespace
 
+// The libjpeg table a HuffTable was built from: most files of a dataset share their tables (an
+// encoder's standard ones), so a thread builds each once, not once an image.
+struct TableSource {
+  bool valid = false;
+  std::uint8_t bits[17];
+  std::uint8_t values[256];
+  int count = 0;
+
+  bool same(const JHUFF_TBL& t, int n) const noexcept {
+    return valid && count == n && std::memcmp(bits, t.bits, sizeof(bits)) == 0 &&
+           std::memcmp(values, t.huffval, static_cast<std::size_t>(n)) == 0;
+  }
+};
+
 struct SegmentState {
   HuffTable dc[NUM_HUFF_TBLS];
   HuffTable ac[NUM_HUFF_TBLS];
+  TableSource dc_source[NUM_HUFF_TBLS];
+  TableSource ac_source[NUM_HUFF_TBLS];
   const HuffTable* dc_of[D_MAX_BLOCKS_IN_MCU];
   const HuffTable* ac_of[D_MAX_BLOCKS_IN_MCU];
   int component_of[D_MAX_BLOCKS_IN_MCU];
@@ -402,6 +418,24 @@ const bool cpu_bmi2 = __builtin_cpu_supports("bmi2");
 
 }  // namespace
 
+namespace {
+
+void build_cached(const JHUFF_TBL& t, bool ac, HuffTable& h, TableSource& source,
+                  std::uint64_t* single) {
+  int n = 0;
+  for (int l = 1; l <= 16; ++l) n += t.bits[l];
+  n = std::min(n, 256);
+  if (source.same(t, n)) return;
+  source.valid = false;  // until built: a build that fails (error_exit) leaves it invalid
+  build_table(t, ac, h, single);
+  std::memcpy(source.bits, t.bits, sizeof(source.bits));
+  std::memcpy(source.values, t.huffval, static_cast<std::size_t>(n));
+  source.count = n;
+  source.valid = true;
+}
+
+}  // namespace
+
 SegmentState* segment_state() noexcept {
   thread_local SegmentState state;
   return &state;
@@ -422,8 +456,8 @@ void install_segment_decoder(jpeg_decompress_struct* cinfo, const RestartSegment
         !cinfo->dc_huff_tbl_ptrs[d] || !cinfo->ac_huff_tbl_ptrs[a]) {
       fail(cinfo);
     }
-    if (!dc_built[d]) build_table(*cinfo->dc_huff_tbl_ptrs[d], false, st->dc[d], st->single);
-    if (!ac_built[a]) build_table(*cinfo->ac_huff_tbl_ptrs[a], true, st->ac[a], st->single);
+    if (!dc_built[d]) build_cached(*cinfo->dc_huff_tbl_ptrs[d], false, st->dc[d], st->dc_source[d], st->single);
+    if (!ac_built[a]) build_cached(*cinfo->ac_huff_tbl_ptrs[a], true, st->ac[a], st->ac_source[a], st->single);
     dc_built[d] = ac_built[a] = true;
     st->dc_of[blk] = &st->dc[d];
     st->ac_of[blk] = &st->ac[a];
