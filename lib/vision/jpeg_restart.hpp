@@ -81,6 +81,10 @@ std::optional<JpegRegion> decode_scan_region(std::span<const std::byte> jpeg,
                                              std::vector<std::uint8_t>& buffer,
                                              int denominator = 1);
 
+/// Turns decode_scan_region on or off for the whole process (on by default; off, it declines
+/// every file and libjpeg decodes them): for benches that time both. Returns the previous state.
+bool set_scan_decoder(bool on) noexcept;
+
 /// Crops this process decoded by decode_scan_region (for tests and profiles).
 std::uint64_t scan_region_decodes() noexcept;
 

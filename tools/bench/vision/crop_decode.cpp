@@ -17,6 +17,10 @@
 //   resample_only  the same without the normalise (the rows are dropped)
 //   sample_fast train_fast with the per-sample work before it, as the shard pipeline calls it:
 //               the header read (peek) and the crop and flip drawn from the sample's Rng
+//   train_libjpeg  train_plain with coload's Huffman decoder off (detail::set_scan_decoder):
+//               the original file's entropy data decoded by libjpeg-turbo, as before 2026-11-29
+//   decode_plain   only the decode part of train_plain (coload's Huffman decoder)
+//   decode_libjpeg only the decode part of train_libjpeg
 // The figure is this thread's CPU time (CLOCK_THREAD_CPUTIME_ID) per image, the median of the
 // rounds; the rounds interleave the variants so that a loaded machine slows them alike. The
 // ratios to `full` are the (target: train_fast <= 0.7x full). --check first compares
@@ -126,9 +130,10 @@ int main(int argc, char** argv) {
   std::vector<std::uint8_t> pixels, whole;
   std::vector<std::uint8_t> copy;
   const std::string shard = "bench";
-  const char* names[] = {"full",     "train_plain",   "train_fast", "decode_fast",
-                         "resample", "resample_only", "sample_fast"};
-  constexpr int variants = 7;
+  const char* names[] = {"full",        "train_plain",   "train_fast",   "decode_fast",
+                         "resample",    "resample_only", "sample_fast",  "train_libjpeg",
+                         "decode_plain", "decode_libjpeg"};
+  constexpr int variants = 10;
   std::vector<double> times[variants];
   int scaled = 0;
   for (const Item& item : items) scaled += item.params.scale_denominator > 1;
@@ -146,7 +151,21 @@ int main(int argc, char** argv) {
     std::printf("check: %d of %d images differ; %llu crops decoded from their intervals\n",
                 differing, n,
                 static_cast<unsigned long long>(detail::restart_region_decodes() - before));
-    if (differing > 0) return 1;
+    // And the plain files through coload's Huffman decoder against libjpeg's.
+    int differing_plain = 0;
+    const std::uint64_t scans = detail::scan_region_decodes();
+    for (const Item& item : items) {
+      const bool previous = detail::set_scan_decoder(false);
+      train.apply(item.plain, item.params, want.data());
+      detail::set_scan_decoder(previous);
+      train.apply(item.plain, item.params, dst.data());
+      differing_plain += std::memcmp(want.data(), dst.data(), dst.size() * sizeof(float)) != 0;
+    }
+    std::printf("check: %d of %d plain images differ from libjpeg's decode; %llu crops through "
+                "coload's Huffman decoder\n",
+                differing_plain, n,
+                static_cast<unsigned long long>(detail::scan_region_decodes() - scans));
+    if (differing > 0 || differing_plain > 0) return 1;
   }
   for (int r = 0; r < rounds; ++r) {
     for (int v = 0; v < variants; ++v) {
@@ -155,6 +174,9 @@ int main(int argc, char** argv) {
         continue;
       }
       double spent = 0;
+      // The libjpeg variants decode plain files without coload's Huffman decoder.
+      const bool libjpeg = v == 7 || v == 9;
+      const bool previous = detail::set_scan_decoder(!libjpeg);
       for (const Item& item : items) {
         const detail::ScopedRestartHint hint(
             {item.marked.data(), item.marked.size(), &item.layout, &shard, &shard});
@@ -165,7 +187,7 @@ int main(int argc, char** argv) {
           spent += thread_seconds() - t0;
           continue;
         }
-        if (v >= 4) {
+        if (v == 4 || v == 5) {
           // Decode outside the clock, copy the source, then time the rest on the copy.
           detail::CropSource src = detail::decode_crop_source(
               item.marked, item.params.box, s, s, item.params.scale_denominator, pixels);
@@ -197,10 +219,17 @@ int main(int argc, char** argv) {
             detail::decode_crop_source(item.marked, item.params.box, s, s,
                                        item.params.scale_denominator, pixels);
             break;
+          case 7: train.apply(item.plain, item.params, dst.data()); break;
+          case 8:
+          case 9:
+            detail::decode_crop_source(item.plain, item.params.box, s, s,
+                                       item.params.scale_denominator, pixels);
+            break;
           default: break;
         }
         spent += thread_seconds() - t0;
       }
+      detail::set_scan_decoder(previous);
       times[v].push_back(spent * 1e3 / n);
     }
   }
