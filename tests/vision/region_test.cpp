@@ -46,6 +46,21 @@ std::vector<std::byte> encode(const vision::Image& image, int tj_subsampling) {
   return vision::test::turbo_jpeg(image, tj_subsampling);
 }
 
+// The reference: the whole image decoded by libjpeg alone (TurboJPEG), coload's Huffman decoder
+// off, which decode_into otherwise uses for plain JPEGs too.
+vision::ImageView libjpeg_decode(std::span<const std::byte> jpeg, std::vector<std::uint8_t>& whole,
+                                 int denominator) {
+  const bool previous = vision::detail::set_scan_decoder(false);
+  try {
+    const vision::ImageView view = vision::decode_into(jpeg, whole, denominator);
+    vision::detail::set_scan_decoder(previous);
+    return view;
+  } catch (...) {
+    vision::detail::set_scan_decoder(previous);
+    throw;
+  }
+}
+
 struct Mismatch {
   int crops = 0;      // crops decoded
   int declined = 0;   // crops the region decoder declined
@@ -107,9 +122,21 @@ TEST_CASE("the region decoder equals the whole decode for crops at every row off
     for (const int d : {1, 2, 4, 8}) {
       CAPTURE(d);
       std::vector<std::uint8_t> whole;
-      const vision::ImageView full = vision::decode_into(jpeg, whole, d);
+      const vision::ImageView full = libjpeg_decode(jpeg, whole, d);
       REQUIRE(full.width == (131 + d - 1) / d);
       REQUIRE(full.height == (97 + d - 1) / d);
+      // The whole image through decode_into: coload's Huffman decoder, libjpeg's pixels.
+      {
+        std::vector<std::uint8_t> mine;
+        const std::uint64_t before = vision::detail::scan_region_decodes();
+        const vision::ImageView view = vision::decode_into(jpeg, mine, d);
+        CHECK(vision::detail::scan_region_decodes() == before + 1);
+        REQUIRE(view.width == full.width);
+        REQUIRE(view.height == full.height);
+        REQUIRE(view.stride == full.stride);
+        CHECK(std::memcmp(view.data, full.data,
+                          static_cast<std::size_t>(full.stride) * static_cast<std::size_t>(full.height)) == 0);
+      }
       const int row_span = std::min(full.height, 16 + 2 * std::max(1, sub.mcu_height / d));
       const int col_span = std::min(full.width, 16 + 2 * std::max(1, sub.mcu_width / d));
       std::vector<std::uint8_t> buffer;
@@ -227,7 +254,7 @@ TEST_CASE("a plain JPEG's crop through coload's Huffman decoder: a scan that end
       cut.push_back(std::byte{0xff});
       cut.push_back(std::byte{0xd9});
       std::vector<std::uint8_t> whole, buffer;
-      const vision::ImageView full = vision::decode_into(cut, whole, 1);
+      const vision::ImageView full = libjpeg_decode(cut, whole, 1);
       // Crops whose last row is at every 8th row: those above the cut decode through coload's
       // decoder, those past it are refused there and decoded by libjpeg.
       for (int bottom = 8; bottom <= full.height; bottom += 8) {
@@ -264,7 +291,7 @@ TEST_CASE("damaged entropy data in a plain JPEG gives libjpeg's pixels: decoded 
     const auto region = vision::detail::decode_jpeg_region(bad, top, left, height, width, buffer);
     if (!region) continue;  // libjpeg gave up too: the whole decode then says why
     (vision::detail::scan_region_decodes() > before ? decoded : refused) += 1;
-    const vision::ImageView full = vision::decode_into(bad, whole, 1);
+    const vision::ImageView full = libjpeg_decode(bad, whole, 1);
     differing += !first_difference(*region, full, top, left, height, width).empty();
   }
   CHECK(differing == 0);
@@ -350,7 +377,7 @@ TEST_CASE("a crop decoded from its restart intervals equals the whole decode at 
     for (const int d : {1, 2, 4, 8}) {
       CAPTURE(d);
       std::vector<std::uint8_t> whole;
-      const vision::ImageView full = vision::decode_into(marked, whole, d);
+      const vision::ImageView full = libjpeg_decode(marked, whole, d);
       const int row_span = std::min(full.height - 5, 16 + 2 * std::max(1, sub.mcu_height / d));
       const int col_span = std::min(full.width - 7, 16 + 2 * std::max(1, sub.mcu_width / d));
       std::vector<std::uint8_t> buffer;
@@ -422,7 +449,7 @@ TEST_CASE("the intervals' Huffman decoder (restart_entropy.cpp) gives libjpeg's 
         for (const int d : {1, 2, 8}) {
           CAPTURE(d);
           std::vector<std::uint8_t> whole, buffer;
-          const vision::ImageView full = vision::decode_into(jpeg, whole, d);
+          const vision::ImageView full = libjpeg_decode(jpeg, whole, d);
           // Both forms of the decoder: the generic one (the SIMD cap at scalar) and, where the
           // CPU has BMI2, the BMI2 one (at AVX2 and above).
           using vision::detail::SimdLevel;
@@ -478,7 +505,7 @@ TEST_CASE("damaged entropy data inside the covering intervals gives the plain de
     }
     REQUIRE(region.has_value());
     ++decoded;
-    const vision::ImageView full = vision::decode_into(bad, whole, 1);
+    const vision::ImageView full = libjpeg_decode(bad, whole, 1);
     differing += !first_difference(*region, full, top, left, height, width).empty();
   }
   CHECK(differing == 0);
@@ -609,7 +636,7 @@ TEST_CASE("a JPEG with restart markers outside a shard (a folder's file) decodes
   REQUIRE(vision::detail::add_restart_markers(encode(src, TJSAMP_422), 2, marked) ==
           vision::detail::RestartOutcome::marked);
   std::vector<std::uint8_t> whole;
-  const vision::ImageView full = vision::decode_into(marked, whole, 1);
+  const vision::ImageView full = libjpeg_decode(marked, whole, 1);
   std::vector<std::uint8_t> buffer;
   Mismatch m;
   const std::uint64_t before = vision::detail::restart_region_decodes();
@@ -642,7 +669,7 @@ TEST_CASE("a crop at a DCT scale decodes only its region (from its restart inter
     for (const int d : {2, 4, 8}) {
       CAPTURE(d);
       std::vector<std::uint8_t> whole;
-      const vision::ImageView full = vision::decode_into(plain, whole, d);
+      const vision::ImageView full = libjpeg_decode(plain, whole, d);
       const int bh = 5 * d + 3, bw = 7 * d + 5;  // boxes ending inside a scaled pixel
       const int row_span = std::min(203 - bh, (16 + 2 * sub.mcu_height / d + 1) * d);
       const int col_span = std::min(259 - bw, (16 + 2 * sub.mcu_width / d + 1) * d);
@@ -692,7 +719,7 @@ TEST_CASE("a crop at a DCT scale decodes only its region (from its restart inter
       REQUIRE(vision::choose_jpeg_scale(517, 389, rw, rh) == d);
       const vision::CropBox box = vision::center_crop_box(rh, rw, crop, crop);
       std::vector<std::uint8_t> whole;
-      const vision::ImageView full = vision::decode_into(plain, whole, d);
+      const vision::ImageView full = libjpeg_decode(plain, whole, d);
       const vision::Image want = vision::detail::resample_to_image(
           full, {0.0, 517.0 / d, 0, full.width, rw, box.left, box.width},
           {0.0, 389.0 / d, 0, full.height, rh, box.top, box.height});

@@ -7,7 +7,8 @@
 // `coload-shard --fast-crop --restart-mcus N` does (add_restart_markers) and records their
 // layouts as a shard's index does. Then, on this one thread, per round and per image (the crop
 // and flip TrainTransform draws from the image's own Rng, so every variant sees the same crops):
-//   full        decode_into at scale 1: the peers bench's decode_full row, per image
+//   full        decode_into at scale 1 with coload's Huffman decoder off (TurboJPEG's whole
+//               decode): the peers bench's decode_full row, per image
 //   train_plain TrainTransform over the original file (the region decoder)
 //   train_fast  TrainTransform over the marked file with its layout as the shard pipeline
 //               hands it (detail::ScopedRestartHint): coload_shards_fast's transform
@@ -21,6 +22,7 @@
 //               the original file's entropy data decoded by libjpeg-turbo, as before 2026-11-29
 //   decode_plain   only the decode part of train_plain (coload's Huffman decoder)
 //   decode_libjpeg only the decode part of train_libjpeg
+//   full_coload decode_into at scale 1 as it runs: the whole scan through coload's decoder
 // The figure is this thread's CPU time (CLOCK_THREAD_CPUTIME_ID) per image, the median of the
 // rounds; the rounds interleave the variants so that a loaded machine slows them alike. The
 // ratios to `full` are the (target: train_fast <= 0.7x full). --check first compares
@@ -132,8 +134,8 @@ int main(int argc, char** argv) {
   const std::string shard = "bench";
   const char* names[] = {"full",        "train_plain",   "train_fast",   "decode_fast",
                          "resample",    "resample_only", "sample_fast",  "train_libjpeg",
-                         "decode_plain", "decode_libjpeg"};
-  constexpr int variants = 10;
+                         "decode_plain", "decode_libjpeg", "full_coload"};
+  constexpr int variants = 11;
   std::vector<double> times[variants];
   int scaled = 0;
   for (const Item& item : items) scaled += item.params.scale_denominator > 1;
@@ -175,7 +177,7 @@ int main(int argc, char** argv) {
       }
       double spent = 0;
       // The libjpeg variants decode plain files without coload's Huffman decoder.
-      const bool libjpeg = v == 7 || v == 9;
+      const bool libjpeg = v == 0 || v == 7 || v == 9;
       const bool previous = detail::set_scan_decoder(!libjpeg);
       for (const Item& item : items) {
         const detail::ScopedRestartHint hint(
@@ -220,6 +222,7 @@ int main(int argc, char** argv) {
                                        item.params.scale_denominator, pixels);
             break;
           case 7: train.apply(item.plain, item.params, dst.data()); break;
+          case 10: vision::decode_into(item.plain, whole, 1); break;
           case 8:
           case 9:
             detail::decode_crop_source(item.plain, item.params.box, s, s,
