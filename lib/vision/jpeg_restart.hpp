@@ -85,6 +85,10 @@ std::optional<JpegRegion> decode_scan_region(std::span<const std::byte> jpeg,
 /// every file and libjpeg decodes them): for benches that time both. Returns the previous state.
 bool set_scan_decoder(bool on) noexcept;
 
+/// The bytes the calling thread keeps for the unstuffed entropy-coded data between decodes (for
+/// tests): at most 8 MiB after any decode, whatever the largest file it decoded.
+std::size_t scratch_capacity() noexcept;
+
 /// Crops this process decoded by decode_scan_region (for tests and profiles).
 std::uint64_t scan_region_decodes() noexcept;
 

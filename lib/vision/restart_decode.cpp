@@ -20,9 +20,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "coload/core/warning.hpp"
+#include "coload/vision/decode.hpp"
 #include "jpeg_restart.hpp"
 #include "restart_entropy.hpp"
 
@@ -49,6 +51,15 @@ Scratch& scratch() {
   thread_local Scratch s;
   return s;
 }
+
+// The unstuffed data a thread keeps between decodes: a few large photos' worth (ImageNet's
+// average file is 110 KB); a larger scan's copy is freed once its decode is over.
+constexpr std::size_t kept_bytes = std::size_t{8} << 20;
+
+struct TrimAfter {
+  RestartSegments& segments;
+  ~TrimAfter() { segments.trim(kept_bytes); }
+};
 
 void start_stream(std::vector<std::byte>& stream, std::span<const std::byte> data,
                   std::size_t entropy_at) {
@@ -107,6 +118,7 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
   const int region_h = std::min(f->height, r1 * f->mcu_height) - y0;
 
   auto& [stream, segments] = scratch();
+  const TrimAfter trim{segments};
   start_stream(stream, data, f->entropy_at);
   auto put16 = [&](std::size_t i, int v) {
     stream[i] = static_cast<std::byte>(v >> 8);
@@ -172,7 +184,16 @@ std::optional<JpegRegion> decode_scan_region(std::span<const std::byte> data,
       frame.restart_interval != 0 || frame.mcus_per_row <= 0 || frame.mcu_rows <= 0) {
     return std::nullopt;
   }
+  // Refused before the copy below: what the region decoder would decline after it (a bomb,
+  // CMYK or YCCK, a scale libjpeg has no IDCT for), and scans past the segments' 32-bit offsets.
+  if (const std::int64_t limit = max_image_pixels();
+      (limit > 0 && std::int64_t{frame.width} * frame.height > limit) || frame.components == 4 ||
+      (denominator != 1 && denominator != 2 && denominator != 4 && denominator != 8) ||
+      data.size() - frame.entropy_at > std::size_t{std::numeric_limits<std::uint32_t>::max() / 2}) {
+    return std::nullopt;
+  }
   auto& [stream, segments] = scratch();
+  const TrimAfter trim{segments};
   segments.clear();
   segments.mcus = frame.mcus_per_row * frame.mcu_rows;
   unsigned marker = 0;
@@ -192,6 +213,8 @@ std::optional<JpegRegion> decode_scan_region(std::span<const std::byte> data,
 }
 
 bool set_scan_decoder(bool on) noexcept { return scan_decoder_on.exchange(on); }
+
+std::size_t scratch_capacity() noexcept { return scratch().segments.bytes.capacity(); }
 
 std::uint64_t scan_region_decodes() noexcept {
   return scan_decodes.load(std::memory_order_relaxed);

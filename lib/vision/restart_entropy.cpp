@@ -399,7 +399,9 @@ struct Bits {
   // Bits past the interval's end read as zeros: an MCU that took any is damaged data (libjpeg
   // would warn and leave it zero), and fails here, before libjpeg can output it (a crop may
   // stop short of the interval's last MCU). The interval's last MCU must end in its last byte:
-  // a whole byte left over is data libjpeg would warn about (extraneous bytes).
+  // a whole byte left over before an RST is data libjpeg warns about (extraneous bytes). Before
+  // the EOI of a plain file's scan libjpeg would not look, so there the rule only sends such
+  // files (junk before the EOI) to libjpeg's decoder for crops that reach the last MCU.
   const std::int64_t used = (b.p - st->first) * std::int64_t{8} - b.bits;
   const std::int64_t have = std::int64_t{st->size} * 8;
   if (used > have) fail(cinfo);

@@ -39,6 +39,12 @@ struct RestartSegments {
     begin.clear();
     size.clear();
   }
+  /// Clears, and frees `bytes` if it holds more than `keep`: a thread keeps what its usual
+  /// files need, not what its largest one needed.
+  void trim(std::size_t keep) noexcept {
+    clear();
+    if (bytes.capacity() > keep) std::vector<std::uint8_t>().swap(bytes);
+  }
   /// Appends the entropy-coded bytes of `data` from `pos` to the next marker as one interval:
   /// FF 00 becomes FF, fill bytes (FF before FF) are dropped, as libjpeg reads them. Returns
   /// what next_marker (jpeg_restart.hpp) returns: the offset of the marker's FF (`marker` set

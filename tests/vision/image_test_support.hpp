@@ -109,13 +109,14 @@ inline std::vector<std::byte> synthetic_jpeg(int width, int height, std::uint32_
 
 /// An RGB image encoded by TurboJPEG itself (quality 90) with any of its subsamplings
 /// (TJSAMP_*) and flags: what encode_jpeg does not write (4:4:0, 4:1:1, progressive).
-inline std::vector<std::byte> turbo_jpeg(const Image& image, int tj_subsampling, int flags = 0) {
+inline std::vector<std::byte> turbo_jpeg(const Image& image, int tj_subsampling, int flags = 0,
+                                         int quality = 90) {
   tjhandle handle = tjInitCompress();
   if (!handle) throw std::runtime_error("tjInitCompress failed");
   unsigned char* out = nullptr;
   unsigned long size = 0;
   const int rc = tjCompress2(handle, image.data.data(), image.width, image.width * 3,
-                             image.height, TJPF_RGB, &out, &size, tj_subsampling, 90, flags);
+                             image.height, TJPF_RGB, &out, &size, tj_subsampling, quality, flags);
   std::vector<std::byte> jpeg;
   if (rc == 0) {
     const auto* first = reinterpret_cast<const std::byte*>(out);

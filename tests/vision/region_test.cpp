@@ -272,6 +272,29 @@ TEST_CASE("a plain JPEG's crop through coload's Huffman decoder: a scan that end
   }
 }
 
+TEST_CASE("a plain JPEG whose scan is larger than a thread keeps decodes through coload's "
+          "decoder, and the thread keeps no more than 8 MiB after it") {
+  // Noise at quality 100, 4:4:4: about 2.3 bytes a pixel of entropy-coded data.
+  vision::Image src = vision::Image::zeros(2400, 1800, 3);
+  std::uint32_t state = 3;
+  for (auto& v : src.data) {
+    state = state * 1664525u + 1013904223u;
+    v = static_cast<std::uint8_t>(state >> 24);
+  }
+  const std::vector<std::byte> jpeg = vision::test::turbo_jpeg(src, TJSAMP_444, 0, 100);
+  const auto frame = vision::detail::parse_jpeg_frame(jpeg);
+  REQUIRE(frame.has_value());
+  REQUIRE(jpeg.size() - frame->entropy_at > (std::size_t{8} << 20));
+  std::vector<std::uint8_t> buffer, whole;
+  const std::uint64_t before = vision::detail::scan_region_decodes();
+  const auto region = vision::detail::decode_jpeg_region(jpeg, 1500, 2000, 300, 400, buffer);
+  REQUIRE(region.has_value());
+  CHECK(vision::detail::scan_region_decodes() == before + 1);
+  CHECK(vision::detail::scratch_capacity() <= (std::size_t{8} << 20));
+  const vision::ImageView full = libjpeg_decode(jpeg, whole, 1);
+  CHECK(first_difference(*region, full, 1500, 2000, 300, 400) == "");
+}
+
 TEST_CASE("damaged entropy data in a plain JPEG gives libjpeg's pixels: decoded as libjpeg "
           "decodes it, or refused by coload's decoder (libjpeg then decodes it)") {
   const vision::Image src = vision::test::synthetic_image(259, 203, 9, 30);
