@@ -85,6 +85,18 @@ std::optional<JpegRegion> decode_scan_region(std::span<const std::byte> jpeg,
 /// every file and libjpeg decodes them): for benches that time both. Returns the previous state.
 bool set_scan_decoder(bool on) noexcept;
 
+/// set_scan_decoder for a scope, the previous state restored after it (exceptions included).
+class ScopedScanDecoder {
+ public:
+  explicit ScopedScanDecoder(bool on) noexcept : previous_(set_scan_decoder(on)) {}
+  ~ScopedScanDecoder() { set_scan_decoder(previous_); }
+  ScopedScanDecoder(const ScopedScanDecoder&) = delete;
+  ScopedScanDecoder& operator=(const ScopedScanDecoder&) = delete;
+
+ private:
+  bool previous_;
+};
+
 /// The bytes the calling thread keeps for the unstuffed entropy-coded data between decodes (for
 /// tests): at most 8 MiB after any decode, whatever the largest file it decoded.
 std::size_t scratch_capacity() noexcept;

@@ -50,15 +50,8 @@ std::vector<std::byte> encode(const vision::Image& image, int tj_subsampling) {
 // off, which decode_into otherwise uses for plain JPEGs too.
 vision::ImageView libjpeg_decode(std::span<const std::byte> jpeg, std::vector<std::uint8_t>& whole,
                                  int denominator) {
-  const bool previous = vision::detail::set_scan_decoder(false);
-  try {
-    const vision::ImageView view = vision::decode_into(jpeg, whole, denominator);
-    vision::detail::set_scan_decoder(previous);
-    return view;
-  } catch (...) {
-    vision::detail::set_scan_decoder(previous);
-    throw;
-  }
+  const vision::detail::ScopedScanDecoder libjpeg_only(false);
+  return vision::decode_into(jpeg, whole, denominator);
 }
 
 struct Mismatch {

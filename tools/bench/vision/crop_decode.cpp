@@ -157,9 +157,10 @@ int main(int argc, char** argv) {
     int differing_plain = 0;
     const std::uint64_t scans = detail::scan_region_decodes();
     for (const Item& item : items) {
-      const bool previous = detail::set_scan_decoder(false);
-      train.apply(item.plain, item.params, want.data());
-      detail::set_scan_decoder(previous);
+      {
+        const detail::ScopedScanDecoder libjpeg_only(false);
+        train.apply(item.plain, item.params, want.data());
+      }
       train.apply(item.plain, item.params, dst.data());
       differing_plain += std::memcmp(want.data(), dst.data(), dst.size() * sizeof(float)) != 0;
     }
@@ -178,7 +179,7 @@ int main(int argc, char** argv) {
       double spent = 0;
       // The libjpeg variants decode plain files without coload's Huffman decoder.
       const bool libjpeg = v == 0 || v == 7 || v == 9;
-      const bool previous = detail::set_scan_decoder(!libjpeg);
+      const detail::ScopedScanDecoder scan_decoder(!libjpeg);
       for (const Item& item : items) {
         const detail::ScopedRestartHint hint(
             {item.marked.data(), item.marked.size(), &item.layout, &shard, &shard});
@@ -232,7 +233,6 @@ int main(int argc, char** argv) {
         }
         spent += thread_seconds() - t0;
       }
-      detail::set_scan_decoder(previous);
       times[v].push_back(spent * 1e3 / n);
     }
   }
