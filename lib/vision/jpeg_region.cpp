@@ -135,8 +135,8 @@ std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, in
     }
   } else if (const auto frame = parse_jpeg_frame(data); frame && frame->restart_interval == 0) {
     // A plain JPEG: its scan through coload's Huffman decoder (restart_decode.cpp).
-    if (auto region = decode_scan_region(data, *frame, top, left, height, width, buffer,
-                                         denominator)) {
+    if (auto region =
+            decode_scan_region(data, *frame, top, left, height, width, buffer, denominator)) {
       return region;
     }
   } else if (frame) {

@@ -76,9 +76,8 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> jpeg,
 /// restart markers, a scan that does not end in the EOI) or the decode fails or warns (damaged
 /// data): the caller then decodes through libjpeg alone.
 std::optional<JpegRegion> decode_scan_region(std::span<const std::byte> jpeg,
-                                             const JpegFrame& frame, int top, int left,
-                                             int height, int width,
-                                             std::vector<std::uint8_t>& buffer,
+                                             const JpegFrame& frame, int top, int left, int height,
+                                             int width, std::vector<std::uint8_t>& buffer,
                                              int denominator = 1);
 
 /// Turns decode_scan_region on or off for the whole process (on by default; off, it declines

@@ -177,9 +177,9 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
 }
 
 std::optional<JpegRegion> decode_scan_region(std::span<const std::byte> data,
-                                             const JpegFrame& frame, int top, int left,
-                                             int height, int width,
-                                             std::vector<std::uint8_t>& buffer, int denominator) {
+                                             const JpegFrame& frame, int top, int left, int height,
+                                             int width, std::vector<std::uint8_t>& buffer,
+                                             int denominator) {
   if (!scan_decoder_on.load(std::memory_order_relaxed) || !frame.huffman_sequential ||
       frame.restart_interval != 0 || frame.mcus_per_row <= 0 || frame.mcu_rows <= 0) {
     return std::nullopt;
@@ -212,9 +212,13 @@ std::optional<JpegRegion> decode_scan_region(std::span<const std::byte> data,
   return region;
 }
 
-bool set_scan_decoder(bool on) noexcept { return scan_decoder_on.exchange(on); }
+bool set_scan_decoder(bool on) noexcept {
+  return scan_decoder_on.exchange(on);
+}
 
-std::size_t scratch_capacity() noexcept { return scratch().segments.bytes.capacity(); }
+std::size_t scratch_capacity() noexcept {
+  return scratch().segments.bytes.capacity();
+}
 
 std::uint64_t scan_region_decodes() noexcept {
   return scan_decodes.load(std::memory_order_relaxed);

@@ -428,7 +428,7 @@ void build_cached(const JHUFF_TBL& t, bool ac, HuffTable& h, TableSource& source
   for (int l = 1; l <= 16; ++l) n += t.bits[l];
   n = std::min(n, 256);
   if (source.same(t, n)) return;
-  source.valid = false;  // until built: a build that fails (error_exit) leaves it invalid
+  source.valid = false;  // until `h` holds the new table
   build_table(t, ac, h, single);
   std::memcpy(source.bits, t.bits, sizeof(source.bits));
   std::memcpy(source.values, t.huffval, static_cast<std::size_t>(n));
@@ -458,8 +458,12 @@ void install_segment_decoder(jpeg_decompress_struct* cinfo, const RestartSegment
         !cinfo->dc_huff_tbl_ptrs[d] || !cinfo->ac_huff_tbl_ptrs[a]) {
       fail(cinfo);
     }
-    if (!dc_built[d]) build_cached(*cinfo->dc_huff_tbl_ptrs[d], false, st->dc[d], st->dc_source[d], st->single);
-    if (!ac_built[a]) build_cached(*cinfo->ac_huff_tbl_ptrs[a], true, st->ac[a], st->ac_source[a], st->single);
+    if (!dc_built[d]) {
+      build_cached(*cinfo->dc_huff_tbl_ptrs[d], false, st->dc[d], st->dc_source[d], st->single);
+    }
+    if (!ac_built[a]) {
+      build_cached(*cinfo->ac_huff_tbl_ptrs[a], true, st->ac[a], st->ac_source[a], st->single);
+    }
     dc_built[d] = ac_built[a] = true;
     st->dc_of[blk] = &st->dc[d];
     st->ac_of[blk] = &st->ac[a];

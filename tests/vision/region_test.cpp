@@ -127,8 +127,9 @@ TEST_CASE("the region decoder equals the whole decode for crops at every row off
         REQUIRE(view.width == full.width);
         REQUIRE(view.height == full.height);
         REQUIRE(view.stride == full.stride);
-        CHECK(std::memcmp(view.data, full.data,
-                          static_cast<std::size_t>(full.stride) * static_cast<std::size_t>(full.height)) == 0);
+        const auto bytes =
+            static_cast<std::size_t>(full.stride) * static_cast<std::size_t>(full.height);
+        CHECK(std::memcmp(view.data, full.data, bytes) == 0);
       }
       const int row_span = std::min(full.height, 16 + 2 * std::max(1, sub.mcu_height / d));
       const int col_span = std::min(full.width, 16 + 2 * std::max(1, sub.mcu_width / d));
@@ -177,8 +178,9 @@ std::vector<std::byte> turbo_jpeg_optimized(const vision::Image& image, int tj_s
 }
 
 // The same pixels of both, or the first row that differs.
-std::string first_difference(const vision::detail::JpegRegion& region, const vision::ImageView& full,
-                             int top, int left, int height, int width) {
+std::string first_difference(const vision::detail::JpegRegion& region,
+                             const vision::ImageView& full, int top, int left, int height,
+                             int width) {
   for (int y = top; y < top + height; ++y) {
     const std::uint8_t* got =
         region.pixels + (y - region.y0) * region.stride + (left - region.x0) * 3;
@@ -213,9 +215,10 @@ struct Damage {
 
 }  // namespace
 
-TEST_CASE("a plain JPEG's crop through coload's Huffman decoder: a scan that ends early gives "
-          "libjpeg's pixels (zero bits for the MCU that ran out, grey after it), never MCUs "
-          "decoded from the padding past the data") {
+TEST_CASE(
+    "a plain JPEG's crop through coload's Huffman decoder: a scan that ends early gives "
+    "libjpeg's pixels (zero bits for the MCU that ran out, grey after it), never MCUs "
+    "decoded from the padding past the data") {
   // A smooth image with optimised tables: the commonest symbols (DC difference 0, end of block)
   // get the all-zero codes, so zero bits past the data's end would decode as whole blocks.
   vision::Image src = vision::Image::zeros(160, 128, 3);
@@ -240,9 +243,9 @@ TEST_CASE("a plain JPEG's crop through coload's Huffman decoder: a scan that end
     for (const double at : {0.3, 0.5, 0.7}) {
       CAPTURE(at);
       const std::size_t entropy = jpeg.size() - 2 - frame->entropy_at;
-      std::vector<std::byte> cut(jpeg.begin(), jpeg.begin() + static_cast<std::ptrdiff_t>(
-                                                                   frame->entropy_at +
-                                                                   static_cast<std::size_t>(at * static_cast<double>(entropy))));
+      const std::size_t keep =
+          frame->entropy_at + static_cast<std::size_t>(at * static_cast<double>(entropy));
+      std::vector<std::byte> cut(jpeg.begin(), jpeg.begin() + static_cast<std::ptrdiff_t>(keep));
       if (cut.back() == std::byte{0xff}) cut.pop_back();  // not half a stuffed byte
       cut.push_back(std::byte{0xff});
       cut.push_back(std::byte{0xd9});
@@ -253,8 +256,8 @@ TEST_CASE("a plain JPEG's crop through coload's Huffman decoder: a scan that end
       for (int bottom = 8; bottom <= full.height; bottom += 8) {
         CAPTURE(bottom);
         const std::uint64_t before = vision::detail::scan_region_decodes();
-        const auto region = vision::detail::decode_jpeg_region(cut, bottom - 8, 3, 8, full.width - 6,
-                                                               buffer);
+        const auto region =
+            vision::detail::decode_jpeg_region(cut, bottom - 8, 3, 8, full.width - 6, buffer);
         REQUIRE(region.has_value());
         CHECK(first_difference(*region, full, bottom - 8, 3, 8, full.width - 6) == "");
         (vision::detail::scan_region_decodes() > before ? decoded : refused) += 1;
@@ -265,8 +268,9 @@ TEST_CASE("a plain JPEG's crop through coload's Huffman decoder: a scan that end
   }
 }
 
-TEST_CASE("a plain JPEG whose scan is larger than a thread keeps decodes through coload's "
-          "decoder, and the thread keeps no more than 8 MiB after it") {
+TEST_CASE(
+    "a plain JPEG whose scan is larger than a thread keeps decodes through coload's "
+    "decoder, and the thread keeps no more than 8 MiB after it") {
   // Noise at quality 100, 4:4:4: about 2.3 bytes a pixel of entropy-coded data.
   vision::Image src = vision::Image::zeros(2400, 1800, 3);
   std::uint32_t state = 3;
@@ -288,8 +292,9 @@ TEST_CASE("a plain JPEG whose scan is larger than a thread keeps decodes through
   CHECK(first_difference(*region, full, 1500, 2000, 300, 400) == "");
 }
 
-TEST_CASE("damaged entropy data in a plain JPEG gives libjpeg's pixels: decoded as libjpeg "
-          "decodes it, or refused by coload's decoder (libjpeg then decodes it)") {
+TEST_CASE(
+    "damaged entropy data in a plain JPEG gives libjpeg's pixels: decoded as libjpeg "
+    "decodes it, or refused by coload's decoder (libjpeg then decodes it)") {
   const vision::Image src = vision::test::synthetic_image(259, 203, 9, 30);
   const std::vector<std::byte> jpeg = encode(src, TJSAMP_420);
   const auto frame = vision::detail::parse_jpeg_frame(jpeg);
