@@ -361,7 +361,8 @@ TEST_SUITE("process pool") {
     }
   }
 
-  TEST_CASE("a worker that dies idle under on_death = raise fails the next submit with WorkerDied naming it, as torch raises") {
+  TEST_CASE("a worker that dies idle under on_death = raise fails the next submit with "
+            "WorkerDied naming it, as torch raises") {
     asio::io_context io;
     Faults faults;
     ProcessPool pool(io, pool_options(2), test_work(faults));

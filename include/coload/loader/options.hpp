@@ -78,9 +78,9 @@ struct LoaderOptions {
   ProcessStart process_start = ProcessStart::fork;
   /// What a worker process's death does: `raise` delivers WorkerDied in place of the batch it
   /// was fetching and ends the epoch after it (one that died holding no batch fails the next
-  /// batch asked for, as torch's DataLoader raises for any worker that dies); `restart` forks it again and re-fetches its
-  /// batches, up to max_worker_restarts times per worker (then raises). Iterable datasets
-  /// always raise: a restarted stream would start over.
+  /// batch asked for, as torch's DataLoader raises for any worker that dies); `restart` forks
+  /// it again and re-fetches its batches, up to max_worker_restarts times per worker (then
+  /// raises). Iterable datasets always raise: a restarted stream would start over.
   OnWorkerDeath on_worker_death = OnWorkerDeath::raise;
   int max_worker_restarts = 3;
   /// This process's rank and the number of ranks, for sharding an iterable dataset

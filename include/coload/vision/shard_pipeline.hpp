@@ -23,11 +23,11 @@ namespace coload::vision {
 ///
 /// In a DataLoader it fetches whole batches asynchronously: each sample is read with one
 /// ranged read through the loader's reader on the driver (from a web server, a batch's samples
-/// of one shard a few to one multi-range GET: ShardDataset::remote_groups), then decoded (its `jpg`, `jpeg`,
-/// `png` or `webp` field, the first present) and transformed on a worker straight into its
-/// row of the [N, 3, S, S] float batch; the label comes from the `cls` field (decimal text)
-/// or from `label`. A sample's crop and flip come from its own Rng, so batches do not depend
-/// on the worker count. With the loader's `on_error = skip` a bad sample is left out.
+/// of one shard a few to one multi-range GET: ShardDataset::remote_groups), then decoded (its
+/// `jpg`, `jpeg`, `png` or `webp` field, the first present) and transformed on a worker
+/// straight into its row of the [N, 3, S, S] float batch; the label comes from the `cls` field
+/// (decimal text) or from `label`. A sample's crop and flip come from its own Rng, so batches
+/// do not depend on the worker count. With the loader's `on_error = skip` a bad sample is left out.
 class ShardImagePipeline {
  public:
   using Transform = ImagePipeline::Transform;

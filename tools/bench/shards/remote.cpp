@@ -30,7 +30,8 @@
 // e.g. ~/.cache/coload/peers-shards/<folder>-plain), the train pipeline rows follow, what
 // training reads: ShardImagePipeline (map-style: a batch's samples of one shard up to 8 to a
 // multi-range GET, on the loader's driver) with the classic recipe (TrainTransform:
-// RandomResizedCrop 224, flip, normalise), --workers worker threads, --batch-size, shuffled, --epochs epochs a row, over DIR's shards
+// RandomResizedCrop 224, flip, normalise), --workers worker threads, --batch-size, shuffled,
+// --epochs epochs a row, over DIR's shards
 //  - train local: the folder;
 //  - train nginx: nginx on loopback;
 //  - train link: link_proxy, the link (all its connections together) capped at --train-bw
@@ -38,8 +39,8 @@
 //  - train link+rtt: the same with --lat ms of round trip.
 // Each: images/s, this process's CPU ms per image, the servers' (nginx + the proxies, which
 // share the cores) CPU ms per image, peak RSS, and an epoch's first batch (from the epoch's
-// start: what a round trip adds to each epoch's fill); ratios against train local. --no-raw leaves
-// out the raw rows.
+// start: what a round trip adds to each epoch's fill); ratios against train local. --no-raw
+// leaves out the raw rows.
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -257,7 +258,8 @@ TrainRun train(const std::string& where, int workers, std::int64_t batch, int ep
     bool first = true;
     for (auto& [x, y] : loader) {
       if (first) {
-        r.first_batch_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count() / epochs;
+        const std::chrono::duration<double, std::milli> waited = Clock::now() - start;
+        r.first_batch_ms += waited.count() / epochs;
         first = false;
       }
       r.images += x.size(0);
