@@ -70,11 +70,12 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> jpeg,
                                                 std::vector<std::uint8_t>& buffer,
                                                 int denominator = 1);
 
-/// Decodes the crop of a JPEG without restart markers as decode_jpeg_region does, with the same
-/// pixels, its whole scan decoded by restart_entropy.cpp's Huffman decoder (as one interval) in
-/// place of libjpeg's. Nothing when it does not apply (not a baseline single-scan Huffman JPEG,
-/// restart markers, a scan that does not end in the EOI) or the decode fails or warns (damaged
-/// data): the caller then decodes through libjpeg alone.
+/// Decodes the crop of a JPEG as decode_jpeg_region does, with the same pixels, its whole scan
+/// decoded by restart_entropy.cpp's Huffman decoder in place of libjpeg's: as one interval, or
+/// the DRI's intervals where the file has restart markers. Nothing when it does not apply (not
+/// a baseline single-scan Huffman JPEG, an RST missing or out of order, a scan that does not end
+/// in the EOI) or the decode fails or warns (damaged data): the caller then decodes through
+/// libjpeg alone.
 std::optional<JpegRegion> decode_scan_region(std::span<const std::byte> jpeg,
                                              const JpegFrame& frame, int top, int left, int height,
                                              int width, std::vector<std::uint8_t>& buffer,

@@ -12,7 +12,9 @@
 // from that stream as it would from the file.
 //
 // A JPEG without restart markers is one interval: its whole scan, unstuffed, goes to the same
-// decoder, and libjpeg skips and crops as before. That decoder takes two AC symbols a table
+// decoder, and libjpeg skips and crops as before. So does a marked file's whole scan, interval
+// by interval, where a crop needs every interval (a whole image: decode_into, EvalTransform) or
+// the intervals fit no layout (they span MCU rows, or an index did not match). That decoder takes two AC symbols a table
 // lookup: a crop of a plain file decodes in 0.69x the time it takes with libjpeg-turbo's own
 // fast Huffman path (tools/bench/vision/crop_decode's decode_plain against decode_libjpeg,
 // 0.57 against 0.82 ms an image, 2026-11-29).
@@ -181,7 +183,7 @@ std::optional<JpegRegion> decode_scan_region(std::span<const std::byte> data,
                                              int width, std::vector<std::uint8_t>& buffer,
                                              int denominator) {
   if (!scan_decoder_on.load(std::memory_order_relaxed) || !frame.huffman_sequential ||
-      frame.restart_interval != 0 || frame.mcus_per_row <= 0 || frame.mcu_rows <= 0) {
+      frame.mcus_per_row <= 0 || frame.mcu_rows <= 0) {
     return std::nullopt;
   }
   // Refused before the copy below: what the region decoder would decline after it (a bomb,
@@ -195,12 +197,33 @@ std::optional<JpegRegion> decode_scan_region(std::span<const std::byte> data,
   auto& [stream, segments] = scratch();
   const TrimAfter trim{segments};
   segments.clear();
-  segments.mcus = frame.mcus_per_row * frame.mcu_rows;
-  unsigned marker = 0;
-  // The scan must end in the image's EOI: a truncated file, an RST without a DRI or a DNL is
-  // left to libjpeg, which says what it makes of it.
-  const std::size_t end = segments.append_until_marker(data, frame.entropy_at, marker);
-  if (end == data.size() || marker != 0xd9u) return std::nullopt;
+  // Without restart markers the scan is one interval. With them (a camera's file, or a
+  // --fast-crop member decoded whole) each interval ends in the RST its place calls for,
+  // RST0 to RST7 in turn, and the last (which may hold fewer MCUs) in the EOI; the decoder
+  // resets the DC predictions at each, as libjpeg does at an RST.
+  const std::int64_t mcus = std::int64_t{frame.mcus_per_row} * frame.mcu_rows;
+  const std::int64_t interval = frame.restart_interval != 0 ? frame.restart_interval : mcus;
+  const std::int64_t intervals = (mcus + interval - 1) / interval;
+  // Every RST takes two bytes of the data, and every interval `padding` bytes of the copy
+  // (whose offsets are 32-bit): a DRI whose intervals the data cannot hold is refused here.
+  const auto scan_bytes = static_cast<std::uint64_t>(data.size() - frame.entropy_at);
+  if (static_cast<std::uint64_t>(intervals - 1) > scan_bytes / 2 ||
+      scan_bytes + static_cast<std::uint64_t>(intervals) * RestartSegments::padding >
+          std::numeric_limits<std::uint32_t>::max()) {
+    return std::nullopt;
+  }
+  segments.mcus = static_cast<int>(interval);
+  // The scan must end in the image's EOI, after every RST in order: a truncated file, an RST
+  // without a DRI, one missing or out of order, or a DNL is left to libjpeg, which says what it
+  // makes of it.
+  std::size_t pos = frame.entropy_at;
+  for (std::int64_t g = 0; g < intervals; ++g) {
+    unsigned marker = 0;
+    const std::size_t end = segments.append_until_marker(data, pos, marker);
+    const unsigned expected = g + 1 == intervals ? 0xd9u : 0xd0u + static_cast<unsigned>(g % 8);
+    if (end == data.size() || marker != expected) return std::nullopt;
+    pos = end + 2;
+  }
   start_stream(stream, data, frame.entropy_at);
   stream.push_back(std::byte{0xff});
   stream.push_back(std::byte{0xd9});

@@ -4,6 +4,9 @@
 #include <doctest/doctest.h>
 #include <turbojpeg.h>
 
+#include <cstdio>  // jpeglib.h uses FILE and size_t without declaring them
+#include <jpeglib.h>
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -319,6 +322,133 @@ TEST_CASE(
   CHECK(refused > 0);
   CHECK(decoded > 0);
   MESSAGE("damaged: " << decoded << " decoded by coload's decoder, " << refused << " by libjpeg");
+}
+
+// A JPEG written by libjpeg itself, with a restart marker every `interval` MCUs: TurboJPEG 2.1
+// has no such option, and add_restart_markers takes divisors of an MCU row, so only this gives
+// a scan whose last interval is short. Luma sampled `samp` x `samp` (1: 4:4:4, 2: 4:2:0).
+std::vector<std::byte> libjpeg_restart_jpeg(const vision::Image& image, int samp,
+                                            unsigned interval) {
+  jpeg_compress_struct cinfo{};
+  jpeg_error_mgr err{};
+  cinfo.err = jpeg_std_error(&err);
+  jpeg_create_compress(&cinfo);
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &out, &size);
+  cinfo.image_width = static_cast<JDIMENSION>(image.width);
+  cinfo.image_height = static_cast<JDIMENSION>(image.height);
+  cinfo.input_components = 3;
+  cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 90, TRUE);
+  cinfo.comp_info[0].h_samp_factor = cinfo.comp_info[0].v_samp_factor = samp;
+  cinfo.restart_interval = interval;
+  jpeg_start_compress(&cinfo, TRUE);
+  const std::size_t row_bytes = static_cast<std::size_t>(image.width) * 3;
+  while (cinfo.next_scanline < cinfo.image_height) {
+    auto* row = const_cast<JSAMPROW>(image.data.data() + cinfo.next_scanline * row_bytes);
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::vector<std::byte> jpeg(size);
+  std::memcpy(jpeg.data(), out, size);
+  std::free(out);
+  return jpeg;
+}
+
+// The offsets of the FF bytes of the RST markers at or after `from`.
+std::vector<std::size_t> rst_offsets(const std::vector<std::byte>& jpeg, std::size_t from) {
+  std::vector<std::size_t> at;
+  for (std::size_t i = from; i + 1 < jpeg.size(); ++i) {
+    const auto b = std::to_integer<unsigned>(jpeg[i + 1]);
+    if (jpeg[i] == std::byte{0xff} && b >= 0xd0 && b <= 0xd7) at.push_back(i);
+  }
+  return at;
+}
+
+TEST_CASE("a JPEG with restart markers decodes whole through coload's Huffman decoder, interval "
+          "by interval, with libjpeg's pixels (every subsampling, interval, scale, a short last "
+          "interval); one whose RSTs are out of order or missing goes to libjpeg") {
+  const vision::Image src = vision::test::synthetic_image(259, 203, 4, 20);
+  int decoded = 0;
+  // decode_into (a --fast-crop member decoded whole, a camera's file) against libjpeg's.
+  auto check_whole = [&](const std::vector<std::byte>& jpeg, int d) {
+    CAPTURE(d);
+    std::vector<std::uint8_t> want_buffer, got_buffer;
+    const vision::ImageView want = libjpeg_decode(jpeg, want_buffer, d);
+    const std::uint64_t before = vision::detail::scan_region_decodes();
+    const vision::ImageView got = vision::decode_into(jpeg, got_buffer, d);
+    CHECK(vision::detail::scan_region_decodes() == before + 1);
+    REQUIRE(got.width == want.width);
+    REQUIRE(got.height == want.height);
+    REQUIRE(got.stride == want.stride);
+    CHECK(std::memcmp(got.data, want.data, static_cast<std::size_t>(want.stride) * want.height) ==
+          0);
+    ++decoded;
+  };
+  for (const Subsampling& sub : subsamplings) {
+    const std::string subsampling = sub.name;
+    CAPTURE(subsampling);
+    for (const int mcus : {1, 3}) {
+      CAPTURE(mcus);
+      std::vector<std::byte> marked;
+      REQUIRE(vision::detail::add_restart_markers(encode(src, sub.tj), mcus, marked) ==
+              vision::detail::RestartOutcome::marked);
+      for (const int d : {1, 2, 4, 8}) check_whole(marked, d);
+    }
+  }
+  CHECK(decoded == 6 * 2 * 4);
+  // A short last interval: 7 MCUs divide neither an MCU row nor the image.
+  for (const int samp : {1, 2}) {
+    CAPTURE(samp);
+    const std::vector<std::byte> jpeg = libjpeg_restart_jpeg(src, samp, 7);
+    const auto frame = vision::detail::parse_jpeg_frame(jpeg);
+    REQUIRE(frame.has_value());
+    REQUIRE(frame->restart_interval == 7u);
+    REQUIRE(frame->mcus_per_row * frame->mcu_rows % 7 != 0);
+    REQUIRE(rst_offsets(jpeg, frame->entropy_at).size() ==
+            static_cast<std::size_t>(frame->mcus_per_row * frame->mcu_rows / 7));
+    for (const int d : {1, 2}) check_whole(jpeg, d);
+    // A crop through decode_jpeg_region: no layout fits intervals that span rows, so the whole
+    // scan goes through the decoder, libjpeg skipping and cropping as for a plain file.
+    std::vector<std::uint8_t> whole, buffer;
+    const vision::ImageView full = libjpeg_decode(jpeg, whole, 1);
+    const std::uint64_t before = vision::detail::scan_region_decodes();
+    const auto region = vision::detail::decode_jpeg_region(jpeg, 150, 200, 53, 59, buffer);
+    REQUIRE(region.has_value());
+    CHECK(vision::detail::scan_region_decodes() == before + 1);
+    CHECK(first_difference(*region, full, 150, 200, 53, 59) == "");
+  }
+  // RSTs out of order, or one missing: refused by coload's decoder before anything is decoded;
+  // libjpeg resynchronises (with a warning), and decode_into gives its pixels.
+  std::vector<std::byte> marked;
+  REQUIRE(vision::detail::add_restart_markers(encode(src, TJSAMP_420), 2, marked) ==
+          vision::detail::RestartOutcome::marked);
+  const auto frame = vision::detail::parse_jpeg_frame(marked);
+  REQUIRE(frame.has_value());
+  const std::vector<std::size_t> rsts = rst_offsets(marked, frame->entropy_at);
+  REQUIRE(rsts.size() > 10);
+  std::vector<std::byte> swapped = marked;  // the 4th and 5th RSTs' numbers exchanged
+  std::swap(swapped[rsts[3] + 1], swapped[rsts[4] + 1]);
+  std::vector<std::byte> missing = marked;  // the 6th RST gone: its interval runs into the 7th
+  missing.erase(missing.begin() + static_cast<std::ptrdiff_t>(rsts[5]),
+                missing.begin() + static_cast<std::ptrdiff_t>(rsts[5]) + 2);
+  for (const auto* bad : {&swapped, &missing}) {
+    const auto bad_frame = vision::detail::parse_jpeg_frame(*bad);
+    REQUIRE(bad_frame.has_value());
+    std::vector<std::uint8_t> buffer, want_buffer, got_buffer;
+    const std::uint64_t before = vision::detail::scan_region_decodes();
+    CHECK_FALSE(vision::detail::decode_scan_region(*bad, *bad_frame, 0, 0, 203, 259, buffer, 1)
+                    .has_value());
+    const vision::ImageView want = libjpeg_decode(*bad, want_buffer, 1);
+    const vision::ImageView got = vision::decode_into(*bad, got_buffer, 1);
+    CHECK(vision::detail::scan_region_decodes() == before);
+    REQUIRE(got.stride * got.height == want.stride * want.height);
+    CHECK(std::memcmp(got.data, want.data, static_cast<std::size_t>(want.stride) * want.height) ==
+          0);
+  }
 }
 
 TEST_CASE("--fast-crop's transcode adds restart markers losslessly, every few MCUs of a row, "

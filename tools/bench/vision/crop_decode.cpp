@@ -23,6 +23,11 @@
 //   decode_plain   only the decode part of train_plain (coload's Huffman decoder)
 //   decode_libjpeg only the decode part of train_libjpeg
 //   full_coload decode_into at scale 1 as it runs: the whole scan through coload's decoder
+//   full_marked decode_into of the marked file with coload's Huffman decoder off (TurboJPEG,
+//               libjpeg-turbo's slow path for files with restart markers)
+//   full_marked_coload  decode_into of the marked file as it runs: its intervals through
+//               coload's decoder (a --fast-crop member decoded whole: EvalTransform, a recipe
+//               led by RandomCrop or CenterCrop)
 // The figure is this thread's CPU time (CLOCK_THREAD_CPUTIME_ID) per image, the median of the
 // rounds; the rounds interleave the variants so that a loaded machine slows them alike. The
 // ratios to `full` are the (target: train_fast <= 0.7x full). --check first compares
@@ -134,8 +139,9 @@ int main(int argc, char** argv) {
   const std::string shard = "bench";
   const char* names[] = {"full",        "train_plain",   "train_fast",   "decode_fast",
                          "resample",    "resample_only", "sample_fast",  "train_libjpeg",
-                         "decode_plain", "decode_libjpeg", "full_coload"};
-  constexpr int variants = 11;
+                         "decode_plain", "decode_libjpeg", "full_coload",  "full_marked",
+                         "full_marked_coload"};
+  constexpr int variants = 13;
   std::vector<double> times[variants];
   int scaled = 0;
   for (const Item& item : items) scaled += item.params.scale_denominator > 1;
@@ -168,7 +174,28 @@ int main(int argc, char** argv) {
                 "coload's Huffman decoder\n",
                 differing_plain, n,
                 static_cast<unsigned long long>(detail::scan_region_decodes() - scans));
-    if (differing > 0 || differing_plain > 0) return 1;
+    // And the marked files decoded whole: through coload's decoder, interval by interval,
+    // against TurboJPEG's.
+    int differing_whole = 0;
+    const std::uint64_t wholes = detail::scan_region_decodes();
+    std::vector<std::uint8_t> reference;
+    for (const Item& item : items) {
+      vision::ImageView want_image;
+      {
+        const detail::ScopedScanDecoder libjpeg_only(false);
+        want_image = vision::decode_into(item.marked, reference, 1);
+      }
+      const vision::ImageView got = vision::decode_into(item.marked, whole, 1);
+      const auto bytes = static_cast<std::size_t>(want_image.stride) * want_image.height;
+      differing_whole += got.width != want_image.width || got.height != want_image.height ||
+                         got.stride != want_image.stride ||
+                         std::memcmp(got.data, want_image.data, bytes) != 0;
+    }
+    std::printf("check: %d of %d marked images decoded whole differ from TurboJPEG's; %llu "
+                "through coload's Huffman decoder\n",
+                differing_whole, n,
+                static_cast<unsigned long long>(detail::scan_region_decodes() - wholes));
+    if (differing > 0 || differing_plain > 0 || differing_whole > 0) return 1;
   }
   for (int r = 0; r < rounds; ++r) {
     for (int v = 0; v < variants; ++v) {
@@ -178,7 +205,7 @@ int main(int argc, char** argv) {
       }
       double spent = 0;
       // The libjpeg variants decode plain files without coload's Huffman decoder.
-      const bool libjpeg = v == 0 || v == 7 || v == 9;
+      const bool libjpeg = v == 0 || v == 7 || v == 9 || v == 11;
       const detail::ScopedScanDecoder scan_decoder(!libjpeg);
       for (const Item& item : items) {
         const detail::ScopedRestartHint hint(
@@ -224,6 +251,8 @@ int main(int argc, char** argv) {
             break;
           case 7: train.apply(item.plain, item.params, dst.data()); break;
           case 10: vision::decode_into(item.plain, whole, 1); break;
+          case 11:
+          case 12: vision::decode_into(item.marked, whole, 1); break;
           case 8:
           case 9:
             detail::decode_crop_source(item.plain, item.params.box, s, s,
