@@ -18,22 +18,7 @@
 
 namespace coload::vision::detail {
 
-// ToDtype (or ToTensor) then Normalize for one 8-bit value, as torchvision computes it in
-// float: v / 255 (when scaling), minus the mean, divided by the standard deviation. A table
-// rather than arithmetic per pixel: 768 floats replace a division per value.
-struct NormalizeTable {
-  float value[3][256];
-  NormalizeTable() = default;
-  NormalizeTable(const std::array<float, 3>& mean, const std::array<float, 3>& std_dev,
-                 bool scale = true) {
-    for (int c = 0; c < 3; ++c) {
-      for (int v = 0; v < 256; ++v) {
-        const float unit = scale ? static_cast<float>(v) / 255.0f : static_cast<float>(v);
-        value[c][v] = (unit - mean[static_cast<std::size_t>(c)]) / std_dev[static_cast<std::size_t>(c)];
-      }
-    }
-  }
-};
+// NormalizeTable (ToDtype, or ToTensor, then Normalize as one table) is resample.hpp's.
 
 // Writes one RGB row into row `y` of the CHW planes of `dst` (`width` × `height` each),
 // mirrored if asked.

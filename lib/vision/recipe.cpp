@@ -304,7 +304,7 @@ void Recipe::apply_rows(std::span<const std::byte> encoded, const ImageInfo& inf
       detail::gray_row(row, gray.data(), w, grays);
       row = gray.data();
     }
-    detail::normalize_row(plan.table.value, row, w, h, vflip ? h - 1 - y : y, hflip, dst);
+    detail::normalize_row(plan.table, row, w, h, vflip ? h - 1 - y : y, hflip, dst);
   };
   run_geometry(plan, encoded, info, params, sink, [&] {
     if (erase) float_ops(params, dst);
@@ -384,7 +384,7 @@ void Recipe::finish_whole(const RecipeParams& params, bool erase, float* dst) co
     }
   }
   for (int y = 0; y < h; ++y) {
-    detail::normalize_row(plan.table.value, crop.data() + static_cast<std::size_t>(y) * row_bytes,
+    detail::normalize_row(plan.table, crop.data() + static_cast<std::size_t>(y) * row_bytes,
                           w, h, y, mirror, dst);
   }
   if (erase) float_ops(params, dst);

@@ -470,6 +470,7 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
       plan->table.value[c][v] = x;
     }
   }
+  plan->table.update_planes();
   plan->ops = std::move(ops);
   return plan;
 }

@@ -12,6 +12,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -250,12 +251,44 @@ inline AxisSpec scaled_crop_axis(int begin, int length, int out, int d, int scal
   const int hi = std::min(static_cast<int>(std::ceil(in1)), scaled);
   return AxisSpec{in0, in1, lo, hi, out, 0, out};
 }
+// ToDtype (or ToTensor) then Normalize for one 8-bit value, as torchvision computes it in
+// float: v / 255 (when scaling), minus the mean, divided by the standard deviation. A table
+// rather than arithmetic per pixel: 768 floats replace a division per value.
+struct NormalizeTable {
+  float value[3][256];
+  // The same floats by byte: planes[c][j][v] is byte j of value[c][v] (little-endian), for
+  // normalize_row's AVX-512 form, which looks up 64 values' bytes a permute at a time. Kept
+  // in step with `value` by update_planes (the constructor calls it).
+  alignas(64) std::uint8_t planes[3][4][256];
+  NormalizeTable() = default;
+  NormalizeTable(const std::array<float, 3>& mean, const std::array<float, 3>& std_dev,
+                 bool scale = true) {
+    for (int c = 0; c < 3; ++c) {
+      for (int v = 0; v < 256; ++v) {
+        const float unit = scale ? static_cast<float>(v) / 255.0f : static_cast<float>(v);
+        value[c][v] = (unit - mean[static_cast<std::size_t>(c)]) / std_dev[static_cast<std::size_t>(c)];
+      }
+    }
+    update_planes();
+  }
+  void update_planes() noexcept {
+    for (int c = 0; c < 3; ++c) {
+      for (int v = 0; v < 256; ++v) {
+        std::uint8_t bytes[4];
+        std::memcpy(bytes, &value[c][v], 4);
+        for (int j = 0; j < 4; ++j) planes[c][j][v] = bytes[j];
+      }
+    }
+  }
+};
+
 /// Writes the RGB row `row` (`width` pixels, mirrored if `flip`) into row `y` of the three
 /// `width` × `height` float planes at `dst`, each value looked up in its channel's 256-entry
-/// table (`table[c][v]`): fused.hpp's write_normalized_row, with the same floats. With AVX-512
-/// VBMI (and the SIMD cap at avx512) 16 pixels at a time: one byte permute splits them into
-/// channels, a gather reads each channel's table; below that cap, the scalar loop.
-void normalize_row(const float (*table)[256], const std::uint8_t* row, int width, int height,
+/// table (`table.value[c][v]`): fused.hpp's write_normalized_row, with the same floats. With
+/// AVX-512 VBMI (and the SIMD cap at avx512) 64 pixels at a time where the row has 64: byte
+/// permutes split them into channels and look up each value's four bytes in `table.planes`;
+/// rows under 64 pixels 16 at a time through a gather; below that cap, the scalar loop.
+void normalize_row(const NormalizeTable& table, const std::uint8_t* row, int width, int height,
                    int y, bool flip, float* dst);
 
 /// `src` resampled along `ax` and `ay` into a new image.

@@ -195,7 +195,7 @@ void to_normalized_chw(const ImageView& src, const std::array<float, 3>& mean,
   if (src.channels != 3) throw InvalidArgument("to_normalized_chw needs an RGB image");
   const NormalizeTable& table = detail::normalize_table(mean, std_dev);
   for (int y = 0; y < src.height; ++y) {
-    detail::normalize_row(table.value, src.row(y), src.width, src.height, y, false, dst);
+    detail::normalize_row(table, src.row(y), src.width, src.height, y, false, dst);
   }
 }
 
@@ -327,7 +327,7 @@ void TrainTransform::apply(std::span<const std::byte> encoded, const TrainParams
   // detail::normalize_row: write_normalized_row's floats, 16 pixels at a time where it can.
   detail::crop_rows(encoded, params.box, size, size, params.scale_denominator,
                     [&](int y, const std::uint8_t* row) {
-                      detail::normalize_row(table.value, row, size, size, y, params.flip, dst);
+                      detail::normalize_row(table, row, size, size, y, params.flip, dst);
                     });
 }
 
@@ -363,7 +363,7 @@ void EvalTransform::operator()(std::span<const std::byte> encoded, float* dst) c
   // detail::normalize_row: write_normalized_row's floats, 16 pixels at a time where it can.
   detail::resize_crop_rows(encoded, info, rh, rw, box, dct_scaling,
                            [&](int y, const std::uint8_t* row) {
-                             detail::normalize_row(table.value, row, crop_size, crop_size, y,
+                             detail::normalize_row(table, row, crop_size, crop_size, y,
                                                    false, dst);
                            });
 }

@@ -886,10 +886,12 @@ TEST_CASE("a crop at a DCT scale decodes only its region (from its restart inter
 
 TEST_CASE("normalize_row writes write_normalized_row's floats, mirrored or not, at every width "
           "and SIMD level") {
-  // Widths around the 16-pixel steps, a table with a distinct value per (channel, byte), rows
-  // whose every byte value occurs; the source row ends where its buffer ends.
+  // Widths around the 16- and 64-pixel steps, a table with a distinct value per (channel, byte),
+  // rows whose every byte value occurs; the source row ends where its buffer ends.
   vision::detail::NormalizeTable table({0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f});
   table.value[1][7] = -1e30f;  // not what arithmetic would give: the lookup must be a lookup
+  table.value[2][200] = 3.5e-42f;  // a denormal, and a value over 127
+  table.update_planes();
   // Every level is forced: avx512 takes the VBMI form where the CPU has it, the levels below
   // the scalar loop (normalize_row has no SSSE3 or AVX2 form), so both are checked on such a CPU.
   using vision::detail::SimdLevel;
@@ -897,7 +899,8 @@ TEST_CASE("normalize_row writes write_normalized_row's floats, mirrored or not, 
   for (const auto simd :
        {SimdLevel::scalar, SimdLevel::ssse3, SimdLevel::avx2, SimdLevel::avx512}) {
     vision::detail::set_simd_level(simd);
-    for (int width = 1; width <= 70; ++width) {
+    // 1 to 200: under 64 (16 at a time), 64 at a time, and the overlapping last block.
+    for (int width = 1; width <= 200; ++width) {
       CAPTURE(width);
       const int height = 3;
       for (const bool flip : {false, true}) {
@@ -911,7 +914,7 @@ TEST_CASE("normalize_row writes write_normalized_row's floats, mirrored or not, 
           }
           vision::detail::write_normalized_row(table, row.data(), width, height, y, flip,
                                                want.data());
-          vision::detail::normalize_row(table.value, row.data(), width, height, y, flip,
+          vision::detail::normalize_row(table, row.data(), width, height, y, flip,
                                         got.data());
         }
         CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);

@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
           const double t0 = thread_seconds();
           if (v == 4) {
             detail::resample<3>(src.image, src.ax, src.ay, [&](int y, const std::uint8_t* row) {
-              detail::normalize_row(table.value, row, s, s, y, item.params.flip, dst.data());
+              detail::normalize_row(table, row, s, s, y, item.params.flip, dst.data());
             });
           } else {
             detail::resample<3>(src.image, src.ax, src.ay, [&](int y, const std::uint8_t* row) {
