@@ -489,7 +489,7 @@ constexpr BlockPick block_picks[2][3] = {
     const __mmask64 from_third = _mm512_movepi8_mask(pick);  // bytes 128-191 of the block
     __m512i plane[4][4];
     for (int j = 0; j < 4; ++j) {
-      for (int q = 0; q < 4; ++q) plane[j][q] = _mm512_load_si512(t.planes[c][j] + 64 * q);
+      for (int q = 0; q < 4; ++q) plane[j][q] = _mm512_loadu_si512(t.planes[c][j] + 64 * q);
     }
     float* const dst = out[c];
     for (int x = 0;;) {

@@ -14,8 +14,8 @@
 // A JPEG without restart markers is one interval: its whole scan, unstuffed, goes to the same
 // decoder, and libjpeg skips and crops as before. So does a marked file's whole scan, interval
 // by interval, where a crop needs every interval (a whole image: decode_into, EvalTransform) or
-// the intervals fit no layout (they span MCU rows, or an index did not match). That decoder takes two AC symbols a table
-// lookup: a crop of a plain file decodes in 0.69x the time it takes with libjpeg-turbo's own
+// the intervals fit no layout (they span MCU rows, or an index did not match). That decoder
+// takes two AC symbols a table lookup: a crop of a plain file decodes in 0.69x the time it takes with libjpeg-turbo's own
 // fast Huffman path (tools/bench/vision/crop_decode's decode_plain against decode_libjpeg,
 // 0.57 against 0.82 ms an image, 2026-11-29).
 
@@ -204,10 +204,12 @@ std::optional<JpegRegion> decode_scan_region(std::span<const std::byte> data,
   const std::int64_t mcus = std::int64_t{frame.mcus_per_row} * frame.mcu_rows;
   const std::int64_t interval = frame.restart_interval != 0 ? frame.restart_interval : mcus;
   const std::int64_t intervals = (mcus + interval - 1) / interval;
-  // Every RST takes two bytes of the data, and every interval `padding` bytes of the copy
-  // (whose offsets are 32-bit): a DRI whose intervals the data cannot hold is refused here.
+  // Every interval but the last takes at least three bytes of the data (its MCUs' bits, at
+  // least a DC code and an end of block a block, padded to a byte, then its RST), and
+  // `padding` bytes of the copy, whose offsets are 32-bit: a DRI whose intervals the data
+  // cannot hold is refused here, before anything is copied.
   const auto scan_bytes = static_cast<std::uint64_t>(data.size() - frame.entropy_at);
-  if (static_cast<std::uint64_t>(intervals - 1) > scan_bytes / 2 ||
+  if (static_cast<std::uint64_t>(intervals - 1) > scan_bytes / 3 ||
       scan_bytes + static_cast<std::uint64_t>(intervals) * RestartSegments::padding >
           std::numeric_limits<std::uint32_t>::max()) {
     return std::nullopt;

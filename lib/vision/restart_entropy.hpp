@@ -54,8 +54,8 @@ struct RestartSegments {
 };
 
 /// Replaces the Huffman decoder of a decompressor that jpeg_start_decompress has set up for a
-/// stream of `segments.begin.size() * segments.mcus` MCUs (a baseline sequential scan): its
-/// MCUs come from `segments` from now on. `state` (segment_state(): the thread's) must outlive the
+/// stream of at most `segments.begin.size() * segments.mcus` MCUs (a baseline sequential scan;
+/// the last interval may hold fewer): its MCUs come from `segments` from now on. `state` (segment_state(): the thread's) must outlive the
 /// decode. A failure inside the decode is libjpeg's error_exit (the caller's longjmp).
 struct SegmentState;
 SegmentState* segment_state() noexcept;  // the calling thread's

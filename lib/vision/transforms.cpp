@@ -324,7 +324,7 @@ TrainParams TrainTransform::sample(const ImageInfo& info, at::Generator& gen) co
 void TrainTransform::apply(std::span<const std::byte> encoded, const TrainParams& params,
                            float* dst) const {
   const NormalizeTable& table = detail::normalize_table(mean, std_dev);
-  // detail::normalize_row: write_normalized_row's floats, 16 pixels at a time where it can.
+  // detail::normalize_row: write_normalized_row's floats, 64 pixels at a time where it can.
   detail::crop_rows(encoded, params.box, size, size, params.scale_denominator,
                     [&](int y, const std::uint8_t* row) {
                       detail::normalize_row(table, row, size, size, y, params.flip, dst);
@@ -360,7 +360,7 @@ void EvalTransform::operator()(std::span<const std::byte> encoded, float* dst) c
   const auto [rh, rw] = resize_output_size(info.height, info.width, resize_size);
   const CropBox box = center_crop_box(rh, rw, crop_size, crop_size);
   const NormalizeTable& table = detail::normalize_table(mean, std_dev);
-  // detail::normalize_row: write_normalized_row's floats, 16 pixels at a time where it can.
+  // detail::normalize_row: write_normalized_row's floats, 64 pixels at a time where it can.
   detail::resize_crop_rows(encoded, info, rh, rw, box, dct_scaling,
                            [&](int y, const std::uint8_t* row) {
                              detail::normalize_row(table, row, crop_size, crop_size, y,

@@ -371,7 +371,8 @@ std::vector<std::size_t> rst_offsets(const std::vector<std::byte>& jpeg, std::si
 TEST_CASE("a JPEG with restart markers decodes whole through coload's Huffman decoder, interval "
           "by interval, with libjpeg's pixels (every subsampling, interval, scale, a short last "
           "interval); one whose RSTs are out of order or missing goes to libjpeg") {
-  const vision::Image src = vision::test::synthetic_image(259, 203, 4, 20);
+  // 288 pixels wide: every subsampling's MCU row (9 to 36 MCUs) divides into intervals of 3.
+  const vision::Image src = vision::test::synthetic_image(288, 203, 4, 20);
   int decoded = 0;
   // decode_into (a --fast-crop member decoded whole, a camera's file) against libjpeg's.
   auto check_whole = [&](const std::vector<std::byte>& jpeg, int d) {
@@ -396,10 +397,13 @@ TEST_CASE("a JPEG with restart markers decodes whole through coload's Huffman de
       std::vector<std::byte> marked;
       REQUIRE(vision::detail::add_restart_markers(encode(src, sub.tj), mcus, marked) ==
               vision::detail::RestartOutcome::marked);
+      const auto frame = vision::detail::parse_jpeg_frame(marked);
+      REQUIRE(frame.has_value());
+      REQUIRE(frame->restart_interval == static_cast<unsigned>(mcus));
       for (const int d : {1, 2, 4, 8}) check_whole(marked, d);
     }
   }
-  CHECK(decoded == 6 * 2 * 4);
+  REQUIRE(decoded == 6 * 2 * 4);
   // A short last interval: 7 MCUs divide neither an MCU row nor the image.
   for (const int samp : {1, 2}) {
     CAPTURE(samp);
@@ -410,7 +414,7 @@ TEST_CASE("a JPEG with restart markers decodes whole through coload's Huffman de
     REQUIRE(frame->mcus_per_row * frame->mcu_rows % 7 != 0);
     REQUIRE(rst_offsets(jpeg, frame->entropy_at).size() ==
             static_cast<std::size_t>(frame->mcus_per_row * frame->mcu_rows / 7));
-    for (const int d : {1, 2}) check_whole(jpeg, d);
+    for (const int d : {1, 2, 4, 8}) check_whole(jpeg, d);
     // A crop through decode_jpeg_region: no layout fits intervals that span rows, so the whole
     // scan goes through the decoder, libjpeg skipping and cropping as for a plain file.
     std::vector<std::uint8_t> whole, buffer;
@@ -421,8 +425,9 @@ TEST_CASE("a JPEG with restart markers decodes whole through coload's Huffman de
     CHECK(vision::detail::scan_region_decodes() == before + 1);
     CHECK(first_difference(*region, full, 150, 200, 53, 59) == "");
   }
-  // RSTs out of order, or one missing: refused by coload's decoder before anything is decoded;
-  // libjpeg resynchronises (with a warning), and decode_into gives its pixels.
+  // RSTs out of order, one missing, or a byte of junk before one: refused by coload's decoder
+  // (the first two before anything is decoded, the last when its interval ends a byte early);
+  // libjpeg resynchronises or skips (with a warning), and decode_into gives its pixels.
   std::vector<std::byte> marked;
   REQUIRE(vision::detail::add_restart_markers(encode(src, TJSAMP_420), 2, marked) ==
           vision::detail::RestartOutcome::marked);
@@ -435,12 +440,14 @@ TEST_CASE("a JPEG with restart markers decodes whole through coload's Huffman de
   std::vector<std::byte> missing = marked;  // the 6th RST gone: its interval runs into the 7th
   missing.erase(missing.begin() + static_cast<std::ptrdiff_t>(rsts[5]),
                 missing.begin() + static_cast<std::ptrdiff_t>(rsts[5]) + 2);
-  for (const auto* bad : {&swapped, &missing}) {
+  std::vector<std::byte> junk = marked;  // a byte before the 8th RST: its interval ends early
+  junk.insert(junk.begin() + static_cast<std::ptrdiff_t>(rsts[7]), std::byte{0x5a});
+  for (const auto* bad : {&swapped, &missing, &junk}) {
     const auto bad_frame = vision::detail::parse_jpeg_frame(*bad);
     REQUIRE(bad_frame.has_value());
     std::vector<std::uint8_t> buffer, want_buffer, got_buffer;
     const std::uint64_t before = vision::detail::scan_region_decodes();
-    CHECK_FALSE(vision::detail::decode_scan_region(*bad, *bad_frame, 0, 0, 203, 259, buffer, 1)
+    CHECK_FALSE(vision::detail::decode_scan_region(*bad, *bad_frame, 0, 0, 203, 288, buffer, 1)
                     .has_value());
     const vision::ImageView want = libjpeg_decode(*bad, want_buffer, 1);
     const vision::ImageView got = vision::decode_into(*bad, got_buffer, 1);
