@@ -422,6 +422,14 @@ constexpr ChannelPick channel_picks[2][3] = {
     {channel_pick(0, false), channel_pick(1, false), channel_pick(2, false)},
     {channel_pick(0, true), channel_pick(1, true), channel_pick(2, true)}};
 
+// NOTE: GCC 12 warns that its own AVX-512 intrinsics' pass-through (_mm512_undefined_*) in the
+// gathers and byte permutes below "may be" or "is" used uninitialized; it is not (the masks
+// zero or overwrite every lane): silenced for these two functions only, as resample_avx512.cpp
+// does for its window kernel.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 // Rows of fewer than 64 pixels, 16 at a time from `x`: returns the first pixel it left to the
 // scalar loop.
 [[gnu::target("avx512f,avx512bw,avx512vbmi")]] int normalize_row_avx512(
@@ -519,6 +527,7 @@ constexpr BlockPick block_picks[2][3] = {
     }
   }
 }
+#pragma GCC diagnostic pop
 #endif
 
 }  // namespace
