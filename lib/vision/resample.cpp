@@ -430,11 +430,11 @@ constexpr ChannelPick channel_picks[2][3] = {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-// Rows of fewer than 64 pixels, 16 at a time from `x`: returns the first pixel it left to the
-// scalar loop.
+// Rows of fewer than 64 pixels, 16 at a time: returns the first pixel it left to the scalar
+// loop.
 [[gnu::target("avx512f,avx512bw,avx512vbmi")]] int normalize_row_avx512(
-    const float (*table)[256], const std::uint8_t* row, int x, int width, bool flip, float* r,
-    float* g, float* b) {
+    const float (*table)[256], const std::uint8_t* row, int width, bool flip, float* r, float* g,
+    float* b) {
   const ChannelPick* picks = channel_picks[flip ? 1 : 0];
   const __m512i pick_r = _mm512_load_si512(picks[0].bytes);
   const __m512i pick_g = _mm512_load_si512(picks[1].bytes);
@@ -442,6 +442,7 @@ constexpr ChannelPick channel_picks[2][3] = {
   constexpr __mmask64 bytes48 = (__mmask64{1} << 48) - 1;
   // The channel's byte of pixel k into the low byte of dword k, the other bytes zero.
   constexpr __mmask64 low_bytes = 0x1111111111111111ull;
+  int x = 0;
   for (; x + 16 <= width; x += 16) {
     // Outputs x..x+15 read source pixels x..x+15, or width-16-x..width-1-x mirrored.
     const std::uint8_t* p = row + 3 * (flip ? width - 16 - x : x);
@@ -542,7 +543,7 @@ void normalize_row(const NormalizeTable& table, const std::uint8_t* row, int wid
 #ifdef COLOAD_VISION_X86
   if (cpu_avx512vbmi && simd_cap.load(std::memory_order_relaxed) >= SimdLevel::avx512) {
     if (width >= 64) return normalize_row_avx512_64(table, row, width, flip, r, g, b);
-    from = normalize_row_avx512(table.value, row, 0, width, flip, r, g, b);
+    from = normalize_row_avx512(table.value, row, width, flip, r, g, b);
   }
 #endif
   normalize_row_scalar(table.value, row, from, width, flip, r, g, b);
