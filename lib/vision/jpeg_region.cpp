@@ -48,7 +48,7 @@ void on_message(j_common_ptr cinfo, int level) {
 bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigned char* data,
                  unsigned long size, int top, int left, int height, int width, int denominator,
                  std::uint8_t* (*grow)(void*, std::size_t), void* buffer, JpegRegion* out,
-                 const RestartSegments* segments) {
+                 const RestartSegments* segments, ScanCheckpoints* checkpoints) {
   if (setjmp(err->jump)) {
     jpeg_destroy_decompress(cinfo);
     return false;
@@ -74,7 +74,7 @@ bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigne
   cinfo->scale_num = 1;
   cinfo->scale_denom = static_cast<unsigned int>(denominator);
   jpeg_start_decompress(cinfo);
-  if (segments) install_segment_decoder(cinfo, *segments, segment_state());
+  if (segments) install_segment_decoder(cinfo, *segments, segment_state(), checkpoints);
   const int image_width = static_cast<int>(cinfo->output_width);
   const int image_height = static_cast<int>(cinfo->output_height);
   if (top < 0 || left < 0 || height <= 0 || width <= 0 || top + height > image_height ||
@@ -91,7 +91,24 @@ bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigne
   constexpr int margin_x = 2;
   JDIMENSION x0 = static_cast<JDIMENSION>(std::max(0, left - margin_x));
   JDIMENSION w = static_cast<JDIMENSION>(std::min(image_width, left + width + margin_x)) - x0;
-  if (static_cast<int>(w) < image_width) jpeg_crop_scanline(cinfo, &x0, &w);
+  if (static_cast<int>(w) < image_width) {
+    jpeg_crop_scanline(cinfo, &x0, &w);
+    if (segments) {
+      // The MCU columns whose blocks libjpeg-turbo's coefficient controller turns into pixels
+      // (jpeg_crop_scanline's first_iMCU_col to last_iMCU_col, from the same alignment), one
+      // more each side: the Huffman decoder may leave the others' blocks zero.
+#if JPEG_LIB_VERSION >= 70
+      const int dct = cinfo->min_DCT_h_scaled_size;
+#else
+      const int dct = cinfo->min_DCT_scaled_size;
+#endif
+      const int align = cinfo->comps_in_scan == 1 ? dct : dct * cinfo->max_h_samp_factor;
+      const int first = static_cast<int>(x0) / align - 1;
+      const int last = static_cast<int>((x0 + w + static_cast<JDIMENSION>(align) - 1) /
+                                        static_cast<JDIMENSION>(align));
+      set_segment_columns(cinfo, first, last);
+    }
+  }
   const int y0 = std::max(0, top - margin);
   if (y0 > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(y0));
   const int rows = top + height - y0;
@@ -168,7 +185,8 @@ std::optional<JpegRegion> decode_jpeg_region_checked(std::span<const std::byte> 
                                                      int left, int height, int width,
                                                      std::vector<std::uint8_t>& buffer,
                                                      int denominator, bool* warned,
-                                                     const RestartSegments* segments) {
+                                                     const RestartSegments* segments,
+                                                     ScanCheckpoints* checkpoints) {
   if (denominator != 1 && denominator != 2 && denominator != 4 && denominator != 8) {
     return std::nullopt;
   }
@@ -180,7 +198,7 @@ std::optional<JpegRegion> decode_jpeg_region_checked(std::span<const std::byte> 
   JpegRegion region;
   if (!decode_rows(&cinfo, &err, reinterpret_cast<const unsigned char*>(data.data()),
                    static_cast<unsigned long>(data.size()), top, left, height, width,
-                   denominator, grow_vector, &buffer, &region, segments)) {
+                   denominator, grow_vector, &buffer, &region, segments, checkpoints)) {
     if (warned) *warned = err.warned;
     // NOTE: jpeg_create_decompress fails when the jpeglib.h/jconfig.h coload was compiled
     // with are not those of the libjpeg it runs with (its version or struct size check; the

@@ -32,16 +32,19 @@ std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, in
                                              int denominator = 1);
 
 struct RestartSegments;
+struct ScanCheckpoints;
 
 /// decode_jpeg_region without the restart intervals of the thread's RestartHint, which sets
 /// `*warned` when libjpeg warned (damaged data it repaired): for streams built from intervals,
 /// where any repair means the intervals are not what their index says. With `segments`, `data`
 /// is the headers alone and the MCUs' entropy-coded data are `segments`' intervals, decoded by
-/// restart_entropy.cpp in place of libjpeg's Huffman decoder.
+/// restart_entropy.cpp in place of libjpeg's Huffman decoder; with `checkpoints` too, a scan
+/// of one interval starts its MCUs from them (install_segment_decoder) and records them.
 std::optional<JpegRegion> decode_jpeg_region_checked(std::span<const std::byte> data, int top,
                                                      int left, int height, int width,
                                                      std::vector<std::uint8_t>& buffer,
                                                      int denominator, bool* warned,
-                                                     const RestartSegments* segments = nullptr);
+                                                     const RestartSegments* segments = nullptr,
+                                                     ScanCheckpoints* checkpoints = nullptr);
 
 }  // namespace coload::vision::detail

@@ -262,6 +262,15 @@ struct SegmentState {
   std::uint64_t buffer = 0;  // bits from the top
   int bits = 0;
   int dc_pred[MAX_COMPS_IN_SCAN] = {};
+  // A scan with checkpoints (decode_mcu_indexed): the MCU libjpeg asks for next, the MCU the
+  // bit reader stands before, the scan's MCUs, and the columns libjpeg's output needs.
+  ScanCheckpoints* checkpoints = nullptr;
+  std::int64_t call = 0;
+  std::int64_t at = 0;
+  std::int64_t total = 0;
+  int first_col = 0;
+  int last_col = 0;
+  std::uint64_t decoded = 0;  // MCUs decoded by this thread, ever
   JBLOCK scratch;  // the blocks of MCUs libjpeg skips
   std::uint64_t single[fast_size];  // build_table's scratch
 };
@@ -324,26 +333,9 @@ struct Bits {
   return e & 0xff;
 }
 
-// The body of decode_mcu, compiled twice: for any x86-64, and with BMI2 (whose shifts by a
-// register, shlx/shrx, are one cycle on the chain of dependent table lookups every coefficient
-// waits on; `shl %cl` is two to three). The same source, so the same coefficients.
-[[gnu::always_inline]] inline boolean decode_mcu_body(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
-  auto* st = static_cast<SegmentState*>(cinfo->client_data);
-  if (st->mcus_left == 0) {
-    // The next interval: its own bytes, the DC predictions reset (T.81 F.2.1.3.1).
-    const RestartSegments& s = *st->segments;
-    if (st->next >= s.begin.size()) fail(cinfo);
-    st->first = s.bytes.data() + s.begin[st->next];
-    st->size = s.size[st->next];
-    st->limit = st->first + st->size + RestartSegments::padding - 8;
-    st->p = st->first;
-    st->buffer = 0;
-    st->bits = 0;
-    for (int& pred : st->dc_pred) pred = 0;
-    st->mcus_left = s.mcus;
-    ++st->next;
-  }
-  Bits b{st->buffer, st->bits, st->p, st->limit};
+// One MCU's blocks into `mcu` (nullptr: the scratch block, discarded).
+[[gnu::always_inline]] inline void decode_blocks(j_decompress_ptr cinfo, SegmentState* st, Bits& b,
+                                                 JBLOCKROW* mcu) {
   for (int blk = 0; blk < st->blocks; ++blk) {
     JCOEF* out = mcu ? mcu[blk][0] : st->scratch;
     const HuffTable& dc = *st->dc_of[blk];
@@ -393,6 +385,30 @@ struct Bits {
       ++k;
     }
   }
+  ++st->decoded;
+}
+
+// The body of decode_mcu, compiled twice: for any x86-64, and with BMI2 (whose shifts by a
+// register, shlx/shrx, are one cycle on the chain of dependent table lookups every coefficient
+// waits on; `shl %cl` is two to three). The same source, so the same coefficients.
+[[gnu::always_inline]] inline boolean decode_mcu_body(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
+  auto* st = static_cast<SegmentState*>(cinfo->client_data);
+  if (st->mcus_left == 0) {
+    // The next interval: its own bytes, the DC predictions reset (T.81 F.2.1.3.1).
+    const RestartSegments& s = *st->segments;
+    if (st->next >= s.begin.size()) fail(cinfo);
+    st->first = s.bytes.data() + s.begin[st->next];
+    st->size = s.size[st->next];
+    st->limit = st->first + st->size + RestartSegments::padding - 8;
+    st->p = st->first;
+    st->buffer = 0;
+    st->bits = 0;
+    for (int& pred : st->dc_pred) pred = 0;
+    st->mcus_left = s.mcus;
+    ++st->next;
+  }
+  Bits b{st->buffer, st->bits, st->p, st->limit};
+  decode_blocks(cinfo, st, b, mcu);
   st->buffer = b.buffer;
   st->bits = b.bits;
   st->p = b.p;
@@ -409,11 +425,95 @@ struct Bits {
   return TRUE;
 }
 
+// The bits of the unstuffed scan the reader has taken.
+[[gnu::always_inline]] inline std::int64_t bits_used(const SegmentState* st, const Bits& b) {
+  return (b.p - st->first) * std::int64_t{8} - b.bits;
+}
+
+// MCU k of a scan with checkpoints, the reader standing before it: its point recorded where k
+// has one and it was not known, then its blocks, then the checks decode_mcu_body makes.
+[[gnu::always_inline]] inline void decode_indexed(j_decompress_ptr cinfo, SegmentState* st,
+                                                  Bits& b, JBLOCKROW* mcu, std::int64_t k) {
+  ScanCheckpoints& cp = *st->checkpoints;
+  const auto row = static_cast<int>(k / cp.per_row);
+  const auto col = static_cast<int>(k % cp.per_row);
+  if (col % cp.step == 0) {
+    ScanCheckpoints::Point& point =
+        cp.points[static_cast<std::size_t>(row * cp.points_per_row + col / cp.step)];
+    if (point.bit == ScanCheckpoints::unknown) {
+      // A prediction beyond 16 bits (damaged data) is not kept: the point stays unknown.
+      bool fits = true;
+      for (int c = 0; c < 3; ++c) {
+        fits &= st->dc_pred[c] == static_cast<std::int16_t>(st->dc_pred[c]);
+      }
+      if (fits) {
+        point.bit = static_cast<std::uint32_t>(bits_used(st, b));
+        for (int c = 0; c < 3; ++c) point.dc[c] = static_cast<std::int16_t>(st->dc_pred[c]);
+        cp.added = true;
+      }
+    }
+  }
+  decode_blocks(cinfo, st, b, mcu);
+  const std::int64_t used = bits_used(st, b);
+  const std::int64_t have = std::int64_t{st->size} * 8;
+  if (used > have) fail(cinfo);
+  if (k + 1 == st->total && have - used >= 8) fail(cinfo);
+}
+
+// decode_mcu for a scan without restart markers, with checkpoints (install_segment_decoder).
+// An MCU whose blocks libjpeg does not need (a row it skips: no blocks; a column outside its
+// crop) is not decoded when asked for; the next MCU it needs is reached from the nearest known
+// point before it that is past the reader, or from where the reader stands, decoding the MCUs
+// between (and recording their points) on the way.
+[[gnu::always_inline]] inline boolean decode_mcu_indexed_body(j_decompress_ptr cinfo,
+                                                              JBLOCKROW* mcu) {
+  auto* st = static_cast<SegmentState*>(cinfo->client_data);
+  const ScanCheckpoints& cp = *st->checkpoints;
+  const std::int64_t k = st->call++;
+  if (k >= st->total) fail(cinfo);
+  const auto col = static_cast<int>(k % cp.per_row);
+  if (!mcu || col < st->first_col || col > st->last_col) return TRUE;
+  Bits b{st->buffer, st->bits, st->p, st->limit};
+  if (st->at != k) {
+    const auto row = static_cast<int>(k / cp.per_row);
+    for (int j = row * cp.points_per_row + col / cp.step; j >= 0; --j) {
+      const std::int64_t from = std::int64_t{j / cp.points_per_row} * cp.per_row +
+                                std::int64_t{j % cp.points_per_row} * cp.step;
+      if (from <= st->at) break;
+      const ScanCheckpoints::Point& point = cp.points[static_cast<std::size_t>(j)];
+      if (point.bit == ScanCheckpoints::unknown) continue;
+      if (point.bit / 8 > st->size) fail(cinfo);
+      b.p = st->first + point.bit / 8;
+      b.buffer = 0;
+      b.bits = 0;
+      if (!b.refill()) fail(cinfo);
+      if (point.bit % 8 != 0) b.take(static_cast<int>(point.bit % 8));
+      for (int c = 0; c < 3; ++c) st->dc_pred[c] = point.dc[c];
+      st->at = from;
+      break;
+    }
+    for (; st->at < k; ++st->at) decode_indexed(cinfo, st, b, nullptr, st->at);
+  }
+  decode_indexed(cinfo, st, b, mcu, k);
+  st->at = k + 1;
+  st->buffer = b.buffer;
+  st->bits = b.bits;
+  st->p = b.p;
+  return TRUE;
+}
+
+boolean decode_mcu_indexed(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
+  return decode_mcu_indexed_body(cinfo, mcu);
+}
+
 boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* mcu) { return decode_mcu_body(cinfo, mcu); }
 
 #if defined(__x86_64__) || defined(__i386__)
 [[gnu::target("bmi2")]] boolean decode_mcu_bmi2(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
   return decode_mcu_body(cinfo, mcu);
+}
+[[gnu::target("bmi2")]] boolean decode_mcu_indexed_bmi2(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
+  return decode_mcu_indexed_body(cinfo, mcu);
 }
 const bool cpu_bmi2 = __builtin_cpu_supports("bmi2");
 #endif
@@ -443,8 +543,27 @@ SegmentState* segment_state() noexcept {
   return &state;
 }
 
+void ScanCheckpoints::reset(int per_row_, int rows_) {
+  per_row = per_row_;
+  rows = rows_;
+  // Four points a row: a crop's first column is then at most a quarter row past one.
+  points_per_row = std::min(per_row, 4);
+  step = (per_row + points_per_row - 1) / points_per_row;
+  points_per_row = (per_row + step - 1) / step;
+  points.assign(static_cast<std::size_t>(rows) * static_cast<std::size_t>(points_per_row), Point{});
+  added = false;
+}
+
+std::uint64_t huffman_mcus_decoded() noexcept { return segment_state()->decoded; }
+
+void set_segment_columns(jpeg_decompress_struct* cinfo, int first, int last) {
+  auto* st = static_cast<SegmentState*>(cinfo->client_data);
+  st->first_col = first;
+  st->last_col = last;
+}
+
 void install_segment_decoder(jpeg_decompress_struct* cinfo, const RestartSegments& segments,
-                             SegmentState* st) {
+                             SegmentState* st, ScanCheckpoints* checkpoints) {
   st->blocks = cinfo->blocks_in_MCU;
   if (st->blocks < 1 || st->blocks > D_MAX_BLOCKS_IN_MCU || segments.mcus < 1) fail(cinfo);
   bool dc_built[NUM_HUFF_TBLS] = {};
@@ -472,11 +591,38 @@ void install_segment_decoder(jpeg_decompress_struct* cinfo, const RestartSegment
   st->segments = &segments;
   st->next = 0;
   st->mcus_left = 0;
+  st->checkpoints = nullptr;
   cinfo->client_data = st;
-  cinfo->entropy->decode_mcu = decode_mcu;
+  // Checkpoints: one interval holding the whole scan, the points' grid that of this scan, and
+  // its bit offsets within 32 bits.
+  const std::int64_t total = std::int64_t{cinfo->MCUs_per_row} * cinfo->MCU_rows_in_scan;
+  const bool indexed = checkpoints && segments.begin.size() == 1 && cinfo->comps_in_scan <= 3 &&
+                       segments.mcus == total &&
+                       checkpoints->per_row == static_cast<int>(cinfo->MCUs_per_row) &&
+                       checkpoints->rows == static_cast<int>(cinfo->MCU_rows_in_scan) &&
+                       std::uint64_t{segments.size[0]} * 8 < ScanCheckpoints::unknown;
+  if (indexed) {
+    st->checkpoints = checkpoints;
+    checkpoints->added = false;
+    st->first = segments.bytes.data() + segments.begin[0];
+    st->size = segments.size[0];
+    st->limit = st->first + st->size + RestartSegments::padding - 8;
+    st->p = st->first;
+    st->buffer = 0;
+    st->bits = 0;
+    for (int& pred : st->dc_pred) pred = 0;
+    st->call = 0;
+    st->at = 0;
+    st->total = total;
+    st->first_col = 0;
+    st->last_col = checkpoints->per_row - 1;
+  }
+  cinfo->entropy->decode_mcu = indexed ? decode_mcu_indexed : decode_mcu;
 #if defined(__x86_64__) || defined(__i386__)
   // The BMI2 form where the CPU has it and the SIMD cap (set_simd_level, for tests) allows AVX2.
-  if (cpu_bmi2 && use_avx2()) cinfo->entropy->decode_mcu = decode_mcu_bmi2;
+  if (cpu_bmi2 && use_avx2()) {
+    cinfo->entropy->decode_mcu = indexed ? decode_mcu_indexed_bmi2 : decode_mcu_bmi2;
+  }
 #endif
 }
 

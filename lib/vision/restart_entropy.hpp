@@ -53,13 +53,53 @@ struct RestartSegments {
                                   unsigned& marker);
 };
 
+/// Where the Huffman decoder stood at points of a scan without restart markers: the bit of the
+/// unstuffed data it had reached and its DC predictions, before MCU `step * j` of each MCU row
+/// (point j of the row). Decoding from the scan's start is the only way to reach a crop's MCUs
+/// in such a file; a later crop of the same file (each epoch's RandomResizedCrop) starts at the
+/// nearest point before the MCUs it needs instead, and skips the MCUs right of its columns
+/// (scan_checkpoints.cpp keeps the points between decodes).
+struct ScanCheckpoints {
+  static constexpr std::uint32_t unknown = 0xffffffff;
+  struct Point {
+    std::uint32_t bit = unknown;  // of the unstuffed scan
+    std::int16_t dc[3] = {};      // each component's DC prediction
+  };
+  int per_row = 0;  // the scan's MCUs a row
+  int rows = 0;     // and its MCU rows
+  int step = 1;     // MCUs between a row's points
+  int points_per_row = 0;
+  std::vector<Point> points;  // rows * points_per_row
+  bool added = false;         // the last decode recorded a point not known before
+
+  /// No point known, for a scan of `rows` rows of `per_row` MCUs.
+  void reset(int per_row_, int rows_);
+};
+
+/// The checkpoints kept for the JPEG `data` (scan_checkpoints.cpp), copied into `out`, which is
+/// first reset for a scan of `rows` rows of `per_row` MCUs; returns the key that
+/// store_checkpoints takes (a hash of `data`), or 0 when checkpoints are off (the budget is 0).
+std::uint64_t load_checkpoints(std::span<const std::byte> data, int per_row, int rows,
+                               ScanCheckpoints& out);
+/// Keeps the points a decode of the `size` bytes `key` names recorded, with those kept before.
+void store_checkpoints(std::uint64_t key, std::size_t size, const ScanCheckpoints& checkpoints);
+
 /// Replaces the Huffman decoder of a decompressor that jpeg_start_decompress has set up for a
 /// stream of at most `segments.begin.size() * segments.mcus` MCUs (a baseline sequential scan;
 /// the last interval may hold fewer): its MCUs come from `segments` from now on. `state` (segment_state(): the thread's) must outlive the
 /// decode. A failure inside the decode is libjpeg's error_exit (the caller's longjmp).
 struct SegmentState;
 SegmentState* segment_state() noexcept;  // the calling thread's
+/// With `checkpoints` (sized for this scan by reset, its points those of these very bytes or
+/// unknown) and one interval (a scan without restart markers): MCUs that libjpeg skips or that
+/// lie outside the columns set_segment_columns gives are decoded only where a later MCU needs
+/// them, from the nearest point known before it; every point passed is recorded.
 void install_segment_decoder(jpeg_decompress_struct* cinfo, const RestartSegments& segments,
-                             SegmentState* state);
+                             SegmentState* state, ScanCheckpoints* checkpoints = nullptr);
+/// The MCU columns [first, last] whose blocks libjpeg's output needs (the crop's, from
+/// jpeg_crop_scanline); the others' blocks may be left zero. All of them until called.
+void set_segment_columns(jpeg_decompress_struct* cinfo, int first, int last);
+/// MCUs the calling thread's Huffman decoder has decoded (for tests).
+std::uint64_t huffman_mcus_decoded() noexcept;
 
 }  // namespace coload::vision::detail

@@ -76,6 +76,21 @@ void set_max_image_pixels(std::int64_t limit);
 /// arithmetic may wrap on a declared size.
 void check_image_pixels(std::int64_t width, std::int64_t height);
 
+/// The bytes this process may keep for JPEG checkpoints (default 64 MiB; the environment
+/// variable COLOAD_JPEG_CHECKPOINT_MB, read at start, sets another; 0 turns them off). A crop of
+/// a baseline JPEG without restart markers must have the file's Huffman data decoded from the
+/// start of its scan up to the crop's last row; coload keeps, for each file it cropped, where
+/// that decoding stood at four points of every MCU row (about 1.2 KB for a 500 × 375 photo, keyed
+/// by a hash of the file's bytes), so that a later crop of the same bytes (the next epoch's)
+/// starts at the point before its first MCU and skips the MCUs right of it: about half the
+/// Huffman decoding of a RandomResizedCrop. The same coefficients, so the same pixels. The
+/// oldest files' points go first beyond the budget; whole-image decodes keep none.
+std::size_t jpeg_checkpoint_budget() noexcept;
+/// Sets jpeg_checkpoint_budget(), dropping the oldest points beyond it; returns the previous.
+std::size_t set_jpeg_checkpoint_budget(std::size_t bytes) noexcept;
+/// The bytes of JPEG checkpoints kept now (at most the budget).
+std::size_t jpeg_checkpoint_bytes() noexcept;
+
 /// The formats `decode` understands, told apart by their signature bytes (never by a file's
 /// extension, as PIL does): `pnm` is Netpbm's P1-P6 (.pbm .pgm .ppm .pnm).
 enum class ImageFormat { jpeg, png, webp, tiff, pnm, bmp };

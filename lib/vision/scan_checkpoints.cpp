@@ -1,0 +1,153 @@
+// The JPEG checkpoints kept between decodes (restart_entropy.hpp's ScanCheckpoints): a
+// process-wide table from a hash of a file's bytes to the points its crops' decodes recorded,
+// the oldest files dropped beyond a byte budget (coload/vision/decode.hpp's
+// jpeg_checkpoint_budget).
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "coload/core/warning.hpp"
+#include "coload/vision/decode.hpp"
+#include "restart_entropy.hpp"
+
+namespace coload::vision {
+namespace {
+
+using Point = detail::ScanCheckpoints::Point;
+
+struct Kept {
+  std::size_t size = 0;  // the file's bytes
+  int per_row = 0;
+  int rows = 0;
+  std::vector<Point> points;
+};
+
+// A file's cost: its points, and about what its table entry and place in line take.
+std::size_t cost(const Kept& k) { return k.points.size() * sizeof(Point) + 96; }
+
+struct Table {
+  std::mutex mutex;
+  std::unordered_map<std::uint64_t, Kept> files;
+  std::deque<std::uint64_t> order;  // oldest first
+  std::size_t bytes = 0;
+};
+
+// Never destroyed: a worker thread may decode while the process exits.
+Table& table() {
+  static Table* t = new Table;
+  return *t;
+}
+
+constexpr std::size_t default_budget = std::size_t{64} << 20;
+
+// COLOAD_JPEG_CHECKPOINT_MB, read on first use: a value that is not a number of MiB keeps the
+// default, with a warning that names it.
+std::size_t budget_from_environment() {
+  const char* env = std::getenv("COLOAD_JPEG_CHECKPOINT_MB");
+  if (!env || !*env) return default_budget;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long mb = std::strtoull(env, &end, 10);
+  if (*end != '\0' || errno != 0 || env[0] == '-' || mb > (std::uint64_t{1} << 24)) {
+    try {  // from noexcept callers: a handler that throws loses the warning, not the process
+      coload::detail::warn_once("COLOAD_JPEG_CHECKPOINT_MB",
+                                std::string("COLOAD_JPEG_CHECKPOINT_MB='") + env +
+                                    "' is not a number of MiB from 0 to 16777216: JPEG "
+                                    "checkpoints keep their default budget of 64 MiB");
+    } catch (...) {
+    }
+    return default_budget;
+  }
+  return static_cast<std::size_t>(mb) << 20;
+}
+
+constexpr std::size_t unset = ~std::size_t{0};
+std::atomic<std::size_t> budget_set{unset};  // set_jpeg_checkpoint_budget's, once called
+
+std::size_t budget_now() {
+  const std::size_t b = budget_set.load(std::memory_order_relaxed);
+  if (b != unset) return b;
+  static const std::size_t from_environment = budget_from_environment();
+  return from_environment;
+}
+
+void evict_locked(Table& t, std::size_t limit) {
+  while (t.bytes > limit && !t.order.empty()) {
+    const auto it = t.files.find(t.order.front());
+    t.order.pop_front();
+    if (it == t.files.end()) continue;
+    t.bytes -= cost(it->second);
+    t.files.erase(it);
+  }
+}
+
+}  // namespace
+
+std::size_t jpeg_checkpoint_budget() noexcept { return budget_now(); }
+
+std::size_t set_jpeg_checkpoint_budget(std::size_t bytes) noexcept {
+  const std::size_t previous = budget_now();
+  budget_set.store(bytes == unset ? bytes - 1 : bytes, std::memory_order_relaxed);
+  Table& t = table();
+  std::lock_guard lock(t.mutex);
+  evict_locked(t, bytes);
+  return previous;
+}
+
+std::size_t jpeg_checkpoint_bytes() noexcept {
+  Table& t = table();
+  std::lock_guard lock(t.mutex);
+  return t.bytes;
+}
+
+namespace detail {
+
+std::uint64_t load_checkpoints(std::span<const std::byte> data, int per_row, int rows,
+                               ScanCheckpoints& out) {
+  out.reset(per_row, rows);
+  if (budget_now() == 0) return 0;
+  // XXH3 of the whole file: about 4 us for 80 KB, against about 300 us of Huffman decoding.
+  std::uint64_t key = XXH3_64bits(data.data(), data.size());
+  key += key == 0;  // 0 says "off"
+  Table& t = table();
+  std::lock_guard lock(t.mutex);
+  const auto it = t.files.find(key);
+  if (it != t.files.end() && it->second.size == data.size() && it->second.per_row == per_row &&
+      it->second.rows == rows && it->second.points.size() == out.points.size()) {
+    out.points = it->second.points;
+  }
+  return key;
+}
+
+void store_checkpoints(std::uint64_t key, std::size_t size, const ScanCheckpoints& checkpoints) {
+  const std::size_t limit = budget_now();
+  if (key == 0 || !checkpoints.added || limit == 0) return;
+  Table& t = table();
+  std::lock_guard lock(t.mutex);
+  auto [it, fresh] = t.files.try_emplace(key);
+  Kept& k = it->second;
+  if (fresh) {
+    k = Kept{size, checkpoints.per_row, checkpoints.rows, checkpoints.points};
+    t.order.push_back(key);
+    t.bytes += cost(k);
+  } else if (k.size == size && k.per_row == checkpoints.per_row && k.rows == checkpoints.rows &&
+             k.points.size() == checkpoints.points.size()) {
+    // Another thread's decode of the same bytes may have kept points meanwhile: both are right.
+    for (std::size_t i = 0; i < k.points.size(); ++i) {
+      if (k.points[i].bit == ScanCheckpoints::unknown) k.points[i] = checkpoints.points[i];
+    }
+  }
+  evict_locked(t, limit);
+}
+
+}  // namespace detail
+}  // namespace coload::vision
