@@ -3,12 +3,14 @@
 // the oldest files dropped beyond a byte budget (coload/vision/decode.hpp's
 // jpeg_checkpoint_budget).
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
-#include <string>
 #include <deque>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -46,6 +48,14 @@ Table& table() {
   static Table* t = new Table;
   return *t;
 }
+
+// NOTE: process workers are forked while other threads may be decoding: the table's lock is
+// taken around every fork(), so that no child starts with it held (its first crop would hang).
+// No other lock is ever taken while it is held.
+void lock_for_fork() { table().mutex.lock(); }
+void unlock_after_fork() { table().mutex.unlock(); }
+[[maybe_unused]] const int fork_handlers_registered =
+    (table(), ::pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork));
 
 constexpr std::size_t default_budget = std::size_t{64} << 20;
 
