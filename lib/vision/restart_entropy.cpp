@@ -268,6 +268,10 @@ struct SegmentState {
   std::int64_t call = 0;
   std::int64_t at = 0;
   std::int64_t total = 0;
+  int call_col = 0;  // call's column, and at's row and column (no divisions an MCU)
+  int at_row = 0;
+  int at_col = 0;
+  int next_point_col = 0;  // the column of at's row's next point (per_row when none)
   int first_col = 0;
   int last_col = 0;
   std::uint64_t decoded = 0;  // MCUs decoded by this thread, ever
@@ -430,16 +434,24 @@ struct Bits {
   return (b.p - st->first) * std::int64_t{8} - b.bits;
 }
 
-// MCU k of a scan with checkpoints, the reader standing before it: its point recorded where k
-// has one and it was not known, then its blocks, then the checks decode_mcu_body makes.
+// Puts the reader at MCU (row, col) of a scan with checkpoints, without decoding.
+[[gnu::always_inline]] inline void stand_at(SegmentState* st, int row, int col) {
+  const ScanCheckpoints& cp = *st->checkpoints;
+  st->at = std::int64_t{row} * cp.per_row + col;
+  st->at_row = row;
+  st->at_col = col;
+  st->next_point_col = (col + cp.step - 1) / cp.step * cp.step;
+}
+
+// The MCU the reader stands before (at): its point recorded where it has one not known yet,
+// its blocks decoded, the checks decode_mcu_body makes, and the reader moved past it.
 [[gnu::always_inline]] inline void decode_indexed(j_decompress_ptr cinfo, SegmentState* st,
-                                                  Bits& b, JBLOCKROW* mcu, std::int64_t k) {
+                                                  Bits& b, JBLOCKROW* mcu) {
   ScanCheckpoints& cp = *st->checkpoints;
-  const auto row = static_cast<int>(k / cp.per_row);
-  const auto col = static_cast<int>(k % cp.per_row);
-  if (col % cp.step == 0) {
-    ScanCheckpoints::Point& point =
-        cp.points[static_cast<std::size_t>(row * cp.points_per_row + col / cp.step)];
+  if (st->at_col == st->next_point_col) {
+    st->next_point_col += cp.step;
+    ScanCheckpoints::Point& point = cp.points[static_cast<std::size_t>(
+        st->at_row * cp.points_per_row + st->at_col / cp.step)];
     if (point.bit == ScanCheckpoints::unknown) {
       // A prediction beyond 16 bits (damaged data) is not kept: the point stays unknown.
       bool fits = true;
@@ -457,7 +469,12 @@ struct Bits {
   const std::int64_t used = bits_used(st, b);
   const std::int64_t have = std::int64_t{st->size} * 8;
   if (used > have) fail(cinfo);
-  if (k + 1 == st->total && have - used >= 8) fail(cinfo);
+  if (++st->at == st->total && have - used >= 8) fail(cinfo);
+  if (++st->at_col == cp.per_row) {
+    st->at_col = 0;
+    st->next_point_col = 0;
+    ++st->at_row;
+  }
 }
 
 // decode_mcu for a scan without restart markers, with checkpoints (install_segment_decoder).
@@ -470,16 +487,17 @@ struct Bits {
   auto* st = static_cast<SegmentState*>(cinfo->client_data);
   const ScanCheckpoints& cp = *st->checkpoints;
   const std::int64_t k = st->call++;
+  const int col = st->call_col;
+  if (++st->call_col == cp.per_row) st->call_col = 0;
   if (k >= st->total) fail(cinfo);
-  const auto col = static_cast<int>(k % cp.per_row);
   if (!mcu || col < st->first_col || col > st->last_col) return TRUE;
   Bits b{st->buffer, st->bits, st->p, st->limit};
   if (st->at != k) {
     const auto row = static_cast<int>(k / cp.per_row);
     for (int j = row * cp.points_per_row + col / cp.step; j >= 0; --j) {
-      const std::int64_t from = std::int64_t{j / cp.points_per_row} * cp.per_row +
-                                std::int64_t{j % cp.points_per_row} * cp.step;
-      if (from <= st->at) break;
+      const int point_row = j / cp.points_per_row;
+      const int point_col = j % cp.points_per_row * cp.step;
+      if (std::int64_t{point_row} * cp.per_row + point_col <= st->at) break;
       const ScanCheckpoints::Point& point = cp.points[static_cast<std::size_t>(j)];
       if (point.bit == ScanCheckpoints::unknown) continue;
       if (point.bit / 8 > st->size) fail(cinfo);
@@ -489,13 +507,12 @@ struct Bits {
       if (!b.refill()) fail(cinfo);
       if (point.bit % 8 != 0) b.take(static_cast<int>(point.bit % 8));
       for (int c = 0; c < 3; ++c) st->dc_pred[c] = point.dc[c];
-      st->at = from;
+      stand_at(st, point_row, point_col);
       break;
     }
-    for (; st->at < k; ++st->at) decode_indexed(cinfo, st, b, nullptr, st->at);
+    while (st->at < k) decode_indexed(cinfo, st, b, nullptr);
   }
-  decode_indexed(cinfo, st, b, mcu, k);
-  st->at = k + 1;
+  decode_indexed(cinfo, st, b, mcu);
   st->buffer = b.buffer;
   st->bits = b.bits;
   st->p = b.p;
@@ -612,7 +629,8 @@ void install_segment_decoder(jpeg_decompress_struct* cinfo, const RestartSegment
     st->bits = 0;
     for (int& pred : st->dc_pred) pred = 0;
     st->call = 0;
-    st->at = 0;
+    st->call_col = 0;
+    stand_at(st, 0, 0);
     st->total = total;
     st->first_col = 0;
     st->last_col = checkpoints->per_row - 1;
