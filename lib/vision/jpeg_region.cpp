@@ -95,17 +95,20 @@ bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigne
     jpeg_crop_scanline(cinfo, &x0, &w);
     if (segments) {
       // The MCU columns whose blocks libjpeg-turbo's coefficient controller turns into pixels
-      // (jpeg_crop_scanline's first_iMCU_col to last_iMCU_col, from the same alignment), one
-      // more each side: the Huffman decoder may leave the others' blocks zero.
+      // (jpeg_crop_scanline's first_iMCU_col to last_iMCU_col, from the same alignment): the
+      // Huffman decoder may leave the others' blocks zero. region_test's crops at every column
+      // offset of every subsampling and scale fail if these are too few.
 #if JPEG_LIB_VERSION >= 70
       const int dct = cinfo->min_DCT_h_scaled_size;
 #else
       const int dct = cinfo->min_DCT_scaled_size;
 #endif
-      const int align = cinfo->comps_in_scan == 1 ? dct : dct * cinfo->max_h_samp_factor;
-      const int first = static_cast<int>(x0) / align - 1;
+      const int align = cinfo->comps_in_scan == 1 && cinfo->num_components == 1
+                            ? dct
+                            : dct * cinfo->max_h_samp_factor;
+      const int first = static_cast<int>(x0) / align;
       const int last = static_cast<int>((x0 + w + static_cast<JDIMENSION>(align) - 1) /
-                                        static_cast<JDIMENSION>(align));
+                                        static_cast<JDIMENSION>(align)) - 1;
       set_segment_columns(cinfo, first, last);
     }
   }
