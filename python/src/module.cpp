@@ -12,6 +12,7 @@
 #include "coload/exec/errors.hpp"
 #include "coload/loader/errors.hpp"
 #include "coload/shards/dataset.hpp"
+#include "coload/vision/decode.hpp"
 #include "coload/vision/folder.hpp"
 #include "coload/vision/pipeline.hpp"
 #include "coload/vision/recipe.hpp"
@@ -155,6 +156,11 @@ void register_datasets(py::module_& m) {
         return out;
       });
   m.def("recipe_presets", [] { return vision::presets::names(); });
+  // JPEG checkpoints (coload/vision/decode.hpp); coload.vision checks the budget's type and sign.
+  m.def("jpeg_checkpoint_budget", [] { return vision::jpeg_checkpoint_budget(); });
+  m.def("set_jpeg_checkpoint_budget",
+        [](std::size_t bytes) { return vision::set_jpeg_checkpoint_budget(bytes); });
+  m.def("jpeg_checkpoint_bytes", [] { return vision::jpeg_checkpoint_bytes(); });
 
   // Tar shards' images through the same fused transforms (a preset's or a composed recipe),
   // labels from each sample's `cls`; `num_classes` for a MixUp/CutMix with none of its own.

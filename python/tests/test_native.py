@@ -37,6 +37,32 @@ def test_image_folder_batches(tmp_path):
     assert torch.equal(a, b)  # the same seed, the same augmentation
 
 
+def test_jpeg_checkpoints(tmp_path):
+    # A train epoch's crops leave checkpoints; the next epoch's crops start from them and give
+    # the same pixels as without (the same seed, the same crops).
+    make_folder(tmp_path)
+    budget = coload.vision.jpeg_checkpoint_budget()
+    assert budget > 0
+    try:
+        coload.vision.set_jpeg_checkpoint_budget(0)
+        assert coload.vision.jpeg_checkpoint_bytes() == 0
+        ds = coload.vision.ImageFolder(tmp_path, recipe="classic", train=True)
+        without = list(coload.DataLoader(ds, batch_size=12, seed=5))[0][0]
+        assert coload.vision.jpeg_checkpoint_bytes() == 0
+        assert coload.vision.set_jpeg_checkpoint_budget(budget) == 0
+        first = list(coload.DataLoader(ds, batch_size=12, seed=5))[0][0]
+        kept = coload.vision.jpeg_checkpoint_bytes()
+        assert 0 < kept <= budget
+        second = list(coload.DataLoader(ds, batch_size=12, seed=5))[0][0]
+        assert torch.equal(first, without) and torch.equal(second, without)
+        for bad in (-1, 1.5, True, "64", 2**63):
+            with pytest.raises(ValueError, match="set_jpeg_checkpoint_budget: nbytes"):
+                coload.vision.set_jpeg_checkpoint_budget(bad)
+        assert coload.vision.jpeg_checkpoint_budget() == budget
+    finally:
+        coload.vision.set_jpeg_checkpoint_budget(budget)
+
+
 def test_shard_dataset(tmp_path):
     path = tmp_path / "shard-000.tar"
     with tarfile.open(path, "w") as tar:

@@ -32,9 +32,33 @@ class ImageFolder(_C.ImagePipeline):
                 f"train={self.train}, samples={len(self)})")
 
 
+def jpeg_checkpoint_budget():
+    """The bytes this process may keep for JPEG checkpoints (default 64 MiB; the environment
+    variable COLOAD_JPEG_CHECKPOINT_MB, read on first use, sets another; 0: off). A crop of a
+    JPEG decoded before (each epoch's RandomResizedCrop of the same file) starts its Huffman
+    decoding from the points its earlier decodes left, about 1.3 KB a photo, instead of the
+    file's start: the same pixels, less CPU. The oldest files' points go first beyond it."""
+    return _C.jpeg_checkpoint_budget()
+
+
+def set_jpeg_checkpoint_budget(nbytes):
+    """Sets jpeg_checkpoint_budget() to `nbytes` (0 turns checkpoints off and drops those kept);
+    returns the previous budget. For this process: worker processes forked after it inherit it."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not 0 <= nbytes < 2**63:
+        raise ValueError("set_jpeg_checkpoint_budget: nbytes should be an int of bytes from 0 "
+                         f"(off) to 2**63 - 1, got {nbytes!r}")
+    return _C.set_jpeg_checkpoint_budget(nbytes)
+
+
+def jpeg_checkpoint_bytes():
+    """The bytes of JPEG checkpoints kept now (at most the budget)."""
+    return _C.jpeg_checkpoint_bytes()
+
+
 def presets():
     """The names of the recipes ImageFolder accepts."""
     return list(_C.recipe_presets())
 
 
-__all__ = ["ImageFolder", "Recipe", "presets", "transforms"]
+__all__ = ["ImageFolder", "Recipe", "jpeg_checkpoint_budget", "jpeg_checkpoint_bytes", "presets",
+           "set_jpeg_checkpoint_budget", "transforms"]
