@@ -275,7 +275,7 @@ struct SegmentState {
   int first_col = 0;
   int last_col = 0;
   std::uint64_t decoded = 0;  // MCUs decoded by this thread, ever
-  JBLOCK scratch;  // the blocks of MCUs libjpeg skips
+  JBLOCK scratch;  // the blocks of MCUs libjpeg skips, and of those decoded only to pass them
   std::uint64_t single[fast_size];  // build_table's scratch
 };
 

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <new>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -59,35 +60,48 @@ void unlock_after_fork() { table().mutex.unlock(); }
 
 constexpr std::size_t default_budget = std::size_t{64} << 20;
 
-// COLOAD_JPEG_CHECKPOINT_MB, read on first use: a value that is not a number of MiB keeps the
-// default, with a warning that names it.
-std::size_t budget_from_environment() {
+// COLOAD_JPEG_CHECKPOINT_MB, read when the library is loaded (one thread, no lock: nothing a
+// fork could catch half done); a value that is not a number of MiB keeps the default, and the
+// first use of the budget warns, naming it.
+struct FromEnvironment {
+  std::size_t bytes = default_budget;
+  std::string bad;  // the variable's value when it is not a number of MiB
+};
+
+FromEnvironment read_environment() {
+  FromEnvironment out;
   const char* env = std::getenv("COLOAD_JPEG_CHECKPOINT_MB");
-  if (!env || !*env) return default_budget;
+  if (!env || !*env) return out;
   char* end = nullptr;
   errno = 0;
   const unsigned long long mb = std::strtoull(env, &end, 10);
   if (*end != '\0' || errno != 0 || env[0] == '-' || mb > (std::uint64_t{1} << 24)) {
-    try {  // from noexcept callers: a handler that throws loses the warning, not the process
-      coload::detail::warn_once("COLOAD_JPEG_CHECKPOINT_MB",
-                                std::string("COLOAD_JPEG_CHECKPOINT_MB='") + env +
-                                    "' is not a number of MiB from 0 to 16777216: JPEG "
-                                    "checkpoints keep their default budget of 64 MiB");
-    } catch (...) {
-    }
-    return default_budget;
+    out.bad = env;
+  } else {
+    out.bytes = static_cast<std::size_t>(mb) << 20;
   }
-  return static_cast<std::size_t>(mb) << 20;
+  return out;
 }
+
+const FromEnvironment environment = read_environment();
+std::atomic<bool> warned{false};
 
 constexpr std::size_t unset = ~std::size_t{0};
 std::atomic<std::size_t> budget_set{unset};  // set_jpeg_checkpoint_budget's, once called
 
-std::size_t budget_now() {
+// NOTE: may warn (the first time, for a bad variable): never call it with the table's lock held.
+std::size_t budget_now() noexcept {
   const std::size_t b = budget_set.load(std::memory_order_relaxed);
   if (b != unset) return b;
-  static const std::size_t from_environment = budget_from_environment();
-  return from_environment;
+  if (!environment.bad.empty() && !warned.exchange(true)) {
+    try {  // from noexcept callers: a handler that throws loses the warning, not the process
+      coload::detail::warn("COLOAD_JPEG_CHECKPOINT_MB='" + environment.bad +
+                           "' is not a number of MiB from 0 to 16777216: JPEG checkpoints keep "
+                           "their default budget of 64 MiB");
+    } catch (...) {
+    }
+  }
+  return environment.bytes;
 }
 
 void evict_locked(Table& t, std::size_t limit) {
@@ -106,9 +120,12 @@ std::size_t jpeg_checkpoint_budget() noexcept { return budget_now(); }
 
 std::size_t set_jpeg_checkpoint_budget(std::size_t bytes) noexcept {
   const std::size_t previous = budget_now();
-  budget_set.store(bytes == unset ? bytes - 1 : bytes, std::memory_order_relaxed);
+  if (bytes == unset) --bytes;
   Table& t = table();
+  // Set under the lock that stores take it under: a store either sees the new budget or comes
+  // before this eviction.
   std::lock_guard lock(t.mutex);
+  budget_set.store(bytes, std::memory_order_relaxed);
   evict_locked(t, bytes);
   return previous;
 }
@@ -138,25 +155,39 @@ std::uint64_t load_checkpoints(std::span<const std::byte> data, int per_row, int
   return key;
 }
 
-void store_checkpoints(std::uint64_t key, std::size_t size, const ScanCheckpoints& checkpoints) {
-  const std::size_t limit = budget_now();
-  if (key == 0 || !checkpoints.added || limit == 0) return;
-  Table& t = table();
-  std::lock_guard lock(t.mutex);
-  auto [it, fresh] = t.files.try_emplace(key);
-  Kept& k = it->second;
-  if (fresh) {
-    k = Kept{size, checkpoints.per_row, checkpoints.rows, checkpoints.points};
-    t.order.push_back(key);
-    t.bytes += cost(k);
-  } else if (k.size == size && k.per_row == checkpoints.per_row && k.rows == checkpoints.rows &&
-             k.points.size() == checkpoints.points.size()) {
-    // Another thread's decode of the same bytes may have kept points meanwhile: both are right.
-    for (std::size_t i = 0; i < k.points.size(); ++i) {
-      if (k.points[i].bit == ScanCheckpoints::unknown) k.points[i] = checkpoints.points[i];
+void store_checkpoints(std::uint64_t key, std::size_t size,
+                       const ScanCheckpoints& checkpoints) noexcept {
+  if (key == 0 || !checkpoints.added || budget_now() == 0) return;  // warns, if it must, here
+  try {
+    Table& t = table();
+    std::lock_guard lock(t.mutex);
+    const std::size_t limit = budget_now();  // what set_jpeg_checkpoint_budget set last
+    if (limit == 0) return;
+    const auto it = t.files.find(key);
+    if (it == t.files.end()) {
+      // Built whole before it goes in: running out of memory leaves the table as it was.
+      Kept kept{size, checkpoints.per_row, checkpoints.rows, checkpoints.points};
+      const std::size_t bytes = cost(kept);
+      t.order.push_back(key);
+      try {
+        t.files.emplace(key, std::move(kept));
+      } catch (...) {
+        t.order.pop_back();
+        throw;
+      }
+      t.bytes += bytes;
+    } else if (Kept& k = it->second; k.size == size && k.per_row == checkpoints.per_row &&
+                                     k.rows == checkpoints.rows &&
+                                     k.points.size() == checkpoints.points.size()) {
+      // Another thread's decode of the same bytes may have kept points meanwhile: both are right.
+      for (std::size_t i = 0; i < k.points.size(); ++i) {
+        if (k.points[i].bit == ScanCheckpoints::unknown) k.points[i] = checkpoints.points[i];
+      }
     }
+    evict_locked(t, limit);
+  } catch (const std::bad_alloc&) {
+    // Checkpoints only save time: a decode that succeeded is not failed for want of them.
   }
-  evict_locked(t, limit);
 }
 
 }  // namespace detail
