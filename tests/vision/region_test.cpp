@@ -58,6 +58,21 @@ vision::ImageView libjpeg_decode(std::span<const std::byte> jpeg, std::vector<st
   return vision::decode_into(jpeg, whole, denominator);
 }
 
+// decode_into of `jpeg` at 1/d, as it runs (through coload's Huffman decoder: counted), equals
+// `want`, libjpeg's decode of it, byte for byte.
+void check_decode_into(std::span<const std::byte> jpeg, int d, const vision::ImageView& want) {
+  std::vector<std::uint8_t> mine;
+  const std::uint64_t before = vision::detail::scan_region_decodes();
+  const vision::ImageView got = vision::decode_into(jpeg, mine, d);
+  CHECK(vision::detail::scan_region_decodes() == before + 1);
+  REQUIRE(got.width == want.width);
+  REQUIRE(got.height == want.height);
+  REQUIRE(got.stride == want.stride);
+  CHECK(std::memcmp(got.data, want.data,
+                    static_cast<std::size_t>(want.stride) * static_cast<std::size_t>(want.height)) ==
+        0);
+}
+
 struct Mismatch {
   int crops = 0;      // crops decoded
   int declined = 0;   // crops the region decoder declined
@@ -123,18 +138,7 @@ TEST_CASE("the region decoder equals the whole decode for crops at every row off
       REQUIRE(full.width == (131 + d - 1) / d);
       REQUIRE(full.height == (97 + d - 1) / d);
       // The whole image through decode_into: coload's Huffman decoder, libjpeg's pixels.
-      {
-        std::vector<std::uint8_t> mine;
-        const std::uint64_t before = vision::detail::scan_region_decodes();
-        const vision::ImageView view = vision::decode_into(jpeg, mine, d);
-        CHECK(vision::detail::scan_region_decodes() == before + 1);
-        REQUIRE(view.width == full.width);
-        REQUIRE(view.height == full.height);
-        REQUIRE(view.stride == full.stride);
-        const auto bytes =
-            static_cast<std::size_t>(full.stride) * static_cast<std::size_t>(full.height);
-        CHECK(std::memcmp(view.data, full.data, bytes) == 0);
-      }
+      check_decode_into(jpeg, d, full);
       const int row_span = std::min(full.height, 16 + 2 * std::max(1, sub.mcu_height / d));
       const int col_span = std::min(full.width, 16 + 2 * std::max(1, sub.mcu_width / d));
       std::vector<std::uint8_t> buffer;
@@ -479,16 +483,8 @@ TEST_CASE("a JPEG with restart markers decodes whole through coload's Huffman de
   // decode_into (a --fast-crop member decoded whole, a camera's file) against libjpeg's.
   auto check_whole = [&](const std::vector<std::byte>& jpeg, int d) {
     CAPTURE(d);
-    std::vector<std::uint8_t> want_buffer, got_buffer;
-    const vision::ImageView want = libjpeg_decode(jpeg, want_buffer, d);
-    const std::uint64_t before = vision::detail::scan_region_decodes();
-    const vision::ImageView got = vision::decode_into(jpeg, got_buffer, d);
-    CHECK(vision::detail::scan_region_decodes() == before + 1);
-    REQUIRE(got.width == want.width);
-    REQUIRE(got.height == want.height);
-    REQUIRE(got.stride == want.stride);
-    CHECK(std::memcmp(got.data, want.data, static_cast<std::size_t>(want.stride) * want.height) ==
-          0);
+    std::vector<std::uint8_t> want_buffer;
+    check_decode_into(jpeg, d, libjpeg_decode(jpeg, want_buffer, d));
     ++decoded;
   };
   for (const Subsampling& sub : subsamplings) {
