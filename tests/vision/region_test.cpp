@@ -4,6 +4,9 @@
 #include <doctest/doctest.h>
 #include <turbojpeg.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>  // jpeglib.h uses FILE and size_t without declaring them
 #include <jpeglib.h>
 
@@ -14,9 +17,11 @@
 #include <cstdlib>
 #include <optional>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -290,6 +295,116 @@ TEST_CASE("a crop of a plain JPEG decoded again starts from the checkpoints its 
   CHECK(vision::jpeg_checkpoint_bytes() <= 1000);
   vision::set_jpeg_checkpoint_budget(0);
   CHECK(vision::jpeg_checkpoint_bytes() == 0);
+}
+
+TEST_CASE("JPEG checkpoints shared by threads: crops of the same files decoded on three threads "
+          "while a fourth changes the budget keep libjpeg's pixels; children forked mid-decode "
+          "decode from the table; afterwards it holds within its budget and still saves MCUs") {
+  const std::size_t budget = vision::jpeg_checkpoint_budget();
+  struct Restore {
+    std::size_t budget;
+    ~Restore() { vision::set_jpeg_checkpoint_budget(budget); }
+  } restore{budget};
+  REQUIRE(budget > 0);
+  struct File {
+    std::vector<std::byte> jpeg;
+    std::vector<std::uint8_t> whole;
+    vision::ImageView full;
+  };
+  // Six files (three subsamplings, two images), each decoded whole by libjpeg first.
+  std::vector<File> files(6);
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    files[i].jpeg = encode(vision::test::synthetic_image(160 + 16 * static_cast<int>(i), 128,
+                                                         static_cast<std::uint32_t>(30 + i)),
+                           subsamplings[std::array{2, 0, 5}[i % 3]].tj);
+    files[i].full = libjpeg_decode(files[i].jpeg, files[i].whole, 1);
+  }
+  // A crop of file `f` somewhere `r` says, compared with libjpeg's: "" when the same.
+  const auto crop = [&](std::size_t f, std::uint32_t r, std::vector<std::uint8_t>& buffer) {
+    const vision::ImageView& full = files[f].full;
+    const int top = static_cast<int>(r % 97) * (full.height - 24) / 96;
+    const int left = static_cast<int>(r / 97 % 89) * (full.width - 32) / 88;
+    const auto region = vision::detail::decode_jpeg_region(files[f].jpeg, top, left, 24, 32, buffer);
+    if (!region) return std::string("declined");
+    return first_difference(*region, full, top, left, 24, 32);
+  };
+  // Assertions stay on this thread: each decoder keeps its count and its first difference.
+  constexpr int decoders = 3, rounds = 150;
+  struct Result {
+    int done = 0;
+    std::string first_bad;
+  };
+  std::array<Result, decoders> results;
+  std::atomic<int> decoded{0};
+  std::atomic<bool> decoding{true};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < decoders; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::uint8_t> buffer;
+      std::uint32_t r = 12345u * static_cast<std::uint32_t>(t + 1);
+      for (int i = 0; i < rounds; ++i) {
+        r = r * 1664525u + 1013904223u;
+        const std::string bad = crop(static_cast<std::size_t>(i + t) % files.size(), r >> 8, buffer);
+        if (!bad.empty() && results[t].first_bad.empty()) {
+          results[t].first_bad = "round " + std::to_string(i) + ": " + bad;
+        }
+        ++results[t].done;
+        decoded.fetch_add(1);
+      }
+    });
+  }
+  int budget_changes = 0;
+  threads.emplace_back([&] {
+    // Off, a budget a file or two fits, the default: evictions under the stores.
+    const std::size_t sizes[] = {0, 3000, budget};
+    while (decoding.load()) vision::set_jpeg_checkpoint_budget(sizes[budget_changes++ % 3]);
+  });
+  // Children forked while the decoders store and load: each decodes a crop from the table it
+  // was forked with. The table's lock is taken around fork(), so none starts with it held (the
+  // test cannot force the moment; it would hang, and alarm() ends such a child).
+  std::vector<int> statuses;
+  for (int k = 1; k <= 4; ++k) {
+    while (decoded.load() < k * decoders * rounds / 5) std::this_thread::yield();
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      ::alarm(30);
+      std::vector<std::uint8_t> buffer;
+      vision::set_jpeg_checkpoint_budget(budget);
+      const bool same = crop(0, 4242, buffer).empty() && crop(0, 4242, buffer).empty();
+      ::_exit(same ? 0 : 1);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    statuses.push_back(status);
+  }
+  for (int t = 0; t < decoders; ++t) threads[static_cast<std::size_t>(t)].join();
+  decoding.store(false);
+  threads.back().join();
+  for (const Result& r : results) {
+    CHECK(r.done == rounds);
+    CHECK(r.first_bad == "");
+  }
+  CHECK(budget_changes > 0);
+  for (const int status : statuses) {
+    // A child that hung on a lock held at fork() dies of alarm()'s SIGALRM (14).
+    CHECK_MESSAGE(WIFEXITED(status), "child killed by signal ", WTERMSIG(status));
+    CHECK(WEXITSTATUS(status) == 0);  // 1: a crop's pixels were not libjpeg's
+  }
+  // The table after the storm: emptied by a budget of 0, and keeping points again at the
+  // default one (a crop near the bottom decoded twice: the second from the first's points).
+  vision::set_jpeg_checkpoint_budget(0);
+  CHECK(vision::jpeg_checkpoint_bytes() == 0);
+  vision::set_jpeg_checkpoint_budget(budget);
+  std::vector<std::uint8_t> buffer;
+  std::uint64_t mcus[2];
+  for (std::uint64_t& m : mcus) {
+    const std::uint64_t before = vision::detail::huffman_mcus_decoded();
+    CHECK(crop(4, 90 + 97 * 40, buffer) == "");
+    m = vision::detail::huffman_mcus_decoded() - before;
+  }
+  CHECK(mcus[1] * 2 < mcus[0]);
+  CHECK(vision::jpeg_checkpoint_bytes() > 0);
 }
 
 TEST_CASE("COLOAD_JPEG_CHECKPOINT_MB sets the checkpoints' budget; a value that is not a number of "
