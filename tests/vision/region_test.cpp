@@ -226,15 +226,18 @@ struct Damage {
   }
 };
 
+// The checkpoints' budget as a case found it, set again when the case ends.
+struct BudgetRestored {
+  std::size_t budget = vision::jpeg_checkpoint_budget();
+  ~BudgetRestored() { vision::set_jpeg_checkpoint_budget(budget); }
+};
+
 }  // namespace
 
 TEST_CASE("a crop of a plain JPEG decoded again starts from the checkpoints its first decode "
           "left: fewer MCUs through the Huffman decoder, the same pixels, within the budget") {
-  const std::size_t budget = vision::jpeg_checkpoint_budget();
-  struct Restore {
-    std::size_t budget;
-    ~Restore() { vision::set_jpeg_checkpoint_budget(budget); }
-  } restore{budget};
+  const BudgetRestored restore;
+  const std::size_t budget = restore.budget;
   REQUIRE(budget > 0);  // on by default
   // 320 x 240: 20 x 15 MCUs at 4:2:0, 40 x 30 at 4:4:4; the crop in the lower right. At 1/2
   // (an eighth of the MCUs' pixels each way at 1/8 would leave too few MCUs to tell apart).
@@ -299,12 +302,9 @@ TEST_CASE("a crop of a plain JPEG decoded again starts from the checkpoints its 
 
 TEST_CASE("JPEG checkpoints shared by threads: crops of the same files decoded on three threads "
           "while a fourth changes the budget keep libjpeg's pixels; children forked mid-decode "
-          "decode from the table; afterwards it holds within its budget and still saves MCUs") {
-  const std::size_t budget = vision::jpeg_checkpoint_budget();
-  struct Restore {
-    std::size_t budget;
-    ~Restore() { vision::set_jpeg_checkpoint_budget(budget); }
-  } restore{budget};
+          "decode from the table; a budget of 0 empties it, and the default keeps points again") {
+  const BudgetRestored restore;
+  const std::size_t budget = restore.budget;
   REQUIRE(budget > 0);
   struct File {
     std::vector<std::byte> jpeg;
