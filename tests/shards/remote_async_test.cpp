@@ -170,8 +170,14 @@ TEST_CASE("a loader streaming shards by URL gives the local epoch's batches exac
     Executor executor;
   };
   int nonce = 0;
-  for (const Case c : {Case{0, Executor::threads}, Case{2, Executor::threads},
-                       Case{2, Executor::processes}}) {
+  // NOTE: processes not under TSan, which cannot follow a forked child of a multi-threaded
+  // process that starts threads (the child's HTTP client and reads ahead do).
+  const std::vector<Case> cases{Case{0, Executor::threads}, Case{2, Executor::threads},
+#if !defined(__SANITIZE_THREAD__)
+                                Case{2, Executor::processes}
+#endif
+  };
+  for (const Case c : cases) {
     std::size_t local_threads = 0;
     const auto expected = loader_ids(local, c.workers, c.executor, &local_threads);
     REQUIRE(expected.size() == static_cast<std::size_t>(total));
