@@ -338,6 +338,17 @@ TEST_CASE("JPEG checkpoints shared by threads: crops of the same files decoded o
   std::atomic<int> decoded{0};
   std::atomic<bool> decoding{true};
   std::vector<std::thread> threads;
+  // Joined however the case ends (a failed REQUIRE below would otherwise leave them joinable).
+  struct Joined {
+    std::vector<std::thread>& threads;
+    std::atomic<bool>& decoding;
+    ~Joined() {
+      decoding.store(false);
+      for (std::thread& t : threads) {
+        if (t.joinable()) t.join();
+      }
+    }
+  } joined{threads, decoding};
   for (int t = 0; t < decoders; ++t) {
     threads.emplace_back([&, t] {
       std::vector<std::uint8_t> buffer;
@@ -380,7 +391,7 @@ TEST_CASE("JPEG checkpoints shared by threads: crops of the same files decoded o
   }
   for (int t = 0; t < decoders; ++t) threads[static_cast<std::size_t>(t)].join();
   decoding.store(false);
-  threads.back().join();
+  threads.back().join();  // the budget's thread
   for (const Result& r : results) {
     CHECK(r.done == rounds);
     CHECK(r.first_bad == "");
