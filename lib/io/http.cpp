@@ -707,6 +707,18 @@ std::string HttpClient::get(const std::string& url, std::uint64_t limit,
   return out;
 }
 
+namespace {
+
+// Lets a paused transfer receive again. On the loop's thread: curl_easy_pause may deliver the
+// bytes it held at once.
+void unpause(const std::shared_ptr<BodyStream::Transfer>& t) {
+  t->driver->post([t] {
+    if (t->easy) curl_easy_pause(t->easy, CURLPAUSE_CONT);
+  });
+}
+
+}  // namespace
+
 BodyStream::BodyStream(std::shared_ptr<HttpClient> client, std::shared_ptr<Transfer> transfer,
                        std::uint64_t begin)
     : client_(std::move(client)), transfer_(std::move(transfer)), position_(begin) {}
@@ -758,12 +770,7 @@ std::size_t BodyStream::take(std::byte* dst, std::size_t n, bool wait) {
       resume = true;
     }
   }
-  if (resume) {
-    // curl_easy_pause may deliver the bytes it held at once: on the loop's thread.
-    client_->driver_->post([t = transfer_] {
-      if (t->easy) curl_easy_pause(t->easy, CURLPAUSE_CONT);
-    });
-  }
+  if (resume) unpause(transfer_);
   return got;
 }
 
@@ -803,12 +810,24 @@ bool BodyStream::Wait::await_ready() const {
 }
 
 bool BodyStream::Wait::await_suspend(std::coroutine_handle<> h) {
-  std::lock_guard lock(t_->mutex);
-  if (t_->done || t_->buffered >= n_) return false;
-  t_->waiter = h;
-  t_->want = n_;
-  t_->resume_queue = detail::current_resume_queue;
-  h_ = h;
+  std::shared_ptr<Transfer> paused;
+  {
+    std::lock_guard lock(t_->mutex);
+    if (t_->done || t_->buffered >= n_) return false;
+    t_->waiter = h;
+    t_->want = n_;
+    t_->resume_queue = detail::current_resume_queue;
+    h_ = h;
+    // A transfer pauses once it holds `window` bytes, and a reader's take resumes it once
+    // fewer than half are left; a wait for more than it holds (at most `window`) between the
+    // two would wait for bytes that never come. So the wait resumes it.
+    if (t_->paused) {
+      t_->paused = false;
+      paused = t_;
+    }
+  }
+  // The coroutine may be resumed from here on: only locals now.
+  if (paused) unpause(paused);
   return true;
 }
 
