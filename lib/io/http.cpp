@@ -810,24 +810,22 @@ bool BodyStream::Wait::await_ready() const {
 }
 
 bool BodyStream::Wait::await_suspend(std::coroutine_handle<> h) {
-  std::shared_ptr<Transfer> paused;
-  {
-    std::lock_guard lock(t_->mutex);
-    if (t_->done || t_->buffered >= n_) return false;
-    t_->waiter = h;
-    t_->want = n_;
-    t_->resume_queue = detail::current_resume_queue;
-    h_ = h;
-    // A transfer pauses once it holds `window` bytes, and a reader's take resumes it once
-    // fewer than half are left; a wait for more than it holds (at most `window`) between the
-    // two would wait for bytes that never come. So the wait resumes it.
-    if (t_->paused) {
-      t_->paused = false;
-      paused = t_;
-    }
+  std::lock_guard lock(t_->mutex);
+  if (t_->done || t_->buffered >= n_) return false;
+  t_->waiter = h;
+  t_->want = n_;
+  t_->resume_queue = detail::current_resume_queue;
+  h_ = h;
+  // A transfer pauses once it holds `window` bytes, and a reader's take resumes it once fewer
+  // than half are left; a wait for more than it holds (at most `window`) between the two would
+  // wait for bytes that never come. So the wait resumes it. Posted under the lock: until it is
+  // let go, nothing resumes this coroutine, so its BodyStream, and the client with the loop
+  // it posts to, are still there. (post takes the driver's lock, and no holder of that lock
+  // takes a transfer's.)
+  if (t_->paused) {
+    t_->paused = false;
+    unpause(t_);
   }
-  // The coroutine may be resumed from here on: only locals now.
-  if (paused) unpause(paused);
   return true;
 }
 
