@@ -178,6 +178,9 @@ TEST_CASE("a stream by URL on a driver holds no thread while it waits: the drive
 }
 
 TEST_CASE("a loader streaming shards by URL gives the local epoch's batches exactly, with every placement and under faults") {
+  // The process's shared client (its loop thread) first: a stream by URL fetches its index
+  // through it, and the thread counts below are of the loaders, whichever case ran before.
+  io::HttpClient::shared();
   const shards::ShardStream local(*root / "shards", {.shuffle_buffer = 5});
   struct Case {
     int workers;
@@ -211,6 +214,7 @@ TEST_CASE("a loader streaming shards by URL gives the local epoch's batches exac
 }
 
 TEST_CASE("a loader destroyed mid-stream with transfers in flight returns and leaves no thread behind") {
+  io::HttpClient::shared();  // its loop thread stays (the streams' indexes come through it)
   const std::size_t before = threads_now();
   for (int workers : {0, 2}) {
     CAPTURE(workers);
