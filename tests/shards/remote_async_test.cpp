@@ -79,7 +79,6 @@ Owned await_then(Task<void> task, bool& resumed) {
   resumed = true;
 }
 
-// Waits for `n` bytes of `body`.
 // Reads `body` to its end as a coroutine: a little under half of `window` at a time, each
 // after a wait for a whole window's worth; `finished` once it has.
 Owned read_in_steps(io::BodyStream& body, std::size_t window, std::vector<std::byte>& got,
@@ -94,6 +93,7 @@ Owned read_in_steps(io::BodyStream& body, std::size_t window, std::vector<std::b
   finished = true;
 }
 
+// Waits for `n` bytes of `body`.
 Owned wait_then(io::BodyStream& body, std::size_t n, bool& resumed) {
   co_await body.wait_for(n);
   resumed = true;
