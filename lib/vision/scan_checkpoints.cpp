@@ -89,10 +89,15 @@ std::atomic<bool> warned{false};
 constexpr std::size_t unset = ~std::size_t{0};
 std::atomic<std::size_t> budget_set{unset};  // set_jpeg_checkpoint_budget's, once called
 
+// The budget, without the warning: what may be read under the table's lock.
+std::size_t budget_quiet() noexcept {
+  const std::size_t b = budget_set.load(std::memory_order_relaxed);
+  return b != unset ? b : environment.bytes;
+}
+
 // NOTE: may warn (the first time, for a bad variable): never call it with the table's lock held.
 std::size_t budget_now() noexcept {
-  const std::size_t b = budget_set.load(std::memory_order_relaxed);
-  if (b != unset) return b;
+  if (budget_set.load(std::memory_order_relaxed) != unset) return budget_quiet();
   if (!environment.bad.empty() && !warned.exchange(true)) {
     try {  // from noexcept callers: a handler that throws loses the warning, not the process
       coload::detail::warn("COLOAD_JPEG_CHECKPOINT_MB='" + environment.bad +
@@ -101,7 +106,7 @@ std::size_t budget_now() noexcept {
     } catch (...) {
     }
   }
-  return environment.bytes;
+  return budget_quiet();
 }
 
 void evict_locked(Table& t, std::size_t limit) {
@@ -161,7 +166,7 @@ void store_checkpoints(std::uint64_t key, std::size_t size,
   try {
     Table& t = table();
     std::lock_guard lock(t.mutex);
-    const std::size_t limit = budget_now();  // what set_jpeg_checkpoint_budget set last
+    const std::size_t limit = budget_quiet();  // what set_jpeg_checkpoint_budget set last
     if (limit == 0) return;
     const auto it = t.files.find(key);
     if (it == t.files.end()) {
