@@ -137,8 +137,12 @@ void BodyStream::Transfer::wake_locked(bool force) {
   const std::coroutine_handle<> h = std::exchange(waiter, nullptr);
   // Closing (the io_context is going away, or the client's own loop ends): no handler of it
   // runs any more, and resuming here, inside its teardown, would run the coroutine on in a
-  // half-destroyed loop. It stays suspended; its owner destroys it.
-  if (driver->closing) return;
+  // half-destroyed loop. A waiter inside sync_wait goes on on its own thread, which is blocked
+  // on it and has no other way out; any other stays suspended, and its owner destroys it.
+  if (driver->closing) {
+    if (resume_queue) resume_queue->post(h);
+    return;
+  }
   resuming = h;
   // Resumed in a handler of its own, never inside curl's callback; the handler resumes only
   // what `resuming` still holds, so a wait withdrawn meanwhile (the frame destroyed) is not.
@@ -548,7 +552,8 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
     // transfer is then no longer waiting.
     const auto t = w.lock();
     if (ec || !t || closing) return;
-    std::erase(waiting, t);
+    // Fired, then cancelled before this ran (the reader let go): not waiting any more.
+    if (std::erase(waiting, t) == 0) return;
     t->backoff.reset();
     launch(t);
   });
@@ -585,16 +590,23 @@ std::shared_ptr<BodyStream::Transfer> HttpClient::prepare(const std::string& url
 }
 
 void HttpClient::launch(const std::shared_ptr<BodyStream::Transfer>& t) {
-  Driver* d = driver_.get();
-  if (!d->post([d, t] { d->launch(t); })) {
+  if (!driver_->post_start(t)) {
     t->done = t->failed = true;
     t->error_what = "cannot read '" + t->url + "': the HTTP client was closed";
   }
 }
 
 void HttpClient::blocking(const char* what) const {
-  // The loop runs on this very thread: waiting here would wait for ourselves.
-  if (driver_->own == nullptr && driver_->ctx->get_executor().running_in_this_thread()) {
+  Driver& d = *driver_;
+  {
+    // Closed: the io_context may be gone, and nothing waits (every transfer has failed).
+    std::lock_guard lock(d.mutex);
+    if (d.closed) return;
+  }
+  // The loop runs on this very thread: waiting here would wait for ourselves. The client's own
+  // loop thread too: a coroutine it resumed (outside sync_wait) runs there.
+  if ((d.own == nullptr && d.ctx->get_executor().running_in_this_thread()) ||
+      std::this_thread::get_id() == d.thread.get_id()) {
     throw LogicError(std::string(what) +
                      " waits for the io_context it is called on; co_await get_range_async "
                      "or BodyStream::read_async there");
@@ -712,8 +724,17 @@ namespace {
 // Lets a paused transfer receive again. On the loop's thread: curl_easy_pause may deliver the
 // bytes it held at once.
 void unpause(const std::shared_ptr<BodyStream::Transfer>& t) {
-  t->driver->post([t] {
-    if (t->easy) curl_easy_pause(t->easy, CURLPAUSE_CONT);
+  auto* d = t->driver;
+  d->post([d, t] {
+    if (!t->easy) return;
+    // The bytes curl held back go to on_body inside this call. Where on_body refuses them (a
+    // 200 to a Range whose held chunk runs past the range's end, or a cancelled transfer),
+    // curl returns the error from here, not through curl_multi_info_read, and an unpause
+    // that fails does not ask curl's loop to look at the transfer again (it schedules the
+    // handle only on success). Debian's 7.88 still ended such transfers on its next look at
+    // their socket; this ends them here, whatever curl then does.
+    const CURLcode rc = curl_easy_pause(t->easy, CURLPAUSE_CONT);
+    if (rc != CURLE_OK) d->finished(t->easy, rc);
   });
 }
 

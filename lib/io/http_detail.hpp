@@ -133,6 +133,12 @@ struct HttpClient::Driver {
   // Posting onto the io_context from any thread; `closed` once it must no longer be touched.
   std::mutex mutex;
   bool closed = false;
+  // Transfers whose start is posted and has not run yet: an io_context destroyed meanwhile
+  // destroys that handler unrun, and close() fails them instead (their readers would wait).
+  std::vector<std::shared_ptr<BodyStream::Transfer>> starting;
+  // The client was destroyed on the loop's own thread (which cannot join itself): the thread
+  // deletes the driver once its loop returns. Only that thread touches it.
+  bool orphaned = false;
 
   struct Socket {
     explicit Socket(asio::io_context& ctx, curl_socket_t fd) : sd(ctx, fd), fd(fd) {}
@@ -171,6 +177,9 @@ struct HttpClient::Driver {
 
   /// Runs `f` on the io_context, later, from any thread; false once closed.
   bool post(std::function<void()> f);
+  /// Posts `t`'s first attempt (launch) from any thread, kept in `starting` until it runs;
+  /// false once closed.
+  bool post_start(const std::shared_ptr<BodyStream::Transfer>& t);
   void open();   // the multi handle and its callbacks
   void close();  // on the io_context: every transfer fails, curl lets go of every socket
   void action(curl_socket_t fd, int flags);  // curl_multi_socket_action, then finished ones

@@ -101,6 +101,20 @@ bool Driver::post(std::function<void()> f) {
   return true;
 }
 
+bool Driver::post_start(const std::shared_ptr<BodyStream::Transfer>& t) {
+  std::lock_guard lock(mutex);
+  if (closed) return false;
+  starting.push_back(t);
+  asio::post(*ctx, [this, t] {
+    {
+      std::lock_guard lock(mutex);
+      std::erase(starting, t);
+    }
+    if (!closing) launch(t);  // else close() failed it
+  });
+  return true;
+}
+
 void Driver::open() {
   multi = curl_multi_init();
   if (!multi) throw RuntimeError("curl_multi_init failed");
@@ -164,12 +178,17 @@ void Driver::action(curl_socket_t fd, int flags) {
 }
 
 void Driver::close() {
+  std::vector<std::shared_ptr<BodyStream::Transfer>> unstarted;
   {
     std::lock_guard lock(mutex);
     closed = true;
+    unstarted.swap(starting);
   }
   closing = true;
-  // Whatever is still running or waiting fails, so no reader waits forever.
+  // Whatever is still running, waiting or not started fails, so no reader waits forever. A
+  // start not run yet never runs: its io_context is being destroyed, or its loop stops right
+  // after this (and the handler would find `closing`).
+  for (auto& t : unstarted) fail(*t, "cannot read '" + t->url + "': the HTTP client was closed");
   while (!running.empty()) {
     auto t = running.begin()->second;
     drop(*t);
@@ -280,8 +299,15 @@ HttpClient::HttpClient() : driver_(std::make_unique<Driver>()) {
   d.ctx = d.own.get();
   d.open();
   d.thread = std::thread([&d] {
-    auto work = asio::make_work_guard(*d.ctx);
-    d.ctx->run();  // until the destructor's close()
+    {
+      auto work = asio::make_work_guard(*d.ctx);
+      d.ctx->run();  // until the destructor's close()
+    }
+    if (d.orphaned) {
+      // The client went on this thread (see ~HttpClient): its driver is this thread's to free.
+      d.own.reset();
+      delete &d;
+    }
   });
 }
 
@@ -294,6 +320,17 @@ HttpClient::HttpClient(asio::io_context& ctx) : driver_(std::make_unique<Driver>
 HttpClient::~HttpClient() {
   Driver& d = *driver_;
   if (!d.own) return;  // on(): closed with its io_context, by Service::shutdown
+  if (std::this_thread::get_id() == d.thread.get_id()) {
+    // The last owner let go on the loop's own thread (a coroutine the loop resumed dropped
+    // its stream): the thread cannot join itself. It closes now, leaves its loop once this
+    // handler returns, and frees the driver then.
+    d.close();
+    d.ctx->stop();
+    d.orphaned = true;
+    d.thread.detach();
+    (void)driver_.release();
+    return;
+  }
   d.post([&d] {
     d.close();
     d.ctx->stop();
