@@ -33,6 +33,7 @@ void Wire<coload::detail::ProcessTask>::write(Writer& w, const coload::detail::P
   w.u32(static_cast<std::uint32_t>(t.kind));
   w.i64(t.batch);
   w.i64(t.epoch);
+  w.u64(t.run);
   w.u64(t.worker_seed);
   w.u64(t.sample_seed);
   w.i64(t.want);
@@ -53,6 +54,7 @@ coload::detail::ProcessTask Wire<coload::detail::ProcessTask>::read(Reader& r) {
   t.kind = static_cast<Kind>(kind);
   t.batch = r.i64();
   t.epoch = r.i64();
+  t.run = r.u64();
   t.worker_seed = r.u64();
   t.sample_seed = r.u64();
   t.want = r.i64();

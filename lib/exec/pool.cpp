@@ -181,6 +181,7 @@ namespace {
 struct Worker {
   int id = 0;
   int pid = -1;
+  std::int64_t generation = 0;  // the start() that forked it (ProcessPool::start)
   bool via_server = false;  // a fork-server worker: the server reaps it
   std::unique_ptr<asio::posix::stream_descriptor> socket;
   std::unique_ptr<asio::posix::stream_descriptor> pidfd;
@@ -208,6 +209,20 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
   std::exception_ptr cancelled;
   std::size_t next_worker = 0;
   std::vector<std::function<void()>> retired;  // waiting for every departing worker's end
+  std::int64_t generation = 0;  // of the workers start() forks now
+
+  /// Asks current workers of `up_to` and before to exit after their queued tasks: they depart.
+  void stop_workers(std::int64_t up_to) {
+    for (auto& w : workers) {
+      if (!w || w->generation > up_to) continue;
+      ProcessTask stop;
+      stop.kind = ProcessTask::Kind::stop;
+      // NOTE: the stop is not a task that is answered: it is not queued as outstanding.
+      send_value(w->socket->native_handle(), TaskMessage{stop, -1, 0});
+      departing.push_back(std::move(w));
+      w.reset();
+    }
+  }
 
   void notify_retired() {
     if (!departing.empty() && !shut) return;
@@ -270,6 +285,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     auto w = std::make_shared<Worker>();
     w->id = id;
     w->pid = pid;
+    w->generation = generation;
     w->via_server = options.entry != nullptr;
     w->socket = std::make_unique<asio::posix::stream_descriptor>(driver, sv[0]);
     w->pidfd = std::make_unique<asio::posix::stream_descriptor>(driver, pidfd);
@@ -376,6 +392,13 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       return;
     }
     auto lost = std::move(w->outstanding);
+    if (!current) {
+      // A departing worker: its tasks are those of an epoch that has ended or was broken off
+      // (dropped there). No restart, which would take the slot of this epoch's worker, and no
+      // breaking of this epoch: they end without a batch.
+      for (auto& p : lost) fail(*p, std::make_exception_ptr(BatchLost{}));
+      return;
+    }
     const auto& first = lost.front();
     if (options.on_death == OnWorkerDeath::restart &&
         restarts[static_cast<std::size_t>(w->id)] < options.max_restarts && !shut) {
@@ -506,31 +529,30 @@ ProcessPool::~ProcessPool() {
   if (s.options.payload >= 0) ::close(s.options.payload);
 }
 
-void ProcessPool::start() {
+std::int64_t ProcessPool::start(bool fresh) {
   auto& s = *state_;
-  if (s.shut) return;
+  if (s.shut) return s.generation;
+  if (fresh) {
+    // The workers still running belong to an epoch broken off whose end has not come yet:
+    // they finish its queued tasks and go, and this epoch forks its own.
+    s.stop_workers(s.generation);
+    ++s.generation;
+  }
   for (int i = 0; i < s.options.num_workers; ++i) {
     if (!s.workers[static_cast<std::size_t>(i)]) s.spawn(i);
   }
   s.broken = false;
+  return s.generation;
 }
 
-void ProcessPool::retire(std::function<void()> done) {
+void ProcessPool::retire(std::int64_t generation, std::function<void()> done) {
   auto& s = *state_;
   if (s.shut) {
     done();
     return;
   }
   s.retired.push_back(std::move(done));
-  for (auto& w : s.workers) {
-    if (!w) continue;
-    ProcessTask stop;
-    stop.kind = ProcessTask::Kind::stop;
-    // NOTE: the stop is not a task that is answered: it is not queued as outstanding.
-    send_value(w->socket->native_handle(), TaskMessage{stop, -1, 0});
-    s.departing.push_back(std::move(w));
-    w.reset();
-  }
+  s.stop_workers(generation);
   s.notify_retired();
 }
 

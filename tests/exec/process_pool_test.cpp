@@ -554,8 +554,8 @@ TEST_SUITE("process pool messages") {
     // A task claiming 2^61 indices: refused before the vector is sized.
     task.indices = {1, 2};
     buffer.resize(wire::encode(TaskMessage{task, -1, 0}, buffer.whole()));
-    // header, tuple tag and count, task tag, kind, five 8-byte fields: the count follows
-    const std::size_t count_at = wire::header_size + 1 + 4 + 1 + 4 + 5 * 8;
+    // header, tuple tag and count, task tag, kind, six 8-byte fields: the count follows
+    const std::size_t count_at = wire::header_size + 1 + 4 + 1 + 4 + 6 * 8;
     const std::uint64_t many = std::uint64_t{1} << 61;
     std::memcpy(buffer.bytes().data() + count_at, &many, sizeof many);
     CHECK_THROWS_WITH_AS(decode_value<TaskMessage>(buffer),

@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <string>
@@ -465,6 +466,64 @@ TEST_SUITE("loader") {
                                                              {6, 9}, {7}, {8}};
     CHECK(threads == expected);
     CHECK(processes == expected);
+  }
+
+  TEST_CASE("an epoch broken off early and the next begun at once: the next has every batch, "
+            "with or without persistent workers") {
+    // The broken-off epoch's tasks are still in its workers when the next one starts.
+    for (const bool persistent : {false, true}) {
+      CAPTURE(persistent);
+      Probe probe;
+      probe.n = 400;
+      auto options = process_options(2);
+      options.persistent_workers = persistent;
+      auto loader = make_data_loader(probe, options);
+      for (int round = 0; round < 3; ++round) {
+        CAPTURE(round);
+        int taken = 0;
+        for (auto& b : loader) {
+          (void)b;
+          if (++taken == 3) break;
+        }
+        std::vector<std::int64_t> seen;
+        for (auto& b : loader) {
+          const auto ids = ints(std::get<1>(b));
+          seen.insert(seen.end(), ids.begin(), ids.end());
+        }
+        std::vector<std::int64_t> all(400);
+        std::iota(all.begin(), all.end(), 0);
+        CHECK(seen == all);
+      }
+    }
+  }
+
+  TEST_CASE("an iterable dataset streams every epoch anew from persistent worker processes") {
+    struct Sharded {
+      std::int64_t n = 10;
+      Generator<std::int64_t> stream(const WorkerInfo& info) {
+        for (std::int64_t i = info.id; i < n; i += info.num_workers) co_yield i;
+      }
+    };
+    auto options = LoaderOptions<>{.batch_size = 2, .num_workers = 3,
+                                   .executor = Executor::processes};
+    options.persistent_workers = true;
+    auto loader = make_data_loader(Sharded{}, options);
+    const std::vector<std::vector<std::int64_t>> expected = {{0, 3}, {1, 4}, {2, 5},
+                                                             {6, 9}, {7}, {8}};
+    for (int epoch = 0; epoch < 3; ++epoch) {
+      CAPTURE(epoch);
+      std::vector<std::vector<std::int64_t>> got;
+      for (auto& b : loader) got.push_back(ints(b));
+      CHECK(got == expected);
+    }
+    // An epoch broken off after its first batch: the next streams from the start again.
+    for (auto& b : loader) {
+      (void)b;
+      break;
+    }
+    std::vector<std::vector<std::int64_t>> got;
+    for (auto& b : loader) got.push_back(ints(b));
+    CHECK(got == expected);
   }
 
   TEST_CASE("process_start = forkserver forks workers from the server, safe while a lock is held") {

@@ -66,6 +66,9 @@ struct ProcessTask {
   Kind kind = Kind::fetch;
   std::int64_t batch = 0;
   std::int64_t epoch = 0;
+  /// The iteration (one per epoch begun, unique in the process) the task belongs to: a
+  /// persistent worker's stream starts over when it changes.
+  std::uint64_t run = 0;
   std::uint64_t worker_seed = 0;  ///< WorkerInfo::seed for this epoch
   std::uint64_t sample_seed = 0;  ///< the seed of every sample's Rng
   std::int64_t want = 0;          ///< stream: samples per batch
@@ -218,12 +221,17 @@ class ProcessPool {
   /// Kills and reaps whatever is still running (blocking).
   ~ProcessPool();
 
-  /// Driver: forks every worker that is not running.
-  void start();
-  /// Driver: asks every worker to exit once its queued tasks are done (end of an epoch
-  /// without persistent workers); `done` runs on the driver once all of them are reaped (or
-  /// at once on shutdown).
-  void retire(std::function<void()> done);
+  /// Driver: forks every worker that is not running, and returns the generation of the
+  /// workers now running. With `fresh` (an epoch of its own workers: no persistent workers),
+  /// workers that an earlier start() forked and that still run (their epoch was broken off
+  /// and has not finished yet) are asked to exit once their queued tasks are done, and new
+  /// ones are forked in their place: the new epoch's tasks never go to workers that the old
+  /// epoch's end retires.
+  std::int64_t start(bool fresh = false);
+  /// Driver: asks the workers of `generation` and before to exit once their queued tasks are
+  /// done (end of an epoch without persistent workers); `done` runs on the driver once every
+  /// departing worker is reaped (or at once on shutdown).
+  void retire(std::int64_t generation, std::function<void()> done);
   /// Driver: SIGTERM to every worker, SIGKILL after the grace period; tasks still pending
   /// fail with `cancelled` at once.
   void shutdown(std::exception_ptr cancelled);

@@ -33,7 +33,7 @@ class MapRun final : public RunBase<D, C> {
     Services& svc = self->svc_;
     std::exception_ptr error;
     try {
-      svc.placement.start();
+      self->placement_generation_ = svc.placement.start();
       self->hold_first_ = true;
       // NOTE: on the driver: a stopped epoch's dispatcher may still be reading the sampler here.
       BatchSource& source = *svc.batches;

@@ -71,13 +71,18 @@ class Place {
   /// Who has batch `batch` of the current epoch in hand.
   virtual FetchHolder holder(std::int64_t batch) const = 0;
 
-  /// At each epoch's start: starts the workers that are not running (processes fork).
-  virtual void start() {}
+  /// At each epoch's start: starts the workers that are not running (processes fork); returns
+  /// the generation of the workers the epoch uses, which run_finished gets back.
+  virtual std::int64_t start() { return 0; }
   /// True once a worker died unrecovered: dispatch stops.
   virtual bool broken() const noexcept { return false; }
   /// An epoch has ended: `done` runs once the workers that go with it (worker processes
-  /// without persistent_workers) are gone, else at once.
-  virtual void run_finished(std::function<void()> done) { done(); }
+  /// without persistent_workers: those of `generation`, what its start() returned) are gone,
+  /// else at once.
+  virtual void run_finished(std::int64_t generation, std::function<void()> done) {
+    (void)generation;
+    done();
+  }
   /// Fetches waiting on other processes end now (dropped), and those processes are told to go.
   virtual void shutdown() {}
 };

@@ -125,15 +125,16 @@ class ProcessBridge final : public Place<D, C> {
     }
   }
 
-  /// Forks every worker that is not running.
-  void start() override { pool_->start(); }
-  /// Without persistent_workers, asks the workers to exit after their queued tasks; `done`
-  /// runs once they are gone.
-  void run_finished(std::function<void()> done) override {
+  /// Forks every worker that is not running; without persistent_workers, an epoch's own
+  /// (ProcessPool::start's `fresh`).
+  std::int64_t start() override { return pool_->start(!fetcher_.options.persistent_workers); }
+  /// Without persistent_workers, asks the epoch's workers (`generation`) to exit after their
+  /// queued tasks; `done` runs once they are gone.
+  void run_finished(std::int64_t generation, std::function<void()> done) override {
     if (fetcher_.options.persistent_workers) {
       done();
     } else {
-      pool_->retire(std::move(done));
+      pool_->retire(generation, std::move(done));
     }
   }
   /// Ends pending tasks (dropped) and the workers with SIGTERM (then SIGKILL).
@@ -196,6 +197,7 @@ class ProcessBridge final : public Place<D, C> {
     t.kind = kind;
     t.batch = batch_no;
     t.epoch = run.epoch();
+    t.run = run.serial();
     t.worker_seed = run.base_seed();
     t.sample_seed = run.sample_seed();
     return t;
@@ -414,6 +416,7 @@ class ProcessBridge final : public Place<D, C> {
     bool initialised = false;
     std::optional<StreamCursor<stream_probe_t>> cursor;
     bool stream_over = false;
+    std::uint64_t stream_run = 0;  // the iteration `cursor` streams for
   };
 
   /// What exec's child loop runs in worker process `id` over `fetcher`: the child's copy of
@@ -456,6 +459,13 @@ class ProcessBridge final : public Place<D, C> {
       }
       std::optional<Batch> batch;
       if constexpr (iterable) {
+        if (task.run != st.stream_run) {
+          // A new epoch, or one begun again after a break: its stream starts over, as a worker
+          // thread's does (persistent workers keep the process, not the stream).
+          st.cursor.reset();
+          st.stream_over = false;
+          st.stream_run = task.run;
+        }
         try {
           batch = child_stream(fetcher, st.cursor, st.stream_over, st.info, task.want, id,
                                task.batch);

@@ -42,6 +42,12 @@ namespace coload::detail {
 /// Each dispatched batch number completes exactly once, with a batch, an error, or nothing at
 /// all (a skip: an iterable worker that had no more samples); skips keep their place in the
 /// order but are never handed to the consumer.
+/// A number for each iteration begun in this process (RunBase::serial).
+inline std::uint64_t next_run_serial() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 template <class D, class C>
 class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
                 public std::enable_shared_from_this<RunBase<D, C>> {
@@ -75,6 +81,8 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   }
 
   std::int64_t epoch() const noexcept { return epoch_; }
+  /// This iteration's number, unique in the process (epoch() repeats after load_state).
+  std::uint64_t serial() const noexcept { return serial_; }
   std::uint64_t base_seed() const noexcept { return base_seed_; }
   std::uint64_t sample_seed() const noexcept { return sample_seed_; }
   /// The workers' infos for this epoch, indexed by worker id (empty without workers).
@@ -218,6 +226,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
 
   Services& svc_;
   const std::int64_t epoch_;
+  const std::uint64_t serial_ = next_run_serial();
   const std::uint64_t base_seed_;
   const std::uint64_t sample_seed_;
   const double timeout_;
@@ -234,6 +243,9 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   // The map-style dispatcher holds the epoch's later batches back until its first is done (see
   // WorkerCount::first_batch_bound).
   bool hold_first_ = false;
+  // What placement.start() returned: the generation of the workers this epoch runs on, which
+  // placement.run_finished retires (-1: it never started them).
+  std::int64_t placement_generation_ = -1;
 
  private:
   void deliver(Outcome<Batch> outcome) {
@@ -319,7 +331,8 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
       this->handoff.push(std::move(end));
     }
     // NOTE: worker processes that end with the epoch are gone before the consumer sees its end.
-    svc_.placement.run_finished([self = this->shared_from_this()] { self->handoff.finish(); });
+    svc_.placement.run_finished(placement_generation_,
+                                [self = this->shared_from_this()] { self->handoff.finish(); });
   }
 
   void on_slot_freed() {

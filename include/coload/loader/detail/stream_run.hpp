@@ -49,7 +49,7 @@ class StreamRun final : public RunBase<D, C>, public StreamSource<typename Fetch
   static Task<void> run(std::shared_ptr<StreamRun> self) {
     Services& svc = self->svc_;
     try {
-      svc.placement.start();
+      self->placement_generation_ = svc.placement.start();
     } catch (...) {
       self->queues_closed_ = true;
       self->dispatch_done(std::current_exception());
