@@ -7,6 +7,7 @@
 #include "cache.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,7 +87,41 @@ void touch(const std::string& path, const struct stat& st) {
 
 std::atomic<std::uint64_t> mismatches{0};
 
-void evict_for(const std::string& dir, std::uint64_t incoming, std::uint64_t bound) {
+// Whether `name` is one of the cache's files (entry_name's 16 hex digits and a dash, maybe with
+// a writer's temporary suffix): eviction touches nothing else in the folder, which may be shared
+// with the user's own files (shards among them).
+bool is_cache_file(const std::string& name) {
+  if (name.size() < 18 || name[16] != '-') return false;
+  return std::all_of(name.begin(), name.begin() + 16,
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// cache_start's temporary name: the entry's, then this, the writer's pid, '.' and a number.
+constexpr std::string_view part_suffix = ".coload-part.";
+
+// The writer of a temporary file (`<entry>.coload-part.<pid>.<n>`), or 0 for an entry.
+pid_t part_writer(const std::string& name) {
+  const auto at = name.rfind(part_suffix);
+  if (at == std::string::npos) return 0;
+  const std::size_t from = at + part_suffix.size();
+  const auto dot = name.find('.', from);
+  const auto digits = [&](std::size_t a, std::size_t b) {
+    return a < b && std::all_of(name.begin() + static_cast<std::ptrdiff_t>(a),
+                                name.begin() + static_cast<std::ptrdiff_t>(b),
+                                [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (dot == std::string::npos || dot - from > 9 || !digits(from, dot) ||
+      !digits(dot + 1, name.size())) {
+    return 0;
+  }
+  return static_cast<pid_t>(std::stol(name.substr(from, dot - from)));
+}
+
+// Makes room for `incoming` bytes (the writer's own `own_tmp`) under `bound`: entries go least
+// recently used first. Another writer's unfinished file counts against the bound but stays,
+// unless its process is gone (killed mid-shard): then it is removed.
+void evict_for(const std::string& dir, const std::string& own_tmp, std::uint64_t incoming,
+               std::uint64_t bound) {
   struct Entry {
     fs::path path;
     std::uint64_t size;
@@ -96,12 +131,21 @@ void evict_for(const std::string& dir, std::uint64_t incoming, std::uint64_t bou
   std::uint64_t total = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
     struct stat st {};
-    if (e.path().extension() != ".tar" || ::stat(e.path().c_str(), &st) != 0 ||
+    if (!is_cache_file(name) || e.path() == own_tmp || ::stat(e.path().c_str(), &st) != 0 ||
         !S_ISREG(st.st_mode)) {
       continue;
     }
     const auto size = static_cast<std::uint64_t>(st.st_size);
+    if (const pid_t writer = part_writer(name)) {
+      if (writer != ::getpid() && ::kill(writer, 0) != 0 && errno == ESRCH) {
+        fs::remove(e.path(), ec);
+      } else {
+        total += size;
+      }
+      continue;
+    }
     entries.push_back({e.path(), size, ns(st.st_atim)});
     total += size;
   }
@@ -179,7 +223,7 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
   std::unique_ptr<CacheEntry> e(new CacheEntry);
   e->dir_ = options.cache_dir;
   e->final_ = (fs::path(options.cache_dir) / entry_name(shard)).string();
-  e->tmp_ = e->final_ + ".part" + std::to_string(::getpid()) + "-" +
+  e->tmp_ = e->final_ + std::string(part_suffix) + std::to_string(::getpid()) + "." +
             std::to_string(reinterpret_cast<std::uintptr_t>(e.get()));
   e->bound_ = options.cache_bytes;
   e->size_ = size;
@@ -234,7 +278,12 @@ void CacheEntry::commit() {
                          format_checksum(*expected_) + "): not cached");
     return;
   }
-  evict_for(dir_, size_, bound_);
+  evict_for(dir_, tmp_, size_, bound_);
+  // Used now: its atime was the download's start, older than entries used meanwhile.
+  struct timespec now {};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const struct timespec times[2] = {now, {0, UTIME_OMIT}};
+  ::utimensat(AT_FDCWD, tmp_.c_str(), times, 0);
   if (::rename(tmp_.c_str(), final_.c_str()) != 0) {
     ::unlink(tmp_.c_str());
     return;

@@ -283,6 +283,8 @@ bool parse_index(std::string_view text, std::uint64_t file_size, ShardIndex& out
       return false;
     }
     if (out.samples.empty() || out.samples.back().key != key) {
+      // Samples go forward too: readers stream a shard in order, never back.
+      if (!out.samples.empty() && m.offset < out.samples.back().end) return false;
       IndexSample s;
       s.key = key;
       s.first = static_cast<std::uint32_t>(out.members.size());

@@ -99,6 +99,9 @@ class LocalReader final : public ChunkReader {
 
   void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst,
             const std::string& key) override {
+    if (begin < current_.begin) {
+      throw ShardError(shard_.path, key, begin, "the index goes back before bytes already read");
+    }
     while (begin < end) {
       while (begin >= current_.begin + current_.data.size()) {
         if ((started_ && current_.data.size() < chunk_) || ahead_.empty()) {
@@ -195,14 +198,23 @@ class RemoteReader final : public ChunkReader {
   }
   bool waits() const noexcept override { return true; }
   Task<void> copy_async(std::uint64_t begin, std::uint64_t end, std::byte* dst,
-                        const std::string&) override {
+                        const std::string& key) override {
+    if (begin < body_->position()) {
+      throw ShardError(body_->url(), key, begin, "the index goes back before bytes already read");
+    }
     if (begin > body_->position()) {
       if (!tee_) {
         co_await body_->skip_async(begin - body_->position());
       } else {
-        std::vector<std::byte> gap(static_cast<std::size_t>(begin - body_->position()));
-        co_await read_exactly(gap.data(), gap.size());
-        tee_->write(gap.data(), gap.size());
+        // Through a bounded buffer: the gap is what the index says lies between samples.
+        std::vector<std::byte> gap(static_cast<std::size_t>(
+            std::min<std::uint64_t>(begin - body_->position(), std::uint64_t{1} << 20)));
+        while (body_->position() < begin) {
+          const auto n = static_cast<std::size_t>(
+              std::min<std::uint64_t>(begin - body_->position(), gap.size()));
+          co_await read_exactly(gap.data(), n);
+          tee_->write(gap.data(), n);
+        }
       }
     }
     co_await read_exactly(dst, static_cast<std::size_t>(end - begin));

@@ -4,10 +4,13 @@
 
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <ATen/ATen.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <string>
@@ -240,16 +243,38 @@ TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, en
   const int torn = requests();
   CHECK(epoch(remote, info) == local);
   CHECK(requests() - torn == 1);
-  // A bound of two shards' bytes: never more than that on disk, the latest entries kept.
+  // A bound of two shards' bytes: never more than that on disk, the latest entries kept. The
+  // folder also holds the user's own files, which eviction leaves alone (it removed every
+  // .tar file in the folder, oldest first), and the unfinished entry of a writer killed
+  // mid-shard, which counted for nothing and stayed for ever: it goes.
   shards_test::TempDir small;
   o.shards.cache_dir = small.path.string();
   o.shards.cache_bytes = 2 * 60000;
+  const std::string mine(300000, 'm');
+  std::ofstream(small.path / "mine.tar", std::ios::binary) << mine;
+  std::ofstream(small.path / "0123456789abcdef.tar", std::ios::binary) << mine;
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  REQUIRE(gone > 0);
+  ::waitpid(gone, nullptr, 0);
+  const fs::path stale = small.path / ("0123456789abcdef-shard-000000.tar.coload-part." +
+                                       std::to_string(gone) + ".1");
+  std::ofstream(stale, std::ios::binary) << std::string(50000, 's');
   shards::ShardStream bounded(url(mode), o);
   CHECK(epoch(bounded, info) == local);
   std::uint64_t bytes = 0;
-  for (const auto& e : fs::directory_iterator(small.path)) bytes += e.file_size();
+  for (const auto& e : fs::directory_iterator(small.path)) {
+    const std::string name = e.path().filename().string();
+    if (name != "mine.tar" && name != "0123456789abcdef.tar") bytes += e.file_size();
+  }
   CHECK(bytes <= o.shards.cache_bytes);
   CHECK(bytes > 0);
+  CHECK_FALSE(fs::exists(stale));
+  for (const char* name : {"mine.tar", "0123456789abcdef.tar"}) {
+    CAPTURE(name);
+    std::ifstream in(small.path / name, std::ios::binary);
+    CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == mine);
+  }
 }
 
 TEST_CASE("a cache entry is for one version of its shard: one rewritten to the same size is fetched again") {

@@ -316,6 +316,22 @@ TEST_CASE("the index file: rebuilt when the shard changes, ignored when corrupt"
   CHECK_FALSE(edited("xxh3:00abcdef01234567", "xxh3:00ABCDEF01234567"));
   CHECK_FALSE(edited("xxh3:00abcdef01234567", "md5:00abcdef01234567"));
   CHECK_FALSE(edited("\txxh3:00abcdef01234567", ""));
+  // Samples go forward as members do: one that starts before the last one's end is refused
+  // (a reader streams the shard in order, and copied from before the bytes it had read).
+  shards::ShardIndex two;
+  two.file_size = 100;
+  two.samples.push_back({"a", 0, 1, 10, 30});
+  two.samples.push_back({"b", 1, 1, 30, 40});
+  two.members.push_back({"x", 10, 20});
+  two.members.push_back({"x", 30, 10});
+  REQUIRE(shards::parse_index(shards::format_index(two), 100, back));
+  CHECK(back == two);
+  two.samples[1].begin = 20;
+  two.members[1].offset = 20;
+  CHECK_FALSE(shards::parse_index(shards::format_index(two), 100, back));
+  two.samples[1].begin = 0;
+  two.members[1].offset = 0;
+  CHECK_FALSE(shards::parse_index(shards::format_index(two), 100, back));
 }
 
 TEST_CASE("pack_order is a seeded permutation") {
