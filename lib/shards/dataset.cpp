@@ -195,6 +195,29 @@ ShardDataset::Location ShardDataset::locate(Index index) const {
   return {s, static_cast<std::size_t>(index - *it)};
 }
 
+namespace {
+
+// Before buffers of `bytes` in all for remote `shard`, sized by its index alone: beyond
+// detail::unconfirmed_sample_bound, the server first answers for the shard (one byte, whose
+// response's size the client checks against the index), so that an index that lies about its
+// shard is an HttpError naming the URL, not an allocation of what it claims.
+void confirm_size(const ShardIndex& shard, std::uint64_t bytes, const io::RetryOptions& retry) {
+  if (bytes <= detail::unconfirmed_sample_bound || shard.samples.empty()) return;
+  const std::uint64_t at = shard.samples.front().begin;
+  std::byte first{};
+  io::HttpClient::shared()->get_range(shard.path, at, at + 1, &first, shard.file_size, retry);
+}
+Task<void> confirm_size_async(io::Reader& reader, const ShardIndex& shard, std::uint64_t bytes,
+                              io::RetryOptions retry) {
+  if (bytes <= detail::unconfirmed_sample_bound || shard.samples.empty()) co_return;
+  const std::uint64_t at = shard.samples.front().begin;
+  std::byte first{};
+  co_await io::HttpClient::on(reader.context())
+      ->get_range_async(shard.path, at, at + 1, &first, shard.file_size, retry);
+}
+
+}  // namespace
+
 ShardSample ShardDataset::read(Index index) const {
   const Location at = locate(index);
   const ShardIndex& shard = state_->shards[at.shard];
@@ -220,7 +243,9 @@ ShardSample ShardDataset::read(Index index) const {
       }  // evicted meanwhile, or unreadable: from the server after all
     }
     // One ranged GET of the sample's bytes; the client retries faults and checks the shard's
-    // size against the index on each response.
+    // size against the index on each response. A sample too large to size by the index's word
+    // alone has the server answer for the shard's size first, with its first byte.
+    confirm_size(shard, sample.end - sample.begin, state_->options.retry);
     ShardSample out;
     out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
     io::HttpClient::shared()->get_range(shard.path, sample.begin, sample.end,
@@ -298,6 +323,7 @@ std::vector<ShardSample> ShardDataset::read_batch(std::span<const Index> indices
   }
   std::vector<std::byte> bytes;
   for (Run& r : runs) {
+    confirm_size(shards[remote[r.first].shard], r.end - r.begin, state_->options.retry);
     bytes.resize(static_cast<std::size_t>(r.end - r.begin));
     r.body->read(bytes.data(), bytes.size());
     r.body.reset();
@@ -322,6 +348,7 @@ Task<ShardSample> ShardDataset::read_async(io::Reader& reader, Index index) cons
     if (detail::cache_find(state_->options, shard)) co_return read(index);  // a local file
     // One ranged GET on the reader's io_context (the loader's driver): the fetch holds no
     // thread while it waits, as a file's read does.
+    co_await confirm_size_async(reader, shard, sample.end - sample.begin, state_->options.retry);
     ShardSample out;
     out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
     co_await io::HttpClient::on(reader.context())
@@ -397,6 +424,12 @@ Task<std::vector<std::optional<ShardSample>>> ShardDataset::prefetch_async(
   std::vector<ShardSample> got(group.size());
   std::vector<const IndexSample*> samples;
   std::vector<io::RangePart> parts;
+  std::uint64_t claimed = 0;
+  for (std::size_t j : group) {
+    const IndexSample& sample = shard.samples[locate(indices[j]).sample];
+    claimed += sample.end - sample.begin;
+  }
+  co_await confirm_size_async(reader, shard, claimed, state_->options.retry);
   for (std::size_t j = 0; j < group.size(); ++j) {
     const Location at = locate(indices[group[j]]);
     if (&state_->shards[at.shard] != &shard) {

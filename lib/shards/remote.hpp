@@ -2,6 +2,7 @@
 // Shards named by URL: the list of a folder URL, brace patterns, and the index file fetched
 // beside a remote shard (remote.cpp). Private to lib/shards.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +21,11 @@ std::string file_url_path(std::string_view url);
 std::vector<std::string> find_url_shards(const std::string& root,
                                          const io::RetryOptions& retry = {});
 /// load_index for an http(s) URL, fetched with `retry`.
+/// A remote shard's index is only the server's word for its sizes until the server has
+/// answered for the shard itself (the client checks every response's size against the index):
+/// a sample larger than this is not given a buffer before that answer.
+inline constexpr std::uint64_t unconfirmed_sample_bound = std::uint64_t{64} << 20;
+
 ShardIndex load_remote_index(const std::string& url, const io::RetryOptions& retry = {});
 
 }  // namespace coload::shards::detail

@@ -56,6 +56,9 @@ class ChunkReader {
                     const std::string& key) = 0;
   /// Whether a copy may wait for the network: the stream then co_awaits copy_async.
   virtual bool waits() const noexcept { return false; }
+  /// Waits until the shard's own size is known to match its index's (a remote shard's first
+  /// response); at once where it is known.
+  virtual Task<void> confirm_size() { co_return; }
   /// copy for a coroutine, waiting without holding its thread.
   virtual Task<void> copy_async(std::uint64_t begin, std::uint64_t end, std::byte* dst,
                                 const std::string& key) {
@@ -197,6 +200,20 @@ class RemoteReader final : public ChunkReader {
     sync_wait(copy_async(begin, end, dst, key));
   }
   bool waits() const noexcept override { return true; }
+  Task<void> confirm_size() override {
+    if (confirmed_ || body_->position() >= end_) co_return;
+    // The first byte comes only after the client has checked the response's size.
+    co_await body_->wait_for(1);
+    if (body_->available() == 0) {
+      // Failed or ended before a byte: the read says which (a failure throws its HttpError).
+      std::byte b{};
+      co_await body_->read_async(&b, 1);
+      throw io::HttpError(body_->url(), 0, 0,
+                          "cannot read '" + body_->url() + "': the body ended before byte " +
+                              std::to_string(body_->position()));
+    }
+    confirmed_ = true;
+  }
   Task<void> copy_async(std::uint64_t begin, std::uint64_t end, std::byte* dst,
                         const std::string& key) override {
     if (begin < body_->position()) {
@@ -239,6 +256,7 @@ class RemoteReader final : public ChunkReader {
   std::uint64_t end_;
   std::unique_ptr<detail::CacheEntry> tee_;
   std::unique_ptr<io::BodyStream> body_;
+  bool confirmed_ = false;
 };
 
 /// A cached copy of a remote shard, read as a local shard is.
@@ -497,12 +515,14 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
     while (pos.sample < shard.samples.size()) {
       const IndexSample& is = shard.samples[pos.sample];
       ShardSample x;
-      x.data = io::Buffer(static_cast<std::size_t>(is.end - is.begin));
       bool lost = false;
       try {
         if (waits) {
+          if (is.end - is.begin > detail::unconfirmed_sample_bound) co_await reader->confirm_size();
+          x.data = io::Buffer(static_cast<std::size_t>(is.end - is.begin));
           co_await reader->copy_async(is.begin, is.end, x.data.data(), is.key);
         } else {
+          x.data = io::Buffer(static_cast<std::size_t>(is.end - is.begin));
           reader->copy(is.begin, is.end, x.data.data(), is.key);
         }
       } catch (const io::HttpError& e) {

@@ -277,6 +277,44 @@ TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, en
   }
 }
 
+TEST_CASE("an index that claims a sample of a TiB is answered by the server's size: a named "
+          "HttpError, never a buffer of what the index claims") {
+  // A real shard of about 60 kB beside an index that says it is 1 TiB, its one sample nearly
+  // all of it. The index parses (it agrees with itself); only the server knows better.
+  const fs::path dir = *root / "liar";
+  fs::create_directories(dir);
+  fs::copy_file(*root / "shards" / "shard-000000.tar", dir / "liar.tar",
+                fs::copy_options::overwrite_existing);
+  shards::ShardIndex lie;
+  lie.file_size = std::uint64_t{1} << 40;
+  lie.mtime_ns = 1;
+  lie.samples.push_back({"s0", 0, 1, 512, lie.file_size - 1024});
+  lie.members.push_back({"bin", 512, lie.file_size - 1536});
+  std::ofstream(dir / "liar.tar.idx", std::ios::binary) << shards::format_index(lie);
+  const std::string shard = "http://127.0.0.1:" + std::to_string(server->nginx) + "/liar/liar.tar";
+  const auto names_the_lie = [&](const std::string& what) {
+    INFO(what);
+    CHECK(what.find(shard) != std::string::npos);
+    CHECK(what.find("the server has " + std::to_string(fs::file_size(dir / "liar.tar")) +
+                    " bytes, the index was made of 1099511627776") != std::string::npos);
+  };
+  const shards::ShardDataset ds(shard);
+  REQUIRE(ds.size() == 1);
+  try {
+    (void)ds.read(0);
+    FAIL("read a sample of 1 TiB");
+  } catch (const io::HttpError& e) {
+    names_the_lie(e.what());
+  }
+  shards::ShardStream stream(shard, stream_options());
+  try {
+    for (auto& s : stream.samples(WorkerInfo{.id = 0, .num_workers = 1, .seed = 1})) (void)s;
+    FAIL("streamed a sample of 1 TiB");
+  } catch (const io::HttpError& e) {
+    names_the_lie(e.what());
+  }
+}
+
 TEST_CASE("a cache entry is for one version of its shard: one rewritten to the same size is fetched again") {
   const std::string mode = "ok,version";
   const auto requests = [&] {
