@@ -11,12 +11,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <future>
 #include <mutex>
 #include <new>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coload/coload.hpp"
@@ -347,6 +349,60 @@ TEST_CASE("a thread worker stuck forever in get() does not hold the loader: the 
     CHECK(gate->cv.wait_for(lock, std::chrono::seconds(10), [&] { return gate->live == 0; }));
   }
   CHECK(warnings.messages().size() == 1);
+}
+
+TEST_CASE("a loader replaced by move assignment goes as a destroyed one does: a worker stuck in "
+          "get() holds the assignment for the grace period only, with the same warning") {
+  // It used to destroy the old loader directly: its driver waited for the stuck get() for ever.
+  hardening::Warnings warnings;
+  auto gate = std::make_shared<Gate>();
+  const LoaderOptions<> stuck{.batch_size = 2, .num_workers = 2, .timeout = 0.3};
+  auto loader = make_data_loader(StuckOnce(gate, 5), stuck);
+  {
+    auto epoch = loader.epoch();
+    CHECK(sync_wait(epoch.next())->equal(at::tensor({0, 1}, at::kLong)));
+    CHECK(sync_wait(epoch.next())->equal(at::tensor({2, 3}, at::kLong)));
+    CHECK_THROWS_AS((void)sync_wait(epoch.next()), TimeoutError);
+  }
+  std::promise<double> assigned;
+  auto took = assigned.get_future();
+  std::thread assigner([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    loader = make_data_loader(StuckOnce(gate, -1), {.batch_size = 4, .num_workers = 2});
+    assigned.set_value(seconds_since(t0));
+  });
+  // A bound on the test, not a synchronisation: past it, the gate opens so that the stuck
+  // assignment can end, and the case fails.
+  const bool ended = took.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  if (!ended) {
+    std::lock_guard lock(gate->mutex);
+    gate->open = true;
+    gate->cv.notify_all();
+  }
+  assigner.join();
+  REQUIRE(ended);
+  const double seconds = took.get();
+  CHECK(seconds >= 1.9);
+  CHECK(seconds < 3.0);
+  {
+    const auto messages = warnings.messages();
+    REQUIRE(messages.size() == 1);
+    CHECK(messages[0].find("is in sample 5 of batch 2") != std::string::npos);
+  }
+  // The new loader works while the old one's thread is still stuck.
+  std::vector<std::int64_t> seen;
+  for (auto& b : loader) {
+    for (std::int64_t k = 0; k < b.numel(); ++k) seen.push_back(b[k].item<std::int64_t>());
+  }
+  std::vector<std::int64_t> all(16);
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(seen == all);
+  {
+    std::unique_lock lock(gate->mutex);
+    gate->open = true;
+    gate->cv.notify_all();
+    CHECK(gate->cv.wait_for(lock, std::chrono::seconds(10), [&] { return gate->live == 1; }));
+  }
 }
 
 TEST_CASE("a timeout names the worker holding the batch: an iterable dataset's stream, and an "

@@ -83,7 +83,16 @@ class DataLoader {
   DataLoader(D dataset, LoaderOptions<C> options)
       : core_(std::make_unique<Core>(std::move(dataset), std::move(options))) {}
   DataLoader(DataLoader&&) noexcept = default;
-  DataLoader& operator=(DataLoader&&) noexcept = default;
+  /// The loader it held goes as the destructor lets it go (the same grace period, the same
+  /// hand-off on the driver thread), then takes `other`'s.
+  DataLoader& operator=(DataLoader&& other) noexcept {
+    if (this != &other) {
+      release();
+      implicit_ = std::move(other.implicit_);
+      core_ = std::move(other.core_);
+    }
+    return *this;
+  }
   /// Stops the current epoch and joins every thread; returns once running fetches finish
   /// their current sample. Destroyed on its own driver thread (from a handler or a coroutine
   /// resumed there), it hands the joining to a detached thread instead.
@@ -92,13 +101,7 @@ class DataLoader {
   /// be interrupted: after a grace period of 2 s the destructor warns, naming the worker and
   /// the sample, and returns; the loader's dataset, driver and worker threads are then freed
   /// by a detached thread once that code returns, and its result is dropped.
-  ~DataLoader() {
-    implicit_.reset();
-    if (core_ && (core_->driver().on_driver_thread() || !core_->stop_within(Core::stop_grace))) {
-      std::thread([core = std::move(core_)]() mutable { core.reset(); }).detach();
-    }
-    core_.reset();
-  }
+  ~DataLoader() { release(); }
 
   /// The number of batches in an epoch, as `len(DataLoader)` (honours drop_last).
   std::int64_t size() const { return core_->size(); }
@@ -245,8 +248,17 @@ class DataLoader {
     if (!waiting) complete();
   }
 
-  // NOTE: implicit_ comes first so that move assignment ends the old implicit epoch while
-  // its loader still exists.
+  /// Lets go of the loader held (the destructor's and move assignment's way): the implicit
+  /// epoch first, while its loader exists; then the loader, within the grace period, or by a
+  /// detached thread when that passes or when this runs on the loader's own driver thread.
+  void release() noexcept {
+    implicit_.reset();
+    if (core_ && (core_->driver().on_driver_thread() || !core_->stop_within(Core::stop_grace))) {
+      std::thread([core = std::move(core_)]() mutable { core.reset(); }).detach();
+    }
+    core_.reset();
+  }
+
   std::optional<Epoch<batch_type>> implicit_;
   std::unique_ptr<Core> core_;
 };
