@@ -54,6 +54,17 @@ std::string signal_name(int sig) {
 }
 
 std::string describe_death(int worker, int pid, int status, std::int64_t batch,
+                           const std::vector<std::int64_t>& indices);
+
+/// `broke`: why the parent killed it (a worker that broke the protocol), or empty.
+std::string describe_death(int worker, int pid, int status, std::int64_t batch,
+                           const std::vector<std::int64_t>& indices, const std::string& broke) {
+  std::string s = describe_death(worker, pid, status, batch, indices);
+  if (!broke.empty()) s += ", by the parent, which could not use what it sent: " + broke;
+  return s;
+}
+
+std::string describe_death(int worker, int pid, int status, std::int64_t batch,
                            const std::vector<std::int64_t>& indices) {
   std::string s = "DataLoader worker " + std::to_string(worker) + " (pid " +
                   std::to_string(pid) + ")";
@@ -187,6 +198,7 @@ struct Worker {
   std::unique_ptr<asio::posix::stream_descriptor> pidfd;
   std::deque<std::shared_ptr<ProcessPool::Pending>> outstanding;
   bool exited = false;
+  std::string broke;  // why the parent killed it: what it sent could not be used
 };
 }  // namespace
 
@@ -307,7 +319,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     w->socket->async_wait(asio::posix::stream_descriptor::wait_read,
                           [self = shared_from_this(), w](std::error_code ec) {
                             if (ec || self->shut) return;
-                            if (self->drain(*w)) self->watch_socket(w);
+                            if (self->drain_or_kill(*w)) self->watch_socket(w);
                           });
   }
   void watch_pid(const std::shared_ptr<Worker>& w) {
@@ -316,6 +328,21 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
                            if (ec || self->shut) return;
                            self->on_exit(w);
                          });
+  }
+
+  /// drain, for a worker still trusted: one whose reply cannot be used (malformed, for a batch
+  /// it was not given, past its slot) is killed, and its death reports its batches as any
+  /// death does, saying why. False once nothing more is to be read from it. An exception
+  /// here would leave the driver's loop, and end the process the workers exist to protect.
+  bool drain_or_kill(Worker& w) {
+    if (!w.broke.empty()) return false;
+    try {
+      return drain(w);
+    } catch (const std::exception& e) {
+      w.broke = e.what();
+      ::kill(w.pid, SIGKILL);
+      return false;
+    }
   }
 
   /// Takes every reply queued on `w`'s socket. False once the socket is at its end.
@@ -365,7 +392,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
 
   void on_exit(const std::shared_ptr<Worker>& w) {
     // Replies it sent before it went are results like any other.
-    if (w->socket) drain(*w);
+    if (w->socket) drain_or_kill(*w);
     const int status = reap(w->pid, w->via_server);
     w->exited = true;
     std::erase(departing, w);
@@ -376,17 +403,20 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     w->pidfd.reset();
     if (w->outstanding.empty()) {
       if (current && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        // Died idle: nothing was lost. Under `restart` a new one is forked; under `raise` the
-        // next batch asked for fails with it, as torch's DataLoader raises for a worker that
-        // died whatever it was doing (its SIGCHLD handler), and nothing is dispatched after.
-        if (options.on_death == OnWorkerDeath::restart) {
-          spawn_or_break(w->id);
-        } else if (!idle_death) {
+        // Died idle: nothing was lost. Under `restart` a new one is forked; under `raise`, or
+        // when no new one can be (its restarts spent, or the fork failed), the next batch
+        // asked for fails with it, as torch's DataLoader raises for a worker that died
+        // whatever it was doing (its SIGCHLD handler), and nothing is dispatched after.
+        const bool restarted = options.on_death == OnWorkerDeath::restart && try_restart(w->id);
+        if (!restarted && !idle_death) {
           const int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
           const int code = WIFSIGNALED(status) ? -1 : WEXITSTATUS(status);
-          idle_death = std::make_exception_ptr(
-              WorkerDied(describe_death(w->id, w->pid, status, -1, {}), w->id, w->pid, sig, code,
-                         -1, {}));
+          std::string what = describe_death(w->id, w->pid, status, -1, {}, w->broke);
+          if (options.on_death == OnWorkerDeath::restart) {
+            what += " (after " + std::to_string(restarts[static_cast<std::size_t>(w->id)]) +
+                    " restarts)";
+          }
+          idle_death = std::make_exception_ptr(WorkerDied(what, w->id, w->pid, sig, code, -1, {}));
         }
       }
       return;
@@ -403,7 +433,8 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     if (options.on_death == OnWorkerDeath::restart &&
         restarts[static_cast<std::size_t>(w->id)] < options.max_restarts && !shut) {
       ++restarts[static_cast<std::size_t>(w->id)];
-      detail::warn(describe_death(w->id, w->pid, status, first->task.batch, first->task.indices) +
+      detail::warn(describe_death(w->id, w->pid, status, first->task.batch, first->task.indices,
+                                  w->broke) +
                    "; restarting it (restart " +
                    std::to_string(restarts[static_cast<std::size_t>(w->id)]) + " of " +
                    std::to_string(options.max_restarts) + ")");
@@ -420,7 +451,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     }
     broken = true;
     std::string what =
-        describe_death(w->id, w->pid, status, first->task.batch, first->task.indices);
+        describe_death(w->id, w->pid, status, first->task.batch, first->task.indices, w->broke);
     if (options.on_death == OnWorkerDeath::restart) {
       what += " (after " + std::to_string(options.max_restarts) + " restarts)";
     }
@@ -437,14 +468,18 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     }
   }
 
-  void spawn_or_break(int id) {
-    if (restarts[static_cast<std::size_t>(id)] >= options.max_restarts || shut) return;
+  /// Forks worker `id` again, within its restarts; false when it cannot (restarts spent, the
+  /// pool shut, or the fork failed: warned).
+  bool try_restart(int id) {
+    if (restarts[static_cast<std::size_t>(id)] >= options.max_restarts || shut) return false;
     ++restarts[static_cast<std::size_t>(id)];
     try {
       spawn(id);
+      return true;
     } catch (const std::exception& e) {
       detail::warn(std::string("coload: restarting worker ") + std::to_string(id) +
                    " failed: " + e.what());
+      return false;
     }
   }
 

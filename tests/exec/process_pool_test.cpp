@@ -48,6 +48,7 @@ struct Faults {
   std::int64_t kill_at = -1;     // raise(SIGKILL), the first `kill_times` times
   std::int64_t exit_at = -1;     // _exit(3)
   std::int64_t block_at = -1;    // waits for a signal, forever
+  std::int64_t lie_at = -1;      // answers for another batch than the one it was given
   int kill_times = 1 << 30;
 };
 
@@ -111,6 +112,9 @@ ChildWork test_work(Faults faults) {
     }
     if (task.kind == ProcessTask::Kind::stream) reply.stream_over = true;
     encode_batch(link, Answer{doubled, ::getpid(), state->id}, reply);
+    for (const std::int64_t i : task.indices) {
+      if (i == faults.lie_at) reply.batch = task.batch + 1000;
+    }
   };
   work.skipped = [state] { return state->skipped; };
   return work;
@@ -299,6 +303,40 @@ TEST_SUITE("process pool") {
     // The worker goes on after a failure.
     CHECK(std::get<0>(answer_of(*after)) == std::vector<std::int64_t>{2});
     CHECK(!pool.broken());
+  }
+
+  TEST_CASE("a worker whose reply the parent cannot use is killed and reported as a death, "
+            "saying why; the parent goes on") {
+    // It answered for a batch it was not given: the parent's driver threw out of its loop,
+    // which ended the whole process (std::terminate).
+    asio::io_context io;
+    Faults faults;
+    faults.lie_at = 7;
+    ProcessPool pool(io, pool_options(2), test_work(faults));
+    pool.start();
+    auto first = submit(pool, 0, {1}, 0);
+    REQUIRE(run_until_done(io, {first}));
+    const std::int64_t pid = std::get<1>(answer_of(*first));
+    auto lying = submit(pool, 0, {6, 7}, 3);
+    auto other = submit(pool, 1, {8}, 4);
+    REQUIRE(run_until_done(io, {lying, other}));
+    REQUIRE(lying->error);
+    try {
+      std::rethrow_exception(lying->error);
+    } catch (const WorkerDied& e) {
+      CHECK(e.worker_id() == 0);
+      CHECK(e.pid() == pid);
+      CHECK(e.signal() == SIGKILL);
+      CHECK(e.batch() == 3);
+      CHECK(std::string(e.what()) ==
+            "DataLoader worker 0 (pid " + std::to_string(pid) +
+                ") was killed by signal SIGKILL (Killed) while fetching batch 3 (indices 6, 7), "
+                "by the parent, which could not use what it sent: coload: worker 0 answered a "
+                "batch it was not given");
+    }
+    CHECK(std::get<0>(answer_of(*other)) == std::vector<std::int64_t>{16});
+    CHECK(pool.broken());
+    CHECK(gone(pid));
   }
 
   TEST_CASE("a worker that dies with a task fails that submit with WorkerDied naming it") {
