@@ -152,6 +152,14 @@ void run_open(Job& job) {
     ::close(fd);
     return;
   }
+  // A FIFO or a socket has no offsets to read at (opened without blocking, it would answer
+  // with EAGAIN): refused by name, as the io_uring backend does. (A directory opens, and its
+  // reads fail with EISDIR.)
+  if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
+    job.fail("open", EINVAL, not_regular(st.st_mode));
+    ::close(fd);
+    return;
+  }
   job.fd = fd;
   job.size = static_cast<std::uint64_t>(st.st_size);
 }
@@ -232,6 +240,8 @@ class PreadBackend final : public ReaderBackend {
     job.path = path.c_str();
     job.open_flags = open_flags();
     co_await run(job);
+    if (job.error != 0 && job.detail)
+      throw IoError(std::move(path), job.failed, job.error, job.detail);
     if (job.error != 0) throw IoError(std::move(path), job.failed, job.error);
     co_return File(job.fd, std::move(path), job.size);
   }

@@ -569,6 +569,13 @@ Task<File> UringBackend::open(std::string path) {
     ::close(fd);
     throw IoError(std::move(path), "stat", error);
   }
+  // A FIFO or a socket has no offsets to read at: opened without blocking, it answers every
+  // read with EAGAIN, which read_at retried for ever. Refused by name. (A directory opens, and
+  // its reads fail with EISDIR.)
+  if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
+    ::close(fd);
+    throw IoError(std::move(path), "open", EINVAL, not_regular(st.st_mode));
+  }
   co_return File(fd, std::move(path), static_cast<std::uint64_t>(st.st_size));
 }
 

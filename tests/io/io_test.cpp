@@ -625,6 +625,20 @@ TEST_CASE("a FIFO is refused at once as no regular file, naming the path (both b
     CHECK(out.what == "cannot read '" + fifo + "' (a FIFO, not a regular file): Invalid argument");
     io.call([&] { reader.reset(); });
   }
+  // open() for read_at too: the io_uring backend's read_at retried the FIFO's EAGAIN for ever.
+  for (const io::Backend backend : kBackends) {
+    CAPTURE(name(backend));
+    IoThread io;
+    ReaderOn reader(io, with_backend(backend));
+    try {
+      (void)coload::sync_wait(reader->open(fifo));
+      FAIL("open did not throw");
+    } catch (const io::IoError& e) {
+      CHECK(e.error() == EINVAL);
+      CHECK(std::string(e.what()) ==
+            "cannot open '" + fifo + "' (a FIFO, not a regular file): Invalid argument");
+    }
+  }
 }
 
 }  // TEST_SUITE
