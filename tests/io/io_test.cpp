@@ -528,40 +528,47 @@ TEST_CASE("destroying a Reader with hundreds of reads queued and in flight resum
   ::sync();
   for (const io::Backend backend : kBackends) {
     for (const bool direct : {false, true}) {
-      CAPTURE(name(backend));
-      CAPTURE(direct);
-      for (const auto& p : paths) evict(p);
-      IoThread io;
-      io::ReaderOptions options = with_backend(backend);
-      options.queue_depth = 64;
-      options.direct = direct;
-      options.pread_threads = 2;
-      auto reader = std::make_unique<io::Reader>(io.ctx, options);
-      std::vector<Outcome> out(paths.size());
-      std::latch done(static_cast<std::ptrdiff_t>(paths.size()));
-      io.call([&] {
-        for (std::size_t i = 0; i < paths.size(); ++i) read_into(*reader, paths[i], out[i], done);
-      });
-      // A later turn: the first submit has gone out, and reads are in the kernel.
-      const bool all_resumed = io.call([&] {
-        reader.reset();
-        return done.try_wait();
-      });
-      CHECK(all_resumed);
-      unsigned ok = 0;
-      unsigned cancelled = 0;
-      for (unsigned i = 0; i < paths.size(); ++i) {
-        if (out[i].data) {
-          ++ok;
-          CHECK(*out[i].data == pattern(40'000 + i, i));
-        } else {
-          ++cancelled;
-          CHECK(out[i].error == ECANCELED);
-          CHECK(out[i].what.find(paths[i]) != std::string::npos);
+      // A round where every read finished before the Reader went (its threads ran them all while
+      // this thread waited for a turn, on a loaded machine) cancels nothing and shows nothing:
+      // it is run again, up to 5 times.
+      for (int round = 0; round < 5; ++round) {
+        CAPTURE(name(backend));
+        CAPTURE(direct);
+        CAPTURE(round);
+        for (const auto& p : paths) evict(p);
+        IoThread io;
+        io::ReaderOptions options = with_backend(backend);
+        options.queue_depth = 64;
+        options.direct = direct;
+        options.pread_threads = 2;
+        auto reader = std::make_unique<io::Reader>(io.ctx, options);
+        std::vector<Outcome> out(paths.size());
+        std::latch done(static_cast<std::ptrdiff_t>(paths.size()));
+        io.call([&] {
+          for (std::size_t i = 0; i < paths.size(); ++i) read_into(*reader, paths[i], out[i], done);
+        });
+        // A later turn: the first submit has gone out, and reads are in the kernel.
+        const bool all_resumed = io.call([&] {
+          reader.reset();
+          return done.try_wait();
+        });
+        CHECK(all_resumed);
+        unsigned ok = 0;
+        unsigned cancelled = 0;
+        for (unsigned i = 0; i < paths.size(); ++i) {
+          if (out[i].data) {
+            ++ok;
+            CHECK(*out[i].data == pattern(40'000 + i, i));
+          } else {
+            ++cancelled;
+            CHECK(out[i].error == ECANCELED);
+            CHECK(out[i].what.find(paths[i]) != std::string::npos);
+          }
         }
+        CHECK(ok + cancelled == 400);
+        if (cancelled > 0) break;
+        CHECK_MESSAGE(round < 4, "no read was cancelled in 5 rounds");
       }
-      CHECK(ok + cancelled == 400);
-      CHECK(cancelled > 0);
     }
   }
 }

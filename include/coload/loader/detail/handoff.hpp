@@ -59,6 +59,10 @@ struct Outcome {
   /// the worker whose stream it is: where that stream resumes once the batch was delivered.
   std::shared_ptr<const std::string> stream_state;
   int stream_worker = -1;
+  /// Nothing came for it because it was queued on a worker process that died (whose
+  /// WorkerDied the batch before it carries): it keeps its place, and is not delivered, so a
+  /// state saved after it lets a resumed epoch fetch it again.
+  bool lost = false;
 };
 
 /// Where each worker's stream of an iterable dataset stands after the batches its consumer

@@ -32,7 +32,7 @@ struct Fetched {
 /// - Cancelled: dropped; its epoch was cancelled and nothing is delivered for it;
 /// - EmptyBatch (every sample was skipped) and BatchLost (queued on a worker process that
 ///   died, whose WorkerDied reports the death): a skip, the batch number completing with
-///   neither batch nor error;
+///   neither batch nor error (a lost one marked `lost`: not delivered, for a resume);
 /// - anything else: the batch's error, delivered in its place.
 /// Every outcome but a cancelled one is `over`: a stream's fetch that ended in an exception has
 /// nothing after it (a map-style run ignores `over`).
@@ -46,6 +46,7 @@ Fetched<Batch> fetch_outcome(std::exception_ptr error) noexcept {
     return out;
   } catch (const EmptyBatch&) {
   } catch (const BatchLost&) {
+    out.outcome.lost = true;
   } catch (...) {
     out.outcome.error = std::current_exception();
   }

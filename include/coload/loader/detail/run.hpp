@@ -252,7 +252,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     ++delivered_;
     if (!outcome.batch && !outcome.error) {
       ++skipped_;
-      this->handoff.note_done(outcome.number);
+      if (!outcome.lost) this->handoff.note_done(outcome.number);
       return;
     }
     if (outcome.error) svc_.recorder.errors.fetch_add(1, std::memory_order_relaxed);
