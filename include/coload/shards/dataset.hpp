@@ -64,7 +64,9 @@ struct ShardOptions {
   /// hash to it (checked at a dataset's first use of the entry, and again if the file changes;
   /// a mismatch warns, naming the entry and the URL, and the shard is fetched again). Entries
   /// are written under a temporary name and renamed, so workers and processes may share the
-  /// folder.
+  /// folder. Only the cache's own files (named by a hash of the URL) are counted and evicted:
+  /// the folder may hold others. Another writer's unfinished entry counts against the bound,
+  /// and is removed once its process has gone (killed mid-shard).
   std::string cache_dir{};
   std::uint64_t cache_bytes = 0;
   /// How every request for shards named by URL (the shard list, the indices, the shards'
