@@ -7,6 +7,7 @@
 #include "cache.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -69,6 +70,13 @@ std::map<std::string, Verified>& verified() {
   static std::map<std::string, Verified> v;
   return v;
 }
+// A worker process forked while another thread holds the lock would wait on it for ever (its
+// holder is not in the child): the fork waits for it, as the JPEG checkpoint table's does.
+void lock_for_fork() { verified_mutex.lock(); }
+void unlock_after_fork() { verified_mutex.unlock(); }
+[[maybe_unused]] const int fork_handlers_registered =
+    ::pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+
 void remember(const std::string& path, const struct stat& st) {
   std::lock_guard lock(verified_mutex);
   verified()[path] = {st.st_dev, st.st_ino, static_cast<std::uint64_t>(st.st_size), ns(st.st_mtim)};
@@ -163,47 +171,70 @@ std::uint64_t cached_size(const ShardIndex& shard) noexcept {
   return shard.samples.empty() ? 0 : shard.samples.back().end;
 }
 
+namespace {
+
+enum class Check { good, bad, replaced };
+
+// Whether the entry at `path`, as `st` describes it, holds `shard`'s bytes: its size, and its
+// checksum where the index has one (a bad entry is removed); `replaced` when another process
+// committed a new copy over it between that stat and the open here.
+Check check_entry(const std::string& path, const struct stat& st, const ShardIndex& shard) {
+  if (static_cast<std::uint64_t>(st.st_size) != cached_size(shard)) {
+    ::unlink(path.c_str());  // not this shard's bytes (the shard changed, or a torn copy)
+    return Check::bad;
+  }
+  if (!shard.checksum) return Check::good;
+  {
+    std::lock_guard lock(verified_mutex);
+    const auto it = verified().find(path);
+    if (it != verified().end() && it->second.same(st)) return Check::good;
+  }
+  // Hashed from an fd opened now, if it is the file the stat above saw.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Check::bad;  // evicted meanwhile
+  struct stat fst {};
+  if (::fstat(fd, &fst) != 0 || fst.st_ino != st.st_ino || fst.st_dev != st.st_dev) {
+    ::close(fd);
+    return Check::replaced;
+  }
+  const std::optional<std::uint64_t> sum = file_checksum(fd, cached_size(shard));
+  ::close(fd);
+  if (sum != shard.checksum) {
+    ::unlink(path.c_str());
+    ++mismatches;
+    coload::detail::warn("the cache entry '" + path + "' of shard '" + shard.path +
+                         "' does not match the checksum its index records (" +
+                         (sum ? format_checksum(*sum) : std::string("unreadable")) +
+                         ", expected " + format_checksum(*shard.checksum) +
+                         "): removed, and the shard fetched again");
+    return Check::bad;
+  }
+  remember(path, fst);
+  return Check::good;
+}
+
+}  // namespace
+
 std::optional<std::string> cache_find(const ShardOptions& options, const ShardIndex& shard) {
   if (options.cache_dir.empty() || options.cache_bytes == 0) return std::nullopt;
   const std::string path = (fs::path(options.cache_dir) / entry_name(shard)).string();
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
-  if (static_cast<std::uint64_t>(st.st_size) != cached_size(shard)) {
-    ::unlink(path.c_str());  // not this shard's bytes (the shard changed, or a torn copy)
-    return std::nullopt;
-  }
-  if (shard.checksum) {
-    bool known = false;
-    {
-      std::lock_guard lock(verified_mutex);
-      const auto it = verified().find(path);
-      known = it != verified().end() && it->second.same(st);
-    }
-    if (!known) {
-      // Hashed from an fd opened now: what it reads is what the stat above saw, or the check
-      // fails and the entry goes.
-      std::optional<std::uint64_t> sum;
-      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      struct stat fst {};
-      if (fd >= 0 && ::fstat(fd, &fst) == 0 && fst.st_ino == st.st_ino) {
-        sum = file_checksum(fd, cached_size(shard));
-      }
-      if (fd >= 0) ::close(fd);
-      if (sum != shard.checksum) {
-        ::unlink(path.c_str());
-        ++mismatches;
-        coload::detail::warn("the cache entry '" + path + "' of shard '" + shard.path +
-                             "' does not match the checksum its index records (" +
-                             (sum ? format_checksum(*sum) : std::string("unreadable")) +
-                             ", expected " + format_checksum(*shard.checksum) +
-                             "): removed, and the shard fetched again");
+  // Another process may commit a fresh copy over the entry between the stat and the check's
+  // open: the check then starts again on the new file (a few times at most), rather than count
+  // the replaced one as a mismatch and remove a good entry.
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+    switch (check_entry(path, st, shard)) {
+      case Check::good:
+        touch(path, st);  // now its most recent use
+        return path;
+      case Check::bad:
         return std::nullopt;
-      }
-      remember(path, fst);
+      case Check::replaced:
+        break;
     }
   }
-  touch(path, st);  // now its most recent use
-  return path;
+  return std::nullopt;
 }
 
 std::uint64_t cache_mismatches() noexcept { return mismatches.load(); }

@@ -280,8 +280,12 @@ std::unique_ptr<ChunkReader> open_reader(io::HttpClient& client, const ShardInde
                                          std::uint64_t from, std::vector<io::Buffer>& spare) {
   if (detail::is_remote(shard.path)) {
     if (auto cached = detail::cache_find(o.shards, shard)) {
-      return std::make_unique<CachedReader>(std::move(*cached), detail::cached_size(shard),
-                                            o.read_size, from, spare);
+      try {
+        return std::make_unique<CachedReader>(std::move(*cached), detail::cached_size(shard),
+                                              o.read_size, from, spare);
+      } catch (const SystemError&) {
+        // Evicted by another process since it was found: from the server after all.
+      }
     }
     // Only a shard streamed from its first sample is cached (a resumed one is not whole).
     auto tee = from == shard.samples.front().begin ? detail::cache_start(o.shards, shard)
