@@ -112,6 +112,7 @@ bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigne
       set_segment_columns(cinfo, first, last);
     }
   }
+  if (segments) set_segment_rows(cinfo, top + height - 1);
   const int y0 = std::max(0, top - margin);
   if (y0 > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(y0));
   const int rows = top + height - y0;

@@ -19,6 +19,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <memory>
+#include <new>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -274,8 +277,18 @@ struct SegmentState {
   int next_point_col = 0;  // the column of at's row's next point (per_row when none)
   int first_col = 0;
   int last_col = 0;
+  int call_row = 0;  // call's row
+  int last_row = 0;  // the last MCU row libjpeg's output may need (set_segment_rows)
+  // Two MCU rows' blocks of the crop's columns, decoded together (decode_pair): rows pair_row
+  // and pair_row + 1, -1 for none; pair_capacity blocks allocated.
+  int pair_row = -1;
+  bool pairs = true;  // paired_rows() at install
+  std::unique_ptr<JBLOCK[]> pair;
+  std::size_t pair_capacity = 0;
   std::uint64_t decoded = 0;  // MCUs decoded by this thread, ever
+  std::uint64_t paired = 0;   // of them, in pairs
   JBLOCK scratch;  // the blocks of MCUs libjpeg skips, and of those decoded only to pass them
+  JBLOCK scratch2;                  // the second stream's, in a pair
   std::uint64_t single[fast_size];  // build_table's scratch
 };
 
@@ -337,59 +350,100 @@ struct Bits {
   return e & 0xff;
 }
 
-// One MCU's blocks into `mcu` (nullptr: the scratch block, discarded).
-[[gnu::always_inline]] inline void decode_blocks(j_decompress_ptr cinfo, SegmentState* st, Bits& b,
-                                                 JBLOCKROW* mcu) {
+// A block's DC coefficient into out[0], from the prediction `pred` of its component.
+[[gnu::always_inline]] inline void decode_dc(j_decompress_ptr cinfo, const HuffTable& dc, Bits& b,
+                                             int& pred, JCOEF* out) {
+  if (b.bits < 32 && !b.refill()) fail(cinfo);
+  const int s = decode_symbol(dc, b);
+  if (s < 0 || s > 15) fail(cinfo);
+  const int diff = s != 0 ? extend(b.take(s), s) : 0;
+  pred = static_cast<int>(static_cast<unsigned>(pred) + static_cast<unsigned>(diff));
+  out[0] = static_cast<JCOEF>(pred);
+}
+
+// One lookup's worth of a block's AC coefficients from coded position `k`: the one or two
+// symbols the paired table holds, or one the slow way. Returns the next position; 64 or more
+// ends the block. A run past coefficient 63 (damaged data) writes at natural_order's 63 and
+// ends the block, as libjpeg's decoder does: positions stay below 128.
+[[gnu::always_inline]] inline int decode_ac(j_decompress_ptr cinfo, const HuffTable& ac, Bits& b,
+                                            JCOEF* out, int k) {
+  if (b.bits < 32 && !b.refill()) fail(cinfo);
+  const std::uint64_t e = ac.ac[b.buffer >> (64 - fast_bits)];
+  if (e != 0) {
+    const int k1 = k + ac_entry::step(e);
+    out[natural_order[static_cast<std::size_t>(k1 - 1)]] = ac_entry::value(e);
+    if (k1 < 64) [[likely]] {
+      // The second symbol is this block's too (a lone one writes its value again).
+      const int n = ac_entry::bits(e);
+      b.buffer <<= n;
+      b.bits -= n;
+      const int k2 = k1 + ac_entry::step2(e);
+      out[natural_order[static_cast<std::size_t>(k2 - 1)]] = ac_entry::value2(e);
+      return k2;
+    }
+    // The block ended with the first: what follows is the next block's DC.
+    const int n = ac_entry::first_bits(e);
+    b.buffer <<= n;
+    b.bits -= n;
+    return k1;
+  }
+  const int rs = decode_symbol(ac, b);
+  if (rs < 0) fail(cinfo);
+  const int r = rs >> 4;
+  const int size = rs & 15;
+  if (size == 0) return r == 15 ? k + 16 : 64;  // 16 zeros, or the end of the block
+  k += r;
+  out[natural_order[static_cast<std::size_t>(k)]] = static_cast<JCOEF>(extend(b.take(size), size));
+  return k + 1;
+}
+
+// One MCU's blocks: block `blk` into out(blk).
+// NOTE: the readers are copied into locals here and back at the end: held by reference in
+// the loops, GCC kept their bit counts and buffers in memory, a store and a load more on the
+// chain of every lookup.
+template <class Out>
+[[gnu::always_inline]] inline void decode_blocks(j_decompress_ptr cinfo, SegmentState* st,
+                                                 Bits& reader, int* dc_pred, Out out) {
+  Bits b = reader;
   for (int blk = 0; blk < st->blocks; ++blk) {
-    JCOEF* out = mcu ? mcu[blk][0] : st->scratch;
+    JCOEF* o = out(blk);
+    const HuffTable& ac = *st->ac_of[blk];
+    decode_dc(cinfo, *st->dc_of[blk], b, dc_pred[st->component_of[blk]], o);
+    for (int k = 1; k < 64;) k = decode_ac(cinfo, ac, b, o, k);
+  }
+  reader = b;
+  ++st->decoded;
+}
+
+// The same MCU position of two streams (a and b): each block's lookups alternate between them,
+// so that the two chains of dependent table loads overlap, and the longer block finishes alone.
+// The coefficients are those decode_blocks gives each stream.
+[[gnu::always_inline]] inline void decode_blocks_pair(j_decompress_ptr cinfo, SegmentState* st,
+                                                      Bits& a_reader, int* a_pred, JCOEF* a_out,
+                                                      Bits& b_reader, int* b_pred, JCOEF* b_out) {
+  Bits a = a_reader;
+  Bits b = b_reader;
+  for (int blk = 0; blk < st->blocks; ++blk) {
+    JCOEF* x = a_out ? a_out + blk * DCTSIZE2 : st->scratch;
+    JCOEF* y = b_out ? b_out + blk * DCTSIZE2 : st->scratch2;
     const HuffTable& dc = *st->dc_of[blk];
     const HuffTable& ac = *st->ac_of[blk];
-    if (b.bits < 32 && !b.refill()) fail(cinfo);
-    const int s = decode_symbol(dc, b);
-    if (s < 0 || s > 15) fail(cinfo);
-    const int diff = s != 0 ? extend(b.take(s), s) : 0;
-    int& pred = st->dc_pred[st->component_of[blk]];
-    pred = static_cast<int>(static_cast<unsigned>(pred) + static_cast<unsigned>(diff));
-    out[0] = static_cast<JCOEF>(pred);
-    // A run past coefficient 63 (damaged data) writes at natural_order's 63 and ends the block,
-    // as libjpeg's decoder does: k stays below 128.
-    for (int k = 1; k < 64;) {
-      if (b.bits < 32 && !b.refill()) fail(cinfo);
-      const std::uint64_t e = ac.ac[b.buffer >> (64 - fast_bits)];
-      if (e != 0) {
-        const int k1 = k + ac_entry::step(e);
-        out[natural_order[static_cast<std::size_t>(k1 - 1)]] = ac_entry::value(e);
-        if (k1 < 64) [[likely]] {
-          // The second symbol is this block's too (a lone one writes its value again).
-          const int n = ac_entry::bits(e);
-          b.buffer <<= n;
-          b.bits -= n;
-          k = k1 + ac_entry::step2(e);
-          out[natural_order[static_cast<std::size_t>(k - 1)]] = ac_entry::value2(e);
-        } else {
-          // The block ended with the first: what follows is the next block's DC.
-          const int n = ac_entry::first_bits(e);
-          b.buffer <<= n;
-          b.bits -= n;
-          k = k1;
-        }
-        continue;
-      }
-      const int rs = decode_symbol(ac, b);
-      if (rs < 0) fail(cinfo);
-      const int r = rs >> 4;
-      const int size = rs & 15;
-      if (size == 0) {
-        if (r != 15) break;  // end of block
-        k += 16;
-        continue;
-      }
-      k += r;
-      out[natural_order[static_cast<std::size_t>(k)]] = static_cast<JCOEF>(extend(b.take(size), size));
-      ++k;
+    const int c = st->component_of[blk];
+    decode_dc(cinfo, dc, a, a_pred[c], x);
+    decode_dc(cinfo, dc, b, b_pred[c], y);
+    int ka = 1;
+    int kb = 1;
+    while (ka < 64 && kb < 64) {
+      ka = decode_ac(cinfo, ac, a, x, ka);
+      kb = decode_ac(cinfo, ac, b, y, kb);
     }
+    while (ka < 64) ka = decode_ac(cinfo, ac, a, x, ka);
+    while (kb < 64) kb = decode_ac(cinfo, ac, b, y, kb);
   }
-  ++st->decoded;
+  a_reader = a;
+  b_reader = b;
+  st->decoded += 2;
+  st->paired += 2;
 }
 
 // The body of decode_mcu, compiled twice: for any x86-64, and with BMI2 (whose shifts by a
@@ -412,7 +466,8 @@ struct Bits {
     ++st->next;
   }
   Bits b{st->buffer, st->bits, st->p, st->limit};
-  decode_blocks(cinfo, st, b, mcu);
+  decode_blocks(cinfo, st, b, st->dc_pred,
+                [&](int blk) { return mcu ? mcu[blk][0] : st->scratch; });
   st->buffer = b.buffer;
   st->bits = b.bits;
   st->p = b.p;
@@ -429,93 +484,225 @@ struct Bits {
   return TRUE;
 }
 
+// A reader of a scan with checkpoints: its bits, DC predictions, and the MCU it stands before
+// (at; its row and column, and the column of the row's next point).
+struct Cursor {
+  Bits b;
+  int dc_pred[3];
+  std::int64_t at;
+  int row;
+  int col;
+  int next_point_col;
+};
+
+[[gnu::always_inline]] inline Cursor load_reader(const SegmentState* st) {
+  return Cursor{Bits{st->buffer, st->bits, st->p, st->limit},
+                {st->dc_pred[0], st->dc_pred[1], st->dc_pred[2]},
+                st->at,
+                st->at_row,
+                st->at_col,
+                st->next_point_col};
+}
+
+[[gnu::always_inline]] inline void store_reader(SegmentState* st, const Cursor& c) {
+  st->buffer = c.b.buffer;
+  st->bits = c.b.bits;
+  st->p = c.b.p;
+  for (int i = 0; i < 3; ++i) st->dc_pred[i] = c.dc_pred[i];
+  st->at = c.at;
+  st->at_row = c.row;
+  st->at_col = c.col;
+  st->next_point_col = c.next_point_col;
+}
+
 // The bits of the unstuffed scan the reader has taken.
 [[gnu::always_inline]] inline std::int64_t bits_used(const SegmentState* st, const Bits& b) {
   return (b.p - st->first) * std::int64_t{8} - b.bits;
 }
 
-// Puts the reader at MCU (row, col) of a scan with checkpoints, without decoding.
-[[gnu::always_inline]] inline void stand_at(SegmentState* st, int row, int col) {
+// Puts the cursor at MCU (row, col) of a scan with checkpoints, without decoding.
+[[gnu::always_inline]] inline void stand_at(const SegmentState* st, Cursor& c, int row, int col) {
   const ScanCheckpoints& cp = *st->checkpoints;
-  st->at = std::int64_t{row} * cp.per_row + col;
-  st->at_row = row;
-  st->at_col = col;
-  st->next_point_col = (col + cp.step - 1) / cp.step * cp.step;
+  c.at = std::int64_t{row} * cp.per_row + col;
+  c.row = row;
+  c.col = col;
+  c.next_point_col = (col + cp.step - 1) / cp.step * cp.step;
 }
 
-// The MCU the reader stands before (at): its point recorded where it has one not known yet,
-// its blocks decoded, the checks decode_mcu_body makes, and the reader moved past it.
-[[gnu::always_inline]] inline void decode_indexed(j_decompress_ptr cinfo, SegmentState* st,
-                                                  Bits& b, JBLOCKROW* mcu) {
-  ScanCheckpoints& cp = *st->checkpoints;
-  if (st->at_col == st->next_point_col) {
-    st->next_point_col += cp.step;
-    ScanCheckpoints::Point& point = cp.points[static_cast<std::size_t>(
-        st->at_row * cp.points_per_row + st->at_col / cp.step)];
-    if (point.bit == ScanCheckpoints::unknown) {
-      // A prediction beyond 16 bits (damaged data) is not kept: the point stays unknown.
-      bool fits = true;
-      for (int c = 0; c < 3; ++c) {
-        fits &= st->dc_pred[c] == static_cast<std::int16_t>(st->dc_pred[c]);
-      }
-      if (fits) {
-        point.bit = static_cast<std::uint32_t>(bits_used(st, b));
-        for (int c = 0; c < 3; ++c) point.dc[c] = static_cast<std::int16_t>(st->dc_pred[c]);
-        cp.added = true;
-      }
-    }
+// Moves the cursor to the nearest known point at or before MCU k that lies past MCU `after`;
+// false (the cursor as it was) where there is none.
+[[gnu::always_inline]] inline bool jump(j_decompress_ptr cinfo, SegmentState* st, Cursor& c,
+                                        std::int64_t k, std::int64_t after) {
+  const ScanCheckpoints& cp = *st->checkpoints;
+  const auto row = static_cast<int>(k / cp.per_row);
+  const auto col = static_cast<int>(k % cp.per_row);
+  for (int j = row * cp.points_per_row + col / cp.step; j >= 0; --j) {
+    const int point_row = j / cp.points_per_row;
+    const int point_col = j % cp.points_per_row * cp.step;
+    if (std::int64_t{point_row} * cp.per_row + point_col <= after) return false;
+    const ScanCheckpoints::Point& point = cp.points[static_cast<std::size_t>(j)];
+    if (point.bit == ScanCheckpoints::unknown) continue;
+    if (point.bit / 8 > st->size) fail(cinfo);
+    c.b.p = st->first + point.bit / 8;
+    c.b.limit = st->limit;
+    c.b.buffer = 0;
+    c.b.bits = 0;
+    if (!c.b.refill()) fail(cinfo);
+    if (point.bit % 8 != 0) c.b.take(static_cast<int>(point.bit % 8));
+    for (int i = 0; i < 3; ++i) c.dc_pred[i] = point.dc[i];
+    stand_at(st, c, point_row, point_col);
+    return true;
   }
-  decode_blocks(cinfo, st, b, mcu);
-  const std::int64_t used = bits_used(st, b);
+  return false;
+}
+
+// Before the cursor's MCU: its point recorded, where it has one not known yet.
+[[gnu::always_inline]] inline void record_point(SegmentState* st, Cursor& c) {
+  if (c.col != c.next_point_col) return;
+  ScanCheckpoints& cp = *st->checkpoints;
+  c.next_point_col += cp.step;
+  ScanCheckpoints::Point& point =
+      cp.points[static_cast<std::size_t>(c.row * cp.points_per_row + c.col / cp.step)];
+  if (point.bit != ScanCheckpoints::unknown) return;
+  // A prediction beyond 16 bits (damaged data) is not kept: the point stays unknown.
+  bool fits = true;
+  for (int i = 0; i < 3; ++i) fits &= c.dc_pred[i] == static_cast<std::int16_t>(c.dc_pred[i]);
+  if (!fits) return;
+  point.bit = static_cast<std::uint32_t>(bits_used(st, c.b));
+  for (int i = 0; i < 3; ++i) point.dc[i] = static_cast<std::int16_t>(c.dc_pred[i]);
+  cp.added = true;
+}
+
+// After the cursor's MCU: the checks decode_mcu_body makes, and the cursor moved past it.
+[[gnu::always_inline]] inline void passed(j_decompress_ptr cinfo, SegmentState* st, Cursor& c) {
+  const std::int64_t used = bits_used(st, c.b);
   const std::int64_t have = std::int64_t{st->size} * 8;
   if (used > have) fail(cinfo);
-  if (++st->at == st->total && have - used >= 8) fail(cinfo);
-  if (++st->at_col == cp.per_row) {
-    st->at_col = 0;
-    st->next_point_col = 0;
-    ++st->at_row;
+  if (++c.at == st->total && have - used >= 8) fail(cinfo);
+  if (++c.col == st->checkpoints->per_row) {
+    c.col = 0;
+    c.next_point_col = 0;
+    ++c.row;
   }
+}
+
+// The MCU the cursor stands before, decoded into `mcu` (nullptr: discarded).
+[[gnu::always_inline]] inline void decode_indexed(j_decompress_ptr cinfo, SegmentState* st,
+                                                  Cursor& c, JBLOCKROW* mcu) {
+  record_point(st, c);
+  decode_blocks(cinfo, st, c.b, c.dc_pred,
+                [&](int blk) { return mcu ? mcu[blk][0] : st->scratch; });
+  passed(cinfo, st, c);
+}
+
+// The MCU the cursor stands before, decoded into the blocks from `out` (nullptr: discarded).
+[[gnu::always_inline]] inline void decode_indexed_into(j_decompress_ptr cinfo, SegmentState* st,
+                                                       Cursor& c, JCOEF* out) {
+  record_point(st, c);
+  decode_blocks(cinfo, st, c.b, c.dc_pred,
+                [&](int blk) { return out ? out + blk * DCTSIZE2 : st->scratch; });
+  passed(cinfo, st, c);
+}
+
+// Where MCU (c.row, c.col) goes in st->pair, for the pair from `row`: nullptr outside the
+// crop's columns (decoded only to pass it).
+[[gnu::always_inline]] inline JCOEF* pair_blocks(const SegmentState* st, const Cursor& c, int row) {
+  if (c.row < row || c.col < st->first_col || c.col > st->last_col) return nullptr;
+  const int width = st->last_col - st->first_col + 1;
+  return st->pair[static_cast<std::size_t>(((c.row - row) * width + c.col - st->first_col) *
+                                           st->blocks)];
+}
+
+// The most blocks a thread's pair buffer holds (128 bytes each): rows wider than that are
+// decoded one stream at a time.
+constexpr std::size_t max_pair_blocks = std::size_t{1} << 14;
+
+// Rows `row` and `row + 1` of the crop's columns into st->pair, decoded together: the first by
+// the reader (from where it stands or a point past it), the second from a point of its own row
+// at or left of the crop; their MCUs alternate block by block and their blocks lookup by
+// lookup (decode_blocks_pair). The reader then stands where the second stopped. False, with
+// nothing decoded, where row + 1 has no such point (its MCUs are then reached through row's).
+[[gnu::always_inline]] inline bool decode_pair(j_decompress_ptr cinfo, SegmentState* st, int row) {
+  const ScanCheckpoints& cp = *st->checkpoints;
+  const int width = st->last_col - st->first_col + 1;
+  if (width <= 0 ||
+      std::size_t{2} * static_cast<std::size_t>(width * st->blocks) > max_pair_blocks) {
+    return false;
+  }
+  const std::size_t need = std::size_t{2} * static_cast<std::size_t>(width * st->blocks);
+  const std::int64_t a_start = std::int64_t{row} * cp.per_row + st->first_col;
+  Cursor a = load_reader(st);
+  if (a.at > a_start) return false;
+  Cursor b = a;
+  if (!jump(cinfo, st, b, a_start + cp.per_row, a_start + cp.per_row - st->first_col - 1)) {
+    return false;
+  }
+  if (st->pair_capacity < need) {
+    st->pair_capacity = 0;
+    st->pair.reset(new (std::nothrow) JBLOCK[need]);
+    if (!st->pair) return false;
+    st->pair_capacity = need;
+  }
+  if (a.at < a_start) jump(cinfo, st, a, a_start, a.at);
+  std::memset(st->pair.get(), 0, need * sizeof(JBLOCK));
+  const std::int64_t a_end = std::int64_t{row} * cp.per_row + st->last_col + 1;
+  std::int64_t a_left = a_end - a.at;
+  std::int64_t b_left = a_end + cp.per_row - b.at;
+  for (; a_left > b_left; --a_left) {
+    decode_indexed_into(cinfo, st, a, pair_blocks(st, a, row));
+  }
+  for (; b_left > a_left; --b_left) {
+    decode_indexed_into(cinfo, st, b, pair_blocks(st, b, row));
+  }
+  for (; a_left > 0; --a_left) {
+    record_point(st, a);
+    record_point(st, b);
+    decode_blocks_pair(cinfo, st, a.b, a.dc_pred, pair_blocks(st, a, row), b.b, b.dc_pred,
+                       pair_blocks(st, b, row));
+    passed(cinfo, st, a);
+    passed(cinfo, st, b);
+  }
+  store_reader(st, b);
+  st->pair_row = row;
+  return true;
 }
 
 // decode_mcu for a scan without restart markers, with checkpoints (install_segment_decoder).
 // An MCU whose blocks libjpeg does not need (a row it skips: no blocks; a column outside its
 // crop) is not decoded when asked for; the next MCU it needs is reached from the nearest known
 // point before it that is past the reader, or from where the reader stands, decoding the MCUs
-// between (and recording their points) on the way.
+// between (and recording their points) on the way. Where the next row is needed too and has a
+// point of its own, the two rows are decoded together (decode_pair) and then handed out.
 [[gnu::always_inline]] inline boolean decode_mcu_indexed_body(j_decompress_ptr cinfo,
                                                               JBLOCKROW* mcu) {
   auto* st = static_cast<SegmentState*>(cinfo->client_data);
   const ScanCheckpoints& cp = *st->checkpoints;
   const std::int64_t k = st->call++;
   const int col = st->call_col;
-  if (++st->call_col == cp.per_row) st->call_col = 0;
+  const int row = st->call_row;
+  if (++st->call_col == cp.per_row) {
+    st->call_col = 0;
+    ++st->call_row;
+  }
   if (k >= st->total) fail(cinfo);
   if (!mcu || col < st->first_col || col > st->last_col) return TRUE;
-  Bits b{st->buffer, st->bits, st->p, st->limit};
-  if (st->at != k) {
-    const auto row = static_cast<int>(k / cp.per_row);
-    for (int j = row * cp.points_per_row + col / cp.step; j >= 0; --j) {
-      const int point_row = j / cp.points_per_row;
-      const int point_col = j % cp.points_per_row * cp.step;
-      if (std::int64_t{point_row} * cp.per_row + point_col <= st->at) break;
-      const ScanCheckpoints::Point& point = cp.points[static_cast<std::size_t>(j)];
-      if (point.bit == ScanCheckpoints::unknown) continue;
-      if (point.bit / 8 > st->size) fail(cinfo);
-      b.p = st->first + point.bit / 8;
-      b.buffer = 0;
-      b.bits = 0;
-      if (!b.refill()) fail(cinfo);
-      if (point.bit % 8 != 0) b.take(static_cast<int>(point.bit % 8));
-      for (int c = 0; c < 3; ++c) st->dc_pred[c] = point.dc[c];
-      stand_at(st, point_row, point_col);
-      break;
+  if (st->pair_row < 0 || row - st->pair_row > 1) {
+    st->pair_row = -1;
+    if (col != st->first_col || row >= st->last_row || !st->pairs || !decode_pair(cinfo, st, row)) {
+      Cursor c = load_reader(st);
+      if (c.at != k) {
+        jump(cinfo, st, c, k, c.at);
+        while (c.at < k) decode_indexed(cinfo, st, c, nullptr);
+      }
+      decode_indexed(cinfo, st, c, mcu);
+      store_reader(st, c);
+      return TRUE;
     }
-    while (st->at < k) decode_indexed(cinfo, st, b, nullptr);
   }
-  decode_indexed(cinfo, st, b, mcu);
-  st->buffer = b.buffer;
-  st->bits = b.bits;
-  st->p = b.p;
+  const JBLOCK* from = &st->pair[static_cast<std::size_t>(
+      ((row - st->pair_row) * (st->last_col - st->first_col + 1) + col - st->first_col) *
+      st->blocks)];
+  for (int blk = 0; blk < st->blocks; ++blk) std::memcpy(mcu[blk], from[blk], sizeof(JBLOCK));
   return TRUE;
 }
 
@@ -555,6 +742,10 @@ void build_cached(const JHUFF_TBL& t, bool ac, HuffTable& h, TableSource& source
 
 }  // namespace
 
+namespace {
+std::atomic<bool> pairs_on{true};
+}  // namespace
+
 SegmentState* segment_state() noexcept {
   thread_local SegmentState state;
   return &state;
@@ -572,6 +763,33 @@ void ScanCheckpoints::reset(int per_row_, int rows_) {
 }
 
 std::uint64_t huffman_mcus_decoded() noexcept { return segment_state()->decoded; }
+std::uint64_t huffman_mcus_paired() noexcept {
+  return segment_state()->paired;
+}
+void set_paired_rows(bool on) noexcept {
+  pairs_on.store(on, std::memory_order_relaxed);
+}
+
+void set_segment_rows(jpeg_decompress_struct* cinfo, int last) {
+  auto* st = static_cast<SegmentState*>(cinfo->client_data);
+  // An MCU row's output rows: as the columns' alignment in jpeg_region.cpp, down.
+#if JPEG_LIB_VERSION >= 70
+  const int dct = cinfo->min_DCT_v_scaled_size;
+#else
+  const int dct = cinfo->min_DCT_scaled_size;
+#endif
+  const int height = cinfo->comps_in_scan == 1 && cinfo->num_components == 1
+                         ? dct
+                         : dct * cinfo->max_v_samp_factor;
+  if (last < 0 || height <= 0) return;
+  // Upsampling that reads the row below (fancy upsampling of vertically subsampled chroma)
+  // makes libjpeg decode the next MCU row before it outputs the last row group (max_v_samp
+  // rows) of this one, and only then (jdmainct.c's context rows).
+  const bool context = cinfo->upsample && cinfo->upsample->need_context_rows &&
+                       last % height >= height - cinfo->max_v_samp_factor;
+  st->last_row =
+      std::min(last / height + (context ? 1 : 0), static_cast<int>(cinfo->MCU_rows_in_scan) - 1);
+}
 
 void set_segment_columns(jpeg_decompress_struct* cinfo, int first, int last) {
   auto* st = static_cast<SegmentState*>(cinfo->client_data);
@@ -630,7 +848,13 @@ void install_segment_decoder(jpeg_decompress_struct* cinfo, const RestartSegment
     for (int& pred : st->dc_pred) pred = 0;
     st->call = 0;
     st->call_col = 0;
-    stand_at(st, 0, 0);
+    st->call_row = 0;
+    st->pair_row = -1;
+    st->pairs = pairs_on.load(std::memory_order_relaxed);
+    st->last_row = static_cast<int>(cinfo->MCU_rows_in_scan) - 1;
+    Cursor c = load_reader(st);
+    stand_at(st, c, 0, 0);
+    store_reader(st, c);
     st->total = total;
     st->first_col = 0;
     st->last_col = checkpoints->per_row - 1;

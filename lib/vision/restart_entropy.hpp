@@ -15,7 +15,9 @@
 // A JPEG without restart markers is decoded as one interval (restart_decode.cpp's
 // decode_scan_region): this decoder is faster than libjpeg-turbo's fast path too. With
 // checkpoints (ScanCheckpoints) the MCUs no output needs are not decoded at all, so damage
-// there goes unnoticed: it changes no pixel the crop has.
+// there goes unnoticed: it changes no pixel the crop has. And two MCU rows that each have a
+// point of their own are decoded together, their table lookups alternating: one stream's
+// lookups are a chain, each waiting on the one before, which two streams overlap.
 
 #include <cstddef>
 #include <cstdint>
@@ -102,7 +104,16 @@ void install_segment_decoder(jpeg_decompress_struct* cinfo, const RestartSegment
 /// The MCU columns [first, last] whose blocks libjpeg's output needs (the crop's, from
 /// jpeg_crop_scanline); the others' blocks may be left zero. All of them until called.
 void set_segment_columns(jpeg_decompress_struct* cinfo, int first, int last);
-/// MCUs the calling thread's Huffman decoder has decoded (for tests).
+/// The last output row (at the decode's scale) libjpeg will be asked for: the MCU rows below
+/// its own (and the context row fancy upsampling reads) are not decoded ahead of the asking.
+/// Every row until called.
+void set_segment_rows(jpeg_decompress_struct* cinfo, int last);
+/// MCUs the calling thread's Huffman decoder has decoded, and of them those decoded two rows
+/// at a time (for tests).
 std::uint64_t huffman_mcus_decoded() noexcept;
+std::uint64_t huffman_mcus_paired() noexcept;
+/// Whether decodes started from now on may decode two rows at a time (on unless turned off:
+/// for tests and tools/bench/vision/crop_decode, which compare the two).
+void set_paired_rows(bool on) noexcept;
 
 }  // namespace coload::vision::detail

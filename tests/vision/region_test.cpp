@@ -300,6 +300,76 @@ TEST_CASE("a crop of a plain JPEG decoded again starts from the checkpoints its 
   CHECK(vision::jpeg_checkpoint_bytes() == 0);
 }
 
+TEST_CASE(
+    "rows decoded two at a time from their own checkpoints give libjpeg's pixels at every "
+    "subsampling and scale, and decode exactly the MCUs that one row at a time does") {
+  const BudgetRestored restore;
+  REQUIRE(restore.budget > 0);
+  struct PairsRestored {
+    ~PairsRestored() { vision::detail::set_paired_rows(true); }
+  } pairs_restored;
+  // Odd sizes: partial MCUs at the right and bottom edges.
+  const vision::Image src = vision::test::synthetic_image(331, 263, 5);
+  std::vector<std::uint8_t> whole, buffer;
+  for (const Subsampling& sub : subsamplings) {
+    for (const int d : {1, 2, 4, 8}) {
+      const std::string subsampling = sub.name;
+      CAPTURE(subsampling);
+      CAPTURE(d);
+      const std::vector<std::byte> jpeg = encode(src, sub.tj);
+      const vision::ImageView full = libjpeg_decode(jpeg, whole, d);
+      const int mcu_rows_high = sub.mcu_height / d;  // output rows of an MCU row
+      // The first decode of the whole image finds no points: one row at a time, every point
+      // recorded.
+      vision::set_jpeg_checkpoint_budget(0);
+      vision::set_jpeg_checkpoint_budget(restore.budget);
+      std::uint64_t paired = vision::detail::huffman_mcus_paired();
+      Mismatch m;
+      compare(jpeg, full, 0, 0, full.height, full.width, d, buffer, m);
+      CHECK(vision::detail::huffman_mcus_paired() == paired);
+      std::uint64_t paired_total = 0;
+      int tall = 0;  // crops of four MCU rows or more
+      for (int top = 0; top < full.height; top += 1 + full.height / 9) {
+        for (int left = 0; left < full.width; left += 1 + full.width / 7) {
+          for (const int h : {1, 3 * mcu_rows_high + 1, full.height / 2 + 5}) {
+            const int height = std::min(h, full.height - top);
+            const int width = std::min(full.width / 3 + 7, full.width - left);
+            CAPTURE(top);
+            CAPTURE(left);
+            CAPTURE(height);
+            // Decoded once first: the points the crop reaches are known to both decodes after.
+            vision::detail::set_paired_rows(false);
+            compare(jpeg, full, top, left, height, width, d, buffer, m);
+            std::uint64_t mcus[2];
+            for (const bool pairs : {false, true}) {
+              vision::detail::set_paired_rows(pairs);
+              const std::uint64_t before = vision::detail::huffman_mcus_decoded();
+              paired = vision::detail::huffman_mcus_paired();
+              compare(jpeg, full, top, left, height, width, d, buffer, m);
+              mcus[pairs] = vision::detail::huffman_mcus_decoded() - before;
+              const std::uint64_t now_paired = vision::detail::huffman_mcus_paired() - paired;
+              if (!pairs) CHECK(now_paired == 0);
+              paired_total += now_paired;
+              if (pairs && height >= 4 * mcu_rows_high) {
+                ++tall;
+                CHECK(now_paired > 0);
+              }
+            }
+            // The same points reach the same MCUs; a pair started on a row libjpeg then never
+            // asked for would decode more.
+            CHECK(mcus[1] == mcus[0]);
+          }
+        }
+      }
+      CHECK(m.declined == 0);
+      CHECK(m.differing == 0);
+      CHECK(m.first == "");
+      CHECK(tall > 0);
+      CHECK(paired_total > 0);
+    }
+  }
+}
+
 TEST_CASE("JPEG checkpoints shared by threads: crops of the same files decoded on three threads "
           "while a fourth changes the budget keep libjpeg's pixels; children forked mid-decode "
           "decode from the table; a budget of 0 empties it, and the default keeps points again") {
