@@ -122,6 +122,15 @@ constexpr std::array<std::uint8_t, 128> natural_order = make_natural_order();
 static_assert(natural_order[1] == 1 && natural_order[2] == 8 && natural_order[3] == 16 &&
               natural_order[5] == 2 && natural_order[63] == 63 && natural_order[61] == 55 &&
               natural_order[62] == 62 && natural_order[79] == 63 && natural_order[127] == 63);
+// natural_order one position on: order_before[k] is the coefficient of position k - 1, where
+// an AC entry's step (a run plus one) takes k to write the symbol it ends at.
+constexpr std::array<std::uint8_t, 128> make_order_before() {
+  std::array<std::uint8_t, 128> order{};
+  order[0] = 63;
+  for (std::size_t k = 1; k < order.size(); ++k) order[k] = natural_order[k - 1];
+  return order;
+}
+constexpr std::array<std::uint8_t, 128> order_before = make_order_before();
 
 // HuffTable::ac's entries: up to two AC symbols, codes and values, that the next fast_bits bits
 // hold. A symbol's step is its run of zeros plus one (the coded positions it advances), 64 for
@@ -365,20 +374,22 @@ struct Bits {
 // symbols the paired table holds, or one the slow way. Returns the next position; 64 or more
 // ends the block. A run past coefficient 63 (damaged data) writes at natural_order's 63 and
 // ends the block, as libjpeg's decoder does: positions stay below 128.
-[[gnu::always_inline]] inline int decode_ac(j_decompress_ptr cinfo, const HuffTable& ac, Bits& b,
-                                            JCOEF* out, int k) {
+// NOTE: positions are unsigned, and the table's entries written through order_before: no sign
+// extension or subtraction on the way to each store.
+[[gnu::always_inline]] inline unsigned decode_ac(j_decompress_ptr cinfo, const HuffTable& ac,
+                                                 Bits& b, JCOEF* out, unsigned k) {
   if (b.bits < 32 && !b.refill()) fail(cinfo);
   const std::uint64_t e = ac.ac[b.buffer >> (64 - fast_bits)];
-  if (e != 0) {
-    const int k1 = k + ac_entry::step(e);
-    out[natural_order[static_cast<std::size_t>(k1 - 1)]] = ac_entry::value(e);
+  if (e != 0) [[likely]] {
+    const unsigned k1 = k + static_cast<unsigned>(ac_entry::step(e));
+    out[order_before[k1]] = ac_entry::value(e);
     if (k1 < 64) [[likely]] {
       // The second symbol is this block's too (a lone one writes its value again).
       const int n = ac_entry::bits(e);
       b.buffer <<= n;
       b.bits -= n;
-      const int k2 = k1 + ac_entry::step2(e);
-      out[natural_order[static_cast<std::size_t>(k2 - 1)]] = ac_entry::value2(e);
+      const unsigned k2 = k1 + static_cast<unsigned>(ac_entry::step2(e));
+      out[order_before[k2]] = ac_entry::value2(e);
       return k2;
     }
     // The block ended with the first: what follows is the next block's DC.
@@ -392,8 +403,8 @@ struct Bits {
   const int r = rs >> 4;
   const int size = rs & 15;
   if (size == 0) return r == 15 ? k + 16 : 64;  // 16 zeros, or the end of the block
-  k += r;
-  out[natural_order[static_cast<std::size_t>(k)]] = static_cast<JCOEF>(extend(b.take(size), size));
+  k += static_cast<unsigned>(r);
+  out[natural_order[k]] = static_cast<JCOEF>(extend(b.take(size), size));
   return k + 1;
 }
 
@@ -409,7 +420,7 @@ template <class Out>
     JCOEF* o = out(blk);
     const HuffTable& ac = *st->ac_of[blk];
     decode_dc(cinfo, *st->dc_of[blk], b, dc_pred[st->component_of[blk]], o);
-    for (int k = 1; k < 64;) k = decode_ac(cinfo, ac, b, o, k);
+    for (unsigned k = 1; k < 64;) k = decode_ac(cinfo, ac, b, o, k);
   }
   reader = b;
   ++st->decoded;
@@ -431,8 +442,8 @@ template <class Out>
     const int c = st->component_of[blk];
     decode_dc(cinfo, dc, a, a_pred[c], x);
     decode_dc(cinfo, dc, b, b_pred[c], y);
-    int ka = 1;
-    int kb = 1;
+    unsigned ka = 1;
+    unsigned kb = 1;
     while (ka < 64 && kb < 64) {
       ka = decode_ac(cinfo, ac, a, x, ka);
       kb = decode_ac(cinfo, ac, b, y, kb);
@@ -772,23 +783,24 @@ void set_paired_rows(bool on) noexcept {
 
 void set_segment_rows(jpeg_decompress_struct* cinfo, int last) {
   auto* st = static_cast<SegmentState*>(cinfo->client_data);
-  // An MCU row's output rows: as the columns' alignment in jpeg_region.cpp, down.
+  // An MCU row's output rows: as the columns' alignment in jpeg_region.cpp, down. A scan of one
+  // component has an MCU a block, and libjpeg decodes whole iMCU rows of v_samp_factor blocks.
 #if JPEG_LIB_VERSION >= 70
   const int dct = cinfo->min_DCT_v_scaled_size;
 #else
   const int dct = cinfo->min_DCT_scaled_size;
 #endif
-  const int height = cinfo->comps_in_scan == 1 && cinfo->num_components == 1
-                         ? dct
-                         : dct * cinfo->max_v_samp_factor;
+  const bool one = cinfo->comps_in_scan == 1 && cinfo->num_components == 1;
+  const int per_imcu = one ? std::max(cinfo->cur_comp_info[0]->v_samp_factor, 1) : 1;
+  const int height = one ? dct * per_imcu : dct * cinfo->max_v_samp_factor;
   if (last < 0 || height <= 0) return;
   // Upsampling that reads the row below (fancy upsampling of vertically subsampled chroma)
   // makes libjpeg decode the next MCU row before it outputs the last row group (max_v_samp
   // rows) of this one, and only then (jdmainct.c's context rows).
   const bool context = cinfo->upsample && cinfo->upsample->need_context_rows &&
                        last % height >= height - cinfo->max_v_samp_factor;
-  st->last_row =
-      std::min(last / height + (context ? 1 : 0), static_cast<int>(cinfo->MCU_rows_in_scan) - 1);
+  st->last_row = std::min((last / height + (context ? 1 : 0)) * per_imcu + per_imcu - 1,
+                          static_cast<int>(cinfo->MCU_rows_in_scan) - 1);
 }
 
 void set_segment_columns(jpeg_decompress_struct* cinfo, int first, int last) {

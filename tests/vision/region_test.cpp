@@ -333,7 +333,10 @@ TEST_CASE(
         for (int left = 0; left < full.width; left += 1 + full.width / 7) {
           for (const int h : {1, 3 * mcu_rows_high + 1, full.height / 2 + 5}) {
             const int height = std::min(h, full.height - top);
-            const int width = std::min(full.width / 3 + 7, full.width - left);
+            // From the first column, the whole width: no column left out, each pair's second
+            // row starting where its first ends.
+            const int width =
+                left == 0 ? full.width : std::min(full.width / 3 + 7, full.width - left);
             CAPTURE(top);
             CAPTURE(left);
             CAPTURE(height);
@@ -344,9 +347,14 @@ TEST_CASE(
             for (const bool pairs : {false, true}) {
               vision::detail::set_paired_rows(pairs);
               const std::uint64_t before = vision::detail::huffman_mcus_decoded();
+              const std::uint64_t scans = vision::detail::scan_region_decodes();
               paired = vision::detail::huffman_mcus_paired();
               compare(jpeg, full, top, left, height, width, d, buffer, m);
+              // Through coload's decoder to the end: a failure would have fallen back to
+              // libjpeg's, with the same pixels.
+              CHECK(vision::detail::scan_region_decodes() == scans + 1);
               mcus[pairs] = vision::detail::huffman_mcus_decoded() - before;
+              CHECK(mcus[pairs] > 0);
               const std::uint64_t now_paired = vision::detail::huffman_mcus_paired() - paired;
               if (!pairs) CHECK(now_paired == 0);
               paired_total += now_paired;
