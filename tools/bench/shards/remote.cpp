@@ -31,7 +31,8 @@
 // training reads: ShardImagePipeline (map-style: a batch's samples of one shard up to 8 to a
 // multi-range GET, on the loader's driver) with the classic recipe (TrainTransform:
 // RandomResizedCrop 224, flip, normalise), --workers worker threads, --batch-size, shuffled,
-// --epochs epochs a row, over DIR's shards
+// --epochs epochs a row, over DIR's shards (--prefetch-factor and --persistent-workers set the
+// loader's, default 2 and off)
 //  - train local: the folder;
 //  - train nginx: nginx on loopback;
 //  - train link: link_proxy, the link (all its connections together) capped at --train-bw
@@ -242,14 +243,25 @@ struct TrainRun {
 };
 
 // `epochs` epochs of the classic train pipeline over the shards at `where`.
-TrainRun train(const std::string& where, int workers, std::int64_t batch, int epochs,
-               pid_t server) {
+// The train rows' loader settings beyond the batch and the workers (--prefetch-factor,
+// --persistent-workers): the same for every row.
+struct TrainLoader {
+  std::optional<int> prefetch_factor;
+  bool persistent_workers = false;
+};
+
+TrainRun train(const std::string& where, int workers, std::int64_t batch, int epochs, pid_t server,
+               const TrainLoader& settings = {}) {
   // The index is fetched before the clock starts: a row times the epochs.
   coload::vision::ShardImagePipeline pipeline(coload::shards::ShardDataset(where),
                                               coload::vision::TrainTransform{});
-  auto loader = coload::make_data_loader(
-      std::move(pipeline),
-      {.batch_size = batch, .shuffle = true, .num_workers = workers, .seed = 1});
+  auto loader = coload::make_data_loader(std::move(pipeline),
+                                         {.batch_size = batch,
+                                          .shuffle = true,
+                                          .num_workers = workers,
+                                          .prefetch_factor = settings.prefetch_factor,
+                                          .persistent_workers = settings.persistent_workers,
+                                          .seed = 1});
   TrainRun r;
   const double cpu0 = cpu_seconds(), server0 = process_tree_cpu(server);
   const auto t = Clock::now();
@@ -359,6 +371,11 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", batch, "the train rows' batch size");
   app.add_option("--train-bw", train_bw,
                  "MiB/s cap of the proxy's link (all connections) in the train rows (0: none)");
+  TrainLoader settings;
+  app.add_option("--prefetch-factor", settings.prefetch_factor,
+                 "the train rows' prefetch_factor (default: the loader's, 2)");
+  app.add_flag("--persistent-workers", settings.persistent_workers,
+               "the train rows' loaders keep their workers from epoch to epoch");
   app.add_option("--only", only, "the rows whose name holds this text, alone (for a profile)");
   app.add_flag_callback("--no-raw", [&raw] { raw = false; }, "leave out the raw delivery rows");
   app.add_flag("--trim", trim,
@@ -501,8 +518,9 @@ int main(int argc, char** argv) {
   std::int64_t per_row = 0;
   for (int r = 0; r < rounds; ++r) {
     for (TrainRow& row : train_rows) {
-      const TrainRun run =
-          traced(trim, row.memory, [&] { return train(row.where, workers, batch, epochs, server.pid); });
+      const TrainRun run = traced(trim, row.memory, [&] {
+        return train(row.where, workers, batch, epochs, server.pid, settings);
+      });
       row.images_per_s.push_back(run.images_per_s);
       row.cpu_ms.push_back(run.cpu_ms);
       row.server_ms.push_back(run.server_cpu_ms);
