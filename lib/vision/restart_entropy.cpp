@@ -457,6 +457,15 @@ template <class Out>
   st->paired += 2;
 }
 
+// Where libjpeg's blocks of an MCU are (nullptr: the scratch block, discarded), and where a
+// pair's are (contiguous in st->pair, or nullptr).
+[[gnu::always_inline]] inline auto into_mcu(SegmentState* st, JBLOCKROW* mcu) {
+  return [st, mcu](int blk) { return mcu ? mcu[blk][0] : st->scratch; };
+}
+[[gnu::always_inline]] inline auto into_blocks(SegmentState* st, JCOEF* out) {
+  return [st, out](int blk) { return out ? out + blk * DCTSIZE2 : st->scratch; };
+}
+
 // The body of decode_mcu, compiled twice: for any x86-64, and with BMI2 (whose shifts by a
 // register, shlx/shrx, are one cycle on the chain of dependent table lookups every coefficient
 // waits on; `shl %cl` is two to three). The same source, so the same coefficients.
@@ -477,8 +486,7 @@ template <class Out>
     ++st->next;
   }
   Bits b{st->buffer, st->bits, st->p, st->limit};
-  decode_blocks(cinfo, st, b, st->dc_pred,
-                [&](int blk) { return mcu ? mcu[blk][0] : st->scratch; });
+  decode_blocks(cinfo, st, b, st->dc_pred, into_mcu(st, mcu));
   st->buffer = b.buffer;
   st->bits = b.bits;
   st->p = b.p;
@@ -597,21 +605,12 @@ struct Cursor {
   }
 }
 
-// The MCU the cursor stands before, decoded into `mcu` (nullptr: discarded).
+// The MCU the cursor stands before, block `blk` decoded into out(blk).
+template <class Out>
 [[gnu::always_inline]] inline void decode_indexed(j_decompress_ptr cinfo, SegmentState* st,
-                                                  Cursor& c, JBLOCKROW* mcu) {
+                                                  Cursor& c, Out out) {
   record_point(st, c);
-  decode_blocks(cinfo, st, c.b, c.dc_pred,
-                [&](int blk) { return mcu ? mcu[blk][0] : st->scratch; });
-  passed(cinfo, st, c);
-}
-
-// The MCU the cursor stands before, decoded into the blocks from `out` (nullptr: discarded).
-[[gnu::always_inline]] inline void decode_indexed_into(j_decompress_ptr cinfo, SegmentState* st,
-                                                       Cursor& c, JCOEF* out) {
-  record_point(st, c);
-  decode_blocks(cinfo, st, c.b, c.dc_pred,
-                [&](int blk) { return out ? out + blk * DCTSIZE2 : st->scratch; });
+  decode_blocks(cinfo, st, c.b, c.dc_pred, out);
   passed(cinfo, st, c);
 }
 
@@ -636,11 +635,9 @@ constexpr std::size_t max_pair_blocks = std::size_t{1} << 14;
 [[gnu::always_inline]] inline bool decode_pair(j_decompress_ptr cinfo, SegmentState* st, int row) {
   const ScanCheckpoints& cp = *st->checkpoints;
   const int width = st->last_col - st->first_col + 1;
-  if (width <= 0 ||
-      std::size_t{2} * static_cast<std::size_t>(width * st->blocks) > max_pair_blocks) {
-    return false;
-  }
+  if (width <= 0) return false;
   const std::size_t need = std::size_t{2} * static_cast<std::size_t>(width * st->blocks);
+  if (need > max_pair_blocks) return false;
   const std::int64_t a_start = std::int64_t{row} * cp.per_row + st->first_col;
   Cursor a = load_reader(st);
   if (a.at > a_start) return false;
@@ -660,10 +657,10 @@ constexpr std::size_t max_pair_blocks = std::size_t{1} << 14;
   std::int64_t a_left = a_end - a.at;
   std::int64_t b_left = a_end + cp.per_row - b.at;
   for (; a_left > b_left; --a_left) {
-    decode_indexed_into(cinfo, st, a, pair_blocks(st, a, row));
+    decode_indexed(cinfo, st, a, into_blocks(st, pair_blocks(st, a, row)));
   }
   for (; b_left > a_left; --b_left) {
-    decode_indexed_into(cinfo, st, b, pair_blocks(st, b, row));
+    decode_indexed(cinfo, st, b, into_blocks(st, pair_blocks(st, b, row)));
   }
   for (; a_left > 0; --a_left) {
     record_point(st, a);
@@ -703,9 +700,9 @@ constexpr std::size_t max_pair_blocks = std::size_t{1} << 14;
       Cursor c = load_reader(st);
       if (c.at != k) {
         jump(cinfo, st, c, k, c.at);
-        while (c.at < k) decode_indexed(cinfo, st, c, nullptr);
+        while (c.at < k) decode_indexed(cinfo, st, c, into_mcu(st, nullptr));
       }
-      decode_indexed(cinfo, st, c, mcu);
+      decode_indexed(cinfo, st, c, into_mcu(st, mcu));
       store_reader(st, c);
       return TRUE;
     }

@@ -28,9 +28,9 @@
 //   full_marked_coload  decode_into of the marked file as it runs: its intervals through
 //               coload's decoder (a --fast-crop member decoded whole: EvalTransform, a recipe
 //               led by RandomCrop or CenterCrop)
-//   decode_single, full_single  decode_plain and full_coload with the Huffman decoder taking
-//               one MCU row at a time (detail::set_paired_rows(false)), not two rows together
-//               from their checkpoints
+//   decode_single  decode_plain with the Huffman decoder taking one MCU row at a time
+//               (detail::set_paired_rows(false)), not two rows together from their checkpoints
+//               (a whole decode has no checkpoints: full_coload is one row at a time already)
 // The figure is this thread's CPU time (CLOCK_THREAD_CPUTIME_ID) per image, the median of the
 // rounds; the rounds interleave the variants so that a loaded machine slows them alike. The
 // ratios to `full` are the (target: train_fast <= 0.7x full). --check first compares
@@ -142,10 +142,10 @@ int main(int argc, char** argv) {
   std::vector<std::uint8_t> copy;
   const std::string shard = "bench";
   const char* names[] = {
-      "full",          "train_plain", "train_fast",         "decode_fast",   "resample",
-      "resample_only", "sample_fast", "train_libjpeg",      "decode_plain",  "decode_libjpeg",
-      "full_coload",   "full_marked", "full_marked_coload", "decode_single", "full_single"};
-  constexpr int variants = 15;
+      "full",          "train_plain", "train_fast",         "decode_fast",  "resample",
+      "resample_only", "sample_fast", "train_libjpeg",      "decode_plain", "decode_libjpeg",
+      "full_coload",   "full_marked", "full_marked_coload", "decode_single"};
+  constexpr int variants = 14;
   std::vector<double> times[variants];
   int scaled = 0;
   for (const Item& item : items) scaled += item.params.scale_denominator > 1;
@@ -211,8 +211,8 @@ int main(int argc, char** argv) {
       // The libjpeg variants decode plain files without coload's Huffman decoder.
       const bool libjpeg = v == 0 || v == 7 || v == 9 || v == 11;
       const detail::ScopedScanDecoder scan_decoder(!libjpeg);
-      // The single variants decode one row at a time, not two together.
-      detail::set_paired_rows(v != 13 && v != 14);
+      // decode_single decodes one row at a time, not two together.
+      detail::set_paired_rows(v != 13);
       for (const Item& item : items) {
         const detail::ScopedRestartHint hint(
             {item.marked.data(), item.marked.size(), &item.layout, &shard, &shard});
@@ -257,7 +257,6 @@ int main(int argc, char** argv) {
             break;
           case 7: train.apply(item.plain, item.params, dst.data()); break;
           case 10:
-          case 14:
             vision::decode_into(item.plain, whole, 1);
             break;
           case 11:
