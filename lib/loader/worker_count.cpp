@@ -7,6 +7,8 @@
 namespace coload::detail {
 
 namespace {
+std::atomic<std::int64_t> slow_first_bytes_ns{5'000'000};
+
 std::optional<WorkerTuner> make_tuner(int num_workers, bool iterable, bool processes) {
   if (num_workers != auto_workers) return std::nullopt;
   check_auto_workers(iterable, processes);
@@ -44,6 +46,14 @@ std::int64_t WorkerCount::bound() const noexcept {
 std::int64_t WorkerCount::first_batch_bound() const noexcept {
   if (first_alone_) return 1;
   return std::min<std::int64_t>(bound(), std::max(in_use(), 1));
+}
+
+std::chrono::nanoseconds WorkerCount::slow_first_bytes() noexcept {
+  return std::chrono::nanoseconds(slow_first_bytes_ns.load(std::memory_order_relaxed));
+}
+
+void WorkerCount::set_slow_first_bytes(std::chrono::nanoseconds limit) noexcept {
+  slow_first_bytes_ns.store(limit.count(), std::memory_order_relaxed);
 }
 
 WorkerTuning WorkerCount::tuning() const {

@@ -131,6 +131,73 @@ struct FinishedBefore {
   }
 };
 
+// Sets how long an epoch's first batch may wait for its bytes and still hold the others back,
+// for one test.
+struct SlowFirstBytes {
+  std::chrono::nanoseconds was = coload::detail::WorkerCount::slow_first_bytes();
+  explicit SlowFirstBytes(std::chrono::nanoseconds limit) {
+    coload::detail::WorkerCount::set_slow_first_bytes(limit);
+  }
+  ~SlowFirstBytes() { coload::detail::WorkerCount::set_slow_first_bytes(was); }
+};
+
+// 32 samples in batches of 4. Batch 0's samples wait, as if for their bytes, until release()
+// resumes them; release() notes whether a later batch's sample had started before. Sample 0's
+// CPU work then waits (at most 60 s) for a later batch's sample to start, and notes whether one
+// did while it ran.
+struct StartsBeside {
+  struct Shared {
+    std::mutex m;
+    std::condition_variable cv;
+    std::vector<std::coroutine_handle<>> parked;
+    bool later_started = false;
+    bool later_before_bytes = false;
+    bool overlapped = false;
+  };
+  std::shared_ptr<Shared> shared = std::make_shared<Shared>();
+  std::int64_t size() const { return 32; }
+
+  struct Park {
+    Shared* s;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) const {
+      std::lock_guard lock(s->m);
+      s->parked.push_back(h);
+      s->cv.notify_all();
+    }
+    void await_resume() const noexcept {}
+  };
+
+  Task<std::int64_t> get_async(Index i, SampleContext& ctx) {
+    Shared& s = *shared;
+    if (i < 4) {
+      co_await Park{&s};
+    } else {
+      std::lock_guard lock(s.m);
+      s.later_started = true;
+      s.cv.notify_all();
+    }
+    co_await ctx.cpu();
+    if (i == 0) {
+      std::unique_lock lock(s.m);
+      s.overlapped = s.cv.wait_for(lock, std::chrono::seconds(60), [&] { return s.later_started; });
+    }
+    co_return i;
+  }
+
+  // Once batch 0's four samples wait (at most 60 s), resumes them on this thread.
+  static void release(Shared& s) {
+    std::vector<std::coroutine_handle<>> parked;
+    {
+      std::unique_lock lock(s.m);
+      s.cv.wait_for(lock, std::chrono::seconds(60), [&] { return s.parked.size() == 4; });
+      s.later_before_bytes = s.later_started;
+      parked.swap(s.parked);
+    }
+    for (auto h : parked) h.resume();
+  }
+};
+
 // Batches 1-3 of 16 samples (batch size 4): sample 4 blocks the single worker until a releaser
 // thread has resumed samples 5-15, parked before their CPU work, in reverse order (batch 3's
 // first), as reads completing out of order would; `ran` records the batch of each sample's CPU
@@ -218,9 +285,11 @@ TEST_SUITE("loader") {
     CHECK(shared->ran == std::vector<std::int64_t>{1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
   }
 
-  TEST_CASE("an epoch's first batch is made alone: the next starts once it is done") {
+  TEST_CASE("an epoch's first batch whose bytes came quickly is made alone: the next start "
+            "once it is done") {
     // Without the hold, batch 1 is dispatched in the same driver turn as batch 0, before any
     // worker has finished one of batch 0's samples.
+    const SlowFirstBytes never(std::chrono::hours(1));
     for (int epoch = 0; epoch < 2; ++epoch) {
       FinishedBefore dataset{32};
       auto loader = make_data_loader(dataset, {.batch_size = 4, .num_workers = 2,
@@ -240,6 +309,41 @@ TEST_SUITE("loader") {
       int after_first = 0;
       for (std::size_t i = 4; i < 32; ++i) after_first += (*dataset.started_after)[i] >= 4;
       CHECK(after_first == 28);
+    }
+  }
+
+  TEST_CASE("an epoch's first batch whose bytes were slow goes alone until they arrive: the "
+            "next batches' reads then overlap its CPU work") {
+    // Without the hold, batches 1-3 would start in the driver's turn that starts batch 0, before
+    // its bytes. Holding them until batch 0 is done would add a second round trip to each
+    // epoch's start on a remote source: sample 0's CPU work would wait its 60 s in vain.
+    // (Any wait counts as slow here: the test's bytes come from a thread, not a link.)
+    const SlowFirstBytes always(std::chrono::nanoseconds(0));
+    for (int epochs = 1; epochs <= 2; ++epochs) {
+      StartsBeside dataset;
+      auto loader = make_data_loader(dataset, {.batch_size = 4, .num_workers = 2,
+                                               .persistent_workers = true});
+      for (int e = 0; e < epochs; ++e) {
+        StartsBeside::Shared& s = *dataset.shared;
+        {
+          std::lock_guard lock(s.m);
+          s.later_started = s.later_before_bytes = s.overlapped = false;
+        }
+        std::thread releaser([&s] { StartsBeside::release(s); });
+        std::vector<std::int64_t> seen;
+        for (auto& batch : loader) {
+          auto v = values(batch);
+          seen.insert(seen.end(), v.begin(), v.end());
+        }
+        releaser.join();
+        CAPTURE(e);
+        std::vector<std::int64_t> expected(32);
+        for (int i = 0; i < 32; ++i) expected[static_cast<std::size_t>(i)] = i;
+        CHECK(seen == expected);
+        std::lock_guard lock(s.m);
+        CHECK_FALSE(s.later_before_bytes);
+        CHECK(s.overlapped);
+      }
     }
   }
 

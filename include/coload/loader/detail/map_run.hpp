@@ -35,6 +35,7 @@ class MapRun final : public RunBase<D, C> {
     try {
       self->placement_generation_ = svc.placement.start();
       self->hold_first_ = true;
+      self->hold_start_ns_ = now_ns();
       // NOTE: on the driver: a stopped epoch's dispatcher may still be reading the sampler here.
       BatchSource& source = *svc.batches;
       source.sampler.set_epoch(self->epoch_);

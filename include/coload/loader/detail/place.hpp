@@ -17,6 +17,15 @@
 
 namespace coload::detail {
 
+/// Told, from any thread, when a batch's CPU work is first queued: its bytes have arrived.
+class CpuStarted {
+ public:
+  virtual void cpu_started() noexcept = 0;
+
+ protected:
+  ~CpuStarted() = default;
+};
+
 template <class D, class C>
 class RunBase;
 

@@ -3,6 +3,7 @@
 // ThreadPlace: worker threads), and make_place(), the one place that decides between them and
 // worker processes (ProcessBridge). All three are a Place (place.hpp).
 
+#include <atomic>
 #include <coroutine>
 #include <cstdint>
 #include <exception>
@@ -30,13 +31,23 @@ namespace coload::detail {
 /// worker_init_fn runs once per worker per epoch. Lives as long as the batch's fetch.
 class BatchScheduler final : public Scheduler {
  public:
+  /// `started`, where not nullptr, is told when the batch's CPU work is first queued.
   BatchScheduler(ThreadExecutor& pool, const WorkerInfo* workers,
                  const std::function<void(const WorkerInfo&)>& on_worker, FetchBoard& board,
-                 std::int64_t batch) noexcept
-      : pool_(pool), workers_(workers), on_worker_(on_worker), board_(board), batch_(batch) {}
+                 std::int64_t batch, CpuStarted* started = nullptr) noexcept
+      : pool_(pool),
+        workers_(workers),
+        on_worker_(on_worker),
+        board_(board),
+        batch_(batch),
+        started_(started) {}
 
-  void post(std::coroutine_handle<> h) override { pool_.post(h); }
+  void post(std::coroutine_handle<> h) override {
+    tell_started();
+    pool_.post(h);
+  }
   void post_ordered(std::coroutine_handle<> h, std::uint64_t order) override {
+    tell_started();
     pool_.post_ordered(h, order);
   }
   void arrived(std::int64_t sample) override {
@@ -52,6 +63,14 @@ class BatchScheduler final : public Scheduler {
   const std::function<void(const WorkerInfo&)>& on_worker_;
   FetchBoard& board_;
   const std::int64_t batch_;
+  // NOTE: told before the work is queued: once it is, the batch may end and this scheduler go.
+  // Atomic: a batch's samples may move to the pool from more than one thread.
+  std::atomic<CpuStarted*> started_;
+
+  void tell_started() noexcept {
+    if (started_.load(std::memory_order_relaxed) == nullptr) return;
+    if (CpuStarted* s = started_.exchange(nullptr)) s->cpu_started();
+  }
 };
 
 /// Worker thread `w` as a Scheduler: where a stream that awaited something comes back to.
@@ -231,8 +250,11 @@ class ThreadPlace final : public LocalPlace<D, C> {
  private:
   /// An asynchronous fetch whose `co_await ctx.cpu()` goes to the pool.
   Task<Fetched<Batch>> fetch_async(Run& run, std::int64_t batch_no, std::vector<Index> indices) {
+    // The epoch's first batch, made while the others wait (WorkerCount::first_batch_bound),
+    // lets them start once its bytes have arrived rather than once its CPU work is done: their
+    // reads then overlap its CPU work, which the pool's order still puts first.
     BatchScheduler cpu(pool_, run.worker_infos(), *run.on_worker(), this->fetcher_.board,
-                       batch_no);
+                       batch_no, run.holding() ? &run : nullptr);
     co_return co_await this->Base::fetch_async(run, batch_no, std::move(indices), &cpu);
   }
   /// A synchronous fetch on the first free worker.

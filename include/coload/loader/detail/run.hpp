@@ -27,6 +27,7 @@
 #include "coload/device/device.hpp"
 #include "coload/exec/worker_info.hpp"
 #include "coload/loader/detail/fetch_plan.hpp"
+#include "coload/loader/detail/place.hpp"
 #include "coload/loader/detail/reorder_ring.hpp"
 #include "coload/loader/detail/resume.hpp"
 #include "coload/loader/detail/run_services.hpp"
@@ -50,6 +51,7 @@ inline std::uint64_t next_run_serial() noexcept {
 
 template <class D, class C>
 class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
+                public CpuStarted,
                 public std::enable_shared_from_this<RunBase<D, C>> {
  public:
   using Batch = typename FetchPlan<D, C>::batch;
@@ -95,6 +97,20 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     return &on_worker_;
   }
   bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
+  /// Driver: the epoch's later batches wait for its first (see WorkerCount::first_batch_bound).
+  bool holding() const noexcept { return hold_first_; }
+  /// Any thread: the first batch's CPU work has begun, so its bytes have arrived. Where they
+  /// were slow to come (WorkerCount::slow_first_bytes), the batches held back behind it start
+  /// their reads now, beside its CPU work; else, as where no worker thread takes its CPU work,
+  /// the hold ends when it completes.
+  void cpu_started() noexcept override {
+    if (closed_.load()) return;
+    try {
+      asio::post(svc_.context(), [self = this->shared_from_this()] { self->release_hold(); });
+    } catch (...) {
+      // Out of memory: the hold ends when the first batch completes, as without workers.
+    }
+  }
   /// Where the epoch stands for its consumer (any thread).
   EpochPosition position() const {
     return EpochPosition{epoch_, this->handoff.done(), this->handoff.marks(), start_generator_,
@@ -188,9 +204,9 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
       reorder_.release([this](Outcome<Batch> next) { deliver(std::move(next)); });
     }
     // A skip frees its place under the bound without the consumer: wake a waiting dispatcher.
-    // So does the epoch's first batch where the bound held the others back until it was done.
-    const bool first = hold_first_ && completed_ == 1;
-    if ((grew || first || skipped_ != skipped_before) && !full()) on_slot_freed();
+    // So does the epoch's first batch where the bound still held the others back.
+    const bool released = std::exchange(hold_first_, false);
+    if ((grew || released || skipped_ != skipped_before) && !full()) on_slot_freed();
     maybe_finish();
   }
 
@@ -212,8 +228,8 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   /// bound follows the worker count under auto_workers; the reorder ring's size is the most it
   /// can be).
   bool full() const noexcept {
-    const std::int64_t bound = hold_first_ && completed_ == 0 ? svc_.workers.first_batch_bound()
-                                                              : svc_.workers.bound();
+    const std::int64_t bound =
+        hold_first_ ? svc_.workers.first_batch_bound() : svc_.workers.bound();
     return dispatched_ - consumed_.load() - skipped_ >= bound;
   }
 
@@ -240,9 +256,10 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   };
   // driver
   std::int64_t dispatched_ = 0;
-  // The map-style dispatcher holds the epoch's later batches back until its first is done (see
-  // WorkerCount::first_batch_bound).
+  // The map-style dispatcher holds the epoch's later batches back until its first has begun
+  // its CPU work on a worker thread, or else is done (see WorkerCount::first_batch_bound).
   bool hold_first_ = false;
+  std::uint64_t hold_start_ns_ = 0;  // when it began (now_ns)
   // What placement.start() returned: the generation of the workers this epoch runs on, which
   // placement.run_finished retires (-1: it never started them).
   std::int64_t placement_generation_ = -1;
@@ -335,6 +352,14 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
                                 [self = this->shared_from_this()] { self->handoff.finish(); });
   }
 
+  void release_hold() {
+    if (!hold_first_ || now_ns() - hold_start_ns_ <
+                            static_cast<std::uint64_t>(WorkerCount::slow_first_bytes().count())) {
+      return;
+    }
+    hold_first_ = false;
+    if (!full()) on_slot_freed();
+  }
   void on_slot_freed() {
     if (slot_waiter_) std::exchange(slot_waiter_, nullptr).resume();
   }

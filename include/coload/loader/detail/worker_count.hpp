@@ -45,7 +45,9 @@ class WorkerCount {
   std::int64_t capacity() const noexcept;
   /// The bound of a map-style epoch until its first batch is done, so that the first batch is
   /// not made alongside the ones after it (time to first batch; each batch's fresh buffer also
-  /// costs page faults): one where the first batch goes alone, else one per worker.
+  /// costs page faults): one where the first batch goes alone, else one per worker. Where it
+  /// goes alone and its bytes took longer than slow_first_bytes() to arrive, the others start
+  /// once its CPU work begins on a worker thread (RunBase::cpu_started).
   std::int64_t first_batch_bound() const noexcept;
   /// Where the worker count stands.
   WorkerTuning tuning() const;
@@ -56,6 +58,16 @@ class WorkerCount {
   /// add or remove a worker. Returns the change (+1, -1, 0). The first completion of each epoch
   /// only opens a window, so the pipeline's filling and the pause between epochs are not judged.
   int tune(std::int64_t epoch, std::int64_t consumer_wait_ns);
+
+  /// How long an epoch's first batch (where it goes alone) may wait for its bytes and still
+  /// hold the others back until it is done. Bytes from a local disk or a server near by come
+  /// within it: the first batch then has the cores to itself (letting the others read beside
+  /// it cost 4 ms of local shards' first batch, 13 ms of nginx's on loopback). Bytes that took
+  /// a remote link's round trip come later: the others start as soon as the first batch's CPU
+  /// work begins, or every epoch's start would wait for a second round trip (0.75 -> 0.78 of
+  /// local shards' images/s with 20 ms added). 5 ms; tests set it.
+  static std::chrono::nanoseconds slow_first_bytes() noexcept;
+  static void set_slow_first_bytes(std::chrono::nanoseconds limit) noexcept;
 
   /// The shortest window auto_workers judges: this long, and this many batches (its rates are
   /// compared, and a window of one or two large batches says little). 3 ms: with 10 ms the
