@@ -491,6 +491,7 @@ int main(int argc, char** argv) {
 
   // The train pipeline over the image shards: the same rows, alternating within rounds.
   struct TrainRow {
+    TrainRow(std::string n, std::string w) : name(std::move(n)), where(std::move(w)) {}
     std::string name, where;
     std::vector<double> images_per_s, cpu_ms, server_ms, first_ms;
     double peak_mib = 0;
@@ -500,16 +501,16 @@ int main(int argc, char** argv) {
   const std::string proxy = host + std::to_string(server.proxy) + "/";
   const std::string link_mib = train_bw > 0 ? ",link" + std::to_string(train_bw) : "";
   std::vector<TrainRow> train_rows{
-      {"train local", (served / "images").string(), {}, {}, {}},
-      {"train nginx", host + std::to_string(server.nginx) + "/images/", {}, {}, {}}};
+      {"train local", (served / "images").string()},
+      {"train nginx", host + std::to_string(server.nginx) + "/images/"}};
   if (python_proxy) {
-    train_rows.push_back({"train proxy" + link, proxy + "t" + link + "/images/", {}, {}, {}});
+    train_rows.push_back({"train proxy" + link, proxy + "t" + link + "/images/"});
     train_rows.push_back({"train proxy+lat" + std::to_string(lat) + link,
-                          proxy + "t,lat" + std::to_string(lat) + link + "/images/", {}, {}, {}});
+                          proxy + "t,lat" + std::to_string(lat) + link + "/images/"});
   } else {
-    train_rows.push_back({"train link" + link_mib, link_url(0, train_bw, 0, "/images/"), {}, {}, {}});
+    train_rows.push_back({"train link" + link_mib, link_url(0, train_bw, 0, "/images/")});
     train_rows.push_back({"train link+rtt" + std::to_string(lat) + link_mib,
-                          link_url(lat, train_bw, 0, "/images/"), {}, {}, {}});
+                          link_url(lat, train_bw, 0, "/images/")});
   }
   train(train_rows[0].where, workers, batch, 1, server.pid);  // warms the page cache
   if (!all_rows) {
