@@ -35,7 +35,6 @@ class MapRun final : public RunBase<D, C> {
     try {
       self->placement_generation_ = svc.placement.start();
       self->hold_first_ = true;
-      self->hold_start_ns_ = now_ns();
       // NOTE: on the driver: a stopped epoch's dispatcher may still be reading the sampler here.
       BatchSource& source = *svc.batches;
       source.sampler.set_epoch(self->epoch_);
@@ -66,6 +65,9 @@ class MapRun final : public RunBase<D, C> {
           self->complete(self->dispatched_++, std::move(outcome), false);
           continue;
         }
+        // The wait for the first batch's bytes counts from here: not the sampler's first draw
+        // (a permutation of a large dataset takes milliseconds of its own).
+        if (self->hold_first_) self->hold_start_ns_ = now_ns();
         svc.spawn(fetch(self, self->dispatched_++, std::move(*indices)));
         self->note_dispatch();
       }

@@ -259,7 +259,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   // The map-style dispatcher holds the epoch's later batches back until its first has begun
   // its CPU work on a worker thread, or else is done (see WorkerCount::first_batch_bound).
   bool hold_first_ = false;
-  std::uint64_t hold_start_ns_ = 0;  // when it began (now_ns)
+  std::uint64_t hold_start_ns_ = 0;  // when the held batch was dispatched (now_ns)
   // What placement.start() returned: the generation of the workers this epoch runs on, which
   // placement.run_finished retires (-1: it never started them).
   std::int64_t placement_generation_ = -1;
