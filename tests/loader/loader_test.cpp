@@ -475,6 +475,39 @@ TEST_SUITE("loader") {
     CHECK(thread_count() == before);
   }
 
+  TEST_CASE("a timeout names the batch waited for, not the count taken (in_order = false)") {
+    // Batch 0 waits at the gate; batches 1-3 come out of order and are taken first. The wait
+    // then is for batch 0, however many were taken.
+    auto gate = std::make_shared<Gate>();
+    {
+      auto loader = make_data_loader(
+          GatedDataset{gate, 8},
+          {.batch_size = 2, .num_workers = 2, .timeout = 0.2, .in_order = false});
+      auto epoch = loader.epoch();
+      std::vector<std::vector<std::int64_t>> got;
+      std::optional<TimeoutError> timeout;
+      while (!timeout) {
+        try {
+          auto b = sync_wait(epoch.next());
+          REQUIRE(b);
+          got.push_back(to_vector(*b));
+        } catch (const TimeoutError& e) {
+          timeout = e;
+        }
+      }
+      CHECK(got.size() <= 3);
+      CHECK(timeout->batch() == 0);
+      CHECK(timeout->indices() == std::vector<std::int64_t>{0, 1});
+      const std::string what = timeout->what();
+      CHECK(what.rfind("DataLoader timed out after 0.2 seconds waiting for batch 0 from worker ", 0) == 0);
+      CHECK(what.find("fetching indices 0, 1") != std::string::npos);
+      gate->release();
+      while (auto b = sync_wait(epoch.next())) got.push_back(to_vector(*b));
+      std::sort(got.begin(), got.end());
+      CHECK(got == std::vector<std::vector<std::int64_t>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+    }
+  }
+
   TEST_CASE("get_worker_info is the worker's inside get and empty outside") {
     struct InfoDataset {
       std::int64_t size() const { return 64; }

@@ -94,7 +94,9 @@ class Handoff {
   using Waker = std::function<void()>;
 
   /// Consumer: fills `slot` at once (returns false) or registers `waker` and returns true, in
-  /// which case `on_wait(generation)` runs under the lock (it must not touch the consumer).
+  /// which case `on_wait(generation, batch)` runs under the lock (it must not touch the
+  /// consumer). `batch` is the one waited for: the first not done yet. Not the count taken,
+  /// which a resumed epoch, skipped batches or `in_order = false` set apart from it.
   template <class OnWait>
   bool poll_or_wait(ConsumerSlot<Batch>& slot, Waker waker, OnWait&& on_wait) {
     std::lock_guard lock(mutex_);
@@ -104,7 +106,7 @@ class Handoff {
     waker_ = std::move(waker);
     wait_since_ = now_ns();
     try {
-      on_wait(++generation_, taken_);
+      on_wait(++generation_, done_.prefix());
     } catch (...) {
       release_locked();  // the consumer will not be waiting: forget its slot
       throw;
