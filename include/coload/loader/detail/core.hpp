@@ -84,6 +84,7 @@ class LoaderCore {
   ~LoaderCore() {
     request_stop();
     join_driver();
+    if (auto run = current_.lock()) run->close();  // an Epoch kept on posts nothing to it
     place_.reset();  // waits for the processes (SIGKILL after a grace period) or the threads
     // NOTE: the driver ran until every copy in flight had completed: nothing reads the slabs.
     device_.stage.reset();

@@ -104,9 +104,8 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   /// their reads now, beside its CPU work; else, as where no worker thread takes its CPU work,
   /// the hold ends when it completes.
   void cpu_started() noexcept override {
-    if (closed_.load()) return;
     try {
-      asio::post(svc_.context(), [self = this->shared_from_this()] { self->release_hold(); });
+      post_unless_closed([self = this->shared_from_this()] { self->release_hold(); });
     } catch (...) {
       // Out of memory: the hold ends when the first batch completes, as without workers.
     }
@@ -125,18 +124,18 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     consumed_.fetch_add(1);
     // Only a driver that stopped at the in-flight bound needs telling.
     if (slot_wanted_.exchange(false)) {
-      asio::post(svc_.context(),
-                 [self = this->shared_from_this()] { self->on_slot_freed(); });
+      post_unless_closed([self = this->shared_from_this()] { self->on_slot_freed(); });
     }
   }
   void before_wait() override {
     if (closed_.load()) return;
-    if (!svc_.driver.on_driver_thread()) svc_.start_driver();
+    std::lock_guard lock(entry_mutex_);
+    if (!closed_.load() && !svc_.driver.on_driver_thread()) svc_.start_driver();
   }
   void arm_timeout(std::uint64_t generation, std::int64_t batch) override {
     if (timeout_ <= 0 || closed_.load()) return;
     waited_batch_.store(batch, std::memory_order_relaxed);
-    asio::post(svc_.context(), [self = this->shared_from_this(), generation] {
+    post_unless_closed([self = this->shared_from_this(), generation] {
       self->on_arm(generation);
     });
   }
@@ -162,8 +161,8 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     } catch (...) {
     }
     this->mark_end();
-    if (cancelled_.exchange(true) || closed_.load()) return;
-    asio::post(svc_.context(), [self = this->shared_from_this()] { self->on_cancel(); });
+    if (cancelled_.exchange(true)) return;
+    post_unless_closed([self = this->shared_from_this()] { self->on_cancel(); });
   }
 
  protected:
@@ -341,7 +340,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     // Nothing of the driver is needed any more: drop the timer (it lives on the driver's
     // io_context) and close the consumer-side entry points.
     timer_.reset();
-    closed_.store(true);
+    close();
     if (dispatch_error_ && !cancelled()) {
       Outcome<Batch> end;
       end.error = dispatch_error_;
@@ -350,6 +349,25 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     // NOTE: worker processes that end with the epoch are gone before the consumer sees its end.
     svc_.placement.run_finished(placement_generation_,
                                 [self = this->shared_from_this()] { self->handoff.finish(); });
+  }
+
+ public:
+  /// The consumer-side entry points do nothing from now on (a post begun on another thread
+  /// ends first): the run has finished, or its loader is going (LoaderCore's destructor, once
+  /// its driver is joined, for a run that could not finish).
+  void close() noexcept {
+    std::lock_guard lock(entry_mutex_);
+    closed_.store(true);
+  }
+
+ protected:
+  /// Any thread: posts `handler` to the driver unless the run has finished. Checked and posted
+  /// under the lock maybe_finish() closes under: once the run is closed, which it is before a
+  /// loader being destroyed lets its driver go, no thread is still posting to it.
+  template <class Handler>
+  void post_unless_closed(Handler&& handler) {
+    std::lock_guard lock(entry_mutex_);
+    if (!closed_.load()) asio::post(svc_.context(), std::forward<Handler>(handler));
   }
 
   void release_hold() {
@@ -387,7 +405,8 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   }
 
   std::atomic<bool> cancelled_{false};
-  std::atomic<bool> closed_{false};
+  std::atomic<bool> closed_{false};  // consumer-side entry points do nothing (entry_mutex_)
+  std::mutex entry_mutex_;
   std::atomic<std::int64_t> waited_batch_{0};
   mutable std::mutex timeout_mutex_;
   std::exception_ptr timeout_error_;  // the last timeout's, made on the driver
