@@ -315,6 +315,45 @@ TEST_SUITE("loader") {
     CHECK(child_count() == children_before);
   }
 
+  TEST_CASE("an asynchronous fetch that stalls in a worker process is that batch's error; "
+            "the worker goes on") {
+    // Sample 2's read awaits something that nothing resumes: the child's io_context runs out
+    // of work with the fetch suspended. Its frame stays suspended, owning what it would write.
+    struct Stalls {
+      struct Never {
+        bool await_ready() const noexcept { return false; }
+        void await_suspend(std::coroutine_handle<>) const noexcept {}
+        void await_resume() const noexcept {}
+      };
+      std::int64_t size() const { return 8; }
+      Task<std::int64_t> get_async(Index i, SampleContext& ctx) {
+        if (i == 2) co_await Never{};
+        co_await ctx.cpu();
+        co_return i * 10;
+      }
+    };
+    LoaderOptions<> o = process_options(1);
+    o.batch_size = 2;
+    auto loader = make_data_loader(Stalls{}, o);
+    auto epoch = loader.epoch();
+    std::vector<std::vector<std::int64_t>> got;
+    std::vector<std::string> errors;
+    for (;;) {
+      try {
+        auto b = sync_wait(epoch.next());
+        if (!b) break;
+        got.push_back(std::vector<std::int64_t>(b->data_ptr<std::int64_t>(),
+                                                b->data_ptr<std::int64_t>() + b->numel()));
+      } catch (const std::exception& e) {
+        errors.push_back(e.what());
+      }
+    }
+    CHECK(got == std::vector<std::vector<std::int64_t>>{{0, 10}, {40, 50}, {60, 70}});
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].find("an asynchronous fetch stalled in a worker process: batch 1 awaits "
+                         "something its process's io_context does not run") != std::string::npos);
+  }
+
   TEST_CASE("a worker process that dies is reported with its pid, cause, batch and indices") {
     const int children_before = child_count();
     struct Case {

@@ -330,19 +330,28 @@ class ProcessBridge final : public Place<D, C> {
     std::uint64_t sample_seed() const noexcept { return seed; }
   };
 
+  /// An asynchronous fetch in a child: what it reads and writes, on the heap and owned with
+  /// its coroutine, so that one that stalls (and is left suspended when the task fails) and is
+  /// resumed later writes into memory that is still its own, not into a finished task's stack.
+  struct ChildFetch {
+    ChildScope scope;
+    std::vector<Index> indices;
+    std::optional<Batch> out;
+    std::exception_ptr error;
+    bool done = false;
+  };
+
   /// Runs an asynchronous fetch to its end on the child's own io_context.
-  static Detached child_fetch_async(Fetcher<D, C>& fetcher, ChildScope& scope,
-                                    std::span<const Index> indices, std::int64_t batch_no,
-                                    std::optional<Batch>& out, std::exception_ptr& error,
-                                    bool& done)
+  static Detached child_fetch_async(Fetcher<D, C>& fetcher, std::shared_ptr<ChildFetch> f,
+                                    std::int64_t batch_no)
     requires(Plan::is_async)
   {
     try {
-      out.emplace(co_await fetcher.fetch_batch_async(scope, indices, batch_no));
+      f->out.emplace(co_await fetcher.fetch_batch_async(f->scope, f->indices, batch_no));
     } catch (...) {
-      error = std::current_exception();
+      f->error = std::current_exception();
     }
-    done = true;
+    f->done = true;
   }
 
   static auto stream_probe() {
@@ -477,14 +486,19 @@ class ProcessBridge final : public Place<D, C> {
       } else {
         ChildScope scope{task.epoch, task.sample_seed};
         if constexpr (Plan::is_async) {
-          std::exception_ptr error;
-          bool done = false;
-          child_fetch_async(fetcher, scope, task.indices, task.batch, batch, error, done);
+          auto f = std::make_shared<ChildFetch>(ChildFetch{
+              scope, std::vector<Index>(task.indices.begin(), task.indices.end()), {}, {}, false});
+          child_fetch_async(fetcher, f, task.batch);
           st.io->restart();
-          while (!done && st.io->run_one() > 0) {
+          while (!f->done && st.io->run_one() > 0) {
           }
-          if (!done) throw LogicError("coload: an asynchronous fetch stalled in a worker process");
-          if (error) std::rethrow_exception(error);
+          if (!f->done) {
+            throw LogicError("coload: an asynchronous fetch stalled in a worker process: batch " +
+                             std::to_string(task.batch) +
+                             " awaits something its process's io_context does not run");
+          }
+          if (f->error) std::rethrow_exception(f->error);
+          batch = std::move(f->out);
         } else {
           batch.emplace(fetcher.fetch_batch(scope, task.indices, &st.info, task.batch));
         }
