@@ -199,6 +199,13 @@ struct Worker {
   std::deque<std::shared_ptr<ProcessPool::Pending>> outstanding;
   bool exited = false;
   std::string broke;  // why the parent killed it: what it sent could not be used
+
+  /// Sends `sig` through the pidfd: to this very process, never to another that was given its
+  /// pid once it was reaped (a fork-server worker is reaped by the server, whenever it ends).
+  /// Without a pidfd (none opened yet, or let go of), nothing is sent.
+  void signal(int sig) const noexcept {
+    if (pidfd) (void)::syscall(SYS_pidfd_send_signal, pidfd->native_handle(), sig, nullptr, 0);
+  }
 };
 }  // namespace
 
@@ -340,7 +347,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       return drain(w);
     } catch (const std::exception& e) {
       w.broke = e.what();
-      ::kill(w.pid, SIGKILL);
+      w.signal(SIGKILL);
       return false;
     }
   }
@@ -535,7 +542,7 @@ ProcessPool::~ProcessPool() {
     if (w) all.push_back(w);
   }
   for (auto& w : all) {
-    if (!w->exited) ::kill(w->pid, SIGTERM);
+    if (!w->exited) w->signal(SIGTERM);
   }
   // Wait for each to go, up to the grace period, then kill what is left.
   const auto deadline = std::chrono::steady_clock::now() +
@@ -547,7 +554,7 @@ ProcessPool::~ProcessPool() {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(0, left.count()))) == 0) {
-      ::kill(w->pid, SIGKILL);
+      w->signal(SIGKILL);
     }
   }
   for (auto& w : all) {
@@ -601,7 +608,7 @@ void ProcessPool::shutdown(std::exception_ptr cancelled) {
     if (w) all.push_back(w);
   }
   for (auto& w : all) {
-    ::kill(w->pid, SIGTERM);
+    w->signal(SIGTERM);
     // NOTE: cancelling the waits lets the driver's io_context run out of work; the destructor
     // reaps the children.
     if (w->socket) w->socket->cancel();
