@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include <asio/post.hpp>
@@ -210,9 +212,27 @@ std::string byteranges_boundary(std::string_view line) {
   return std::string(b);
 }
 
+/// The value of header `line` if it is header `name` (lower case, with its colon), trimmed;
+/// nullopt when it is another header.
+std::optional<std::string> header_value(std::string_view line, std::string_view name) {
+  if (line.size() < name.size() || lower(line.substr(0, name.size())) != name) return std::nullopt;
+  std::string_view v = line.substr(name.size());
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
+  return std::string(v);
+}
+
 std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
   auto* t = static_cast<BodyStream::Transfer*>(user);
   std::string_view line(p, size * n);
+  if (starts_with(line, "HTTP/")) {
+    t->response_etag.clear();  // a new response (after a redirect or a 100): its own headers
+    t->response_modified.clear();
+  } else if (auto v = header_value(line, "etag:")) {
+    t->response_etag = std::move(*v);
+  } else if (auto m = header_value(line, "last-modified:")) {
+    t->response_modified = std::move(*m);
+  }
   if (t->scatter) {
     if (starts_with(line, "HTTP/")) {
       t->scatter->boundary.clear();  // a new response (after a redirect): its own headers
@@ -335,6 +355,24 @@ std::size_t on_scatter(BodyStream::Transfer& t, const char* p, std::size_t bytes
   return bytes;
 }
 
+/// A response's first body bytes: true when they are of the version whose bytes were taken
+/// before, or when nothing was taken yet (the response's version is then the transfer's). Else
+/// `fatal` says how the object changed: resuming would join two versions' bytes.
+bool same_version(BodyStream::Transfer& t) {
+  if (t.reached == t.begin) {
+    t.etag = t.response_etag;
+    t.modified = t.response_modified;
+    return true;
+  }
+  const bool by_etag = !t.etag.empty() && !t.response_etag.empty();
+  const std::string& before = by_etag ? t.etag : t.modified;
+  const std::string& now = by_etag ? t.response_etag : t.response_modified;
+  if (before.empty() || now.empty() || before == now) return true;
+  t.fatal = std::string("it changed while it was read (") + (by_etag ? "ETag " : "Last-Modified ") +
+            before + " before byte " + std::to_string(t.reached) + ", " + now + " now)";
+  return false;
+}
+
 std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
   auto* t = static_cast<BodyStream::Transfer*>(user);
   const std::size_t bytes = size * n;
@@ -359,6 +397,7 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
     } else if (http) {
       t->skip = t->reached;  // a 200 sends the body from its start
     }
+    if (http && !same_version(*t)) return 0;
   }
   {
     std::lock_guard lock(t->mutex);
@@ -458,11 +497,22 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
       if (!s3.token.empty()) {
         t->headers = curl_slist_append(t->headers, ("x-amz-security-token: " + s3.token).c_str());
       }
-      curl_easy_setopt(easy, CURLOPT_HTTPHEADER, t->headers);
     }
   } else {
     curl_easy_setopt(easy, CURLOPT_URL, t->url.c_str());
   }
+  // A resumed body asks for the rest of the version it began with: a server whose object
+  // changed answers the whole new one (200), which same_version() refuses. A weak ETag cannot
+  // be sent so (RFC 9110); it is still compared.
+  t->response_etag.clear();
+  t->response_modified.clear();
+  if (!t->scatter && t->reached > t->begin) {
+    const std::string& v = !t->etag.empty() ? t->etag : t->modified;
+    if (!v.empty() && !starts_with(v, "W/")) {
+      t->headers = curl_slist_append(t->headers, ("If-Range: " + v).c_str());
+    }
+  }
+  if (t->headers) curl_easy_setopt(easy, CURLOPT_HTTPHEADER, t->headers);
   curl_easy_setopt(easy, CURLOPT_PRIVATE, t.get());
   curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, close_socket);
   curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, this);

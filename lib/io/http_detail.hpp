@@ -80,6 +80,11 @@ struct BodyStream::Transfer : std::enable_shared_from_this<BodyStream::Transfer>
   long status = 0;
   int attempts = 0, failures = 0;  // in all; in a row without a byte gained
   std::string fatal;               // why the response cannot be used (no retry)
+  // The body's version: the ETag (else Last-Modified) of the response whose bytes came first,
+  // sent as If-Range when a later attempt resumes, and compared with each later response's, so
+  // that bytes of two versions of an object are never joined.
+  std::string etag, modified;
+  std::string response_etag, response_modified;  // this response's, as far as it came
   char errbuf[CURL_ERROR_SIZE] = {};
   std::unique_ptr<asio::steady_timer> backoff;  // the wait before the next attempt
 

@@ -27,8 +27,14 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
                 whole body (200), as a server that ignores ranges does
   onerange      forwards a request for several ranges as one for the range that covers them
                 (one 206 with one Content-Range), as a server that merges them may answer
+  changed<k>    after the first k requests of a target, answers carry another ETag, as if the
+                object had been replaced: a request with If-Range goes to nginx without its
+                Range and If-Range, so the whole body comes (200), as from a server whose
+                object no longer matches the If-Range
+  noifrange     forwards requests without their If-Range header (a server that ignores it)
 http://127.0.0.1:<proxy>/count/<mode> answers the number of requests made under /<mode>/ so far,
-and /connections/<mode> the number of client connections that carried one of them: a response
+/ifrange/<mode> the number of them that carried an If-Range header, and /connections/<mode> the
+number of client connections that carried one of them: a response
 without a fault keeps its connection open for the client's next request (HTTP/1.1 keep-alive),
 as nginx does, and the proxy's own connection to nginx is kept with it.
 """
@@ -96,6 +102,7 @@ class Proxy:
     def __init__(self, upstream):
         self.upstream = upstream
         self.seen = {}
+        self.if_range = {}  # target: requests for it that carried If-Range
         self.connections = {}  # mode: the client connections that served a request under it
         self.opened = 0
         self.link_free = {}  # mode: when its link is free to send the next byte (loop time)
@@ -122,13 +129,14 @@ class Proxy:
         """Answers one request; whether the connection goes on to the next."""
         head = (await cr.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
         method, target, _ = head[0].split(" ", 2)
-        for prefix, table in (("/count/", None), ("/connections/", self.connections)):
+        for prefix, table in (("/count/", self.seen), ("/ifrange/", self.if_range),
+                              ("/connections/", self.connections)):
             if target.startswith(prefix):
-                # /count/<mode>: requests so far whose target starts "/<mode>/";
-                # /connections/<mode>: client connections that carried one of them.
+                # /count/<mode>: requests so far whose target starts "/<mode>/"; /ifrange/<mode>:
+                # those with If-Range; /connections/<mode>: client connections that carried one.
                 mode = "/" + target[len(prefix):].strip("/") + "/"
-                if table is None:
-                    n = sum(n for t, n in self.seen.items() if t.startswith(mode))
+                if table is not self.connections:
+                    n = sum(n for t, n in table.items() if t.startswith(mode))
                 else:
                     n = len(table.get(mode, ()))
                 body = str(n).encode()
@@ -143,7 +151,7 @@ class Proxy:
         tokens = mode.split(",")
         opts = {}
         for t in tokens:
-            k = re.fullmatch(r"(lat|bw|link|reset|503x|short|lie|lielong|from)(\d+)", t)
+            k = re.fullmatch(r"(lat|bw|link|reset|503x|short|lie|lielong|from|changed)(\d+)", t)
             if k:
                 opts[k.group(1)] = int(k.group(2))
         faulty = path.endswith(".tar") or "all" in tokens
@@ -164,7 +172,15 @@ class Proxy:
         if up[1] is None:
             up[0], up[1] = await asyncio.open_connection("127.0.0.1", self.upstream)
         ur, uw = up
+        if_range = any(l.lower().startswith("if-range:") for l in head[1:])
+        if if_range:
+            self.if_range[target] = self.if_range.get(target, 0) + 1
+        changed = faulty and "changed" in opts and n > opts["changed"]
         drop = ("connection:", "keep-alive:") + (("range:",) if "norange" in tokens else ())
+        if "noifrange" in tokens:
+            drop += ("if-range:",)
+        elif changed and if_range:
+            drop += ("range:", "if-range:")  # the object no longer matches: all of it comes
         keep = [l for l in head[1:] if l and not l.lower().startswith(drop)]
         if "onerange" in tokens:
             # Several ranges asked as the one that covers them all, as some servers answer.
@@ -191,6 +207,8 @@ class Proxy:
             if low.startswith("content-length:"):
                 length = int(l.split(":", 1)[1])
                 continue
+            if changed and low.startswith("etag:"):
+                l = 'ETag: "replaced-' + l.split(":", 1)[1].strip().strip('"') + '"'
             out.append(l)
         if length is None:  # not what nginx sends for a file: read it whole, then close
             upstream_close = True
