@@ -8,7 +8,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "checksum.hpp"
@@ -42,7 +43,11 @@ std::string entry_name(const ShardIndex& shard) {
     for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
   };
   mix(url);
-  mix("\n" + std::to_string(shard.file_size) + "\n" + std::to_string(shard.mtime_ns));
+  // Piece by piece, as the joined string would be (GCC 12 warned falsely of its "\n" + ...).
+  for (const std::string& part : {std::string("\n"), std::to_string(shard.file_size),
+                                  std::string("\n"), std::to_string(shard.mtime_ns)}) {
+    mix(part);
+  }
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   const auto slash = url.find_last_of('/');
@@ -107,27 +112,26 @@ bool is_cache_file(const std::string& name) {
 // cache_start's temporary name: the entry's, then this, the writer's pid, '.' and a number.
 constexpr std::string_view part_suffix = ".coload-part.";
 
-// The writer of a temporary file (`<entry>.coload-part.<pid>.<n>`), or 0 for an entry.
-pid_t part_writer(const std::string& name) {
-  const auto at = name.rfind(part_suffix);
-  if (at == std::string::npos) return 0;
-  const std::size_t from = at + part_suffix.size();
-  const auto dot = name.find('.', from);
-  const auto digits = [&](std::size_t a, std::size_t b) {
-    return a < b && std::all_of(name.begin() + static_cast<std::ptrdiff_t>(a),
-                                name.begin() + static_cast<std::ptrdiff_t>(b),
-                                [](char c) { return c >= '0' && c <= '9'; });
-  };
-  if (dot == std::string::npos || dot - from > 9 || !digits(from, dot) ||
-      !digits(dot + 1, name.size())) {
-    return 0;
-  }
-  return static_cast<pid_t>(std::stol(name.substr(from, dot - from)));
+// Whether `name` is a writer's temporary file (`<entry>.coload-part.<pid>.<n>`).
+bool is_part(const std::string& name) { return name.find(part_suffix) != std::string::npos; }
+
+// Whether the writer of the temporary file at `path` is gone (killed mid-shard): it holds an
+// exclusive flock on it while it writes, which ends with its process. A lock, not its pid: a
+// pid may be reused, or be another pid namespace's (containers sharing the folder). Removes
+// the file then, under that lock.
+bool remove_if_abandoned(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool gone = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  if (gone) ::unlink(path.c_str());
+  ::close(fd);
+  return gone;
 }
 
 // Makes room for `incoming` bytes (the writer's own `own_tmp`) under `bound`: entries go least
 // recently used first. Another writer's unfinished file counts against the bound but stays,
-// unless its process is gone (killed mid-shard): then it is removed.
+// unless its process is gone (killed mid-shard): then it is removed. The caller holds the
+// folder's lock (commit), so that writers in other processes make room one at a time.
 void evict_for(const std::string& dir, const std::string& own_tmp, std::uint64_t incoming,
                std::uint64_t bound) {
   struct Entry {
@@ -146,12 +150,8 @@ void evict_for(const std::string& dir, const std::string& own_tmp, std::uint64_t
       continue;
     }
     const auto size = static_cast<std::uint64_t>(st.st_size);
-    if (const pid_t writer = part_writer(name)) {
-      if (writer != ::getpid() && ::kill(writer, 0) != 0 && errno == ESRCH) {
-        fs::remove(e.path(), ec);
-      } else {
-        total += size;
-      }
+    if (is_part(name)) {
+      if (!remove_if_abandoned(e.path())) total += size;
       continue;
     }
     entries.push_back({e.path(), size, ns(st.st_atim)});
@@ -261,8 +261,11 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
   e->url_ = shard.path;
   e->expected_ = shard.checksum;
   if (shard.checksum) e->sum_ = std::make_unique<Checksum>();
-  e->fd_ = ::open(e->tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_EXCL: a name taken already (the same pid in another pid namespace) is not written over.
+  // The lock says this writer is alive to other processes' eviction (remove_if_abandoned).
+  e->fd_ = ::open(e->tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (e->fd_ < 0) return nullptr;  // a cache folder that cannot be written: no cache
+  if (::flock(e->fd_, LOCK_EX | LOCK_NB) != 0) return nullptr;  // the destructor removes it
   return e;
 }
 
@@ -292,33 +295,46 @@ void CacheEntry::write(const std::byte* data, std::size_t n) {
 
 void CacheEntry::commit() {
   if (fd_ < 0) return;
-  const bool whole = written_ == size_;
-  ::close(fd_);
-  fd_ = -1;
-  if (!whole) {
+  // The file stays open, and so locked, until it has its entry's name: another process's
+  // eviction takes a part no one holds for an abandoned one.
+  const int fd = std::exchange(fd_, -1);
+  const auto discard = [&] {
     ::unlink(tmp_.c_str());
+    ::close(fd);
+  };
+  if (written_ != size_) {
+    discard();
     return;
   }
   if (sum_ && sum_->digest() != expected_) {
     // The server sent other bytes than the index describes (the shard replaced without its
     // index): not kept, so a later epoch does not take them for the indexed shard.
-    ::unlink(tmp_.c_str());
+    discard();
     ++mismatches;
     coload::detail::warn("shard '" + url_ + "' as fetched does not match the checksum its index "
                          "records (" + format_checksum(sum_->digest()) + ", expected " +
                          format_checksum(*expected_) + "): not cached");
     return;
   }
+  // Room made and the entry renamed under the folder's lock: two processes committing at once
+  // do not both count the same free bytes. Without the lock (a file system without flock),
+  // the bound may be passed by an entry.
+  const int dir_fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const bool locked = dir_fd >= 0 && ::flock(dir_fd, LOCK_EX) == 0;
   evict_for(dir_, tmp_, size_, bound_);
   // Used now: its atime was the download's start, older than entries used meanwhile.
   struct timespec now {};
   ::clock_gettime(CLOCK_REALTIME, &now);
   const struct timespec times[2] = {now, {0, UTIME_OMIT}};
   ::utimensat(AT_FDCWD, tmp_.c_str(), times, 0);
-  if (::rename(tmp_.c_str(), final_.c_str()) != 0) {
-    ::unlink(tmp_.c_str());
+  const bool renamed = ::rename(tmp_.c_str(), final_.c_str()) == 0;
+  if (locked) ::flock(dir_fd, LOCK_UN);
+  if (dir_fd >= 0) ::close(dir_fd);
+  if (!renamed) {
+    discard();
     return;
   }
+  ::close(fd);
   struct stat st {};
   // Hashed as it was written: its first use need not read it again.
   if (sum_ && ::stat(final_.c_str(), &st) == 0) remember(final_, st);

@@ -4,6 +4,8 @@
 
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <ATen/ATen.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -260,8 +262,21 @@ TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, en
   const fs::path stale = small.path / ("0123456789abcdef-shard-000000.tar.coload-part." +
                                        std::to_string(gone) + ".1");
   std::ofstream(stale, std::ios::binary) << std::string(50000, 's');
+  // A writer is known alive by the lock it holds on its file, not by its pid: one named with
+  // a living pid (ours) whose lock no one holds is as abandoned; one whose lock is held stays.
+  const std::string own = std::to_string(::getpid());
+  const fs::path unheld = small.path / ("0123456789abcdef-shard-000001.tar.coload-part." + own + ".1");
+  const fs::path held = small.path / ("0123456789abcdef-shard-000002.tar.coload-part." + own + ".2");
+  std::ofstream(unheld, std::ios::binary) << std::string(20000, 'u');
+  std::ofstream(held, std::ios::binary) << std::string(10000, 'h');
+  const int held_fd = ::open(held.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(held_fd >= 0);
+  REQUIRE(::flock(held_fd, LOCK_EX) == 0);
   shards::ShardStream bounded(url(mode), o);
   CHECK(epoch(bounded, info) == local);
+  CHECK_FALSE(fs::exists(unheld));
+  CHECK(fs::exists(held));
+  ::close(held_fd);
   std::uint64_t bytes = 0;
   for (const auto& e : fs::directory_iterator(small.path)) {
     const std::string name = e.path().filename().string();
