@@ -242,33 +242,49 @@ std::string format_index(const ShardIndex& index) {
   return out;
 }
 
-bool parse_index(std::string_view text, std::uint64_t file_size, ShardIndex& out) {
-  std::size_t pos = 0;
+bool parse_index(std::string_view text, std::uint64_t file_size, ShardIndex& out,
+                 std::string* why) {
+  std::size_t pos = 0, line_no = 0;
   auto next_line = [&](std::string_view& line) {
     if (pos >= text.size()) return false;
     const std::size_t nl = text.find('\n', pos);
     if (nl == std::string_view::npos) return false;
     line = text.substr(pos, nl - pos);
     pos = nl + 1;
+    ++line_no;
     return true;
   };
+  // Says where and why the text is refused (line 0: the text as a whole).
+  const auto refuse = [&](const std::string& reason) {
+    if (why) *why = (line_no > 0 ? "line " + std::to_string(line_no) + ": " : "") + reason;
+    return false;
+  };
   std::string_view line;
-  if (!next_line(line)) return false;
+  if (!next_line(line)) return refuse("no first line");
   const bool v3 = line == "coload-shard-index\t3";
   const bool v2 = v3 || line == "coload-shard-index\t2";  // restart intervals allowed
-  if (!v2 && line != "coload-shard-index\t1") return false;
-  if (!next_line(line)) return false;
+  if (!v2 && line != "coload-shard-index\t1") {
+    return refuse("not 'coload-shard-index' and a version this reader knows (1, 2 or 3)");
+  }
+  if (!next_line(line)) return refuse("no header line after the version");
   auto head = split_tabs(line);
   std::uint64_t members = 0, samples = 0, sum = 0;
   if (head.size() != (v3 ? 5u : 4u) || !number(head[0], out.file_size) ||
       !number(head[1], out.mtime_ns) || !number(head[2], members) ||
-      !number(head[3], samples) || out.file_size != file_size ||
-      (v3 && !detail::parse_checksum(head[4], sum))) {
-    return false;
+      !number(head[3], samples) || (v3 && !detail::parse_checksum(head[4], sum))) {
+    return refuse(std::string("a malformed header (size, mtime, members, samples") +
+                  (v3 ? ", checksum)" : ")"));
+  }
+  if (out.file_size != file_size) {
+    return refuse("made for a shard of " + std::to_string(out.file_size) + " bytes, not " +
+                  std::to_string(file_size));
   }
   out.checksum = v3 ? std::optional<std::uint64_t>(sum) : std::nullopt;
   // Bounded by the text itself, not by what the header claims.
-  if (members > text.size() / 8 || samples > members) return false;
+  if (members > text.size() / 8 || samples > members) {
+    return refuse("claims " + std::to_string(members) + " members and " +
+                  std::to_string(samples) + " samples, more than its text holds");
+  }
   out.members.clear();
   out.samples.clear();
   out.members.reserve(members);
@@ -278,13 +294,20 @@ bool parse_index(std::string_view text, std::uint64_t file_size, ShardIndex& out
     IndexMember m;
     if ((parts.size() != 4 && !(v2 && parts.size() == 5)) || !number(parts[0], m.offset) ||
         !number(parts[1], m.size) || !unescape(parts[2], key) || !unescape(parts[3], field) ||
-        m.offset > file_size || m.size > file_size - m.offset || key.empty() || field.empty() ||
+        key.empty() || field.empty() ||
         (parts.size() == 5 && !parse_restarts(parts[4], m.size, m.restarts))) {
-      return false;
+      return refuse("a malformed member (offset, size, key, field[, restarts])");
+    }
+    if (m.offset > file_size || m.size > file_size - m.offset) {
+      return refuse("a member of " + std::to_string(m.size) + " bytes at " +
+                    std::to_string(m.offset) + ", past the shard's end (" +
+                    std::to_string(file_size) + " bytes)");
     }
     if (out.samples.empty() || out.samples.back().key != key) {
       // Samples go forward too: readers stream a shard in order, never back.
-      if (!out.samples.empty() && m.offset < out.samples.back().end) return false;
+      if (!out.samples.empty() && m.offset < out.samples.back().end) {
+        return refuse("sample '" + key + "' begins before the previous one ends");
+      }
       IndexSample s;
       s.key = key;
       s.first = static_cast<std::uint32_t>(out.members.size());
@@ -292,13 +315,21 @@ bool parse_index(std::string_view text, std::uint64_t file_size, ShardIndex& out
       out.samples.push_back(std::move(s));
     }
     IndexSample& s = out.samples.back();
-    if (m.offset < s.end) return false;  // members go forward
+    if (m.offset < s.end) return refuse("a member that begins before the previous one ends");
     ++s.count;
     s.end = m.offset + m.size;
     m.field = field;
     out.members.push_back(std::move(m));
   }
-  return pos == text.size() && out.members.size() == members && out.samples.size() == samples;
+  if (pos != text.size()) return refuse("an unfinished last line");
+  if (out.members.size() != members || out.samples.size() != samples) {
+    line_no = 0;
+    return refuse("the header says " + std::to_string(members) + " members and " +
+                  std::to_string(samples) + " samples; it lists " +
+                  std::to_string(out.members.size()) + " and " +
+                  std::to_string(out.samples.size()));
+  }
+  return true;
 }
 
 ShardIndex load_index(const std::filesystem::path& shard, const IndexOptions& options) {

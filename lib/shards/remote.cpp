@@ -165,8 +165,9 @@ ShardIndex load_remote_index(const std::string& url, const io::RetryOptions& ret
     std::from_chars(p, text.data() + text.size(), size);
   }
   ShardIndex index;
-  if (!parse_index(text, size, index)) {
-    throw ShardError(url, "", 0, "its index '" + idx + "' is not a coload shard index");
+  std::string why;
+  if (!parse_index(text, size, index, &why)) {
+    throw ShardError(url, "", 0, "its index '" + idx + "' is not a coload shard index (" + why + ")");
   }
   index.path = url;
   return index;

@@ -39,7 +39,7 @@ std::vector<std::string> write_shards(const fs::path& dir, std::int64_t n,
                                       std::uint64_t shard_size = 40000) {
   shards::Writer writer(dir, {.shard_size = shard_size});
   for (std::int64_t i = 0; i < n; ++i) {
-    char key[16];
+    char key[24];  // "s" and up to 19 digits: GCC sees the whole range of i
     std::snprintf(key, sizeof key, "s%05lld", static_cast<long long>(i));
     const std::string id = std::to_string(i), bin = payload(i);
     const shards::WriteField fields[] = {{"id", bytes_of(id)}, {"bin", bytes_of(bin)}};

@@ -299,6 +299,23 @@ TEST_CASE("the index file: rebuilt when the shard changes, ignored when corrupt"
   REQUIRE(shards::parse_index(shards::format_index(odd), 100, back));
   CHECK(back == odd);
   CHECK_FALSE(shards::parse_index(shards::format_index(odd), 5, back));  // other shard size
+  // Why a text is refused: its line, and what is wrong with it.
+  const auto why = [&](const std::string& text, std::uint64_t size) {
+    std::string reason;
+    CHECK_FALSE(shards::parse_index(text, size, back, &reason));
+    return reason;
+  };
+  CHECK(why(shards::format_index(odd), 5) == "line 2: made for a shard of 100 bytes, not 5");
+  CHECK(why("coload-shard-index\t9\n", 100) ==
+        "line 1: not 'coload-shard-index' and a version this reader knows (1, 2 or 3)");
+  CHECK(why("coload-shard-index\t1\n100\t0\t1\t1\n0\t200\ts0\tx\n", 100) ==
+        "line 3: a member of 200 bytes at 0, past the shard's end (100 bytes)");
+  CHECK(why("coload-shard-index\t1\n100\t0\t1\t1\n0\t20\ts0\n", 100) ==
+        "line 3: a malformed member (offset, size, key, field[, restarts])");
+  CHECK(why("coload-shard-index\t1\n100\t0\t2\t1\n0\t20\ts0\tx\n", 100) ==
+        "the header says 2 members and 1 samples; it lists 1 and 1");
+  CHECK(why("coload-shard-index\t1\n100\t0\t1\t1\n0\t20\ts0\tx", 100) ==
+        "line 2: an unfinished last line");
   // A checksum makes it version 3, a fifth field of the header line; a malformed one, or one
   // in an earlier version, is not an index.
   odd.checksum = 0x00ab'cdef'0123'4567ULL;
@@ -328,7 +345,7 @@ TEST_CASE("the index file: rebuilt when the shard changes, ignored when corrupt"
   CHECK(back == two);
   two.samples[1].begin = 20;
   two.members[1].offset = 20;
-  CHECK_FALSE(shards::parse_index(shards::format_index(two), 100, back));
+  CHECK(why(shards::format_index(two), 100) == "line 4: sample 'b' begins before the previous one ends");
   two.samples[1].begin = 0;
   two.members[1].offset = 0;
   CHECK_FALSE(shards::parse_index(shards::format_index(two), 100, back));

@@ -110,8 +110,10 @@ std::string format_index(const ShardIndex& index);
 
 /// Parses an index file's text for the shard of `file_size` bytes. Returns false (leaving
 /// `out` unspecified) when the text is not a valid index of such a shard: a different
-/// version, malformed lines, a member outside the shard.
-bool parse_index(std::string_view text, std::uint64_t file_size, ShardIndex& out);
+/// version, malformed lines, a member outside the shard. Then `why`, if given, says which line
+/// and what is wrong with it.
+bool parse_index(std::string_view text, std::uint64_t file_size, ShardIndex& out,
+                 std::string* why = nullptr);
 
 /// How an index is found.
 struct IndexOptions {
