@@ -32,6 +32,9 @@ struct Driver::State {
   std::atomic<std::thread::id> id{};
   bool lazy = false;
   std::atomic<bool> started{false};
+  // A lazy driver being joined: its work runs to its end on the joining thread, and start()
+  // starts no thread any more.
+  std::atomic<bool> joining{false};
   std::mutex start_mutex;  // start() from two threads at once starts one thread
   std::mutex mutex;
   std::condition_variable ended_cv;
@@ -72,9 +75,9 @@ bool Driver::runs_inline() const noexcept {
 }
 
 void Driver::start(std::function<void()> first) {
-  if (!runs_inline()) return;
+  if (!runs_inline() || state_->joining.load()) return;
   std::lock_guard lock(state_->start_mutex);
-  if (runs_inline()) start_thread(std::move(first));
+  if (runs_inline() && !state_->joining.load()) start_thread(std::move(first));
 }
 
 Driver::Inline::Inline(Driver& driver) noexcept
@@ -111,9 +114,13 @@ void Driver::release() noexcept {
 }
 void Driver::join() {
   if (state_->lazy) {
-    // NOTE: under the lock, a start() on another thread cannot assign the thread meanwhile.
+    // NOTE: decided under the lock, so a start() on another thread cannot assign the thread
+    // meanwhile; run after it, since a handler run here may wait for a thread inside start()
+    // (a consumer's before_wait holds its run's entry lock, which the run's close() takes).
     std::unique_lock lock(state_->start_mutex);
     if (runs_inline()) {
+      state_->joining.store(true);
+      lock.unlock();
       Inline here(*this);
       state_->context.run();
       return;

@@ -13,6 +13,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "coload/coro/async_scope.hpp"
 #include "coload/coro/detached.hpp"
@@ -84,7 +85,11 @@ class LoaderCore {
   ~LoaderCore() {
     request_stop();
     join_driver();
-    if (auto run = current_.lock()) run->close();  // an Epoch kept on posts nothing to it
+    // An Epoch kept on (this one's, or one stopped and not yet finished) posts nothing to the
+    // driver any more, and its timer goes while the driver's io_context is still here.
+    for (const auto& weak : runs_) {
+      if (auto run = weak.lock()) run->close_after_join();
+    }
     place_.reset();  // waits for the processes (SIGKILL after a grace period) or the threads
     // NOTE: the driver ran until every copy in flight had completed: nothing reads the slabs.
     device_.stage.reset();
@@ -170,6 +175,8 @@ class LoaderCore {
       if (auto marks = resume_.take_marks()) run->resume_streams(std::move(*marks));
     }
     current_ = run;
+    std::erase_if(runs_, [](const std::weak_ptr<Run>& r) { return r.expired(); });
+    runs_.push_back(run);
     asio::post(driver_.context(), [this, run] { scope_.spawn(Run::run(run)); });
     return run;
   }
@@ -239,6 +246,7 @@ class LoaderCore {
   bool stop_requested_ = false;  // consumer's thread
   ResumeBook resume_;
   std::weak_ptr<Run> current_;
+  std::vector<std::weak_ptr<Run>> runs_;  // every run that may still be held (consumer's thread)
   AsyncScope scope_;  // driver
   Driver driver_;
   DeviceSetup device_;                         // pin_memory or device

@@ -95,8 +95,7 @@ class Handoff {
 
   /// Consumer: fills `slot` at once (returns false) or registers `waker` and returns true, in
   /// which case `on_wait(generation, batch)` runs under the lock (it must not touch the
-  /// consumer). `batch` is the one waited for: the first not done yet. Not the count taken,
-  /// which a resumed epoch, skipped batches or `in_order = false` set apart from it.
+  /// consumer). `batch` is the one waited for (awaited()).
   template <class OnWait>
   bool poll_or_wait(ConsumerSlot<Batch>& slot, Waker waker, OnWait&& on_wait) {
     std::lock_guard lock(mutex_);
@@ -106,7 +105,7 @@ class Handoff {
     waker_ = std::move(waker);
     wait_since_ = now_ns();
     try {
-      on_wait(++generation_, done_.prefix());
+      on_wait(++generation_, passed_.prefix());
     } catch (...) {
       release_locked();  // the consumer will not be waiting: forget its slot
       throw;
@@ -177,10 +176,24 @@ class Handoff {
   void note_done(std::int64_t number) {
     std::lock_guard lock(mutex_);
     done_.add(number);
+    passed_.add(number);
+  }
+  /// Driver: batch `number` was lost with a worker process: not done (a state saved later
+  /// fetches it again), and not waited for either.
+  void note_lost(std::int64_t number) {
+    std::lock_guard lock(mutex_);
+    passed_.add(number);
+  }
+  /// The batch a waiting consumer waits for: the first neither done nor lost. Not the count
+  /// taken, which a resumed epoch, skipped batches or `in_order = false` set apart from it.
+  std::int64_t awaited() const {
+    std::lock_guard lock(mutex_);
+    return passed_.prefix();
   }
   /// Driver, before the first push: the batches a resumed epoch had delivered already.
   void set_done(DeliveredSet done) {
     std::lock_guard lock(mutex_);
+    passed_ = done;
     done_ = std::move(done);
   }
   /// The batch numbers the consumer has taken (or that had nothing for it).
@@ -206,7 +219,10 @@ class Handoff {
       ready_.pop_front();
       slot.result = Poll::item;
       ++taken_;
-      if (slot.outcome.number >= 0) done_.add(slot.outcome.number);
+      if (slot.outcome.number >= 0) {
+        done_.add(slot.outcome.number);
+        passed_.add(slot.outcome.number);
+      }
       if (const int w = slot.outcome.stream_worker; w >= 0) {
         ++marks_.counts[w];
         if (slot.outcome.stream_state) marks_.states[w] = *slot.outcome.stream_state;
@@ -234,6 +250,7 @@ class Handoff {
   bool ended_ = false;
   std::int64_t taken_ = 0;
   DeliveredSet done_;
+  DeliveredSet passed_;  // done_, and the batches lost with a worker
   StreamMarks marks_;
   ConsumerSlot<Batch>* slot_ = nullptr;
   Waker waker_;

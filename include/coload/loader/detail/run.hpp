@@ -132,9 +132,10 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     std::lock_guard lock(entry_mutex_);
     if (!closed_.load() && !svc_.driver.on_driver_thread()) svc_.start_driver();
   }
-  void arm_timeout(std::uint64_t generation, std::int64_t batch) override {
+  // NOTE: the batch named is the one waited for when the timer fires (handoff.awaited()), not
+  // when it was armed: a batch done as a skip meanwhile is not waited for any more.
+  void arm_timeout(std::uint64_t generation, std::int64_t /*batch*/) override {
     if (timeout_ <= 0 || closed_.load()) return;
-    waited_batch_.store(batch, std::memory_order_relaxed);
     post_unless_closed([self = this->shared_from_this(), generation] {
       self->on_arm(generation);
     });
@@ -145,7 +146,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
       if (timeout_error_) return timeout_error_;
     }
     return std::make_exception_ptr(
-        TimeoutError(waited_batch_.load(std::memory_order_relaxed), timeout_));
+        TimeoutError(this->handoff.awaited(), timeout_));
   }
   void cancel() override {
     // The consumer stops here: remember where, for state() after this run is gone.
@@ -268,7 +269,11 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     ++delivered_;
     if (!outcome.batch && !outcome.error) {
       ++skipped_;
-      if (!outcome.lost) this->handoff.note_done(outcome.number);
+      if (outcome.lost) {
+        this->handoff.note_lost(outcome.number);
+      } else {
+        this->handoff.note_done(outcome.number);
+      }
       return;
     }
     if (outcome.error) svc_.recorder.errors.fetch_add(1, std::memory_order_relaxed);
@@ -353,11 +358,16 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
 
  public:
   /// The consumer-side entry points do nothing from now on (a post begun on another thread
-  /// ends first): the run has finished, or its loader is going (LoaderCore's destructor, once
-  /// its driver is joined, for a run that could not finish).
+  /// ends first): the run has finished, or its loader is going (close_after_join).
   void close() noexcept {
     std::lock_guard lock(entry_mutex_);
     closed_.store(true);
+  }
+  /// LoaderCore's destructor, its driver joined (so nothing runs on the driver any more):
+  /// closed, and the timer let go of while the io_context it lives on still exists.
+  void close_after_join() noexcept {
+    close();
+    timer_.reset();
   }
 
  protected:
@@ -388,7 +398,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     timer_->async_wait([self = this->shared_from_this(), generation](std::error_code ec) {
       if (ec) return;
       // On the driver, which knows who is fetching the awaited batch: the error names them.
-      const std::int64_t batch = self->waited_batch_.load(std::memory_order_relaxed);
+      const std::int64_t batch = self->handoff.awaited();
       const FetchHolder who = self->svc_.placement.holder(batch);
       {
         std::lock_guard lock(self->timeout_mutex_);
@@ -407,7 +417,6 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   std::atomic<bool> cancelled_{false};
   std::atomic<bool> closed_{false};  // consumer-side entry points do nothing (entry_mutex_)
   std::mutex entry_mutex_;
-  std::atomic<std::int64_t> waited_batch_{0};
   mutable std::mutex timeout_mutex_;
   std::exception_ptr timeout_error_;  // the last timeout's, made on the driver
   std::atomic<std::int64_t> consumed_{0};
