@@ -19,6 +19,7 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -75,10 +76,24 @@ std::map<std::string, Verified>& verified() {
   static std::map<std::string, Verified> v;
   return v;
 }
-// A worker process forked while another thread holds the lock would wait on it for ever (its
-// holder is not in the child): the fork waits for it, as the JPEG checkpoint table's does.
-void lock_for_fork() { verified_mutex.lock(); }
-void unlock_after_fork() { verified_mutex.unlock(); }
+// The temporary files this process is writing. Eviction leaves them alone without trying their
+// lock: where flock is emulated with per-process locks (NFS), our own lock would not stop us,
+// and closing the probe's descriptor would drop it.
+std::mutex parts_mutex;
+std::set<std::string>& own_parts() {
+  static std::set<std::string> p;
+  return p;
+}
+// A worker process forked while another thread holds a lock would wait on it for ever (its
+// holder is not in the child): the fork waits for them, as the JPEG checkpoint table's does.
+void lock_for_fork() {
+  verified_mutex.lock();
+  parts_mutex.lock();
+}
+void unlock_after_fork() {
+  parts_mutex.unlock();
+  verified_mutex.unlock();
+}
 [[maybe_unused]] const int fork_handlers_registered =
     ::pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
 
@@ -112,17 +127,45 @@ bool is_cache_file(const std::string& name) {
 // cache_start's temporary name: the entry's, then this, the writer's pid, '.' and a number.
 constexpr std::string_view part_suffix = ".coload-part.";
 
-// Whether `name` is a writer's temporary file (`<entry>.coload-part.<pid>.<n>`).
-bool is_part(const std::string& name) { return name.find(part_suffix) != std::string::npos; }
+// The writer's pid in a temporary file's name (`<entry>.coload-part.<pid>.<n>`), or 0 for a
+// name that is not one.
+pid_t part_writer(const std::string& name) {
+  const auto at = name.rfind(part_suffix);
+  if (at == std::string::npos) return 0;
+  const std::size_t from = at + part_suffix.size();
+  const auto dot = name.find('.', from);
+  const auto digits = [&](std::size_t a, std::size_t b) {
+    return a < b && std::all_of(name.begin() + static_cast<std::ptrdiff_t>(a),
+                                name.begin() + static_cast<std::ptrdiff_t>(b),
+                                [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (dot == std::string::npos || dot - from > 9 || !digits(from, dot) ||
+      !digits(dot + 1, name.size())) {
+    return 0;
+  }
+  return static_cast<pid_t>(std::stol(name.substr(from, dot - from)));
+}
 
-// Whether the writer of the temporary file at `path` is gone (killed mid-shard): it holds an
-// exclusive flock on it while it writes, which ends with its process. A lock, not its pid: a
-// pid may be reused, or be another pid namespace's (containers sharing the folder). Removes
-// the file then, under that lock.
-bool remove_if_abandoned(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+// Whether the writer of the temporary file at `path` is gone (killed mid-shard), and if so
+// removes it (under the lock, so no new writer of that name is between). A writer holds an
+// exclusive flock on its file while it writes, which ends with its process: a lock, not its
+// pid, which may be reused, or be another pid namespace's (containers sharing the folder).
+// Only where flock cannot be had at all (some network and FUSE file systems) is the pid in
+// the name asked instead.
+bool remove_if_abandoned(const fs::path& path, pid_t writer) {
+  {
+    std::lock_guard lock(parts_mutex);
+    if (own_parts().count(path.string())) return false;
+  }
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);  // NFS's emulation needs it writable
+  if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  const bool gone = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  bool gone = false;
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    gone = true;
+  } else if (errno != EWOULDBLOCK && errno != EINTR) {
+    gone = writer != ::getpid() && ::kill(writer, 0) != 0 && errno == ESRCH;
+  }
   if (gone) ::unlink(path.c_str());
   ::close(fd);
   return gone;
@@ -131,39 +174,68 @@ bool remove_if_abandoned(const fs::path& path) {
 // Makes room for `incoming` bytes (the writer's own `own_tmp`) under `bound`: entries go least
 // recently used first. Another writer's unfinished file counts against the bound but stays,
 // unless its process is gone (killed mid-shard): then it is removed. The caller holds the
-// folder's lock (commit), so that writers in other processes make room one at a time.
+// folder's lock where it can (commit), so that writers in other processes make room one at a
+// time. Never throws: a folder that cannot be listed is left as it is.
 void evict_for(const std::string& dir, const std::string& own_tmp, std::uint64_t incoming,
-               std::uint64_t bound) {
+               std::uint64_t bound) noexcept {
   struct Entry {
     fs::path path;
     std::uint64_t size;
     std::int64_t used;
   };
-  std::vector<Entry> entries;
-  std::uint64_t total = 0;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    struct stat st {};
-    if (!is_cache_file(name) || e.path() == own_tmp || ::stat(e.path().c_str(), &st) != 0 ||
-        !S_ISREG(st.st_mode)) {
-      continue;
+  try {
+    std::vector<Entry> entries;
+    std::uint64_t total = 0;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const fs::path& path = it->path();
+      const std::string name = path.filename().string();
+      struct stat st {};
+      if (!is_cache_file(name) || path == own_tmp || ::stat(path.c_str(), &st) != 0 ||
+          !S_ISREG(st.st_mode)) {
+        continue;
+      }
+      const auto size = static_cast<std::uint64_t>(st.st_size);
+      if (const pid_t writer = part_writer(name)) {
+        if (!remove_if_abandoned(path, writer)) total += size;
+        continue;
+      }
+      entries.push_back({path, size, ns(st.st_atim)});
+      total += size;
     }
-    const auto size = static_cast<std::uint64_t>(st.st_size);
-    if (is_part(name)) {
-      if (!remove_if_abandoned(e.path())) total += size;
-      continue;
+    std::sort(entries.begin(), entries.end(),
+              [](const Entry& a, const Entry& b) { return a.used < b.used; });
+    for (const Entry& e : entries) {
+      if (total + incoming <= bound) break;
+      if (fs::remove(e.path, ec)) total -= e.size;
     }
-    entries.push_back({e.path(), size, ns(st.st_atim)});
-    total += size;
-  }
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return a.used < b.used; });
-  for (const Entry& e : entries) {
-    if (total + incoming <= bound) break;
-    if (fs::remove(e.path, ec)) total -= e.size;
+  } catch (...) {
+    // Out of memory: no room made this time; the entry may pass the bound.
   }
 }
+
+// The cache folder's lock, held from eviction to the new entry's rename (where the file
+// system has flock; else not held, and the bound may be passed by an entry).
+class FolderLock {
+ public:
+  explicit FolderLock(const std::string& dir)
+      : fd_(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~FolderLock() {
+    if (fd_ < 0) return;
+    ::flock(fd_, LOCK_UN);
+    ::close(fd_);
+  }
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+
+ private:
+  int fd_;
+};
 
 }  // namespace
 
@@ -262,18 +334,35 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
   e->expected_ = shard.checksum;
   if (shard.checksum) e->sum_ = std::make_unique<Checksum>();
   // O_EXCL: a name taken already (the same pid in another pid namespace) is not written over.
-  // The lock says this writer is alive to other processes' eviction (remove_if_abandoned).
-  e->fd_ = ::open(e->tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (e->fd_ < 0) return nullptr;  // a cache folder that cannot be written: no cache
-  if (::flock(e->fd_, LOCK_EX | LOCK_NB) != 0) return nullptr;  // the destructor removes it
+  const int fd = ::open(e->tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return nullptr;  // a cache folder that cannot be written: no cache
+  {
+    std::lock_guard lock(parts_mutex);
+    own_parts().insert(e->tmp_);
+  }
+  // The lock tells other processes' eviction that this writer is alive (remove_if_abandoned).
+  // Between the open and the lock, one may have taken the empty file for abandoned and
+  // removed it: then the name is no longer this file's, and it is left alone. A file system
+  // without flock leaves eviction the pid in the name.
+  struct stat opened {}, named {};
+  const bool lost = (::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) ||
+                    ::fstat(fd, &opened) != 0 || ::stat(e->tmp_.c_str(), &named) != 0 ||
+                    opened.st_ino != named.st_ino || opened.st_dev != named.st_dev;
+  if (lost) {
+    ::close(fd);
+    return nullptr;  // the destructor only lets go of the name
+  }
+  e->fd_ = fd;
   return e;
 }
 
 CacheEntry::~CacheEntry() {
   if (fd_ >= 0) {
+    ::unlink(tmp_.c_str());  // before the close, which lets go of the lock
     ::close(fd_);
-    ::unlink(tmp_.c_str());
   }
+  std::lock_guard lock(parts_mutex);
+  own_parts().erase(tmp_);
 }
 
 void CacheEntry::write(const std::byte* data, std::size_t n) {
@@ -281,8 +370,8 @@ void CacheEntry::write(const std::byte* data, std::size_t n) {
     const ssize_t k = ::write(fd_, data, n);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) {
-      ::close(fd_);
       ::unlink(tmp_.c_str());
+      ::close(fd_);
       fd_ = -1;
       return;
     }
@@ -294,47 +383,34 @@ void CacheEntry::write(const std::byte* data, std::size_t n) {
 }
 
 void CacheEntry::commit() {
-  if (fd_ < 0) return;
   // The file stays open, and so locked, until it has its entry's name: another process's
-  // eviction takes a part no one holds for an abandoned one.
-  const int fd = std::exchange(fd_, -1);
-  const auto discard = [&] {
-    ::unlink(tmp_.c_str());
-    ::close(fd);
-  };
-  if (written_ != size_) {
-    discard();
-    return;
-  }
+  // eviction takes a part no one holds for an abandoned one. What is not renamed, the
+  // destructor removes (unlink, then close).
+  if (fd_ < 0 || written_ != size_) return;
   if (sum_ && sum_->digest() != expected_) {
     // The server sent other bytes than the index describes (the shard replaced without its
     // index): not kept, so a later epoch does not take them for the indexed shard.
-    discard();
+    ::unlink(tmp_.c_str());
+    ::close(std::exchange(fd_, -1));
     ++mismatches;
     coload::detail::warn("shard '" + url_ + "' as fetched does not match the checksum its index "
                          "records (" + format_checksum(sum_->digest()) + ", expected " +
                          format_checksum(*expected_) + "): not cached");
     return;
   }
-  // Room made and the entry renamed under the folder's lock: two processes committing at once
-  // do not both count the same free bytes. Without the lock (a file system without flock),
-  // the bound may be passed by an entry.
-  const int dir_fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  const bool locked = dir_fd >= 0 && ::flock(dir_fd, LOCK_EX) == 0;
-  evict_for(dir_, tmp_, size_, bound_);
-  // Used now: its atime was the download's start, older than entries used meanwhile.
-  struct timespec now {};
-  ::clock_gettime(CLOCK_REALTIME, &now);
-  const struct timespec times[2] = {now, {0, UTIME_OMIT}};
-  ::utimensat(AT_FDCWD, tmp_.c_str(), times, 0);
-  const bool renamed = ::rename(tmp_.c_str(), final_.c_str()) == 0;
-  if (locked) ::flock(dir_fd, LOCK_UN);
-  if (dir_fd >= 0) ::close(dir_fd);
-  if (!renamed) {
-    discard();
-    return;
+  {
+    // Room made and the entry renamed under the folder's lock: two processes committing at
+    // once do not both count the same free bytes.
+    FolderLock folder(dir_);
+    evict_for(dir_, tmp_, size_, bound_);
+    // Used now: its atime was the download's start, older than entries used meanwhile.
+    struct timespec now {};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    const struct timespec times[2] = {now, {0, UTIME_OMIT}};
+    ::utimensat(AT_FDCWD, tmp_.c_str(), times, 0);
+    if (::rename(tmp_.c_str(), final_.c_str()) != 0) return;
   }
-  ::close(fd);
+  ::close(std::exchange(fd_, -1));
   struct stat st {};
   // Hashed as it was written: its first use need not read it again.
   if (sum_ && ::stat(final_.c_str(), &st) == 0) remember(final_, st);
