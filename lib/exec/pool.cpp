@@ -202,9 +202,13 @@ struct Worker {
 
   /// Sends `sig` through the pidfd: to this very process, never to another that was given its
   /// pid once it was reaped (a fork-server worker is reaped by the server, whenever it ends).
-  /// Without a pidfd (none opened yet, or let go of), nothing is sent.
+  /// Without a pidfd (let go of once the worker was reaped), nothing is sent. Where the call
+  /// itself is refused (a seccomp filter, a kernel before 5.1), kill() by pid: a worker that
+  /// never got the signal would be waited for without end.
   void signal(int sig) const noexcept {
-    if (pidfd) (void)::syscall(SYS_pidfd_send_signal, pidfd->native_handle(), sig, nullptr, 0);
+    if (!pidfd) return;
+    if (::syscall(SYS_pidfd_send_signal, pidfd->native_handle(), sig, nullptr, 0) == 0) return;
+    if (errno == ENOSYS || errno == EPERM) ::kill(pid, sig);
   }
 };
 }  // namespace
