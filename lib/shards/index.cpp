@@ -254,19 +254,24 @@ bool parse_index(std::string_view text, std::uint64_t file_size, ShardIndex& out
     ++line_no;
     return true;
   };
-  // Says where and why the text is refused (line 0: the text as a whole).
+  // Says where and why the text is refused: the line last read (0: the text as a whole).
   const auto refuse = [&](const std::string& reason) {
     if (why) *why = (line_no > 0 ? "line " + std::to_string(line_no) + ": " : "") + reason;
     return false;
   };
+  // A line that is not there, or has no end: it is the next one.
+  const auto refuse_next = [&](const std::string& reason) {
+    ++line_no;
+    return refuse(reason);
+  };
   std::string_view line;
-  if (!next_line(line)) return refuse("no first line");
+  if (!next_line(line)) return refuse_next("no version line");
   const bool v3 = line == "coload-shard-index\t3";
   const bool v2 = v3 || line == "coload-shard-index\t2";  // restart intervals allowed
   if (!v2 && line != "coload-shard-index\t1") {
     return refuse("not 'coload-shard-index' and a version this reader knows (1, 2 or 3)");
   }
-  if (!next_line(line)) return refuse("no header line after the version");
+  if (!next_line(line)) return refuse_next("no header line");
   auto head = split_tabs(line);
   std::uint64_t members = 0, samples = 0, sum = 0;
   if (head.size() != (v3 ? 5u : 4u) || !number(head[0], out.file_size) ||
@@ -321,7 +326,7 @@ bool parse_index(std::string_view text, std::uint64_t file_size, ShardIndex& out
     m.field = field;
     out.members.push_back(std::move(m));
   }
-  if (pos != text.size()) return refuse("an unfinished last line");
+  if (pos != text.size()) return refuse_next("an unfinished last line");
   if (out.members.size() != members || out.samples.size() != samples) {
     line_no = 0;
     return refuse("the header says " + std::to_string(members) + " members and " +

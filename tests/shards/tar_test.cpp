@@ -315,7 +315,8 @@ TEST_CASE("the index file: rebuilt when the shard changes, ignored when corrupt"
   CHECK(why("coload-shard-index\t1\n100\t0\t2\t1\n0\t20\ts0\tx\n", 100) ==
         "the header says 2 members and 1 samples; it lists 1 and 1");
   CHECK(why("coload-shard-index\t1\n100\t0\t1\t1\n0\t20\ts0\tx", 100) ==
-        "line 2: an unfinished last line");
+        "line 3: an unfinished last line");
+  CHECK(why("coload-shard-index\t1\n", 100) == "line 2: no header line");
   // A checksum makes it version 3, a fifth field of the header line; a malformed one, or one
   // in an earlier version, is not an index.
   odd.checksum = 0x00ab'cdef'0123'4567ULL;
