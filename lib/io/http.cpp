@@ -503,14 +503,13 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   }
   // A resumed body asks for the rest of the version it began with: a server whose object
   // changed answers the whole new one (200), which same_version() refuses. A weak ETag cannot
-  // be sent so (RFC 9110); it is still compared.
+  // be sent so (RFC 9110): Last-Modified goes instead; the ETag is still compared.
   t->response_etag.clear();
   t->response_modified.clear();
   if (!t->scatter && t->reached > t->begin) {
-    const std::string& v = !t->etag.empty() ? t->etag : t->modified;
-    if (!v.empty() && !starts_with(v, "W/")) {
-      t->headers = curl_slist_append(t->headers, ("If-Range: " + v).c_str());
-    }
+    const bool strong = !t->etag.empty() && !starts_with(t->etag, "W/");
+    const std::string& v = strong ? t->etag : t->modified;
+    if (!v.empty()) t->headers = curl_slist_append(t->headers, ("If-Range: " + v).c_str());
   }
   if (t->headers) curl_easy_setopt(easy, CURLOPT_HTTPHEADER, t->headers);
   curl_easy_setopt(easy, CURLOPT_PRIVATE, t.get());
