@@ -203,12 +203,16 @@ struct Worker {
   /// Sends `sig` through the pidfd: to this very process, never to another that was given its
   /// pid once it was reaped (a fork-server worker is reaped by the server, whenever it ends).
   /// Without a pidfd (let go of once the worker was reaped), nothing is sent. Where the call
-  /// itself is refused (a seccomp filter, a kernel before 5.1), kill() by pid: a worker that
-  /// never got the signal would be waited for without end.
+  /// itself is refused (a seccomp filter), kill() by pid, as a worker that never got the
+  /// signal would be waited for without end: for our own child, whose pid is its own until we
+  /// reap it; for a fork-server worker, only while its pidfd says it has not ended.
   void signal(int sig) const noexcept {
     if (!pidfd) return;
-    if (::syscall(SYS_pidfd_send_signal, pidfd->native_handle(), sig, nullptr, 0) == 0) return;
-    if (errno == ENOSYS || errno == EPERM) ::kill(pid, sig);
+    const int fd = pidfd->native_handle();
+    if (::syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0) == 0) return;
+    if (errno != ENOSYS && errno != EPERM) return;  // ESRCH: it has ended
+    pollfd ended{fd, POLLIN, 0};
+    if (!via_server || ::poll(&ended, 1, 0) == 0) ::kill(pid, sig);
   }
 };
 }  // namespace

@@ -364,13 +364,16 @@ bool same_version(BodyStream::Transfer& t) {
     t.modified = t.response_modified;
     return true;
   }
-  const bool by_etag = !t.etag.empty() && !t.response_etag.empty();
-  const std::string& before = by_etag ? t.etag : t.modified;
-  const std::string& now = by_etag ? t.response_etag : t.response_modified;
-  if (before.empty() || now.empty() || before == now) return true;
-  t.fatal = std::string("it changed while it was read (") + (by_etag ? "ETag " : "Last-Modified ") +
-            before + " before byte " + std::to_string(t.reached) + ", " + now + " now)";
-  return false;
+  // Each validator both responses carry is compared: a weak ETag may stay the same over a
+  // change that Last-Modified shows.
+  const auto differ = [&](const std::string& before, const std::string& now, const char* name) {
+    if (before.empty() || now.empty() || before == now) return false;
+    t.fatal = std::string("it changed while it was read (") + name + " " + before +
+              " before byte " + std::to_string(t.reached) + ", " + now + " now)";
+    return true;
+  };
+  return !differ(t.etag, t.response_etag, "ETag") &&
+         !differ(t.modified, t.response_modified, "Last-Modified");
 }
 
 std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
@@ -502,14 +505,16 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
     curl_easy_setopt(easy, CURLOPT_URL, t->url.c_str());
   }
   // A resumed body asks for the rest of the version it began with: a server whose object
-  // changed answers the whole new one (200), which same_version() refuses. A weak ETag cannot
-  // be sent so (RFC 9110): Last-Modified goes instead; the ETag is still compared.
+  // changed answers the whole new one (200), which same_version() refuses. RFC 9110 lets a
+  // client send neither a weak ETag there nor a date when it has an ETag: with a weak one,
+  // none is sent, and same_version() alone compares the validators.
   t->response_etag.clear();
   t->response_modified.clear();
   if (!t->scatter && t->reached > t->begin) {
-    const bool strong = !t->etag.empty() && !starts_with(t->etag, "W/");
-    const std::string& v = strong ? t->etag : t->modified;
-    if (!v.empty()) t->headers = curl_slist_append(t->headers, ("If-Range: " + v).c_str());
+    const std::string& v = !t->etag.empty() ? t->etag : t->modified;
+    if (!v.empty() && !starts_with(v, "W/")) {
+      t->headers = curl_slist_append(t->headers, ("If-Range: " + v).c_str());
+    }
   }
   if (t->headers) curl_easy_setopt(easy, CURLOPT_HTTPHEADER, t->headers);
   curl_easy_setopt(easy, CURLOPT_PRIVATE, t.get());

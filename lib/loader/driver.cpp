@@ -129,10 +129,16 @@ void Driver::join() {
   if (state_->thread.joinable()) state_->thread.join();
 }
 bool Driver::wait_for(std::chrono::milliseconds timeout) {
-  if (runs_inline()) {
-    Inline here(*this);
-    state_->context.run_for(timeout);
-    return state_->context.stopped();
+  if (state_->lazy) {
+    // As join(): no thread starts on this context once its end is waited for here.
+    std::unique_lock lock(state_->start_mutex);
+    if (runs_inline()) {
+      state_->joining.store(true);
+      lock.unlock();
+      Inline here(*this);
+      state_->context.run_for(timeout);
+      return state_->context.stopped();
+    }
   }
   if (!state_->thread.joinable()) return true;
   std::unique_lock lock(state_->mutex);

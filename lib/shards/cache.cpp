@@ -147,15 +147,16 @@ pid_t part_writer(const std::string& name) {
 }
 
 // Whether the writer of the temporary file at `path` is gone (killed mid-shard), and if so
-// removes it (under the lock, so no new writer of that name is between). A writer holds an
-// exclusive flock on its file while it writes, which ends with its process: a lock, not its
-// pid, which may be reused, or be another pid namespace's (containers sharing the folder).
-// Only where flock cannot be had at all (some network and FUSE file systems) is the pid in
-// the name asked instead.
+// removes it (under the lock, and only if the name is still the locked file's). A writer
+// holds an exclusive flock on its file while it writes, which ends with its process: a lock,
+// not its pid, which may be reused, or be another host's or pid namespace's (a shared
+// folder). Only where the file system has no locks at all (ENOLCK, EOPNOTSUPP, ENOSYS) is the
+// pid in the name asked instead; a lock that cannot be tried otherwise (a file of another
+// user, read-only, on NFS) keeps the file.
 bool remove_if_abandoned(const fs::path& path, pid_t writer) {
   {
     std::lock_guard lock(parts_mutex);
-    if (own_parts().count(path.string())) return false;
+    if (own_parts().count(path.filename().string())) return false;
   }
   int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);  // NFS's emulation needs it writable
   if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -163,10 +164,18 @@ bool remove_if_abandoned(const fs::path& path, pid_t writer) {
   bool gone = false;
   if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
     gone = true;
-  } else if (errno != EWOULDBLOCK && errno != EINTR) {
+  } else if (errno == ENOLCK || errno == EOPNOTSUPP || errno == ENOSYS) {
     gone = writer != ::getpid() && ::kill(writer, 0) != 0 && errno == ESRCH;
   }
-  if (gone) ::unlink(path.c_str());
+  // The writer may have renamed it into place and closed it between the open and the lock,
+  // and a new writer taken the same name since.
+  struct stat locked {}, named {};
+  if (gone && ::fstat(fd, &locked) == 0 && ::lstat(path.c_str(), &named) == 0 &&
+      locked.st_ino == named.st_ino && locked.st_dev == named.st_dev) {
+    ::unlink(path.c_str());
+  } else {
+    gone = false;
+  }
   ::close(fd);
   return gone;
 }
@@ -220,7 +229,10 @@ class FolderLock {
  public:
   explicit FolderLock(const std::string& dir)
       : fd_(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
-    if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
+    int r = -1;
+    while (fd_ >= 0 && (r = ::flock(fd_, LOCK_EX)) != 0 && errno == EINTR) {
+    }
+    if (fd_ >= 0 && r != 0) {
       ::close(fd_);
       fd_ = -1;
     }
@@ -333,13 +345,15 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
   e->url_ = shard.path;
   e->expected_ = shard.checksum;
   if (shard.checksum) e->sum_ = std::make_unique<Checksum>();
+  {
+    // Ours before it exists: this process's eviction never probes it (by its name, whatever
+    // spelling of the folder another dataset uses). The destructor lets go of it.
+    std::lock_guard lock(parts_mutex);
+    own_parts().insert(fs::path(e->tmp_).filename().string());
+  }
   // O_EXCL: a name taken already (the same pid in another pid namespace) is not written over.
   const int fd = ::open(e->tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return nullptr;  // a cache folder that cannot be written: no cache
-  {
-    std::lock_guard lock(parts_mutex);
-    own_parts().insert(e->tmp_);
-  }
   // The lock tells other processes' eviction that this writer is alive (remove_if_abandoned).
   // Between the open and the lock, one may have taken the empty file for abandoned and
   // removed it: then the name is no longer this file's, and it is left alone. A file system
@@ -362,7 +376,7 @@ CacheEntry::~CacheEntry() {
     ::close(fd_);
   }
   std::lock_guard lock(parts_mutex);
-  own_parts().erase(tmp_);
+  own_parts().erase(fs::path(tmp_).filename().string());
 }
 
 void CacheEntry::write(const std::byte* data, std::size_t n) {
