@@ -40,6 +40,20 @@ struct Driver::State {
   std::condition_variable ended_cv;
   bool ended = false;
 
+  /// A lazy driver that has started no thread: marks it joining (start() starts none from now
+  /// on) and returns true, for the caller to run its work to the end on its own thread.
+  /// Decided under start_mutex, so that a start() on another thread cannot assign the thread
+  /// meanwhile; the work runs after it, since a handler run then may wait for a thread inside
+  /// start() (a consumer's before_wait holds its run's entry lock, which the run's close()
+  /// takes).
+  bool end_inline() {
+    if (!lazy) return false;
+    std::lock_guard lock(start_mutex);
+    if (started.load(std::memory_order_acquire)) return false;
+    joining.store(true);
+    return true;
+  }
+
   void run() {
     context.run();
     {
@@ -113,32 +127,18 @@ void Driver::release() noexcept {
   state_->guard.reset();
 }
 void Driver::join() {
-  if (state_->lazy) {
-    // NOTE: decided under the lock, so a start() on another thread cannot assign the thread
-    // meanwhile; run after it, since a handler run here may wait for a thread inside start()
-    // (a consumer's before_wait holds its run's entry lock, which the run's close() takes).
-    std::unique_lock lock(state_->start_mutex);
-    if (runs_inline()) {
-      state_->joining.store(true);
-      lock.unlock();
-      Inline here(*this);
-      state_->context.run();
-      return;
-    }
+  if (state_->end_inline()) {
+    Inline here(*this);
+    state_->context.run();
+    return;
   }
   if (state_->thread.joinable()) state_->thread.join();
 }
 bool Driver::wait_for(std::chrono::milliseconds timeout) {
-  if (state_->lazy) {
-    // As join(): no thread starts on this context once its end is waited for here.
-    std::unique_lock lock(state_->start_mutex);
-    if (runs_inline()) {
-      state_->joining.store(true);
-      lock.unlock();
-      Inline here(*this);
-      state_->context.run_for(timeout);
-      return state_->context.stopped();
-    }
+  if (state_->end_inline()) {
+    Inline here(*this);
+    state_->context.run_for(timeout);
+    return state_->context.stopped();
   }
   if (!state_->thread.joinable()) return true;
   std::unique_lock lock(state_->mutex);
