@@ -222,6 +222,22 @@ std::optional<std::string> header_value(std::string_view line, std::string_view 
   return std::string(v);
 }
 
+/// A Content-Range value (a header's or a multipart part's, lower case) "bytes FIRST-LAST/TOTAL"
+/// or, the whole length unknown, "bytes FIRST-LAST/*"; nullopt for another form or LAST before
+/// FIRST.
+struct ContentRange {
+  std::uint64_t first, last;
+  std::optional<std::uint64_t> total;
+};
+std::optional<ContentRange> parse_content_range(const std::string& value) {
+  unsigned long long a = 0, b = 0, total = 0;
+  int star = -1;
+  const int got = std::sscanf(value.c_str(), " bytes %llu-%llu/%llu", &a, &b, &total);
+  if (got == 2) std::sscanf(value.c_str(), " bytes %*u-%*u/*%n", &star);
+  if ((got != 3 && star < 0) || b < a) return std::nullopt;
+  return ContentRange{a, b, got == 3 ? std::optional<std::uint64_t>(total) : std::nullopt};
+}
+
 std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
   auto* t = static_cast<BodyStream::Transfer*>(user);
   std::string_view line(p, size * n);
@@ -241,18 +257,10 @@ std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
       t->scatter->boundary = std::move(b);
     }
   }
-  constexpr std::string_view name = "content-range:";
-  if (line.size() > name.size()) {
-    std::string head(line.substr(0, name.size()));
-    std::transform(head.begin(), head.end(), head.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    if (head == name) {
-      unsigned long long a = 0, b = 0, total = 0;
-      const std::string rest(line.substr(name.size()));
-      if (std::sscanf(rest.c_str(), " bytes %llu-%llu/%llu", &a, &b, &total) == 3) {
-        t->range_start = static_cast<std::int64_t>(a);
-        t->range_total = static_cast<std::int64_t>(total);
-      }
+  if (auto v = header_value(line, "content-range:")) {
+    if (const auto r = parse_content_range(lower(*v))) {
+      t->range_start = static_cast<std::int64_t>(r->first);
+      t->range_total = r->total ? static_cast<std::int64_t>(*r->total) : -1;
     }
   }
   return size * n;
@@ -281,14 +289,11 @@ bool parse_part_head(const ScatterState& s, std::string_view head, std::uint64_t
   const std::string low = lower(head);
   const auto at = low.find("content-range:");
   if (at == std::string::npos) return false;
-  unsigned long long a = 0, b = 0, total = 0;
-  const std::string rest = low.substr(at + 14, 80);
-  if (std::sscanf(rest.c_str(), " bytes %llu-%llu/%llu", &a, &b, &total) != 3 || b < a) {
-    return false;
-  }
-  if (size && total != size) return false;  // changed since indexed: the caller's GET says so
-  *first = a;
-  *count = b - a + 1;
+  const auto r = parse_content_range(low.substr(at + 14, 80));
+  if (!r) return false;
+  if (size && r->total != size) return false;  // changed since indexed: the caller's GET says so
+  *first = r->first;
+  *count = r->last - r->first + 1;
   return true;
 }
 
@@ -314,7 +319,8 @@ std::size_t on_scatter(BodyStream::Transfer& t, const char* p, std::size_t bytes
     if (!s.boundary.empty()) {
       s.multipart = true;
     } else if (t.range_start >= 0 &&
-               (!t.size || static_cast<std::uint64_t>(t.range_total) == t.size)) {
+               (!t.size || (t.range_total >= 0 &&
+                            static_cast<std::uint64_t>(t.range_total) == t.size))) {
       s.offset = static_cast<std::uint64_t>(t.range_start);  // one range over all the parts
       s.left = to_end;
     } else {
@@ -387,11 +393,19 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
     if (http && t->status == 206) {
       if (t->range_start != static_cast<std::int64_t>(t->reached)) {
         t->fatal = "asked for bytes from " + std::to_string(t->reached) +
-                   ", the server sent a range from " + std::to_string(t->range_start);
+                   (t->range_start < 0 ? ", the server's 206 has no Content-Range it can use"
+                                       : ", the server sent a range from " +
+                                             std::to_string(t->range_start));
         return 0;
       }
-      if (t->size && t->range_total >= 0 &&
-          static_cast<std::uint64_t>(t->range_total) != t->size) {
+      if (t->size && t->range_total < 0) {
+        // Nothing checks the index against the shard (nor an index's claimed sizes before
+        // they are allocated): refused.
+        t->fatal = "the server's 206 does not say the whole size (Content-Range bytes N-M/*), "
+                   "so the index's " + std::to_string(t->size) + " bytes cannot be checked";
+        return 0;
+      }
+      if (t->size && static_cast<std::uint64_t>(t->range_total) != t->size) {
         t->fatal = "the server has " + std::to_string(t->range_total) +
                    " bytes, the index was made of " + std::to_string(t->size) +
                    " (the shard changed since it was indexed)";

@@ -59,6 +59,17 @@ std::int64_t ns(const struct timespec& t) {
   return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
 
+bool same_file(const struct stat& a, const struct stat& b) {
+  return a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+}
+
+// Whether `path` still names the file open as `fd`: not renamed over or unlinked since.
+bool still_named(int fd, const std::string& path) {
+  struct stat opened {}, named {};
+  return ::fstat(fd, &opened) == 0 && ::lstat(path.c_str(), &named) == 0 &&
+         same_file(opened, named);
+}
+
 // The entries this process found equal to their index's checksum, by path: the file as it was
 // then. One whose inode, size or mtime differs since (rewritten, or written to) is hashed again.
 struct Verified {
@@ -169,9 +180,7 @@ bool remove_if_abandoned(const fs::path& path, pid_t writer) {
   }
   // The writer may have renamed it into place and closed it between the open and the lock,
   // and a new writer taken the same name since.
-  struct stat locked {}, named {};
-  if (gone && ::fstat(fd, &locked) == 0 && ::lstat(path.c_str(), &named) == 0 &&
-      locked.st_ino == named.st_ino && locked.st_dev == named.st_dev) {
+  if (gone && still_named(fd, path)) {
     ::unlink(path.c_str());
   } else {
     gone = false;
@@ -277,7 +286,7 @@ Check check_entry(const std::string& path, const struct stat& st, const ShardInd
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Check::bad;  // evicted meanwhile
   struct stat fst {};
-  if (::fstat(fd, &fst) != 0 || fst.st_ino != st.st_ino || fst.st_dev != st.st_dev) {
+  if (::fstat(fd, &fst) != 0 || !same_file(fst, st)) {
     ::close(fd);
     return Check::replaced;
   }
@@ -358,10 +367,8 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
   // Between the open and the lock, one may have taken the empty file for abandoned and
   // removed it: then the name is no longer this file's, and it is left alone. A file system
   // without flock leaves eviction the pid in the name.
-  struct stat opened {}, named {};
   const bool lost = (::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) ||
-                    ::fstat(fd, &opened) != 0 || ::stat(e->tmp_.c_str(), &named) != 0 ||
-                    opened.st_ino != named.st_ino || opened.st_dev != named.st_dev;
+                    !still_named(fd, e->tmp_);
   if (lost) {
     ::close(fd);
     return nullptr;  // the destructor only lets go of the name

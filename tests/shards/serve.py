@@ -32,6 +32,7 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
                 Range and If-Range, so the whole body comes (200), as from a server whose
                 object no longer matches the If-Range
   noifrange     forwards requests without their If-Range header (a server that ignores it)
+  nototal       a 206's Content-Range says "bytes FIRST-LAST/*" (the whole size unknown)
 http://127.0.0.1:<proxy>/count/<mode> answers the number of requests made under /<mode>/ so far,
 /ifrange/<mode> the number of them that carried an If-Range header, and /connections/<mode> the
 number of client connections that carried one of them: a response
@@ -207,6 +208,8 @@ class Proxy:
             if low.startswith("content-length:"):
                 length = int(l.split(":", 1)[1])
                 continue
+            if "nototal" in tokens and low.startswith("content-range:"):
+                l = re.sub(r"/\d+$", "/*", l)
             if changed and low.startswith("etag:"):
                 l = 'ETag: "replaced-' + l.split(":", 1)[1].strip().strip('"') + '"'
             out.append(l)
