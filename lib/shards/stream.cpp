@@ -70,9 +70,12 @@ class ChunkReader {
 class LocalReader final : public ChunkReader {
  public:
 
+  /// `url`: for a remote shard's cached copy (`shard` names the copy), the URL its errors name
+  /// first.
   LocalReader(const ShardIndex& shard, bool direct, std::size_t chunk, std::uint64_t from,
-              std::vector<io::Buffer>& spare)
-      : shard_(shard), spare_(spare), align_(direct ? io::Buffer::alignment : 1) {
+              std::vector<io::Buffer>& spare, std::string url = {})
+      : shard_(shard), url_(std::move(url)), spare_(spare),
+        align_(direct ? io::Buffer::alignment : 1) {
     chunk_ = (std::max<std::size_t>(chunk, 64 << 10) + io::Buffer::alignment - 1) /
              io::Buffer::alignment * io::Buffer::alignment;
     if (direct) fd_ = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
@@ -103,12 +106,13 @@ class LocalReader final : public ChunkReader {
   void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst,
             const std::string& key) override {
     if (begin < current_.begin) {
-      throw ShardError(shard_.path, key, begin, "the index goes back before bytes already read");
+      throw ShardError(shown(), key, begin,
+                       "the index goes back before bytes already read" + copy_note());
     }
     while (begin < end) {
       while (begin >= current_.begin + current_.data.size()) {
         if ((started_ && current_.data.size() < chunk_) || ahead_.empty()) {
-          throw ShardError(shard_.path, key, begin, "the shard ends inside the sample");
+          throw ShardError(shown(), key, begin, "the shard ends inside the sample" + copy_note());
         }
         // The chunk just used goes back to the reader: two buffers serve the whole shard, so
         // no chunk costs fresh pages (a new 16 MiB buffer is 4096 page faults).
@@ -142,7 +146,8 @@ class LocalReader final : public ChunkReader {
                                 static_cast<off_t>(at + done));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
-        throw SystemError(errno, std::generic_category(), "cannot read shard '" + shard_.path + "'");
+        throw SystemError(errno, std::generic_category(),
+                          "cannot read shard '" + shown() + "'" + copy_note());
       }
       if (n == 0) break;
       done += static_cast<std::size_t>(n);
@@ -169,15 +174,21 @@ class LocalReader final : public ChunkReader {
     }));
   }
 
+  const std::string& shown() const { return url_.empty() ? shard_.path : url_; }
+  std::string copy_note() const {
+    return url_.empty() ? std::string() : " (read from its cached copy '" + shard_.path + "')";
+  }
+
   const ShardIndex& shard_;
+  std::string url_;
   std::vector<io::Buffer>& spare_;
   std::size_t align_;
   std::size_t chunk_ = 0;
   int fd_ = -1;
   std::uint64_t next_ = 0;
   Chunk current_;
-  std::deque<std::future<Chunk>> ahead_;
-  bool started_ = false;  // current_ holds a chunk read from the shard  // reads in flight, in file order
+  std::deque<std::future<Chunk>> ahead_;  // reads in flight, in file order
+  bool started_ = false;  // current_ holds a chunk read from the shard
 };
 
 /// Reads a shard named by URL with one GET from `from` to its last sample's end (the
@@ -262,9 +273,10 @@ class RemoteReader final : public ChunkReader {
 /// A cached copy of a remote shard, read as a local shard is.
 class CachedReader final : public ChunkReader {
  public:
-  CachedReader(std::string path, std::uint64_t size, std::size_t chunk, std::uint64_t from,
-               std::vector<io::Buffer>& spare)
-      : file_{std::move(path), size, 0, {}, {}, {}}, local_(file_, false, chunk, from, spare) {}
+  CachedReader(std::string path, std::string url, std::uint64_t size, std::size_t chunk,
+               std::uint64_t from, std::vector<io::Buffer>& spare)
+      : file_{std::move(path), size, 0, {}, {}, {}},
+        local_(file_, false, chunk, from, spare, std::move(url)) {}
   void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst,
             const std::string& key) override {
     local_.copy(begin, end, dst, key);
@@ -281,8 +293,9 @@ std::unique_ptr<ChunkReader> open_reader(io::HttpClient& client, const ShardInde
   if (detail::is_remote(shard.path)) {
     if (auto cached = detail::cache_find(o.shards, shard)) {
       try {
-        return std::make_unique<CachedReader>(std::move(*cached), detail::cached_size(shard),
-                                              o.read_size, from, spare);
+        return std::make_unique<CachedReader>(std::move(*cached), shard.path,
+                                              detail::cached_size(shard), o.read_size, from,
+                                              spare);
       } catch (const SystemError&) {
         // Evicted by another process since it was found: from the server after all.
       }
