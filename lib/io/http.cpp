@@ -297,6 +297,20 @@ bool parse_part_head(const ScatterState& s, std::string_view head, std::uint64_t
   return true;
 }
 
+/// Whether the bytes after the last part taken (`after`: the next header block, or what came of
+/// the closing delimiter) begin with the delimiter, as they must when the part was as long as
+/// its Content-Range said. Before the first part, a preamble may come first.
+bool part_delimited(const ScatterState& s, std::string_view after) {
+  return s.parts_taken == 0 || starts_with(after, "\r\n--" + s.boundary);
+}
+
+/// The last part taken gives back what it was given: it was shorter than its Content-Range
+/// said, so the delimiter and the next part's headers were taken in its place (the caller
+/// fetches it again).
+void drop_undelimited_part(ScatterState& s) {
+  if (s.parts_taken > 0) s.filled = s.before;
+}
+
 /// on_body for get_ranges_async: the answer's parts scattered to the caller's memory. Any
 /// answer it cannot use ends the transfer (the caller fetches what is missing).
 std::size_t on_scatter(BodyStream::Transfer& t, const char* p, std::size_t bytes) {
@@ -345,15 +359,23 @@ std::size_t on_scatter(BodyStream::Transfer& t, const char* p, std::size_t bytes
     s.head.append(p + i, k);
     const auto blank = s.head.find("\r\n\r\n", had >= 3 ? had - 3 : 0);
     if (blank == std::string::npos) {
-      if (s.head.size() >= head_limit) return 0;
+      if (s.head.size() >= head_limit) {
+        drop_undelimited_part(s);
+        return 0;
+      }
       i += k;  // the closing boundary ends here too: it has no blank line
       continue;
     }
     i += blank + 4 - had;
-    std::uint64_t first = 0, count = 0;
-    if (!parse_part_head(s, std::string_view(s.head).substr(0, blank), t.size, &first, &count)) {
+    const std::string_view head = std::string_view(s.head).substr(0, blank);
+    if (!part_delimited(s, head)) {
+      drop_undelimited_part(s);
       return 0;
     }
+    std::uint64_t first = 0, count = 0;
+    if (!parse_part_head(s, head, t.size, &first, &count)) return 0;
+    s.before = s.filled;
+    ++s.parts_taken;
     s.offset = first;
     s.left = count;
     s.head.clear();
@@ -412,7 +434,20 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
         return 0;
       }
     } else if (http) {
-      t->skip = t->reached;  // a 200 sends the body from its start
+      // A 200 sends the whole body from its start (a server that ignores Range): its length
+      // must be the index's, or nothing checked the index (nor its claimed sizes).
+      curl_off_t length = -1;
+      curl_easy_getinfo(t->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+      if (t->size && static_cast<std::uint64_t>(length) != t->size) {
+        t->fatal = length < 0 ? "the server's " + std::to_string(t->status) +
+                                    " does not say its length, so the index's " +
+                                    std::to_string(t->size) + " bytes cannot be checked"
+                              : "the server has " + std::to_string(length) +
+                                    " bytes, the index was made of " + std::to_string(t->size) +
+                                    " (the shard changed since it was indexed)";
+        return 0;
+      }
+      t->skip = t->reached;
     }
     if (http && !same_version(*t)) return 0;
   }
@@ -488,7 +523,7 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
     easy = curl_easy_init();
   }
   if (!easy) {
-    fail(*t, "curl_easy_init failed");
+    fail(*t, "cannot read '" + t->url + "': curl_easy_init failed");
     return;
   }
   t->easy = easy;
@@ -576,11 +611,23 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
   }
   if (cancelled) return;
   if (t.scatter) {
-    // One attempt: what arrived is the caller's, and it fetches the rest itself.
+    // One attempt: what arrived is the caller's, and it fetches the rest itself. A multipart
+    // answer's last part counts once the closing delimiter after it has come.
+    ScatterState& s = *t.scatter;
+    if (s.multipart && s.left == 0) {
+      std::lock_guard lock(t.mutex);
+      if (!part_delimited(s, s.head)) drop_undelimited_part(s);
+    }
     this->complete(t);
     return;
   }
-  const bool complete = t.end != to_end ? t.reached >= t.end : result == CURLE_OK;
+  // To the body's end: where a 206 said the whole size, only all of it is the end (a body
+  // that ends early, as its Content-Length said, is resumed).
+  const bool sized = t.status == 206 && t.range_total >= 0;
+  const bool complete =
+      t.end != to_end
+          ? t.reached >= t.end
+          : sized ? t.reached >= static_cast<std::uint64_t>(t.range_total) : result == CURLE_OK;
   if (complete && t.fatal.empty()) {
     this->complete(t);
     return;
@@ -593,8 +640,11 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
   } else if (result == CURLE_HTTP_RETURNED_ERROR) {
     why = "HTTP " + std::to_string(t.status);
   } else if (result == CURLE_OK) {
-    why = "the body ended at byte " + std::to_string(t.reached) + " of " +
-          std::to_string(t.end) + " (HTTP " + std::to_string(t.status) + ")";
+    why = "the body ended at byte " + std::to_string(t.reached) +
+          (t.end != to_end ? " of " + std::to_string(t.end)
+           : sized         ? " of " + std::to_string(t.range_total)
+                           : std::string()) +
+          " (HTTP " + std::to_string(t.status) + ")";
   } else {
     why = curl_easy_strerror(result);
     if (t.errbuf[0]) why += std::string(" (") + t.errbuf + ")";
@@ -685,8 +735,9 @@ std::unique_ptr<BodyStream> HttpClient::stream(const std::string& url, std::uint
                                                std::uint64_t end, std::size_t window,
                                                std::uint64_t size, const RetryOptions& retry) {
   if (end < begin) throw InvalidArgument("HttpClient::stream: end before begin for '" + url + "'");
+  auto self = shared_from_this();  // first: a client not held by a shared_ptr starts nothing
   auto t = start(url, begin, end, std::max<std::size_t>(window, 1), size, retry);
-  return std::unique_ptr<BodyStream>(new BodyStream(shared_from_this(), std::move(t), begin));
+  return std::unique_ptr<BodyStream>(new BodyStream(std::move(self), std::move(t), begin));
 }
 
 void HttpClient::get_range(const std::string& url, std::uint64_t begin, std::uint64_t end,
@@ -695,8 +746,9 @@ void HttpClient::get_range(const std::string& url, std::uint64_t begin, std::uin
   blocking("HttpClient::get_range");
   // No window: a range read is wanted whole, and its reader waits for all of it; its bytes
   // go straight to dst.
+  auto self = shared_from_this();  // before the transfer writes to dst
   auto t = start(url, begin, end, 0, size, retry, to_end, dst);
-  BodyStream body(shared_from_this(), t, begin);
+  BodyStream body(std::move(self), t, begin);
   finish_sink(*t, static_cast<std::size_t>(end - begin), true);
 }
 
@@ -705,7 +757,7 @@ void HttpClient::finish_sink(BodyStream::Transfer& t, std::size_t n, bool wait) 
   if (wait) t.arrived.wait(lock, [&] { return t.buffered >= n || t.done; });
   if (t.buffered >= n) return;
   if (t.failed) t.rethrow();
-  throw HttpError(t.url, 0, 0,
+  throw HttpError(t.url, t.status, t.attempts,
                   "cannot read '" + t.url + "': the body ended at byte " +
                       std::to_string(t.begin + t.buffered) + ", before the bytes wanted");
 }
@@ -713,9 +765,10 @@ void HttpClient::finish_sink(BodyStream::Transfer& t, std::size_t n, bool wait) 
 Task<void> HttpClient::get_range_async(std::string url, std::uint64_t begin, std::uint64_t end,
                                        std::byte* dst, std::uint64_t size, RetryOptions retry) {
   if (end <= begin) co_return;
+  auto self = shared_from_this();  // before the transfer writes to dst
   auto t = start(url, begin, end, 0, size, retry, to_end, dst);  // straight to dst
   // Destroyed early (the fetch was dropped), it cancels the transfer and withdraws the wait.
-  BodyStream body(shared_from_this(), t, begin);
+  BodyStream body(std::move(self), t, begin);
   const auto n = static_cast<std::size_t>(end - begin);
   co_await body.wait_for(n);  // no window: done when all of it is here
   finish_sink(*t, n, false);  // or the error, or the body's early end
@@ -754,7 +807,7 @@ Task<std::vector<std::uint64_t>> HttpClient::get_ranges_async(std::string url,
     s->ranges += std::to_string(run_begin) + "-" + std::to_string(run_end - 1);
   };
   for (const RangePart& r : s->parts) {
-    if (r.begin > run_end + gap) {
+    if (r.begin > run_end && r.begin - run_end > gap) {  // (run_end + gap may wrap)
       add_run();
       run_begin = r.begin;
     }
@@ -762,11 +815,12 @@ Task<std::vector<std::uint64_t>> HttpClient::get_ranges_async(std::string url,
   }
   add_run();
   s->filled.assign(s->parts.size(), 0);
+  auto self = shared_from_this();  // before the transfer writes to the parts
   auto t = prepare(url, 0, to_end, 0, size, retry);
   t->scatter = std::move(s);
   launch(t);
   // Destroyed early (the batch was dropped), it cancels the transfer and withdraws the wait.
-  BodyStream body(shared_from_this(), t, 0);
+  BodyStream body(std::move(self), t, 0);
   co_await body.wait_for(std::numeric_limits<std::size_t>::max());  // until it is done
   std::lock_guard lock(t->mutex);
   const ScatterState& done = *t->scatter;
@@ -777,8 +831,9 @@ Task<std::vector<std::uint64_t>> HttpClient::get_ranges_async(std::string url,
 std::string HttpClient::get(const std::string& url, std::uint64_t limit,
                             const RetryOptions& retry) {
   blocking("HttpClient::get");
+  auto self = shared_from_this();
   auto t = start(url, 0, to_end, 0, 0, retry, limit);
-  BodyStream body(shared_from_this(), t, 0);
+  BodyStream body(std::move(self), t, 0);
   std::unique_lock lock(t->mutex);
   t->arrived.wait(lock, [&] { return t->done; });
   if (t->failed) t->rethrow();

@@ -51,6 +51,10 @@ struct ScatterState {
   std::uint64_t offset = 0;           // the body's next byte is this byte of the URL
   std::uint64_t left = 0;             // bytes of the part being received still to come
   bool multipart = false;
+  // A multipart answer's parts taken so far, and `filled` as it was before the last one: a
+  // part is only as good as the delimiter after it (see on_scatter).
+  std::size_t parts_taken = 0;
+  std::vector<std::uint64_t> before;
 };
 
 struct BodyStream::Transfer : std::enable_shared_from_this<BodyStream::Transfer> {

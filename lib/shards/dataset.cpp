@@ -197,10 +197,7 @@ ShardDataset::Location ShardDataset::locate(Index index) const {
 
 namespace {
 
-// Before buffers of `bytes` in all for remote `shard`, sized by its index alone: beyond
-// detail::unconfirmed_sample_bound, the server first answers for the shard (one byte, whose
-// response's size the client checks against the index), so that an index that lies about its
-// shard is an HttpError naming the URL, not an allocation of what it claims.
+// detail::confirm_size_async, waited for on this thread (read() runs on no io_context).
 void confirm_size(const ShardIndex& shard, std::uint64_t bytes, const io::RetryOptions& retry) {
   if (bytes <= detail::unconfirmed_sample_bound || shard.samples.empty()) return;
   const std::uint64_t at = shard.samples.front().begin;
@@ -209,11 +206,7 @@ void confirm_size(const ShardIndex& shard, std::uint64_t bytes, const io::RetryO
 }
 Task<void> confirm_size_async(io::Reader& reader, const ShardIndex& shard, std::uint64_t bytes,
                               io::RetryOptions retry) {
-  if (bytes <= detail::unconfirmed_sample_bound || shard.samples.empty()) co_return;
-  const std::uint64_t at = shard.samples.front().begin;
-  std::byte first{};
-  co_await io::HttpClient::on(reader.context())
-      ->get_range_async(shard.path, at, at + 1, &first, shard.file_size, retry);
+  co_await detail::confirm_size_async(*io::HttpClient::on(reader.context()), shard, bytes, retry);
 }
 
 }  // namespace
@@ -420,23 +413,29 @@ Task<std::vector<std::optional<ShardSample>>> ShardDataset::prefetch_async(
     std::uint64_t gap) const {
   std::vector<std::optional<ShardSample>> out(group.size());
   if (group.empty()) co_return out;
-  const ShardIndex& shard = state_->shards[locate(indices[group.front()]).shard];
+  // Each slot checked before any sample is looked up: the group is of one shard's samples.
+  std::vector<Location> at(group.size());
+  for (std::size_t j = 0; j < group.size(); ++j) {
+    if (group[j] >= indices.size()) {
+      throw InvalidArgument("ShardDataset::prefetch_async: the group names slot " +
+                            std::to_string(group[j]) + " of " + std::to_string(indices.size()) +
+                            " indices");
+    }
+    at[j] = locate(indices[group[j]]);
+    if (at[j].shard != at[0].shard) {
+      throw InvalidArgument("ShardDataset::prefetch_async: the group's samples are of more "
+                            "than one shard");
+    }
+  }
+  const ShardIndex& shard = state_->shards[at[0].shard];
   std::vector<ShardSample> got(group.size());
   std::vector<const IndexSample*> samples;
   std::vector<io::RangePart> parts;
   std::uint64_t claimed = 0;
-  for (std::size_t j : group) {
-    const IndexSample& sample = shard.samples[locate(indices[j]).sample];
-    claimed += sample.end - sample.begin;
-  }
+  for (const Location& l : at) claimed += shard.samples[l.sample].end - shard.samples[l.sample].begin;
   co_await confirm_size_async(reader, shard, claimed, state_->options.retry);
   for (std::size_t j = 0; j < group.size(); ++j) {
-    const Location at = locate(indices[group[j]]);
-    if (&state_->shards[at.shard] != &shard) {
-      throw InvalidArgument("ShardDataset::prefetch_async: the group's samples are of more "
-                            "than one shard");
-    }
-    const IndexSample& sample = shard.samples[at.sample];
+    const IndexSample& sample = shard.samples[at[j].sample];
     samples.push_back(&sample);
     got[j].data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
     parts.push_back({sample.begin, sample.end, got[j].data.data()});

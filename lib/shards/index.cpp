@@ -292,7 +292,9 @@ bool parse_index(std::string_view text, std::uint64_t file_size, ShardIndex& out
   }
   out.members.clear();
   out.samples.clear();
-  out.members.reserve(members);
+  // An IndexMember is larger than its line of text: the reserve is held to a 64th of the
+  // text's size, and a denser index grows the vector as its lines are read.
+  out.members.reserve(std::min<std::uint64_t>(members, text.size() / 64));
   std::string key, field;
   while (next_line(line)) {
     auto parts = split_tabs(line);

@@ -173,6 +173,14 @@ ShardIndex load_remote_index(const std::string& url, const io::RetryOptions& ret
   return index;
 }
 
+Task<void> confirm_size_async(io::HttpClient& client, const ShardIndex& shard,
+                              std::uint64_t bytes, io::RetryOptions retry) {
+  if (bytes <= unconfirmed_sample_bound || shard.samples.empty()) co_return;
+  const std::uint64_t at = shard.samples.front().begin;
+  std::byte first{};
+  co_await client.get_range_async(shard.path, at, at + 1, &first, shard.file_size, retry);
+}
+
 }  // namespace detail
 
 }  // namespace coload::shards

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "coload/coro/task.hpp"
 #include "coload/io/http.hpp"
 #include "coload/shards/index.hpp"
 
@@ -21,11 +22,18 @@ std::string file_url_path(std::string_view url);
 std::vector<std::string> find_url_shards(const std::string& root,
                                          const io::RetryOptions& retry = {});
 /// load_index for an http(s) URL, fetched with `retry`.
+ShardIndex load_remote_index(const std::string& url, const io::RetryOptions& retry = {});
+
 /// A remote shard's index is only the server's word for its sizes until the server has
 /// answered for the shard itself (the client checks every response's size against the index):
 /// a sample larger than this is not given a buffer before that answer.
 inline constexpr std::uint64_t unconfirmed_sample_bound = std::uint64_t{64} << 20;
 
-ShardIndex load_remote_index(const std::string& url, const io::RetryOptions& retry = {});
+/// Before buffers of `bytes` in all for remote `shard`, sized by its index alone: beyond
+/// unconfirmed_sample_bound, the server first answers for the shard (its first sample's first
+/// byte, whose response's size `client` checks against the index), so that an index that lies
+/// about its shard is an HttpError naming the URL, not an allocation of what it claims.
+Task<void> confirm_size_async(io::HttpClient& client, const ShardIndex& shard,
+                              std::uint64_t bytes, io::RetryOptions retry);
 
 }  // namespace coload::shards::detail

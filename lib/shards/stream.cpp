@@ -319,6 +319,8 @@ Task<ShardSample> read_sample(const ShardDataset& data, std::int64_t g, io::Http
     co_return data.read(g);
   }
   const IndexSample& sample = shard.samples[at.sample];
+  co_await detail::confirm_size_async(client, shard, sample.end - sample.begin,
+                                      data.options().retry);
   ShardSample out;
   out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
   co_await client.get_range_async(shard.path, sample.begin, sample.end, out.data.data(),
@@ -429,24 +431,6 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
     if (!client) client = self->client();
     return *client;
   };
-  std::vector<ShardSample> buffer;
-  if (self->resume_) {
-    Position r = std::move(*self->resume_);
-    self->resume_.reset();
-    if (r.epoch_seed != epoch_seed || r.shard_id != sid || r.num_shards != ns) {
-      throw InvalidArgument("ShardStream::load_state: the state is of worker shard " +
-                            std::to_string(r.shard_id) + " of " + std::to_string(r.num_shards) +
-                            " in another epoch or split, not of shard " + std::to_string(sid) +
-                            " of " + std::to_string(ns));
-    }
-    for (std::int64_t g : r.buffer) buffer.push_back(co_await read_sample(data, g, http()));
-    self->progress_ = std::move(r);
-  } else {
-    self->progress_ = Position{epoch_seed, sid, ns, 0, 0,
-                               epoch_seed ^ (static_cast<std::uint64_t>(sid) * 0x9e3779b97f4a7c15ULL),
-                               {}};
-  }
-  Position& pos = *self->progress_;
   const bool skip = self->options_.skip_failed_shards || self->on_error_ == OnError::skip;
   const auto count_skipped = [&](std::int64_t n) {
     self->skipped_ += n;
@@ -454,6 +438,46 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
     // them, once for the shard rather than once a sample.
     if (self->skip_log_) self->skip_log_->add(n);
   };
+  // This stream's position, its own: a stream() started later (a second loop over this
+  // replica, or the next epoch's while this one's last read completes) does not move it.
+  std::shared_ptr<Position> mine;
+  std::vector<ShardSample> buffer;
+  if (self->resume_) {
+    const Position& r = *self->resume_;
+    if (r.epoch_seed != epoch_seed || r.shard_id != sid || r.num_shards != ns) {
+      // Kept for a stream() of the epoch and split it is of.
+      throw InvalidArgument("ShardStream::load_state: the state is of worker shard " +
+                            std::to_string(r.shard_id) + " of " + std::to_string(r.num_shards) +
+                            " in another epoch or split, not of shard " + std::to_string(sid) +
+                            " of " + std::to_string(ns));
+    }
+    mine = std::make_shared<Position>(std::move(*self->resume_));
+    self->resume_.reset();
+    self->progress_.at = mine;
+    // The buffered samples read again, in slot order. One whose shard fails for good is,
+    // with skip, left out of the buffer (and counted); else the error names it.
+    std::vector<std::int64_t> kept;
+    for (std::int64_t g : mine->buffer) {
+      try {
+        buffer.push_back(co_await read_sample(data, g, http()));
+        kept.push_back(g);
+      } catch (const io::HttpError& e) {
+        io::HttpError named(e.url(), e.status(), e.attempts(),
+                            std::string(e.what()) + "; sample " + std::to_string(g) +
+                                " of the resumed shuffle buffer is lost to this epoch");
+        if (!skip) throw named;
+        coload::detail::warn(std::string("ShardStream: skipped: ") + named.what());
+        count_skipped(1);
+      }
+    }
+    mine->buffer = std::move(kept);
+  } else {
+    mine = std::make_shared<Position>(Position{
+        epoch_seed, sid, ns, 0, 0,
+        epoch_seed ^ (static_cast<std::uint64_t>(sid) * 0x9e3779b97f4a7c15ULL), {}});
+    self->progress_.at = mine;
+  }
+  Position& pos = *mine;
   // Passes a sample through the shuffle buffer: what to hand out now, if anything. `g` is its
   // global index (-1: a shard without an index), kept for the state.
   const auto shuffle = [&](ShardSample&& x, std::int64_t g) -> std::optional<ShardSample> {
@@ -495,10 +519,13 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
         self->learned_->learn(s, static_cast<std::int64_t>(seen));
       } catch (const io::HttpError& e) {
         // How many are lost is known when an earlier epoch streamed the shard whole.
+        // A resumed stream's first `already` samples were handed out before the state was
+        // taken, whether or not they were read again now.
         const std::int64_t known = self->learned_->count(s);
-        left = known >= 0 ? std::max<std::int64_t>(known - static_cast<std::int64_t>(seen), 0) : 0;
+        const auto read = static_cast<std::int64_t>(std::max(seen, already));
+        left = known >= 0 ? std::max<std::int64_t>(known - read, 0) : 0;
         lost = std::string(e.what()) + "; shard '" + shard.path + "' has no index: " +
-               std::to_string(seen) + " of its samples were read, " +
+               std::to_string(read) + " of its samples were read, " +
                (known >= 0 ? "the other " + std::to_string(left) + " of its " +
                                  std::to_string(known) + " are lost to this epoch"
                            : std::string("the rest (how many is not known: it was never "
@@ -578,8 +605,8 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
 }
 
 std::string ShardStream::state() const {
-  if (!progress_) return "shard-stream 1 none";
-  const Position& p = *progress_;
+  if (!progress_.at) return "shard-stream 1 none";
+  const Position& p = *progress_.at;
   std::ostringstream out;
   out << "shard-stream 1 " << p.epoch_seed << ' ' << p.shard_id << ' ' << p.num_shards << ' '
       << p.shard_pos << ' ' << p.sample << ' ' << p.rng << ' ' << p.buffer.size();

@@ -172,7 +172,8 @@ AsyncGenerator<ShardSample> stream_unindexed(std::shared_ptr<io::HttpClient> cli
         continue;
       }
       case TarEntryType::gnu_long_link:
-        co_await w.take(size + padding(size), "", at, "GNU long link");
+        co_await w.take(size, "", at, "GNU long link");  // apart: a pax size near 2^64 wraps
+        co_await w.take(padding(size), "", at, "GNU long link");
         pending = true;
         continue;
       case TarEntryType::file:
@@ -197,7 +198,8 @@ AsyncGenerator<ShardSample> stream_unindexed(std::shared_ptr<io::HttpClient> cli
         }
         [[fallthrough]];  // metadata or a name without a field: skipped, as an index skips it
       default:  // pax_global (ignored, as tarfile does) and other entries: skipped
-        co_await w.take(size + padding(size), name, first_header, "an entry's data");
+        co_await w.take(size, name, first_header, "an entry's data");
+        co_await w.take(padding(size), name, first_header, "an entry's data");
         break;
     }
     long_name.reset();

@@ -186,6 +186,38 @@ TEST_CASE("get_async by URL: the GETs run on the reader's io_context, with no th
   ctx.run();
   CHECK(refused.find("HttpClient::get waits for the io_context it is called on") !=
         std::string::npos);
+  // prefetch_async checks the group it is given before it looks up a sample: one of two
+  // shards' samples, or a slot past the indices, is refused by name (no GET is made).
+  const shards::ShardDataset remote(url("ok"));
+  io::Reader reader(ctx);
+  const std::vector<Index> indices{0, remote.offsets()[remote.shards().size() - 1]};
+  CHECK_THROWS_WITH_AS(sync_wait(remote.prefetch_async(reader, indices, {0, 1}, 0)),
+                       doctest::Contains("more than one shard"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(sync_wait(remote.prefetch_async(reader, indices, {0, 2}, 0)),
+                       doctest::Contains("the group names slot 2 of 2 indices"), InvalidArgument);
+}
+
+TEST_CASE("a multi-range GET: a part shorter than its Content-Range says is not taken") {
+  // Samples 1, 3 and 5 of the first shard, not neighbours: one GET of three ranges, whose
+  // answer's first part the proxy cuts 10 bytes short (the Content-Length stays true). Its
+  // count is then made up of the delimiter and the next part's headers: the part is given
+  // back, and the answer read no further (the loader fetches the missing samples alone).
+  for (const char* mode : {"ok,parts", "shortpart,parts"}) {
+    CAPTURE(mode);
+    const shards::ShardDataset remote(url(mode));
+    asio::io_context ctx;
+    io::Reader reader(ctx);
+    const std::vector<Index> indices{1, 3, 5};
+    const auto got = sync_wait_pumping(remote.prefetch_async(reader, indices, {0, 1, 2}, 0),
+                                       [&] { ctx.run_one(); });
+    REQUIRE(got.size() == 3);
+    const bool cut = std::string(mode) == "shortpart,parts";
+    for (std::size_t k = 0; k < 3; ++k) {
+      CAPTURE(k);
+      CHECK(got[k].has_value() == !cut);
+      if (got[k]) CHECK(got[k]->text("bin") == payload(indices[k]));
+    }
+  }
 }
 
 TEST_CASE("get_async by URL: a shard that fails for good is a named error; a 404 at once") {
@@ -387,9 +419,64 @@ TEST_CASE("exact resume by URL: a state taken mid-shard continues with nothing l
   }
   shards::ShardStream second(url("ok"), stream_options());
   second.load_state(state);
+  // A stream of another epoch refuses the state, and keeps it for the stream it is of.
+  CHECK_THROWS_WITH_AS(epoch(second, WorkerInfo{.id = 0, .num_workers = 1, .seed = 4}),
+                       doctest::Contains("in another epoch or split"), InvalidArgument);
   const auto rest = epoch(second, info);
-  got.insert(got.end(), rest.begin(), rest.end());
-  CHECK(got == whole);
+  auto all = got;
+  all.insert(all.end(), rest.begin(), rest.end());
+  CHECK(all == whole);
+
+  // The state's shuffle buffer holds samples of a shard that now fails for good: with
+  // skip_failed_shards they are counted as skipped with the rest of that shard, and every
+  // other sample comes once.
+  std::istringstream fields(state);
+  std::string word;
+  for (int k = 0; k < 10; ++k) fields >> word;  // "shard-stream 1", 7 numbers, the first g
+  const Index buffered = std::stoll(word);
+  const auto& failing = second.dataset().shards()[second.dataset().locate(buffered).shard];
+  const std::string name = fs::path(failing.path).stem().string();  // shard-00000k
+  auto o = stream_options();
+  o.skip_failed_shards = true;
+  shards::ShardStream third(url("always503,on" + name), o);
+  third.load_state(state);
+  std::set<std::string> seen(got.begin(), got.end());
+  for (const auto& x : epoch(third, info)) CHECK(seen.insert(x).second);
+  const Index from = third.dataset().offsets()[second.dataset().locate(buffered).shard];
+  std::int64_t lost = 0;
+  for (const auto& x : whole) {
+    const Index id = std::stoll(x.substr(x.find('\0') + 1));
+    const bool of_failing = id >= from && id < from + static_cast<Index>(failing.samples.size());
+    if (!seen.count(x)) {
+      CHECK(of_failing);
+      ++lost;
+    }
+  }
+  CHECK(lost > 0);
+  CHECK(third.skipped_samples() == lost);
+}
+
+TEST_CASE("two streams of one ShardStream at once: each its own position") {
+  // Two loops over one replica, interleaved (or an abandoned epoch's stream still running
+  // beside the next): neither moves the other, and state() is the later one's.
+  const WorkerInfo a{.id = 0, .num_workers = 1, .seed = 5}, b{.id = 0, .num_workers = 1, .seed = 6};
+  shards::ShardStream remote(url("ok"), stream_options());
+  auto one = remote.samples(a);
+  auto two = remote.samples(b);
+  std::vector<std::string> got_a, got_b;
+  auto it_a = one.begin(), it_b = two.begin();
+  while (it_a != one.end() || it_b != two.end()) {
+    if (it_a != one.end()) got_a.push_back((*it_a).key), ++it_a;
+    if (it_b != two.end()) got_b.push_back((*it_b).key), ++it_b;
+  }
+  const auto keys = [](const WorkerInfo& info) {
+    std::vector<std::string> out;
+    for (const auto& x : local_epoch(info)) out.push_back(x.substr(0, x.find('\0')));
+    return out;
+  };
+  CHECK(got_a == keys(a));
+  CHECK(got_b == keys(b));
+  CHECK(remote.state().rfind("shard-stream 1 " + std::to_string(b.seed) + " ", 0) == 0);
 }
 
 TEST_CASE("faults are retried from the byte reached: each gives the local epoch exactly") {
@@ -412,6 +499,15 @@ TEST_CASE("faults are retried from the byte reached: each gives the local epoch 
       CHECK(ds.read(i).text("bin") == payload(i));
     }
   }
+  // A body read to its end (an index) is reset, and its resumed 206 then ends early, as its
+  // Content-Length said: the Content-Range's whole size says it is not all, so it is resumed
+  // again, and none of it lost.
+  const fs::path idx = *root / "shards" / "shard-000000.tar.idx";
+  std::ifstream in(idx, std::ios::binary);
+  const std::string want(std::istreambuf_iterator<char>(in), {});
+  REQUIRE(want.size() > 100);
+  CHECK(io::HttpClient::shared()->get(url("reset1,lie2,all,whole") + "shard-000000.tar.idx") ==
+        want);
 }
 
 TEST_CASE("a body resumed after a fault asks for its first version (If-Range); one that changed "
@@ -730,6 +826,11 @@ TEST_CASE("a shard whose size differs from its index is refused, naming both siz
   shards::ShardStream remote(url("ok", "changed/"), {.shuffle_shards = false});
   CHECK_THROWS_WITH_AS(
       [&] { for (auto& s : remote.samples(info)) (void)s; }(),
+      doctest::Contains("the shard changed since it was indexed"), io::HttpError);
+  // So it is from a server that ignores Range: its 200's length is the shard's.
+  shards::ShardStream whole(url("norange", "changed/"), {.shuffle_shards = false});
+  CHECK_THROWS_WITH_AS(
+      [&] { for (auto& s : whole.samples(info)) (void)s; }(),
       doctest::Contains("the shard changed since it was indexed"), io::HttpError);
   // A server whose 206s do not say the whole size: the index cannot be checked, so it is
   // refused at the first GET, naming the URL, not retried.

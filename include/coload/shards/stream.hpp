@@ -149,7 +149,18 @@ class ShardStream {
     }
   };
   DriverRef driver_;
-  std::optional<Position> progress_;  // this replica's stream (copies do not share it)
+  // This replica's latest stream's position, which that stream's coroutine moves; a later
+  // stream() makes a new one. A copy of the replica takes a copy of it, not a share.
+  struct Progress {
+    std::shared_ptr<Position> at;
+    Progress() = default;
+    Progress(const Progress& o) : at(o.at ? std::make_shared<Position>(*o.at) : nullptr) {}
+    Progress& operator=(const Progress& o) {
+      at = o.at ? std::make_shared<Position>(*o.at) : nullptr;
+      return *this;
+    }
+  };
+  Progress progress_;
   std::optional<Position> resume_;    // from load_state, for the next stream()
   std::int64_t skipped_ = 0;
   OnError on_error_ = OnError::raise;
