@@ -30,9 +30,10 @@ struct ShardStreamOptions {
   std::size_t read_size = 16 << 20;
   /// Shards named by http(s) URL: the bytes received ahead of the samples handed out, in all.
   /// Two shards are in flight (the one being read and the next, so that its first bytes
-  /// overlap this one's tail), each holding at most half of this, plus one receive buffer
-  /// (256 KiB: curl hands over what one read of the socket brought before the transfer
-  /// pauses). io::HttpClient::read_ahead_peak() measures it.
+  /// overlap this one's tail), each holding at most half of this (at least 64 KiB), plus one
+  /// receive buffer (256 KiB: curl hands over what one read of the socket brought before the
+  /// transfer pauses). io::HttpClient::read_ahead_peak() measures it. A shard found in the
+  /// cache is read as a local one is, in `read_size` chunks.
   std::size_t read_ahead = 64 << 20;
   /// A remote shard that fails for good (see io::RetryOptions) ends the stream with an
   /// io::HttpError naming its URL, status, attempts and samples; with this set (or the
