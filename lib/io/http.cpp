@@ -360,7 +360,7 @@ std::size_t on_scatter(BodyStream::Transfer& t, const char* p, std::size_t bytes
     const auto blank = s.head.find("\r\n\r\n", had >= 3 ? had - 3 : 0);
     if (blank == std::string::npos) {
       if (s.head.size() >= head_limit) {
-        drop_undelimited_part(s);
+        if (!part_delimited(s, s.head)) drop_undelimited_part(s);
         return 0;
       }
       i += k;  // the closing boundary ends here too: it has no blank line
@@ -612,11 +612,13 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
   if (cancelled) return;
   if (t.scatter) {
     // One attempt: what arrived is the caller's, and it fetches the rest itself. A multipart
-    // answer's last part counts once the closing delimiter after it has come.
+    // answer's last part counts once the closing delimiter after it has come: a body that ends
+    // inside a part may have given it other bytes (a delimiter, the next part's headers) where
+    // the server sent fewer than its Content-Range said.
     ScatterState& s = *t.scatter;
-    if (s.multipart && s.left == 0) {
+    if (s.multipart && (s.left != 0 || !part_delimited(s, s.head))) {
       std::lock_guard lock(t.mutex);
-      if (!part_delimited(s, s.head)) drop_undelimited_part(s);
+      drop_undelimited_part(s);
     }
     this->complete(t);
     return;
@@ -630,6 +632,15 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
           : sized ? t.reached >= static_cast<std::uint64_t>(t.range_total) : result == CURLE_OK;
   if (complete && t.fatal.empty()) {
     this->complete(t);
+    return;
+  }
+  if (sized && t.end == to_end && result == CURLE_OK && t.fatal.empty() &&
+      t.reached > t.attempt_start && !closing) {
+    // A 206 that ended where it said, short of the whole size, having brought bytes: a server
+    // that caps its answers to open ranges. The next piece is asked for at once, costing no
+    // attempt (each must bring bytes: the pieces end).
+    t.failures = 0;
+    launch(keep);
     return;
   }
   if (t.reached > t.attempt_start) t.failures = 0;

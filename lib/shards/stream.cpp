@@ -455,19 +455,28 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
     self->resume_.reset();
     self->progress_.at = mine;
     // The buffered samples read again, in slot order. One whose shard fails for good is,
-    // with skip, left out of the buffer (and counted); else the error names it.
+    // with skip, left out of the buffer and counted, as are that shard's others there (not
+    // asked for again; one warning a shard); else the error names it.
     std::vector<std::int64_t> kept;
+    std::vector<std::size_t> failed;  // shards
     for (std::int64_t g : mine->buffer) {
+      const std::size_t of = data.locate(g).shard;
+      if (std::find(failed.begin(), failed.end(), of) != failed.end()) {
+        count_skipped(1);
+        continue;
+      }
       try {
         buffer.push_back(co_await read_sample(data, g, http()));
         kept.push_back(g);
       } catch (const io::HttpError& e) {
         io::HttpError named(e.url(), e.status(), e.attempts(),
                             std::string(e.what()) + "; sample " + std::to_string(g) +
-                                " of the resumed shuffle buffer is lost to this epoch");
+                                " of the resumed shuffle buffer is lost to this epoch" +
+                                (skip ? ", with the buffer's other samples of its shard" : ""));
         if (!skip) throw named;
         coload::detail::warn(std::string("ShardStream: skipped: ") + named.what());
         count_skipped(1);
+        failed.push_back(of);
       }
     }
     mine->buffer = std::move(kept);

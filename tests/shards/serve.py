@@ -35,6 +35,7 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
   nototal       a 206's Content-Range says "bytes FIRST-LAST/*" (the whole size unknown)
   shortpart     a multipart/byteranges answer's first part is 10 bytes shorter than its
                 Content-Range says (the Content-Length stays true)
+  shortlast     its last part is 100 bytes shorter, cut a quarter into its data
 http://127.0.0.1:<proxy>/count/<mode> answers the number of requests made under /<mode>/ so far,
 /ifrange/<mode> the number of them that carried an If-Range header, and /connections/<mode> the
 number of client connections that carried one of them: a response
@@ -217,12 +218,19 @@ class Proxy:
             out.append(l)
         ctype = next((l for l in out if l.lower().startswith("content-type:")), "")
         multipart = re.search(r"multipart/byteranges;\s*boundary=(\S+)", ctype, re.I)
-        if "shortpart" in tokens and multipart and length is not None:
+        if ("shortpart" in tokens or "shortlast" in tokens) and multipart and length is not None:
             body = await ur.readexactly(length)
             delim = b"\r\n--" + multipart.group(1).encode("latin-1")
-            second = body.find(delim, body.find(delim) + 1)
-            if second > 10:
-                body = body[:second - 10] + body[second:]
+            if "shortpart" in tokens:  # the first part's last 10 bytes
+                second = body.find(delim, body.find(delim) + 1)
+                if second > 10:
+                    body = body[:second - 10] + body[second:]
+            else:  # 100 bytes a quarter into the last part's data
+                closing = body.rfind(delim)
+                data = body.find(b"\r\n\r\n", body.rfind(delim, 0, closing)) + 4
+                cut = data + (closing - data) // 4
+                if closing - data > 400:
+                    body = body[:cut] + body[cut + 100:]
             ur, length = _Bytes(body), len(body)
         if length is None:  # not what nginx sends for a file: read it whole, then close
             upstream_close = True

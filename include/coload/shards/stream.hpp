@@ -91,7 +91,9 @@ class ShardStream {
   /// Where this replica's stream stands (text; see the class comment).
   std::string state() const;
   /// Makes the next stream() continue from `state`; InvalidArgument when it is malformed or
-  /// names a position these shards do not have.
+  /// names a position these shards do not have. A stream() of another epoch or worker split
+  /// refuses it (InvalidArgument, at its first sample) and keeps it for the stream it is of;
+  /// load_state("shard-stream 1 none") drops it.
   void load_state(const std::string& state);
 
   /// The loader's `on_error` and its count of skipped samples, given by the loader before it
