@@ -244,6 +244,7 @@ std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
   if (starts_with(line, "HTTP/")) {
     t->response_etag.clear();  // a new response (after a redirect or a 100): its own headers
     t->response_modified.clear();
+    t->range_start = t->range_total = t->unsatisfied_total = -1;
   } else if (auto v = header_value(line, "etag:")) {
     t->response_etag = std::move(*v);
   } else if (auto m = header_value(line, "last-modified:")) {
@@ -252,15 +253,18 @@ std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
   if (t->scatter) {
     if (starts_with(line, "HTTP/")) {
       t->scatter->boundary.clear();  // a new response (after a redirect): its own headers
-      t->range_start = t->range_total = -1;
     } else if (std::string b = byteranges_boundary(line); !b.empty()) {
       t->scatter->boundary = std::move(b);
     }
   }
   if (auto v = header_value(line, "content-range:")) {
-    if (const auto r = parse_content_range(lower(*v))) {
+    const std::string value = lower(*v);
+    unsigned long long total = 0;
+    if (const auto r = parse_content_range(value)) {
       t->range_start = static_cast<std::int64_t>(r->first);
       t->range_total = r->total ? static_cast<std::int64_t>(*r->total) : -1;
+    } else if (std::sscanf(value.c_str(), " bytes */%llu", &total) == 1) {
+      t->unsatisfied_total = static_cast<std::int64_t>(total);
     }
   }
   return size * n;
@@ -529,7 +533,7 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   t->easy = easy;
   t->attempt_start = t->reached;
   t->skip = 0;
-  t->range_start = t->range_total = -1;
+  t->range_start = t->range_total = t->unsatisfied_total = -1;
   t->checked = false;
   t->status = 0;
   t->fatal.clear();
@@ -626,10 +630,16 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
   // To the body's end: where a 206 said the whole size, only all of it is the end (a body
   // that ends early, as its Content-Length said, is resumed).
   const bool sized = t.status == 206 && t.range_total >= 0;
+  // A resumed attempt asked from the byte reached, and the server says that is its whole size
+  // (416 "bytes */N"): all of it had come (a 200 whose Content-Length said more than it sent).
+  const bool past_end = t.status == 416 && t.unsatisfied_total >= 0 &&
+                        static_cast<std::uint64_t>(t.unsatisfied_total) == t.reached &&
+                        t.reached > t.begin;
   const bool complete =
       t.end != to_end
           ? t.reached >= t.end
-          : sized ? t.reached >= static_cast<std::uint64_t>(t.range_total) : result == CURLE_OK;
+          : sized ? t.reached >= static_cast<std::uint64_t>(t.range_total)
+                  : result == CURLE_OK || past_end;
   if (complete && t.fatal.empty()) {
     this->complete(t);
     return;
