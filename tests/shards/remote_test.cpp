@@ -198,44 +198,42 @@ TEST_CASE("get_async by URL: the GETs run on the reader's io_context, with no th
 }
 
 TEST_CASE("a multi-range GET: a part shorter than its Content-Range says is not taken") {
-  // Samples 1, 3 and 5 of the first shard, not neighbours: one GET of three ranges, whose
-  // answer's first part the proxy cuts 10 bytes short (the Content-Length stays true). Its
-  // count is then made up of the delimiter and the next part's headers: the part is given
-  // back, and the answer read no further (the loader fetches the missing samples alone).
-  for (const char* mode : {"ok,parts", "shortpart,parts"}) {
-    CAPTURE(mode);
-    const shards::ShardDataset remote(url(mode));
-    asio::io_context ctx;
-    io::Reader reader(ctx);
-    const std::vector<Index> indices{1, 3, 5};
-    const auto got = sync_wait_pumping(remote.prefetch_async(reader, indices, {0, 1, 2}, 0),
-                                       [&] { ctx.run_one(); });
-    REQUIRE(got.size() == 3);
-    const bool cut = std::string(mode) == "shortpart,parts";
-    for (std::size_t k = 0; k < 3; ++k) {
-      CAPTURE(k);
-      CHECK(got[k].has_value() == !cut);
-      if (got[k]) CHECK(got[k]->text("bin") == payload(indices[k]));
-    }
-  }
-  // The last part, samples 4 and 5 as one range (less than `gap` apart), cut 100 bytes short
-  // inside sample 4: the body ends inside the part, the closing delimiter taken as its bytes.
-  // Sample 4 would be whole but shifted: the part is given back; sample 0 (the first part,
-  // its delimiter after it) stays.
-  for (const char* mode : {"ok,last", "shortlast,last"}) {
-    CAPTURE(mode);
-    const shards::ShardDataset remote(url(mode));
-    asio::io_context ctx;
-    io::Reader reader(ctx);
-    const std::vector<Index> indices{0, 4, 5};
-    const auto got = sync_wait_pumping(remote.prefetch_async(reader, indices, {0, 1, 2}, 2048),
-                                       [&] { ctx.run_one(); });
-    REQUIRE(got.size() == 3);
-    const bool cut = std::string(mode) == "shortlast,last";
-    for (std::size_t k = 0; k < 3; ++k) {
-      CAPTURE(k);
-      CHECK(got[k].has_value() == (k == 0 || !cut));
-      if (got[k]) CHECK(got[k]->text("bin") == payload(indices[k]));
+  // Three samples of the first shard, one prefetch group, each case with and without its
+  // fault; `kept` is which samples the cut answer still gives (the rest are fetched alone).
+  struct Case {
+    const char* fault;  // the proxy's token
+    const char* tag;    // a nonce of the case's own (its request counts)
+    std::vector<Index> indices;
+    std::uint64_t gap;
+    std::vector<bool> kept;
+  };
+  const Case cases[] = {
+      // Samples 1, 3 and 5, not neighbours: one GET of three ranges, whose answer's first part
+      // the proxy cuts 10 bytes short (the Content-Length stays true). Its count is then made
+      // up of the delimiter and the next part's headers: the part is given back, and the
+      // answer read no further.
+      {"shortpart", "parts", {1, 3, 5}, 0, {false, false, false}},
+      // The last part, samples 4 and 5 as one range (less than `gap` apart), cut 100 bytes
+      // short inside sample 4: the body ends inside the part, the closing delimiter taken as
+      // its bytes. Sample 4 would be whole but shifted: the part is given back; sample 0 (the
+      // first part, its delimiter after it) stays.
+      {"shortlast", "last", {0, 4, 5}, 2048, {true, false, false}},
+  };
+  for (const Case& c : cases) {
+    for (const bool cut : {false, true}) {
+      const std::string mode = std::string(cut ? c.fault : "ok") + "," + c.tag;
+      CAPTURE(mode);
+      const shards::ShardDataset remote(url(mode));
+      asio::io_context ctx;
+      io::Reader reader(ctx);
+      const auto got = sync_wait_pumping(
+          remote.prefetch_async(reader, c.indices, {0, 1, 2}, c.gap), [&] { ctx.run_one(); });
+      REQUIRE(got.size() == 3);
+      for (std::size_t k = 0; k < 3; ++k) {
+        CAPTURE(k);
+        CHECK(got[k].has_value() == (!cut || c.kept[k]));
+        if (got[k]) CHECK(got[k]->text("bin") == payload(c.indices[k]));
+      }
     }
   }
 }
