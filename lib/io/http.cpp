@@ -391,7 +391,7 @@ std::size_t on_scatter(BodyStream::Transfer& t, const char* p, std::size_t bytes
 /// before, or when nothing was taken yet (the response's version is then the transfer's). Else
 /// `fatal` says how the object changed: resuming would join two versions' bytes.
 bool same_version(BodyStream::Transfer& t) {
-  if (t.reached == t.begin) {
+  if (t.reached == t.begin && !t.pinned) {
     t.etag = t.response_etag;
     t.modified = t.response_modified;
     return true;
@@ -563,7 +563,7 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   // none is sent, and same_version() alone compares the validators.
   t->response_etag.clear();
   t->response_modified.clear();
-  if (!t->scatter && t->reached > t->begin) {
+  if (!t->scatter && (t->reached > t->begin || t->pinned)) {
     const std::string& v = !t->etag.empty() ? t->etag : t->modified;
     if (!v.empty() && !starts_with(v, "W/")) {
       t->headers = curl_slist_append(t->headers, ("If-Range: " + v).c_str());
@@ -754,10 +754,15 @@ void HttpClient::blocking(const char* what) const {
 
 std::unique_ptr<BodyStream> HttpClient::stream(const std::string& url, std::uint64_t begin,
                                                std::uint64_t end, std::size_t window,
-                                               std::uint64_t size, const RetryOptions& retry) {
+                                               std::uint64_t size, const RetryOptions& retry,
+                                               const BodyVersion& version) {
   if (end < begin) throw InvalidArgument("HttpClient::stream: end before begin for '" + url + "'");
   auto self = shared_from_this();  // first: a client not held by a shared_ptr starts nothing
-  auto t = start(url, begin, end, std::max<std::size_t>(window, 1), size, retry);
+  auto t = prepare(url, begin, end, std::max<std::size_t>(window, 1), size, retry);
+  t->etag = version.etag;
+  t->modified = version.last_modified;
+  t->pinned = !version.empty();
+  launch(t);
   return std::unique_ptr<BodyStream>(new BodyStream(std::move(self), std::move(t), begin));
 }
 
@@ -958,6 +963,13 @@ void BodyStream::skip(std::uint64_t n) {
 }
 
 const std::string& BodyStream::url() const noexcept { return transfer_->url; }
+
+BodyVersion BodyStream::version() const {
+  std::lock_guard lock(transfer_->mutex);
+  // Once done (set under the mutex), the loop no longer writes the validators.
+  if (!transfer_->done) return {};
+  return {transfer_->etag, transfer_->modified};
+}
 
 std::size_t BodyStream::available() const {
   std::lock_guard lock(transfer_->mutex);

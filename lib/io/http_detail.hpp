@@ -88,7 +88,10 @@ struct BodyStream::Transfer : std::enable_shared_from_this<BodyStream::Transfer>
   // The body's version: the ETag (else Last-Modified) of the response whose bytes came first,
   // sent as If-Range when a later attempt resumes, and compared with each later response's, so
   // that bytes of two versions of an object are never joined.
+  // A version given by the caller (HttpClient::stream's) is set before the transfer starts,
+  // and `pinned` says so: the first response is then compared with it too.
   std::string etag, modified;
+  bool pinned = false;
   std::string response_etag, response_modified;  // this response's, as far as it came
   char errbuf[CURL_ERROR_SIZE] = {};
   std::unique_ptr<asio::steady_timer> backoff;  // the wait before the next attempt

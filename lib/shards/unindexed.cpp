@@ -37,7 +37,11 @@ struct Walk {
 
   void open_body() {
     asked = offset;
-    body = client->stream(url, offset, ~std::uint64_t{0}, window, 0, retry);
+    // Going on from where an earlier body ended: from the version its bytes were of (If-Range;
+    // another version is an error), never the rest of a replaced shard after the old one's
+    // first part.
+    const io::BodyVersion version = body ? body->version() : io::BodyVersion{};
+    body = client->stream(url, offset, ~std::uint64_t{0}, window, 0, retry, version);
   }
 
   /// Reads up to `n` bytes to `dst` (nullptr drops them), fewer only at the shard's end.

@@ -571,6 +571,30 @@ TEST_CASE("a body resumed after a fault asks for its first version (If-Range); o
     // before it strips it).
     CHECK(count("ifrange", mode) >= 1);
   }
+  // A shard without an index whose 200 ended early ("lie": its Content-Length says half) is
+  // asked for again from the byte reached, by a request of its own: that one asks for the
+  // first one's version too.
+  {
+    const std::string mode = "lie1,ifr2";
+    shards::ShardStream remote(url(mode, "noindex/"), stream_options(16 << 10));
+    CHECK(epoch(remote, info) == local_epoch(info));
+    CHECK(count("ifrange", mode) == static_cast<int>(remote.dataset().shards().size()));
+  }
+  {
+    const std::string mode = "lie1,changed1,ifr3";
+    shards::ShardStream remote(url(mode, "noindex/"),
+                               {.shuffle_shards = false, .read_ahead = 16 << 10});
+    try {
+      for (auto& s : remote.samples(info)) CHECK(s.text("bin") == payload(std::stoll(s.text("id"))));
+      FAIL("the stream ended without an error");
+    } catch (const io::HttpError& e) {
+      const std::string what = e.what();
+      CHECK(e.url() == url(mode, "noindex/") + "shard-000000.tar");
+      CHECK(e.attempts() == 1);
+      CHECK(what.find("it changed while it was read (ETag \"") != std::string::npos);
+      CHECK(what.find("\"replaced-") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("a shard that keeps failing ends the epoch with an error naming URL, status, attempts and samples") {

@@ -76,6 +76,13 @@ class HttpError : public std::runtime_error, public Error {
 
 class HttpClient;
 
+/// The version of a URL's body a read took its bytes from: the validators (ETag, else
+/// Last-Modified) of the response its bytes came from; empty when the server sent none.
+struct BodyVersion {
+  std::string etag, last_modified;
+  bool empty() const noexcept { return etag.empty() && last_modified.empty(); }
+};
+
 /// One range of a multi-range read (HttpClient::get_ranges_async): bytes [begin, end) of the
 /// URL, written to `dst`.
 struct RangePart {
@@ -122,6 +129,10 @@ class BodyStream {
   std::uint64_t position() const noexcept { return position_; }
   /// The URL.
   const std::string& url() const noexcept;
+  /// The version its bytes are of, once the body has ended (a read returned fewer bytes than
+  /// asked): pass it to a later HttpClient::stream of the same URL that goes on from there,
+  /// so the two are never of different versions. Empty before the end, and for file://.
+  BodyVersion version() const;
 
   struct Transfer;
 
@@ -206,10 +217,14 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
                                                     std::uint64_t gap = 0,
                                                     RetryOptions retry = {});
   /// Streams bytes [begin, end) of `url` (see BodyStream); `size` as for get_range. It starts
-  /// the transfer and returns without waiting (any thread, ctx's too).
+  /// the transfer and returns without waiting (any thread, ctx's too). A `version` (an earlier
+  /// stream's, BodyStream::version) is the one the bytes must be of: it is sent as If-Range,
+  /// and a response of another version is an HttpError saying the body changed (as when a
+  /// body resumed after a fault changed meanwhile).
   std::unique_ptr<BodyStream> stream(const std::string& url, std::uint64_t begin,
                                      std::uint64_t end, std::size_t window,
-                                     std::uint64_t size = 0, const RetryOptions& retry = {});
+                                     std::uint64_t size = 0, const RetryOptions& retry = {},
+                                     const BodyVersion& version = {});
 
   /// The bytes its transfers have received and hold for their readers (a BodyStream's, up to
   /// its window plus one receive buffer of 256 KiB; not get_range's, which go straight to
