@@ -48,24 +48,51 @@ std::string env(const char* name) {
 /// How an s3:// URL is fetched: the HTTP(S) URL and its signing, from the standard AWS
 /// variables (read at each attempt, so a rotated session token is picked up).
 struct S3Target {
-  std::string url, sigv4, userpwd, token;
+  std::string url, region, sigv4, userpwd, token;
 };
 
-S3Target resolve_s3(const std::string& url) {
-  const std::string rest = url.substr(5);
+/// An S3 key as its URL's path carries it: every byte but A-Z a-z 0-9 - . _ ~ and '/'
+/// percent-encoded, as SigV4's canonical URI has it (an s3:// URL names the key itself, as the
+/// AWS CLI takes it: "a b=c" is that key, and "a%20b" a key with a '%'). libcurl 7.88 signs
+/// the path as it is given, so it must be given encoded.
+std::string encode_s3_key(std::string_view key) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(key.size());
+  for (const char ch : key) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+        c == '-' || c == '.' || c == '_' || c == '~' || c == '/') {
+      out += ch;
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+S3Target resolve_s3(std::string_view url) {
+  const std::string_view rest = url.substr(5);
   const auto slash = rest.find('/');
-  const std::string bucket = rest.substr(0, slash);
-  const std::string key = slash == std::string::npos ? "" : rest.substr(slash + 1);
+  const std::string bucket(rest.substr(0, slash));
+  const std::string key = encode_s3_key(slash == std::string::npos ? "" : rest.substr(slash + 1));
   std::string region = env("AWS_REGION");
   if (region.empty()) region = env("AWS_DEFAULT_REGION");
   if (region.empty()) region = "us-east-1";
   std::string endpoint = env("AWS_ENDPOINT_URL_S3");
   if (endpoint.empty()) endpoint = env("AWS_ENDPOINT_URL");
   S3Target t;
+  t.region = region;
   if (!endpoint.empty()) {
     // A custom endpoint (MinIO, moto, a proxy): path-style, as such servers expect.
     if (endpoint.back() == '/') endpoint.pop_back();
     t.url = endpoint + "/" + bucket + "/" + key;
+  } else if (bucket.find('.') != std::string::npos) {
+    // A bucket named with dots is not covered by the certificate of *.s3.<region>.amazonaws.com
+    // (one label): path-style, as the AWS SDKs fall back to.
+    t.url = "https://s3." + region + ".amazonaws.com/" + bucket + "/" + key;
   } else {
     t.url = "https://" + bucket + ".s3." + region + ".amazonaws.com/" + key;
   }
@@ -79,6 +106,11 @@ S3Target resolve_s3(const std::string& url) {
 }
 
 }  // namespace
+
+std::string s3_http_url(std::string_view url) {
+  if (!starts_with(url, "s3://")) throw InvalidArgument("'" + std::string(url) + "' is not an s3:// URL");
+  return resolve_s3(url).url;
+}
 
 void validate(const RetryOptions& retry, std::string_view name) {
   const auto bad = [&](const char* field, long long value, const char* must) {
@@ -387,6 +419,17 @@ std::size_t on_scatter(BodyStream::Transfer& t, const char* p, std::size_t bytes
   return bytes;
 }
 
+/// A final answer that is not the object's bytes: a redirect curl could not follow (no
+/// Location: S3's answer from another region than the bucket's), or another status outside
+/// 2xx that curl did not fail (FAILONERROR fails 4xx and 5xx). Sets `fatal`.
+bool not_a_body(BodyStream::Transfer& t) {
+  if (t.status >= 200 && t.status < 300) return false;
+  t.fatal = "the server answered HTTP " + std::to_string(t.status) +
+            (t.status >= 300 && t.status < 400 ? " with no Location to follow" : "") +
+            ", not the object";
+  return true;
+}
+
 /// A response's first body bytes: true when they are of the version whose bytes were taken
 /// before, or when nothing was taken yet (the response's version is then the transfer's). Else
 /// `fatal` says how the object changed: resuming would join two versions' bytes.
@@ -416,6 +459,7 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
     t->checked = true;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
     const bool http = !starts_with(t->url, "file://");  // s3:// is HTTP too
+    if (http && not_a_body(*t)) return 0;
     if (http && t->status == 206) {
       if (t->range_start != static_cast<std::int64_t>(t->reached)) {
         t->fatal = "asked for bytes from " + std::to_string(t->reached) +
@@ -506,6 +550,8 @@ bool retryable(CURLcode result, long status) {
     case CURLE_GOT_NOTHING:
     case CURLE_OPERATION_TIMEDOUT:
     case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:  // a DNS server's passing fault, as botocore retries it
+    case CURLE_COULDNT_RESOLVE_PROXY:
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_WEIRD_SERVER_REPLY:
     case CURLE_HTTP2:
@@ -544,6 +590,7 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
     // the empty body of a GET. Without credentials the request goes unsigned (a public bucket).
     const S3Target s3 = resolve_s3(t->url);
     curl_easy_setopt(easy, CURLOPT_URL, s3.url.c_str());
+    curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L);  // a key's "./" and "../" are its own
     if (!s3.sigv4.empty()) {
       curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, s3.sigv4.c_str());
       curl_easy_setopt(easy, CURLOPT_USERPWD, s3.userpwd.c_str());
@@ -627,6 +674,8 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
     this->complete(t);
     return;
   }
+  // A non-2xx final answer with no body reached on_body's check: it is refused here.
+  if (result == CURLE_OK && t.fatal.empty() && !starts_with(t.url, "file://")) not_a_body(t);
   // To the body's end: where a 206 said the whole size, only all of it is the end (a body
   // that ends early, as its Content-Length said, is resumed).
   const bool sized = t.status == 206 && t.range_total >= 0;
@@ -669,6 +718,14 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
   } else {
     why = curl_easy_strerror(result);
     if (t.errbuf[0]) why += std::string(" (") + t.errbuf + ")";
+  }
+  if (starts_with(t.url, "s3://")) {
+    // What was asked of whom: the endpoint and the signing come from the environment.
+    const S3Target s3 = resolve_s3(t.url);
+    why += " (GET " + s3.url +
+           (s3.sigv4.empty() ? ", sent unsigned: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                               "are not both set)"
+                             : ", signed for region " + s3.region + ")");
   }
   const std::string where = "cannot read '" + t.url + "': " + why + "; " +
                             std::to_string(t.attempts) +

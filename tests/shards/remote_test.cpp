@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -865,6 +866,68 @@ TEST_CASE("403 and 404 fail at once, naming the URL") {
                        doctest::Contains("shards.txt"), io::HttpError);
 }
 
+TEST_CASE("a redirect with nowhere to go fails at once; a host name not resolved is retried") {
+  // 301 with a body and no Location: its body is not the object's bytes.
+  try {
+    (void)io::HttpClient::shared()->get(url("moved,all") + "shard-000000.tar.idx");
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    CHECK(e.status() == 301);
+    CHECK(e.attempts() == 1);
+    CHECK(std::string(e.what()).find("the server answered HTTP 301 with no Location to follow, "
+                                     "not the object") != std::string::npos);
+  }
+  shards::ShardStream moved(url("moved"), {.shuffle_shards = false});
+  CHECK_THROWS_WITH_AS(
+      [&] { for (auto& s : moved.samples(WorkerInfo{.num_workers = 1})) (void)s; }(),
+      doctest::Contains("HTTP 301 with no Location"), io::HttpError);
+  // A DNS failure may pass (a resolver's hiccup): retried as a reset is. ".invalid" never
+  // resolves (RFC 6761).
+  const io::RetryOptions twice{.attempts = 2, .backoff = std::chrono::milliseconds(1),
+                               .max_backoff = std::chrono::milliseconds(1)};
+  try {
+    (void)io::HttpClient::shared()->get("http://coload-test.invalid/x.tar", 1 << 20, twice);
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    CHECK(e.attempts() == 2);
+    CHECK(e.status() == 0);
+    CHECK(std::string(e.what()).find("http://coload-test.invalid/x.tar") != std::string::npos);
+  }
+}
+
+TEST_CASE("an s3:// URL names a key: percent-encoded into its http(s) URL, a dotted bucket path-style") {
+  const char* vars[] = {"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION",
+                        "AWS_DEFAULT_REGION"};
+  std::vector<std::optional<std::string>> saved;
+  for (const char* v : vars) {
+    const char* x = std::getenv(v);
+    saved.push_back(x ? std::optional<std::string>(x) : std::nullopt);
+    ::unsetenv(v);
+  }
+  CHECK(io::s3_http_url("s3://bucket/a/b.tar") == "https://bucket.s3.us-east-1.amazonaws.com/a/b.tar");
+  ::setenv("AWS_DEFAULT_REGION", "eu-west-1", 1);
+  // Every byte but the unreserved ones and '/', as SigV4's canonical URI has it; a '%' is the
+  // key's own.
+  CHECK(io::s3_http_url("s3://bucket/split=a b+c,d/k%20~_.-/\xc3\xa9?x#y") ==
+        "https://bucket.s3.eu-west-1.amazonaws.com/split%3Da%20b%2Bc%2Cd/k%2520~_.-/%C3%A9%3Fx%23y");
+  // A bucket with dots: path-style (the virtual host's certificate would not cover it).
+  ::setenv("AWS_REGION", "ap-south-1", 1);
+  CHECK(io::s3_http_url("s3://my.data/x.tar") == "https://s3.ap-south-1.amazonaws.com/my.data/x.tar");
+  ::setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9/", 1);
+  CHECK(io::s3_http_url("s3://my.data/a b") == "http://127.0.0.1:9/my.data/a%20b");
+  ::setenv("AWS_ENDPOINT_URL_S3", "https://s3.example", 1);
+  CHECK(io::s3_http_url("s3://b/") == "https://s3.example/b/");
+  CHECK_THROWS_WITH_AS((void)io::s3_http_url("https://b/x"), "'https://b/x' is not an s3:// URL",
+                       InvalidArgument);
+  for (std::size_t i = 0; i < std::size(vars); ++i) {
+    if (saved[i]) {
+      ::setenv(vars[i], saved[i]->c_str(), 1);
+    } else {
+      ::unsetenv(vars[i]);
+    }
+  }
+}
+
 TEST_CASE("a shard whose size differs from its index is refused, naming both sizes") {
   // shards/ and changed/ hold the same shard names; changed/ has a longer first shard and
   // the index of the original.
@@ -899,6 +962,8 @@ TEST_CASE("a shard whose size differs from its index is refused, naming both siz
 
 namespace {
 shards_test::Server* s3 = nullptr;  // with --s3: moto's server, bucket "coload"
+// A folder of the same shards whose name a URL must encode (served as an S3 prefix).
+constexpr const char* odd_keys = "split=a b+c,d%e?f#g~";
 }
 
 TEST_CASE("s3: shards in a bucket, signed with SigV4, stream and read the local epoch") {
@@ -925,7 +990,26 @@ TEST_CASE("s3: shards in a bucket, signed with SigV4, stream and read the local 
     CHECK(e.attempts() == 1);
     CHECK(e.url() == "s3://coload/shards/shard-000000.tar.idx");
   }
+  // Unsigned (no credentials set): the message says so, and names the URL asked.
+  ::unsetenv("AWS_SECRET_ACCESS_KEY");
+  try {
+    shards::ShardDataset unsigned_read("s3://coload/shards/shard-000000.tar");
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    const std::string what = e.what();
+    CHECK(e.status() == 403);
+    CHECK(what.find("(GET " + endpoint + "/coload/shards/shard-000000.tar.idx, sent unsigned: "
+                    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not both set)") !=
+          std::string::npos);
+  }
   ::setenv("AWS_SECRET_ACCESS_KEY", s3->key_secret.c_str(), 1);
+  // Keys with bytes a URL must encode (S3 keys are names, as the AWS CLI takes them): each
+  // signed request names the object itself.
+  shards::ShardStream odd("s3://coload/" + std::string(odd_keys), stream_options());
+  CHECK(epoch(odd, info) == local_epoch(info));
+  const shards::ShardDataset odd_ds("s3://coload/" + std::string(odd_keys) +
+                                    "/shard-{000000..000002}.tar");
+  for (Index i = 0; i < odd_ds.size(); i += 7) CHECK(odd_ds.read(i).text("bin") == payload(i));
   try {
     shards::ShardDataset missing("s3://coload/none/shard-000000.tar");
     FAIL("no error");
@@ -959,6 +1043,7 @@ int main(int argc, char** argv) {
     std::ofstream grow(served / "changed" / "shard-000000.tar", std::ios::app | std::ios::binary);
     grow << std::string(1024, '\0');
   }
+  if (with_s3) fs::copy(served / "shards", served / odd_keys);
   // The same shards without their indices, and with one torn in the middle of a sample.
   for (const char* folder : {"noindex", "torn"}) {
     fs::create_directories(served / folder);

@@ -20,22 +20,25 @@ import sys
 os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"
 
 
-def reexec_or_skip():
+def venv_python():
     venv = os.environ.get("COLOAD_MOTO_VENV",
                           os.path.expanduser("~/.cache/coload/venv-moto"))
-    py = os.path.join(venv, "bin", "python")
-    if os.path.exists(py) and os.path.realpath(sys.prefix) != os.path.realpath(venv):
-        os.execv(py, [py, __file__] + sys.argv[1:])
-    print("SKIP moto[server] is not installed (tests/shards/setup_moto.sh installs it from "
-          "PyPI into " + venv + ")", flush=True)
-    sys.exit(0)
+    return venv, os.path.join(venv, "bin", "python")
 
 
+# The virtual environment setup_moto.sh makes comes first where it exists, whatever this
+# interpreter holds: its moto and boto3 were installed together (a moto 5.2.1 beside boto3
+# 1.43, say, refuses boto3's own signatures of keys with '=' in them).
+venv, py = venv_python()
+if os.path.exists(py) and os.path.realpath(sys.prefix) != os.path.realpath(venv):
+    os.execv(py, [py, __file__] + sys.argv[1:])
 try:
     import boto3
     from moto.server import ThreadedMotoServer
 except ImportError:
-    reexec_or_skip()
+    print("SKIP moto[server] is not installed (tests/shards/setup_moto.sh installs it from "
+          "PyPI into " + venv + ")", flush=True)
+    sys.exit(0)
 
 
 def main(root):

@@ -23,6 +23,7 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
   always503     answers 503 to every request
   from<k>       no fault for the first k requests of each target (a later epoch's fail)
   403           answers 403
+  moved         answers 301 with a body and no Location (a redirect with nowhere to go)
   norange       forwards requests without their Range header: nginx answers each with its
                 whole body (200), as a server that ignores ranges does
   onerange      forwards a request for several ranges as one for the range that covers them
@@ -171,6 +172,12 @@ class Proxy:
         if faulty and ("403" in tokens or "always503" in tokens or hit("503x")):
             code = "403 Forbidden" if "403" in tokens else "503 Service Unavailable"
             cw.write(f"HTTP/1.1 {code}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
+            await cw.drain()
+            return False
+        if faulty and "moved" in tokens:
+            body = b"moved elsewhere, the new place not said\n"
+            cw.write(b"HTTP/1.1 301 Moved Permanently\r\nContent-Length: %d\r\n"
+                     b"Connection: close\r\n\r\n%s" % (len(body), body))
             await cw.drain()
             return False
         if up[1] is None:
