@@ -375,20 +375,10 @@ void print_epoch(const Args& args, std::int64_t e, const EpochStats& s, bool wit
 int train_from_shards(const Args& args) {
   std::vector<std::string> class_names;
   {
-    // DIR may be a URL (http://host/shards): classes.txt is then fetched from beside the
-    // shards, as the shards' list and indices are.
-    std::string text;
-    if (coload::io::is_url(args.shards) && args.shards.rfind("file://", 0) != 0) {
-      std::string base = args.shards;
-      if (base.back() != '/') base += '/';
-      text = coload::io::HttpClient::shared()->get(base + "classes.txt", 16 << 20);
-    } else {
-      std::string dir = args.shards;
-      if (dir.rfind("file://", 0) == 0) dir = dir.substr(7);
-      std::ifstream in(std::filesystem::path(dir) / "classes.txt");
-      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
-    std::istringstream in(text);
+    // DIR may be a URL (http://host/shards) or a brace pattern: classes.txt is read from
+    // beside the shards, as their list and indices are.
+    const auto text = coload::shards::read_beside_shards(args.shards, "classes.txt");
+    std::istringstream in(text.value_or(""));
     for (std::string line; std::getline(in, line);) class_names.push_back(line);
   }
   if (args.limit) throw std::runtime_error("--limit does not apply to --shards (pack fewer images)");

@@ -156,7 +156,10 @@ ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options
         state_->shards.push_back(std::move(none));
       }
     } else {
-      state_->shards.push_back(load_index(path, state_->options.index));
+      // A file:// URL is its local path, read as any local shard is.
+      const bool file_url = path.rfind("file://", 0) == 0;
+      state_->shards.push_back(
+          load_index(file_url ? detail::file_url_path(path) : path, state_->options.index));
     }
     state_->unindexed.push_back(missing);
     state_->offsets.push_back(state_->offsets.back() +

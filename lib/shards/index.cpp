@@ -398,6 +398,10 @@ std::vector<std::string> find_shards(const std::filesystem::path& root) {
     }
   } else if (std::filesystem::exists(root, ec)) {
     shards.push_back(root.string());
+  } else if (root.native().find('{') != std::string::npos) {
+    // A brace pattern of local names (".../shard-{000000..000009}.tar"), as a URL's is; a
+    // name it gives that is not there is named when its index is read.
+    return expand_braces(root.native());
   } else {
     throw InvalidArgument("no shard or folder of shards at '" + root.string() + "'");
   }

@@ -3,12 +3,17 @@
 #include "remote.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <sstream>
+#include <utility>
 
 #include "coload/core/error.hpp"
 #include "coload/io/http.hpp"
+#include "coload/shards/dataset.hpp"
 
 namespace coload::shards {
 
@@ -57,8 +62,26 @@ std::vector<std::string> alternatives(std::string_view body, std::string_view pa
   return out;
 }
 
-std::string base_of(const std::string& url) {
-  return url.back() == '/' ? url : url + '/';
+std::string base_of(std::string_view path) {
+  return path.empty() || path.back() != '/' ? std::string(path) + '/' : std::string(path);
+}
+
+/// The http(s) URL split before its query or fragment ("?token=...", as presigned or
+/// token-carrying URLs have): names derived from it (its index, a folder's list, the shards
+/// listed there) go in the path and carry the query. An s3:// URL names a key, which may hold
+/// both bytes: not split.
+std::pair<std::string_view, std::string_view> split_query(std::string_view url) noexcept {
+  if (url.substr(0, 5) == "s3://") return {url, {}};
+  const auto q = url.find_first_of("?#");
+  if (q == std::string_view::npos) return {url, {}};
+  return {url.substr(0, q), url.substr(q)};
+}
+
+int hex_value(char c) noexcept {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
 }
 
 }  // namespace
@@ -70,11 +93,21 @@ std::vector<std::string> expand_braces(std::string_view pattern) {
     const auto open = pattern.find('{', at);
     const std::string_view literal = pattern.substr(at, open - at);
     for (std::string& n : names) n += literal;
+    if (literal.find('}') != std::string_view::npos) {
+      throw InvalidArgument("brace pattern '" + std::string(pattern) + "': '}' at " +
+                            std::to_string(at + literal.find('}')) + " closes no '{'");
+    }
     if (open == std::string_view::npos) break;
     const auto close = pattern.find('}', open);
     if (close == std::string_view::npos) {
       throw InvalidArgument("brace pattern '" + std::string(pattern) + "': '{' at " +
                             std::to_string(open) + " is not closed");
+    }
+    const auto inner = pattern.find('{', open + 1);
+    if (inner < close) {
+      throw InvalidArgument("brace pattern '" + std::string(pattern) + "': '{' at " +
+                            std::to_string(inner) + " is inside another group (groups do not "
+                            "nest; write each name's groups side by side)");
     }
     const auto alts = alternatives(pattern.substr(open + 1, close - open - 1), pattern);
     if (names.size() * alts.size() > max_names) {
@@ -92,6 +125,48 @@ std::vector<std::string> expand_braces(std::string_view pattern) {
   return names;
 }
 
+std::optional<std::string> read_beside_shards(std::string_view root, std::string_view name,
+                                              std::uint64_t limit,
+                                              const io::RetryOptions& retry) {
+  // One shard or a pattern of them: the folder they are in; else root is the folder.
+  const auto folder_of = [](std::string_view path) {
+    const bool names_shards = path.find('{') != std::string_view::npos ||
+                              (path.size() > 4 && path.substr(path.size() - 4) == ".tar");
+    return names_shards ? std::string(path.substr(0, path.rfind('/') + 1)) : base_of(path);
+  };
+  if (detail::is_remote(root)) {
+    const auto [path, query] = split_query(root);
+    const std::string url = folder_of(path) + std::string(name) + std::string(query);
+    try {
+      return io::HttpClient::shared()->get(url, limit, retry);
+    } catch (const io::HttpError& e) {
+      if (e.status() == 404) return std::nullopt;
+      throw;
+    }
+  }
+  const std::string local = root.substr(0, 7) == "file://" ? detail::file_url_path(root)
+                                                           : std::string(root);
+  std::error_code ec;
+  const std::string dir = std::filesystem::is_directory(local, ec) ? local : folder_of(local);
+  const std::filesystem::path file = std::filesystem::path(dir.empty() ? "." : dir) / name;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    if (!std::filesystem::exists(file, ec)) return std::nullopt;
+    throw SystemError(err, std::generic_category(), "cannot read '" + file.string() + "'");
+  }
+  std::string text;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    text.append(chunk, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > limit) {
+      throw InvalidArgument("'" + file.string() + "' is over " + std::to_string(limit) + " bytes");
+    }
+  }
+  if (in.bad()) throw SystemError(EIO, std::generic_category(), "cannot read '" + file.string() + "'");
+  return text;
+}
+
 namespace detail {
 
 bool is_remote(std::string_view name) noexcept {
@@ -105,7 +180,31 @@ std::string file_url_path(std::string_view url) {
     throw InvalidArgument("'" + std::string(url) +
                           "': a file:// URL names a local path (file:///path)");
   }
-  return std::string(rest);
+  // Percent-decoded, as a URL's path is (Python's Path.as_uri() writes a space as %20); a '%'
+  // not followed by two hex digits is refused, naming the URL.
+  std::string path;
+  path.reserve(rest.size());
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    if (rest[i] != '%') {
+      path += rest[i];
+      continue;
+    }
+    const int hi = i + 2 < rest.size() ? hex_value(rest[i + 1]) : -1;
+    const int lo = hi >= 0 ? hex_value(rest[i + 2]) : -1;
+    if (lo < 0) {
+      throw InvalidArgument("'" + std::string(url) + "': '%' at " + std::to_string(i + 7) +
+                            " is not followed by two hex digits (a file:// URL's path is "
+                            "percent-encoded: '%' is %25)");
+    }
+    path += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return path;
+}
+
+std::string beside(std::string_view url, std::string_view suffix) {
+  const auto [path, query] = split_query(url);
+  return std::string(path) + std::string(suffix) + std::string(query);
 }
 
 std::vector<std::string> find_url_shards(const std::string& root, const io::RetryOptions& retry) {
@@ -117,9 +216,10 @@ std::vector<std::string> find_url_shards(const std::string& root, const io::Retr
     return out;
   }
   if (root.find('{') != std::string::npos) return expand_braces(root);
-  if (root.size() > 4 && root.compare(root.size() - 4, 4, ".tar") == 0) return {root};
-  const std::string base = base_of(root);
-  const std::string list_url = base + std::string(shard_list_name);
+  const auto [path, query] = split_query(root);
+  if (path.size() > 4 && path.substr(path.size() - 4) == ".tar") return {root};
+  const std::string base = base_of(path);
+  const std::string list_url = base + std::string(shard_list_name) + std::string(query);
   std::string text;
   try {
     text = io::HttpClient::shared()->get(list_url, 64 << 20, retry);
@@ -139,14 +239,14 @@ std::vector<std::string> find_url_shards(const std::string& root, const io::Retr
       throw InvalidArgument("'" + list_url + "' names '" + line +
                             "': shards are listed by file name, in that folder");
     }
-    out.push_back(base + line);
+    out.push_back(base + line + std::string(query));
   }
   if (out.empty()) throw InvalidArgument("no shards in '" + list_url + "'");
   return out;
 }
 
 ShardIndex load_remote_index(const std::string& url, const io::RetryOptions& retry) {
-  const std::string idx = url + ".idx";
+  const std::string idx = beside(url, ".idx");
   std::string text;
   try {
     text = io::HttpClient::shared()->get(idx, 1u << 30, retry);

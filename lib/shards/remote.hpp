@@ -15,9 +15,14 @@ namespace coload::shards::detail {
 
 /// Whether `name` is an http://, https:// or s3:// URL (file:// URLs are read as local paths).
 bool is_remote(std::string_view name) noexcept;
-/// The local path a file:// URL names ("file:///data/x.tar", "file://localhost/data/x.tar");
-/// InvalidArgument for another host.
+/// The local path a file:// URL names ("file:///data/x.tar", "file://localhost/data/x.tar"),
+/// percent-decoded ("file:///my%20data": "/my data"); InvalidArgument for another host or a
+/// '%' not followed by two hex digits.
 std::string file_url_path(std::string_view url);
+/// `url` with `suffix` appended to its path: before an http(s) URL's query or fragment
+/// ("https://h/x.tar?sig=1" and ".idx": "https://h/x.tar.idx?sig=1"); an s3:// key, which
+/// may hold '?' and '#', at its end.
+std::string beside(std::string_view url, std::string_view suffix);
 /// find_shards for a URL (see find_shards); a folder URL's list is fetched with `retry`.
 std::vector<std::string> find_url_shards(const std::string& root,
                                          const io::RetryOptions& retry = {});

@@ -22,19 +22,17 @@ class ShardImageFolder(_C.ShardImagePipeline):
     `webp` field decoded and transformed natively, its label the `cls` field. `recipe` and
     `train` as coload.vision.ImageFolder's. `num_classes` is the class count a recipe's
     MixUp/CutMix without its own uses: None reads classes.txt beside the shards (coload-shard
-    writes it), else 0 (such an op then needs its num_classes). A batch is [images float
+    writes it; `path` may be a URL, as ShardDataset's), else 0 (such an op then needs its num_classes). A batch is [images float
     [N, 3, S, S], labels]."""
 
     def __init__(self, path, recipe="classic", train=True, num_classes=None):
         from .vision import Recipe
         path = os.fspath(path)
         if num_classes is None:
-            folder = path if os.path.isdir(path) else os.path.dirname(path)
-            try:
-                with open(os.path.join(folder, "classes.txt")) as f:
-                    num_classes = sum(1 for line in f if line.strip())
-            except FileNotFoundError:
-                num_classes = 0
+            # Beside the shards, by path or URL (a folder, a shard, a brace pattern).
+            text = _C.read_beside_shards(path, "classes.txt")
+            num_classes = 0 if text is None else sum(1 for line in text.splitlines()
+                                                     if line.strip())
         if isinstance(recipe, Recipe):
             super().__init__(path, recipe._native, train, int(num_classes))
         elif isinstance(recipe, str):

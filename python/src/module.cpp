@@ -162,6 +162,21 @@ void register_datasets(py::module_& m) {
         [](std::size_t bytes) { return vision::set_jpeg_checkpoint_budget(bytes); });
   m.def("jpeg_checkpoint_bytes", [] { return vision::jpeg_checkpoint_bytes(); });
 
+  // A file beside tar shards (classes.txt), by path or URL: None when it is not there. The
+  // GIL is let go while it is fetched.
+  m.def(
+      "read_beside_shards",
+      [](const std::string& root, const std::string& name) -> py::object {
+        std::optional<std::string> text;
+        {
+          py::gil_scoped_release release;
+          text = shards::read_beside_shards(root, name);
+        }
+        if (!text) return py::none();
+        return py::str(*text);
+      },
+      py::arg("root"), py::arg("name"));
+
   // Tar shards' images through the same fused transforms (a preset's or a composed recipe),
   // labels from each sample's `cls`; `num_classes` for a MixUp/CutMix with none of its own.
   py::class_<vision::ShardImagePipeline>(m, "ShardImagePipeline")

@@ -181,6 +181,14 @@ def test_shard_image_folder(folder, tmp_path):
     assert expected[0][1].shape == (6, 3)
     assert same(shard_batches(mixed), expected)
     assert same(shard_batches(mixed, num_workers=2), expected)
+    # classes.txt is found beside one shard, a file:// URL (percent-encoded) and a brace
+    # pattern too; none there is 0 classes.
+    spaced = tmp_path / "my shards"
+    shards.rename(spaced)
+    for where in (spaced / "shard-000.tar", spaced.as_uri(), str(spaced / "shard-{000..000}.tar")):
+        assert coload.shards.ShardImageFolder(where).num_classes == 3, where
+    (spaced / "classes.txt").unlink()
+    assert coload.shards.ShardImageFolder(spaced.as_uri()).num_classes == 0
 
 
 # ---- Python callables as user ops ------------------------------------------------------------

@@ -57,6 +57,15 @@ TEST_CASE("brace patterns expand as WebDataset's do, and bad ones are named") {
                        InvalidArgument);
   CHECK_THROWS_WITH_AS(shards::expand_braces("x-{0..9999999}.tar"),
                        doctest::Contains("x-{0..9999999}.tar"), InvalidArgument);
+  // Groups do not nest, and a '}' must close one: both named, not read as names.
+  CHECK_THROWS_WITH_AS(shards::expand_braces("s-{a,{b,c}}.tar"),
+                       "brace pattern 's-{a,{b,c}}.tar': '{' at 5 is inside another group "
+                       "(groups do not nest; write each name's groups side by side)",
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(shards::expand_braces("s-{0..1}}.tar"),
+                       "brace pattern 's-{0..1}}.tar': '}' at 8 closes no '{'", InvalidArgument);
+  CHECK_THROWS_WITH_AS(shards::expand_braces("s-}{0..1}.tar"),
+                       "brace pattern 's-}{0..1}.tar': '}' at 2 closes no '{'", InvalidArgument);
 }
 
 TEST_CASE("a folder URL, a brace pattern and file:// stream the local epoch, sample for sample") {
@@ -82,6 +91,51 @@ TEST_CASE("a folder URL, a brace pattern and file:// stream the local epoch, sam
 
   shards::ShardStream file("file://" + (*root / "shards").string(), stream_options());
   CHECK(epoch(file, info) == local);
+
+  // A query (a token, a presigned URL's) stays the query of every name derived: the folder's
+  // list, each shard and its index. nginx ignores it.
+  shards::ShardStream query(url("ok") + "?token=a%2Fb", stream_options());
+  CHECK(query.dataset().shards()[0].path == url("ok") + "shard-000000.tar?token=a%2Fb");
+  CHECK(epoch(query, info) == local);
+  const shards::ShardDataset one(url("ok") + "shard-000001.tar?token=x#frag");
+  CHECK(one.shards().size() == 1);
+  CHECK(one.size() == static_cast<Index>(one.shards()[0].samples.size()));
+  CHECK(one.read(0).key == shards::ShardDataset((*root / "shards" / "shard-000001.tar").string())
+                              .read(0).key);
+
+  // file:// URLs are percent-decoded paths, in a list of names too; a local brace pattern
+  // names local shards.
+  const fs::path spaced = *root / "my shards";
+  if (!fs::exists(spaced)) fs::copy(*root / "shards", spaced);
+  shards::ShardStream decoded("file://" + (*root).string() + "/my%20shards", stream_options());
+  CHECK(epoch(decoded, info) == local);
+  std::vector<std::string> listed;
+  for (const auto& p : shards::find_shards(spaced)) listed.push_back("file://localhost" + p);
+  CHECK(listed[0].find(' ') != std::string::npos);
+  const shards::ShardDataset by_list(listed);
+  CHECK(by_list.size() == static_cast<Index>(total));
+  const std::string local_pattern = (spaced / "shard-{000000..").string() + last + "}.tar";
+  shards::ShardStream local_braces(local_pattern, stream_options());
+  CHECK(epoch(local_braces, info) == local);
+  CHECK_THROWS_WITH_AS(shards::ShardDataset("file://" + (*root).string() + "/my%2shards"),
+                       doctest::Contains("is not followed by two hex digits"), InvalidArgument);
+
+  // What coload-shard writes beside its shards (classes.txt), by path, pattern or URL.
+  {
+    std::ofstream(*root / "shards" / "classes.txt") << "cat\ndog\n";
+  }
+  for (const std::string& where :
+       {(*root / "shards").string(), (*root / "shards" / "shard-000000.tar").string(),
+        "file://" + (*root / "shards").string(), url("ok"), url("ok") + "?token=1",
+        url("ok") + "shard-{000000..000002}.tar", url("ok") + "shard-000003.tar?t=2"}) {
+    CAPTURE(where);
+    CHECK(shards::read_beside_shards(where, "classes.txt") == "cat\ndog\n");
+  }
+  CHECK(shards::read_beside_shards(url("ok"), "absent.txt") == std::nullopt);
+  CHECK(shards::read_beside_shards((*root / "shards").string(), "absent.txt") == std::nullopt);
+  CHECK_THROWS_WITH_AS((void)shards::read_beside_shards(url("ok"), "classes.txt", 4),
+                       doctest::Contains("classes.txt"), io::HttpError);
+  fs::remove(*root / "shards" / "classes.txt");
 }
 
 TEST_CASE("ranks x workers over URLs: every sample exactly once, as from the folder") {

@@ -157,6 +157,15 @@ class ShardDataset {
   std::shared_ptr<State> state_;
 };
 
+/// The text of the file `name` in the folder of the shards `root` names: a folder, one shard,
+/// a brace pattern, or the URL of one (an http(s) URL's query carried, as find_shards carries
+/// it); e.g. the classes.txt coload-shard writes beside its shards. std::nullopt when that
+/// file is not there (a 404); a longer one than `limit` bytes, or another failure, throws
+/// (io::HttpError or SystemError, naming the URL or path).
+std::optional<std::string> read_beside_shards(std::string_view root, std::string_view name,
+                                              std::uint64_t limit = 16 << 20,
+                                              const io::RetryOptions& retry = {});
+
 namespace detail {
 /// The byte range one read of a sample covers ([begin, end) of the shard, aligned for direct
 /// reads when `align` > 1) and the sample with its fields placed in that range.

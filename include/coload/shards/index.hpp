@@ -133,19 +133,23 @@ ShardIndex load_index(const std::filesystem::path& shard, const IndexOptions& op
 /// a folder given by URL is read through it.
 inline constexpr std::string_view shard_list_name = "shards.txt";
 
-/// The shards of `root`: the file itself, or the `.tar` files of a folder sorted by name.
-/// `root` may be a URL: `file://` names a local file or folder; an `http://` or `https://` URL
-/// ending in `.tar` names one shard, one holding `{`...`}` a WebDataset brace pattern
-/// (`https://host/train-{000000..000127}.tar`, see expand_braces), and any other names a
-/// folder whose shards `shards.txt` lists. Remote shards are read through their index files
-/// (`<shard>.idx`, as Writer writes them). Throws InvalidArgument when there are none, and
-/// io::HttpError when the list cannot be read.
+/// The shards of `root`: the file itself, the `.tar` files of a folder sorted by name, or the
+/// names of a brace pattern (`/data/train-{000000..000127}.tar`, see expand_braces).
+/// `root` may be a URL: `file://` names a local file or folder (its path percent-decoded); an
+/// `http://` or `https://` URL whose path ends in `.tar` names one shard, one holding `{`...`}`
+/// a WebDataset brace pattern (`https://host/train-{000000..000127}.tar`), and any other
+/// names a folder whose shards `shards.txt` lists. Remote shards are read through their index
+/// files (`<shard>.idx`, as Writer writes them). An http(s) URL's query (`?token=...`) is
+/// carried to each name derived from it: `x.tar.idx?token=...`, and a folder's
+/// `shards.txt?token=...` and the shards it lists. Throws InvalidArgument when there are
+/// none, and io::HttpError when the list cannot be read.
 std::vector<std::string> find_shards(const std::filesystem::path& root);
 
 /// WebDataset's brace expansion: each `{a..b}` (numbers, zero-padded to the width of `a`
 /// when `a` has a leading zero or both have the same width) and each `{x,y,z}` multiplies the
-/// names; "s-{0..1}-{a,b}" gives s-0-a, s-0-b, s-1-a, s-1-b. Throws InvalidArgument naming the
-/// pattern for an unclosed brace, a range going down, or more than 1,000,000 names.
+/// names; "s-{0..1}-{a,b}" gives s-0-a, s-0-b, s-1-a, s-1-b. Groups do not nest. Throws
+/// InvalidArgument naming the pattern for an unclosed brace, a nested one, a '}' that closes
+/// none, a range going down, or more than 1,000,000 names.
 std::vector<std::string> expand_braces(std::string_view pattern);
 
 }  // namespace coload::shards
