@@ -19,8 +19,9 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
-#include <set>
 #include <mutex>
+#include <set>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -125,6 +126,15 @@ void touch(const std::string& path, const struct stat& st) {
 }
 
 std::atomic<std::uint64_t> mismatches{0};
+
+// The cache cannot keep what it is given (a folder that cannot be made or written, a full
+// disk): the shards are read from their server as before, and this is said once a folder.
+void unusable(const std::string& dir, const std::string& what, int err) {
+  coload::detail::warn_once("shard cache " + dir,
+                            "the shard cache '" + dir + "' is not used: " + what + ": " +
+                                std::generic_category().message(err) +
+                                " (shards are read from their URLs; said once)");
+}
 
 // Whether `name` is one of the cache's files (entry_name's 16 hex digits and a dash, maybe with
 // a writer's temporary suffix): eviction touches nothing else in the folder, which may be shared
@@ -234,18 +244,30 @@ void evict_for(const std::string& dir, const std::string& own_tmp, std::uint64_t
 
 // The cache folder's lock, held from eviction to the new entry's rename (where the file
 // system has flock; else not held, and the bound may be passed by an entry).
+//
+// The lock is only tried, a few times over about a quarter second: a commit runs on the
+// loader's driver thread, and a holder that stopped (a process stopped by SIGSTOP or a
+// debugger, a hung network file system) would stop every transfer with it. `busy()` then says
+// the entry could not be committed; the shard is fetched again by a later epoch.
 class FolderLock {
  public:
   explicit FolderLock(const std::string& dir)
       : fd_(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    if (fd_ < 0) return;
     int r = -1;
-    while (fd_ >= 0 && (r = ::flock(fd_, LOCK_EX)) != 0 && errno == EINTR) {
+    for (int wait_ms = 1; (r = ::flock(fd_, LOCK_EX | LOCK_NB)) != 0; wait_ms *= 2) {
+      if (errno == EINTR) continue;
+      if (errno != EWOULDBLOCK || wait_ms > 128) break;
+      ::usleep(static_cast<useconds_t>(wait_ms) * 1000);
     }
-    if (fd_ >= 0 && r != 0) {
+    if (r != 0) {
+      busy_ = errno == EWOULDBLOCK;
       ::close(fd_);
       fd_ = -1;
     }
   }
+  /// Another process held the folder's lock throughout.
+  bool busy() const noexcept { return busy_; }
   ~FolderLock() {
     if (fd_ < 0) return;
     ::flock(fd_, LOCK_UN);
@@ -256,6 +278,7 @@ class FolderLock {
 
  private:
   int fd_;
+  bool busy_ = false;
 };
 
 }  // namespace
@@ -344,6 +367,10 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
   }
   std::error_code ec;
   fs::create_directories(options.cache_dir, ec);
+  if (ec) {
+    unusable(options.cache_dir, "cannot create the folder", ec.value());
+    return nullptr;
+  }
   std::unique_ptr<CacheEntry> e(new CacheEntry);
   e->dir_ = options.cache_dir;
   e->final_ = (fs::path(options.cache_dir) / entry_name(shard)).string();
@@ -362,7 +389,13 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
   }
   // O_EXCL: a name taken already (the same pid in another pid namespace) is not written over.
   const int fd = ::open(e->tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return nullptr;  // a cache folder that cannot be written: no cache
+  if (fd < 0) {
+    // A cache folder that cannot be written: no cache, said once (not a silent refetch of
+    // every shard every epoch).
+    const int err = errno;
+    if (err != EEXIST) unusable(options.cache_dir, "cannot create '" + e->tmp_ + "'", err);
+    return nullptr;
+  }
   // The lock tells other processes' eviction that this writer is alive (remove_if_abandoned).
   // Between the open and the lock, one may have taken the empty file for abandoned and
   // removed it: then the name is no longer this file's, and it is left alone. A file system
@@ -391,6 +424,8 @@ void CacheEntry::write(const std::byte* data, std::size_t n) {
     const ssize_t k = ::write(fd_, data, n);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) {
+      const int err = k < 0 ? errno : ENOSPC;
+      unusable(dir_, "cannot write '" + tmp_ + "' (shard '" + url_ + "')", err);
       ::unlink(tmp_.c_str());
       ::close(fd_);
       fd_ = -1;
@@ -423,6 +458,13 @@ void CacheEntry::commit() {
     // Room made and the entry renamed under the folder's lock: two processes committing at
     // once do not both count the same free bytes.
     FolderLock folder(dir_);
+    if (folder.busy()) {
+      coload::detail::warn_once("shard cache busy " + dir_,
+                                "the shard cache '" + dir_ + "' stayed locked by another "
+                                "process for a quarter second: shard '" + url_ +
+                                "' is not cached this time (said once)");
+      return;  // the destructor removes the part
+    }
     evict_for(dir_, tmp_, size_, bound_);
     // Used now: its atime was the download's start, older than entries used meanwhile.
     struct timespec now {};

@@ -111,6 +111,13 @@ namespace {
 // The options checked before anything is fetched with them.
 const ShardOptions& checked(const ShardOptions& options) {
   io::validate(options.retry, "ShardOptions::retry");
+  std::error_code ec;
+  if (!options.cache_dir.empty() && options.cache_bytes > 0 &&
+      std::filesystem::exists(options.cache_dir, ec) &&
+      !std::filesystem::is_directory(options.cache_dir, ec)) {
+    throw InvalidArgument("ShardOptions::cache_dir '" + options.cache_dir +
+                          "' is not a folder");
+  }
   return options;
 }
 

@@ -22,6 +22,7 @@
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 
+#include "coload/core/warning.hpp"
 #include "coload/coro/sync_wait.hpp"
 #include "coload/dataset/sample_context.hpp"
 #include "coload/io/http.hpp"
@@ -395,6 +396,55 @@ TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, en
     std::ifstream in(small.path / name, std::ios::binary);
     CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == mine);
   }
+}
+
+TEST_CASE("a cache that cannot keep shards says so once; a folder locked by a stopped process stops no transfer") {
+  std::vector<std::string> warnings;
+  set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
+  struct Restore {
+    ~Restore() { set_warning_handler({}); }
+  } restore;
+  coload::detail::forget_warnings();
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 21};
+  const auto local = local_epoch(info);
+  shards_test::TempDir tmp;
+  const fs::path file = tmp.path / "a-file";
+  std::ofstream(file) << "x";
+  shards::ShardStreamOptions o = stream_options();
+  o.shards.cache_bytes = 1ull << 30;
+  // A file for a folder: refused when the dataset is made.
+  o.shards.cache_dir = file.string();
+  CHECK_THROWS_WITH_AS(shards::ShardStream(url("ok,c1"), o),
+                       ("ShardOptions::cache_dir '" + file.string() + "' is not a folder").c_str(),
+                       InvalidArgument);
+  // A folder that cannot be made: the epoch from the server, and one warning naming it.
+  o.shards.cache_dir = (file / "sub").string();
+  shards::ShardStream unmade(url("ok,c2"), o);
+  CHECK(epoch(unmade, info) == local);
+  CHECK(epoch(unmade, info) == local);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("the shard cache '" + (file / "sub").string() +
+                         "' is not used: cannot create the folder: Not a directory") !=
+        std::string::npos);
+  // The folder's lock held throughout (as by a process stopped while it committed): each
+  // commit gives up after a while rather than wait, and says so once; nothing is cached.
+  warnings.clear();
+  const fs::path dir = tmp.path / "cache";
+  fs::create_directories(dir);
+  const int lock_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  REQUIRE(lock_fd >= 0);
+  REQUIRE(::flock(lock_fd, LOCK_EX) == 0);
+  o.shards.cache_dir = dir.string();
+  shards::ShardStream locked(url("ok,c3"), o);
+  CHECK(epoch(locked, info) == local);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("the shard cache '" + dir.string() +
+                         "' stayed locked by another process") != std::string::npos);
+  CHECK(fs::is_empty(dir));
+  ::close(lock_fd);
+  CHECK(epoch(locked, info) == local);  // unlocked: now kept
+  CHECK(static_cast<std::size_t>(std::distance(fs::directory_iterator(dir), {})) ==
+        locked.dataset().shards().size());
 }
 
 TEST_CASE("an index that claims a sample of a TiB is answered by the server's size: a named "

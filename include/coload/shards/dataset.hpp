@@ -66,7 +66,12 @@ struct ShardOptions {
   /// are written under a temporary name and renamed, so workers and processes may share the
   /// folder. Only the cache's own files (named by a hash of the URL) are counted and evicted:
   /// the folder may hold others. Another writer's unfinished entry counts against the bound,
-  /// and is removed once its process has gone (killed mid-shard).
+  /// and is removed once its process has gone (killed mid-shard). Shards without an index are
+  /// not cached (nothing could verify them). A `cache_dir` that is a file is refused
+  /// (InvalidArgument); one that cannot be made or written, or a full disk, warns once, naming
+  /// the folder and the error, and the shards are read from their URLs. A commit tries the
+  /// folder's lock for about a quarter second (it runs on the loader's driver): an entry whose
+  /// lock stays held by another process is not kept that time, with a warning.
   std::string cache_dir{};
   std::uint64_t cache_bytes = 0;
   /// How every request for shards named by URL (the shard list, the indices, the shards'
