@@ -77,6 +77,27 @@ std::pair<std::string_view, std::string_view> split_query(std::string_view url) 
   return {url.substr(0, q), url.substr(q)};
 }
 
+/// A file name as one segment of an http(s) URL's path: bytes a path segment may not hold as
+/// they are (a space, '%', '?', '#', bytes past ASCII, ...) percent-encoded. shards.txt lists
+/// file names as Writer wrote them ("a b-000000.tar"), not URLs.
+std::string encode_segment(std::string_view name) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  static constexpr std::string_view kept = "-._~!$&'()*+,;=:@";
+  std::string out;
+  for (const char ch : name) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+        kept.find(ch) != std::string_view::npos) {
+      out += ch;
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
 int hex_value(char c) noexcept {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -239,7 +260,9 @@ std::vector<std::string> find_url_shards(const std::string& root, const io::Retr
       throw InvalidArgument("'" + list_url + "' names '" + line +
                             "': shards are listed by file name, in that folder");
     }
-    out.push_back(base + line + std::string(query));
+    // An s3:// key is the name itself (s3_http_url encodes it); an http(s) path, encoded.
+    const bool s3 = root.substr(0, 5) == "s3://";
+    out.push_back(base + (s3 ? line : encode_segment(line)) + std::string(query));
   }
   if (out.empty()) throw InvalidArgument("no shards in '" + list_url + "'");
   return out;

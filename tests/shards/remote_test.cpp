@@ -121,6 +121,25 @@ TEST_CASE("a folder URL, a brace pattern and file:// stream the local epoch, sam
   CHECK_THROWS_WITH_AS(shards::ShardDataset("file://" + (*root).string() + "/my%2shards"),
                        doctest::Contains("is not followed by two hex digits"), InvalidArgument);
 
+  // shards.txt lists file names, which the folder URL's shards are named by, encoded.
+  {
+    const fs::path odd = *root / "odd names";
+    if (!fs::exists(odd)) {
+      shards::Writer writer(odd, {.shard_size = 60000, .prefix = "a b#%é-"});
+      for (std::int64_t i = 0; i < total; ++i) {
+        char key[16];
+        std::snprintf(key, sizeof key, "s%05lld", static_cast<long long>(i));
+        const std::string id = std::to_string(i), bin = payload(i);
+        const shards::WriteField fields[] = {{"id", bytes_of(id)}, {"bin", bytes_of(bin)}};
+        writer.write(key, fields);
+      }
+      writer.finish();
+    }
+    shards::ShardStream named(url("ok", "odd%20names/"), stream_options());
+    CHECK(named.dataset().shards()[0].path == url("ok", "odd%20names/") + "a%20b%23%25%C3%A9-000000.tar");
+    CHECK(epoch(named, info) == local);
+  }
+
   // What coload-shard writes beside its shards (classes.txt), by path, pattern or URL.
   {
     std::ofstream(*root / "shards" / "classes.txt") << "cat\ndog\n";
