@@ -162,7 +162,8 @@ Args parse_args(int argc, char** argv) {
                  "start from a state saved with --state (--epochs counts from 0)");
   app.add_option("--shards", args.shards,
                  "train from the tar shards in DIR (coload-shard's output) instead of ROOT; DIR "
-                 "may be a URL: http(s)://host/folder or file:///folder");
+                 "may be one shard, a brace pattern (shard-{000000..000009}.tar), or a URL of "
+                 "one: http(s)://host/folder, s3://bucket/prefix, file:///folder");
   app.add_option("--recipe", args.recipe,
                  "train and evaluate with a preset's recipes (vision::presets) instead of the "
                  "fixed TrainTransform and EvalTransform")

@@ -51,33 +51,16 @@ struct S3Target {
   std::string url, region, sigv4, userpwd, token;
 };
 
-/// An S3 key as its URL's path carries it: every byte but A-Z a-z 0-9 - . _ ~ and '/'
-/// percent-encoded, as SigV4's canonical URI has it (an s3:// URL names the key itself, as the
-/// AWS CLI takes it: "a b=c" is that key, and "a%20b" a key with a '%'). libcurl 7.88 signs
-/// the path as it is given, so it must be given encoded.
-std::string encode_s3_key(std::string_view key) {
-  static constexpr char hex[] = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(key.size());
-  for (const char ch : key) {
-    const auto c = static_cast<unsigned char>(ch);
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-        c == '-' || c == '.' || c == '_' || c == '~' || c == '/') {
-      out += ch;
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
+// An S3 key as its URL's path carries it: every byte but A-Z a-z 0-9 - . _ ~ and '/'
+// percent-encoded, as SigV4's canonical URI has it (an s3:// URL names the key itself, as the
+// AWS CLI takes it: "a b=c" is that key, and "a%20b" a key with a '%'). libcurl 7.88 signs the
+// path as it is given, so it must be given encoded.
 S3Target resolve_s3(std::string_view url) {
   const std::string_view rest = url.substr(5);
   const auto slash = rest.find('/');
   const std::string bucket(rest.substr(0, slash));
-  const std::string key = encode_s3_key(slash == std::string::npos ? "" : rest.substr(slash + 1));
+  const std::string key =
+      percent_encode(slash == std::string::npos ? "" : rest.substr(slash + 1), "-._~/");
   std::string region = env("AWS_REGION");
   if (region.empty()) region = env("AWS_DEFAULT_REGION");
   if (region.empty()) region = "us-east-1";
@@ -107,8 +90,29 @@ S3Target resolve_s3(std::string_view url) {
 
 }  // namespace
 
+std::string percent_encode(std::string_view bytes, std::string_view keep) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(bytes.size());
+  for (const char ch : bytes) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+        keep.find(ch) != std::string_view::npos) {
+      out += ch;
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
 std::string s3_http_url(std::string_view url) {
   if (!starts_with(url, "s3://")) throw InvalidArgument("'" + std::string(url) + "' is not an s3:// URL");
+  if (url.size() == 5 || url[5] == '/') {
+    throw InvalidArgument("'" + std::string(url) + "' names no bucket (s3://bucket/key)");
+  }
   return resolve_s3(url).url;
 }
 
@@ -550,8 +554,6 @@ bool retryable(CURLcode result, long status) {
     case CURLE_GOT_NOTHING:
     case CURLE_OPERATION_TIMEDOUT:
     case CURLE_COULDNT_CONNECT:
-    case CURLE_COULDNT_RESOLVE_HOST:  // a DNS server's passing fault, as botocore retries it
-    case CURLE_COULDNT_RESOLVE_PROXY:
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_WEIRD_SERVER_REPLY:
     case CURLE_HTTP2:
@@ -731,7 +733,12 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
                             std::to_string(t.attempts) +
                             (t.attempts == 1 ? " attempt" : " attempts") + ", at byte " +
                             std::to_string(t.reached);
-  if (!t.fatal.empty() || !retryable(result, t.status) || t.failures >= t.retry.attempts) {
+  // A host name not resolved may be a resolver's passing fault (botocore retries it): one more
+  // try, not the whole budget, since a resolver that times out costs up to connect_timeout a
+  // try, and a mistyped name should fail soon.
+  const bool resolve_again = result == CURLE_COULDNT_RESOLVE_HOST && t.attempts < 2;
+  if (!t.fatal.empty() || !(retryable(result, t.status) || resolve_again) ||
+      t.failures >= t.retry.attempts) {
     fail(t, where);
     return;
   }

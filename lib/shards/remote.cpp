@@ -66,36 +66,16 @@ std::string base_of(std::string_view path) {
   return path.empty() || path.back() != '/' ? std::string(path) + '/' : std::string(path);
 }
 
-/// The http(s) URL split before its query or fragment ("?token=...", as presigned or
-/// token-carrying URLs have): names derived from it (its index, a folder's list, the shards
-/// listed there) go in the path and carry the query. An s3:// URL names a key, which may hold
+/// The http(s) URL split before its query or fragment ("?token=...", a token that covers the
+/// folder): names derived from it (its index, a folder's list, the shards listed there) go in
+/// the path and carry the query. (A presigned URL's signature covers its one object: the
+/// index beside it needs its own.) An s3:// URL names a key, which may hold
 /// both bytes: not split.
 std::pair<std::string_view, std::string_view> split_query(std::string_view url) noexcept {
   if (url.substr(0, 5) == "s3://") return {url, {}};
   const auto q = url.find_first_of("?#");
   if (q == std::string_view::npos) return {url, {}};
   return {url.substr(0, q), url.substr(q)};
-}
-
-/// A file name as one segment of an http(s) URL's path: bytes a path segment may not hold as
-/// they are (a space, '%', '?', '#', bytes past ASCII, ...) percent-encoded. shards.txt lists
-/// file names as Writer wrote them ("a b-000000.tar"), not URLs.
-std::string encode_segment(std::string_view name) {
-  static constexpr char hex[] = "0123456789ABCDEF";
-  static constexpr std::string_view kept = "-._~!$&'()*+,;=:@";
-  std::string out;
-  for (const char ch : name) {
-    const auto c = static_cast<unsigned char>(ch);
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-        kept.find(ch) != std::string_view::npos) {
-      out += ch;
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
 }
 
 int hex_value(char c) noexcept {
@@ -150,10 +130,13 @@ std::optional<std::string> read_beside_shards(std::string_view root, std::string
                                               std::uint64_t limit,
                                               const io::RetryOptions& retry) {
   // One shard or a pattern of them: the folder they are in; else root is the folder.
+  // A pattern's first name stands for it (its folder part may hold braces too).
   const auto folder_of = [](std::string_view path) {
-    const bool names_shards = path.find('{') != std::string_view::npos ||
-                              (path.size() > 4 && path.substr(path.size() - 4) == ".tar");
-    return names_shards ? std::string(path.substr(0, path.rfind('/') + 1)) : base_of(path);
+    if (path.empty()) return std::string();
+    std::string first(path);
+    if (path.find('{') != std::string_view::npos) first = expand_braces(path).front();
+    const bool one_shard = first.size() > 4 && first.compare(first.size() - 4, 4, ".tar") == 0;
+    return one_shard ? first.substr(0, first.rfind('/') + 1) : base_of(first);
   };
   if (detail::is_remote(root)) {
     const auto [path, query] = split_query(root);
@@ -161,7 +144,10 @@ std::optional<std::string> read_beside_shards(std::string_view root, std::string
     try {
       return io::HttpClient::shared()->get(url, limit, retry);
     } catch (const io::HttpError& e) {
-      if (e.status() == 404) return std::nullopt;
+      // S3 answers a missing key with 403 to a reader who may not list the bucket.
+      if (e.status() == 404 || (e.status() == 403 && root.substr(0, 5) == "s3://")) {
+        return std::nullopt;
+      }
       throw;
     }
   }
@@ -217,7 +203,14 @@ std::string file_url_path(std::string_view url) {
                             " is not followed by two hex digits (a file:// URL's path is "
                             "percent-encoded: '%' is %25)");
     }
-    path += static_cast<char>(hi * 16 + lo);
+    const char c = static_cast<char>(hi * 16 + lo);
+    if (c == '\0' || c == '/') {
+      // A NUL would end the path early; a '/' inside a name is no name a file can have.
+      throw InvalidArgument("'" + std::string(url) + "': " + std::string(rest.substr(i, 3)) +
+                            " at " + std::to_string(i + 7) + " names no byte a path's name "
+                            "can hold");
+    }
+    path += c;
     i += 2;
   }
   return path;
@@ -260,9 +253,12 @@ std::vector<std::string> find_url_shards(const std::string& root, const io::Retr
       throw InvalidArgument("'" + list_url + "' names '" + line +
                             "': shards are listed by file name, in that folder");
     }
-    // An s3:// key is the name itself (s3_http_url encodes it); an http(s) path, encoded.
+    // A file name as Writer wrote it ("a b-000000.tar"), not a URL: for an http(s) path,
+    // encoded as one segment (a space, '%', '?', '#', bytes past ASCII); an s3:// key is the
+    // name itself (s3_http_url encodes it).
     const bool s3 = root.substr(0, 5) == "s3://";
-    out.push_back(base + (s3 ? line : encode_segment(line)) + std::string(query));
+    out.push_back(base + (s3 ? line : io::percent_encode(line, "-._~!$&'()*+,;=:@")) +
+                  std::string(query));
   }
   if (out.empty()) throw InvalidArgument("no shards in '" + list_url + "'");
   return out;

@@ -32,7 +32,7 @@ class ShardImageFolder(_C.ShardImagePipeline):
             # Beside the shards, by path or URL (a folder, a shard, a brace pattern).
             text = _C.read_beside_shards(path, "classes.txt")
             num_classes = 0 if text is None else sum(1 for line in text.splitlines()
-                                                     if line.strip())
+                                                     if line.strip())  # bytes: any encoding
         if isinstance(recipe, Recipe):
             super().__init__(path, recipe._native, train, int(num_classes))
         elif isinstance(recipe, str):

@@ -162,8 +162,8 @@ void register_datasets(py::module_& m) {
         [](std::size_t bytes) { return vision::set_jpeg_checkpoint_budget(bytes); });
   m.def("jpeg_checkpoint_bytes", [] { return vision::jpeg_checkpoint_bytes(); });
 
-  // A file beside tar shards (classes.txt), by path or URL: None when it is not there. The
-  // GIL is let go while it is fetched.
+  // A file beside tar shards (classes.txt), by path or URL, as bytes: None when it is not
+  // there. The GIL is let go while it is fetched.
   m.def(
       "read_beside_shards",
       [](const std::string& root, const std::string& name) -> py::object {
@@ -173,7 +173,7 @@ void register_datasets(py::module_& m) {
           text = shards::read_beside_shards(root, name);
         }
         if (!text) return py::none();
-        return py::str(*text);
+        return py::bytes(*text);  // its encoding is the caller's to choose
       },
       py::arg("root"), py::arg("name"));
 

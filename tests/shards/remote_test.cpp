@@ -120,6 +120,10 @@ TEST_CASE("a folder URL, a brace pattern and file:// stream the local epoch, sam
   CHECK(epoch(local_braces, info) == local);
   CHECK_THROWS_WITH_AS(shards::ShardDataset("file://" + (*root).string() + "/my%2shards"),
                        doctest::Contains("is not followed by two hex digits"), InvalidArgument);
+  for (const char* bad : {"%00", "%2F", "%2f"}) {
+    CHECK_THROWS_WITH_AS(shards::ShardDataset("file://" + (*root).string() + "/my" + bad + "shards"),
+                         doctest::Contains((std::string(bad) + " at ").c_str()), InvalidArgument);
+  }
 
   // shards.txt lists file names, which the folder URL's shards are named by, encoded.
   {
@@ -147,12 +151,16 @@ TEST_CASE("a folder URL, a brace pattern and file:// stream the local epoch, sam
   for (const std::string& where :
        {(*root / "shards").string(), (*root / "shards" / "shard-000000.tar").string(),
         "file://" + (*root / "shards").string(), url("ok"), url("ok") + "?token=1",
-        url("ok") + "shard-{000000..000002}.tar", url("ok") + "shard-000003.tar?t=2"}) {
+        url("ok") + "shard-{000000..000002}.tar", url("ok") + "shard-000003.tar?t=2",
+        (*root).string() + "/{shards,nothing}/shard-{000000..000002}.tar"}) {
     CAPTURE(where);
     CHECK(shards::read_beside_shards(where, "classes.txt") == "cat\ndog\n");
   }
   CHECK(shards::read_beside_shards(url("ok"), "absent.txt") == std::nullopt);
   CHECK(shards::read_beside_shards((*root / "shards").string(), "absent.txt") == std::nullopt);
+  // An empty root is the working folder, not the file system's root.
+  REQUIRE(fs::current_path() != "/");
+  CHECK(shards::read_beside_shards("", "proc/version") == std::nullopt);
   CHECK_THROWS_WITH_AS((void)shards::read_beside_shards(url("ok"), "classes.txt", 4),
                        doctest::Contains("classes.txt"), io::HttpError);
   fs::remove(*root / "shards" / "classes.txt");
@@ -1004,12 +1012,12 @@ TEST_CASE("a redirect with nowhere to go fails at once; a host name not resolved
   CHECK_THROWS_WITH_AS(
       [&] { for (auto& s : moved.samples(WorkerInfo{.num_workers = 1})) (void)s; }(),
       doctest::Contains("HTTP 301 with no Location"), io::HttpError);
-  // A DNS failure may pass (a resolver's hiccup): retried as a reset is. ".invalid" never
-  // resolves (RFC 6761).
-  const io::RetryOptions twice{.attempts = 2, .backoff = std::chrono::milliseconds(1),
-                               .max_backoff = std::chrono::milliseconds(1)};
+  // A DNS failure may pass (a resolver's hiccup): tried once more, not the whole budget of
+  // attempts (a mistyped name fails soon). ".invalid" never resolves (RFC 6761).
+  const io::RetryOptions six{.attempts = 6, .backoff = std::chrono::milliseconds(1),
+                             .max_backoff = std::chrono::milliseconds(1)};
   try {
-    (void)io::HttpClient::shared()->get("http://coload-test.invalid/x.tar", 1 << 20, twice);
+    (void)io::HttpClient::shared()->get("http://coload-test.invalid/x.tar", 1 << 20, six);
     FAIL("no error");
   } catch (const io::HttpError& e) {
     CHECK(e.attempts() == 2);
@@ -1041,6 +1049,8 @@ TEST_CASE("an s3:// URL names a key: percent-encoded into its http(s) URL, a dot
   ::setenv("AWS_ENDPOINT_URL_S3", "https://s3.example", 1);
   CHECK(io::s3_http_url("s3://b/") == "https://s3.example/b/");
   CHECK_THROWS_WITH_AS((void)io::s3_http_url("https://b/x"), "'https://b/x' is not an s3:// URL",
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS((void)io::s3_http_url("s3:///x"), "'s3:///x' names no bucket (s3://bucket/key)",
                        InvalidArgument);
   for (std::size_t i = 0; i < std::size(vars); ++i) {
     if (saved[i]) {

@@ -29,13 +29,20 @@ def venv_python():
 # The virtual environment setup_moto.sh makes comes first where it exists, whatever this
 # interpreter holds: its moto and boto3 were installed together (a moto 5.2.1 beside boto3
 # 1.43, say, refuses boto3's own signatures of keys with '=' in them).
+# A venv without moto (a broken setup) sends it back to the interpreter it came from.
 venv, py = venv_python()
-if os.path.exists(py) and os.path.realpath(sys.prefix) != os.path.realpath(venv):
+came_from = os.environ.pop("COLOAD_S3_SERVE_FROM", "")
+if (not came_from and os.path.exists(py) and
+        os.path.realpath(sys.prefix) != os.path.realpath(venv)):
+    os.environ["COLOAD_S3_SERVE_FROM"] = sys.executable
     os.execv(py, [py, __file__] + sys.argv[1:])
 try:
     import boto3
     from moto.server import ThreadedMotoServer
 except ImportError:
+    if came_from and came_from != "-":
+        os.environ["COLOAD_S3_SERVE_FROM"] = "-"
+        os.execv(came_from, [came_from, __file__] + sys.argv[1:])
     print("SKIP moto[server] is not installed (tests/shards/setup_moto.sh installs it from "
           "PyPI into " + venv + ")", flush=True)
     sys.exit(0)

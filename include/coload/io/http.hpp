@@ -34,17 +34,22 @@ namespace coload::io {
 /// and sent unsigned (a public bucket) when they are not.
 bool is_url(std::string_view name) noexcept;
 
+/// `bytes` percent-encoded: every byte but A-Z, a-z, 0-9 and those in `keep` as %XX (upper-case
+/// hex). With the default, what SigV4 leaves of an S3 key besides its '/'.
+std::string percent_encode(std::string_view bytes, std::string_view keep = "-._~");
+
 /// The http(s) URL the s3:// URL `url` is fetched from (as is_url says), its key
 /// percent-encoded: an s3:// URL names the key itself, as the AWS CLI takes it
 /// (`s3://b/split=a b/x.tar` is the key "split=a b/x.tar"). A bucket named with dots goes
 /// path-style to `https://s3.<region>.amazonaws.com/bucket/key` (its name would not match the
-/// virtual host's certificate). InvalidArgument when `url` is not an s3:// URL.
+/// virtual host's certificate). InvalidArgument when `url` is not an s3:// URL or names no
+/// bucket.
 std::string s3_http_url(std::string_view url);
 
 /// How faults are retried, for one request (ShardOptions::retry for a shard's). A reset
-/// connection, a timeout, a host name not resolved, a 429 or 5xx and a body cut short are
-/// retried, from the byte reached; a 4xx other than 408 and 429 (403, 404), and a 3xx with no
-/// Location to follow, fail at once.
+/// connection, a timeout, a 429 or 5xx and a body cut short are retried, from the byte
+/// reached; a host name not resolved is tried once more (a resolver's passing fault); a 4xx
+/// other than 408 and 429 (403, 404), and a 3xx with no Location to follow, fail at once.
 struct RetryOptions {
   /// Tries in a row that deliver no byte before the transfer fails (at least 1): an attempt
   /// that moved the body forward starts the count again, so a long body over a flaky link

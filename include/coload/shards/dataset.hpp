@@ -163,10 +163,12 @@ class ShardDataset {
 };
 
 /// The text of the file `name` in the folder of the shards `root` names: a folder, one shard,
-/// a brace pattern, or the URL of one (an http(s) URL's query carried, as find_shards carries
-/// it); e.g. the classes.txt coload-shard writes beside its shards. std::nullopt when that
-/// file is not there (a 404); a longer one than `limit` bytes, or another failure, throws
-/// (io::HttpError or SystemError, naming the URL or path).
+/// a brace pattern (its first name's folder), or the URL of one (an http(s) URL's query
+/// carried, as find_shards carries it); e.g. the classes.txt coload-shard writes beside its
+/// shards. std::nullopt when that file is not there (a 404; for s3://, a 403 too, which S3
+/// answers for a missing key to a reader who may not list the bucket). A file longer than
+/// `limit` bytes is an io::HttpError by URL and an InvalidArgument by path; another failure
+/// an io::HttpError or SystemError naming the URL or path.
 std::optional<std::string> read_beside_shards(std::string_view root, std::string_view name,
                                               std::uint64_t limit = 16 << 20,
                                               const io::RetryOptions& retry = {});

@@ -139,7 +139,8 @@ inline constexpr std::string_view shard_list_name = "shards.txt";
 /// `http://` or `https://` URL whose path ends in `.tar` names one shard, one holding `{`...`}`
 /// a WebDataset brace pattern (`https://host/train-{000000..000127}.tar`), and any other
 /// names a folder whose shards `shards.txt` lists. Remote shards are read through their index
-/// files (`<shard>.idx`, as Writer writes them). An http(s) URL's query (`?token=...`) is
+/// files (`<shard>.idx`, as Writer writes them). An http(s) URL's query (a token that covers
+/// the folder, `?token=...`; not a presigned URL's signature, which covers one object) is
 /// carried to each name derived from it: `x.tar.idx?token=...`, and a folder's
 /// `shards.txt?token=...` and the shards it lists. Throws InvalidArgument when there are
 /// none, and io::HttpError when the list cannot be read.

@@ -53,7 +53,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -309,7 +309,8 @@ int main(int argc, char** argv) {
       if (mode == "shards") {
         // A recipe's MixUp/CutMix needs the class count: coload-shard's classes.txt, a line each.
         int classes = 0;
-        std::ifstream names(std::filesystem::path(root) / "classes.txt");
+        std::istringstream names(
+            coload::shards::read_beside_shards(root, "classes.txt").value_or(""));
         for (std::string line; std::getline(names, line);) ++classes;
         coload::vision::ShardImagePipeline pipeline(coload::shards::ShardDataset(root), transform,
                                                     {}, classes);
