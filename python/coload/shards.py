@@ -5,12 +5,17 @@ from . import _C
 
 
 class ShardDataset(_C.ShardDataset):
-    """The samples of a `.tar` shard or a folder of them, as a map-style dataset. A batch is a
-    list of dicts: `__key__`, `__url__` (the shard) and each field's bytes by name."""
+    """The samples of a `.tar` shard, a folder of them, a brace pattern, or a URL of one
+    (http(s)://, s3://, file://), as a map-style dataset; or of a list of such shards, in
+    that order. A batch is a list of dicts: `__key__`, `__url__` (the shard) and each field's
+    bytes by name."""
 
     def __init__(self, path):
-        super().__init__(os.fspath(path))
-        self.path = os.fspath(path)
+        if isinstance(path, (list, tuple)):
+            self.path = [os.fspath(p) for p in path]
+        else:
+            self.path = os.fspath(path)
+        super().__init__(self.path)
 
     def __repr__(self):
         return f"coload.shards.ShardDataset({self.path!r}, samples={len(self)})"

@@ -4,6 +4,7 @@
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "binding.hpp"
 #include "coload/core/error.hpp"
@@ -196,9 +197,14 @@ void register_datasets(py::module_& m) {
            py::arg("path"), py::arg("recipe"), py::arg("train"), py::arg("num_classes"))
       .def("__len__", &vision::ShardImagePipeline::size);
 
+  // Its indices may be fetched by URL: the GIL is let go meanwhile.
   py::class_<shards::ShardDataset>(m, "ShardDataset")
       .def(py::init([](const std::string& path) { return shards::ShardDataset(path); }),
-           py::arg("path"))
+           py::arg("path"), py::call_guard<py::gil_scoped_release>())
+      .def(py::init([](const std::vector<std::string>& names) {
+             return shards::ShardDataset(names);
+           }),
+           py::arg("shards"), py::call_guard<py::gil_scoped_release>())
       .def("__len__", &shards::ShardDataset::size);
 }
 

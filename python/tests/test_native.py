@@ -78,3 +78,13 @@ def test_shard_dataset(tmp_path):
     first = batches[0][0]
     assert first["__key__"] == "s000" and first["cls"] == b"0" and first["txt"] == b"sample 0"
     assert [s["__key__"] for b in batches for s in b] == [f"s{i:03d}" for i in range(7)]
+    # A list of shards, in its order (a file:// URL among them); a name not there is named.
+    other = tmp_path / "b" / "shard-001.tar"
+    other.parent.mkdir()
+    other.write_bytes(path.read_bytes())
+    both = coload.shards.ShardDataset([other.as_uri(), path])
+    assert len(both) == 14
+    keys = [s["__url__"] for b in coload.DataLoader(both, batch_size=7) for s in b]
+    assert keys == [str(other)] * 7 + [str(path)] * 7
+    with pytest.raises(Exception, match="missing.tar"):
+        coload.shards.ShardDataset([path, tmp_path / "missing.tar"])
