@@ -907,6 +907,32 @@ TEST_CASE("shards without an index stream by their tar headers: the local epoch,
   CHECK((all == std::multiset<std::string>(every.begin(), every.end())));
 }
 
+TEST_CASE("presigned shard URLs: an index refused (403) to a URL with a query is streamed without it") {
+  // "403,all,on.idx": every .idx answered 403, the shards served; a presigned URL's signature
+  // would not cover the index beside its shard.
+  const std::string mode = "403,all,on.idx";
+  std::vector<std::string> names;
+  const shards::ShardDataset local(*root / "shards");
+  for (const auto& shard : local.shards()) {
+    names.push_back(url(mode) + fs::path(shard.path).filename().string() + "?X-Amz-Signature=ab");
+  }
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  shards::ShardStream presigned(names, stream_options(16 << 10));
+  CHECK(presigned.total_samples() == 0);
+  CHECK(epoch(presigned, info) == local_epoch(info));
+  // Without a query the 403 is the shard's own answer: at once, naming the index.
+  try {
+    shards::ShardStream plain(std::vector<std::string>{url(mode) + "shard-000000.tar"});
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    CHECK(e.status() == 403);
+    CHECK(e.url() == url(mode) + "shard-000000.tar.idx");
+  }
+  // Map-style needs the index, and says so.
+  CHECK_THROWS_WITH_AS(shards::ShardDataset{names}, doctest::Contains("it has no index"),
+                       io::HttpError);
+}
+
 TEST_CASE("shards without an index: map-style says it needs the index; a torn one is named") {
   try {
     const shards::ShardDataset ds(url("ok", "noindex/"));

@@ -155,7 +155,9 @@ class ShardDataset {
 
  private:
   friend class ShardStream;
-  // ShardStream's view: a shard by URL whose index is missing (404) is kept, without samples.
+  // ShardStream's view: a shard by URL whose index is missing (404), or refused (403) to a URL
+  // with a query (a presigned URL's signature covers its shard alone), is kept, without
+  // samples.
   struct AllowUnindexed {};
   ShardDataset(std::vector<std::string> shards, ShardOptions options, AllowUnindexed);
   static ShardDataset streamed(const std::filesystem::path& root, const ShardOptions& options);

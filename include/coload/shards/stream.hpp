@@ -74,7 +74,9 @@ class ShardStream {
 
   /// The shards of `root` (a `.tar` file or a folder of them).
   explicit ShardStream(const std::filesystem::path& root, ShardStreamOptions options = {});
-  /// The given shards.
+  /// The given shards. A shard by URL whose index is not found (404) is streamed by its tar
+  /// headers; so is one named by a URL with a query (a presigned URL, whose signature covers
+  /// that shard alone) whose index is refused (403).
   explicit ShardStream(std::vector<std::string> shards, ShardStreamOptions options = {});
 
   /// This worker's samples for the epoch whose seed `info` carries (what a loader streams).
