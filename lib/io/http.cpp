@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -425,7 +426,7 @@ std::size_t on_scatter(BodyStream::Transfer& t, const char* p, std::size_t bytes
 
 /// A final answer that is not the object's bytes: a redirect curl could not follow (no
 /// Location: S3's answer from another region than the bucket's), or another status outside
-/// 2xx that curl did not fail (FAILONERROR fails 4xx and 5xx). Sets `fatal`.
+/// 2xx below 400 (4xx and 5xx fail by their status, in finished()). Sets `fatal`.
 bool not_a_body(BodyStream::Transfer& t) {
   if (t.status >= 200 && t.status < 300) return false;
   t.fatal = "the server answered HTTP " + std::to_string(t.status) +
@@ -455,6 +456,107 @@ bool same_version(BodyStream::Transfer& t) {
          !differ(t.modified, t.response_modified, "Last-Modified");
 }
 
+/// The most of an error answer's body kept: an S3 <Error> is a few hundred bytes.
+constexpr std::size_t error_body_limit = 4 << 10;
+
+/// What an error answer's body says, where it is an S3-style <Error> (S3, MinIO, GCS's XML
+/// API, R2, a presigned URL's): its Code and its Message, XML's five entities and ASCII
+/// character references decoded (MinIO writes ' as &#39;), control bytes as spaces, each
+/// bounded. Empty where it has no <Code>.
+struct ServerError {
+  std::string code, message;
+};
+
+ServerError server_error(std::string_view body) {
+  const auto element = [&](std::string_view name) {
+    const std::string open = "<" + std::string(name) + ">", close = "</" + std::string(name) + ">";
+    const auto a = body.find(open);
+    if (a == std::string_view::npos) return std::string();
+    const auto from = a + open.size();
+    const auto b = body.find(close, from);
+    // A body cut at error_body_limit may end inside the element: what came of it.
+    const std::string_view raw = body.substr(from, b == std::string_view::npos ? b : b - from);
+    std::string out;
+    for (std::size_t i = 0; i < raw.size() && out.size() < 200; ++i) {
+      static constexpr std::pair<std::string_view, char> entities[] = {
+          {"&lt;", '<'}, {"&gt;", '>'}, {"&amp;", '&'}, {"&quot;", '"'}, {"&apos;", '\''}};
+      bool decoded = false;
+      for (const auto& [entity, ch] : entities) {
+        if (raw.substr(i, entity.size()) == entity) {
+          out += ch;
+          i += entity.size() - 1;
+          decoded = true;
+          break;
+        }
+      }
+      if (!decoded && raw.substr(i, 2) == "&#") {
+        const bool hex = raw.substr(i + 2, 1) == "x";
+        const auto digits = i + 2 + (hex ? 1 : 0);
+        unsigned value = 0;
+        const auto [end, ec] = std::from_chars(raw.data() + digits, raw.data() + raw.size(),
+                                               value, hex ? 16 : 10);
+        if (ec == std::errc() && end < raw.data() + raw.size() && *end == ';' &&
+            value >= 0x20 && value < 0x7f) {
+          out += static_cast<char>(value);
+          i = static_cast<std::size_t>(end - raw.data());
+          decoded = true;
+        }
+      }
+      if (!decoded) out += static_cast<unsigned char>(raw[i]) < 0x20 ? ' ' : raw[i];
+    }
+    return out;
+  };
+  ServerError e{element("Code"), element("Message")};
+  if (e.code.empty()) e.message.clear();
+  return e;
+}
+
+/// A response's status, range, length and version, checked before its first body byte is
+/// taken: false (and `fatal` set) when it cannot be used.
+bool usable_response(BodyStream::Transfer& t, bool http) {
+  if (http && not_a_body(t)) return false;
+  if (http && t.status == 206) {
+    if (t.range_start != static_cast<std::int64_t>(t.reached)) {
+      t.fatal =
+          "asked for bytes from " + std::to_string(t.reached) +
+          (t.range_start < 0 ? ", the server's 206 has no Content-Range it can use"
+                             : ", the server sent a range from " + std::to_string(t.range_start));
+      return false;
+    }
+    if (t.size && t.range_total < 0) {
+      // Nothing checks the index against the shard (nor an index's claimed sizes before
+      // they are allocated): refused.
+      t.fatal =
+          "the server's 206 does not say the whole size (Content-Range bytes N-M/*), "
+          "so the index's " +
+          std::to_string(t.size) + " bytes cannot be checked";
+      return false;
+    }
+    if (t.size && static_cast<std::uint64_t>(t.range_total) != t.size) {
+      t.fatal = "the server has " + std::to_string(t.range_total) +
+                " bytes, the index was made of " + std::to_string(t.size) +
+                " (the shard changed since it was indexed)";
+      return false;
+    }
+  } else if (http) {
+    // A 200 sends the whole body from its start (a server that ignores Range): its length
+    // must be the index's, or nothing checked the index (nor its claimed sizes).
+    curl_off_t length = -1;
+    curl_easy_getinfo(t.easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+    if (t.size && static_cast<std::uint64_t>(length) != t.size) {
+      t.fatal = length < 0 ? "the server's " + std::to_string(t.status) +
+                                 " does not say its length, so the index's " +
+                                 std::to_string(t.size) + " bytes cannot be checked"
+                           : "the server has " + std::to_string(length) +
+                                 " bytes, the index was made of " + std::to_string(t.size) +
+                                 " (the shard changed since it was indexed)";
+      return false;
+    }
+    t.skip = t.reached;
+  }
+  return !http || same_version(t);
+}
+
 std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
   auto* t = static_cast<BodyStream::Transfer*>(user);
   const std::size_t bytes = size * n;
@@ -463,45 +565,14 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
     t->checked = true;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
     const bool http = !starts_with(t->url, "file://");  // s3:// is HTTP too
-    if (http && not_a_body(*t)) return 0;
-    if (http && t->status == 206) {
-      if (t->range_start != static_cast<std::int64_t>(t->reached)) {
-        t->fatal = "asked for bytes from " + std::to_string(t->reached) +
-                   (t->range_start < 0 ? ", the server's 206 has no Content-Range it can use"
-                                       : ", the server sent a range from " +
-                                             std::to_string(t->range_start));
-        return 0;
-      }
-      if (t->size && t->range_total < 0) {
-        // Nothing checks the index against the shard (nor an index's claimed sizes before
-        // they are allocated): refused.
-        t->fatal = "the server's 206 does not say the whole size (Content-Range bytes N-M/*), "
-                   "so the index's " + std::to_string(t->size) + " bytes cannot be checked";
-        return 0;
-      }
-      if (t->size && static_cast<std::uint64_t>(t->range_total) != t->size) {
-        t->fatal = "the server has " + std::to_string(t->range_total) +
-                   " bytes, the index was made of " + std::to_string(t->size) +
-                   " (the shard changed since it was indexed)";
-        return 0;
-      }
-    } else if (http) {
-      // A 200 sends the whole body from its start (a server that ignores Range): its length
-      // must be the index's, or nothing checked the index (nor its claimed sizes).
-      curl_off_t length = -1;
-      curl_easy_getinfo(t->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
-      if (t->size && static_cast<std::uint64_t>(length) != t->size) {
-        t->fatal = length < 0 ? "the server's " + std::to_string(t->status) +
-                                    " does not say its length, so the index's " +
-                                    std::to_string(t->size) + " bytes cannot be checked"
-                              : "the server has " + std::to_string(length) +
-                                    " bytes, the index was made of " + std::to_string(t->size) +
-                                    " (the shard changed since it was indexed)";
-        return 0;
-      }
-      t->skip = t->reached;
-    }
-    if (http && !same_version(*t)) return 0;
+    // An error's body says why (an S3 <Error>): kept, bounded, and never taken as the object.
+    t->error_answer = http && t->status >= 400;
+    if (!t->error_answer && !usable_response(*t, http)) return 0;
+  }
+  if (t->error_answer) {
+    const std::size_t k = std::min(bytes, error_body_limit - t->error_body.size());
+    t->error_body.append(p, k);
+    return k == bytes ? bytes : 0;  // the rest unread: finished() sees the status
   }
   {
     std::lock_guard lock(t->mutex);
@@ -543,10 +614,13 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
   return bytes - used > take ? 0 : bytes;
 }
 
-bool retryable(CURLcode result, long status) {
+/// `code`: an S3-style error's Code. S3 answers a request it gave up waiting on with 400
+/// RequestTimeout, and throttles some APIs with 400 codes; both pass, as botocore retries them.
+bool retryable(CURLcode result, long status, std::string_view code) {
   switch (result) {
     case CURLE_HTTP_RETURNED_ERROR:
-      return status == 408 || status == 429 || status >= 500;
+      return status == 408 || status == 429 || status >= 500 || code == "RequestTimeout" ||
+             code == "SlowDown" || code.find("Throttl") != std::string_view::npos;
     case CURLE_OK:  // a body shorter than asked for (a Content-Length that lied)
     case CURLE_PARTIAL_FILE:
     case CURLE_RECV_ERROR:
@@ -585,6 +659,8 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   t->checked = false;
   t->status = 0;
   t->fatal.clear();
+  t->error_body.clear();
+  t->error_answer = false;
   t->errbuf[0] = '\0';
   ++t->attempts;
   if (starts_with(t->url, "s3://")) {
@@ -627,7 +703,8 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(easy, CURLOPT_HEADERDATA, t.get());
   curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, t->errbuf);
-  curl_easy_setopt(easy, CURLOPT_FAILONERROR, 1L);
+  // Not CURLOPT_FAILONERROR: an error's body is read (on_body keeps its first bytes) for what
+  // it says; finished() fails the answer by its status.
   curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, 256L << 10);
@@ -676,8 +753,12 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
     this->complete(t);
     return;
   }
+  const bool http = !starts_with(t.url, "file://");
+  // A 4xx or 5xx answer (its body kept, or cut short, or none) fails by its status, as curl's
+  // FAILONERROR would have failed it.
+  if (http && t.status >= 400) result = CURLE_HTTP_RETURNED_ERROR;
   // A non-2xx final answer with no body reached on_body's check: it is refused here.
-  if (result == CURLE_OK && t.fatal.empty() && !starts_with(t.url, "file://")) not_a_body(t);
+  if (result == CURLE_OK && t.fatal.empty() && http) not_a_body(t);
   // To the body's end: where a 206 said the whole size, only all of it is the end (a body
   // that ends early, as its Content-Length said, is resumed).
   const bool sized = t.status == 206 && t.range_total >= 0;
@@ -706,11 +787,16 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
   }
   if (t.reached > t.attempt_start) t.failures = 0;
   ++t.failures;
+  const ServerError said = server_error(t.error_body);
   std::string why;
   if (!t.fatal.empty()) {
     why = t.fatal;
   } else if (result == CURLE_HTTP_RETURNED_ERROR) {
     why = "HTTP " + std::to_string(t.status);
+    if (!said.code.empty()) {
+      why += " (the server says " + said.code + (said.message.empty() ? "" : ": " + said.message) +
+             ")";
+    }
   } else if (result == CURLE_OK) {
     why = "the body ended at byte " + std::to_string(t.reached) +
           (t.end != to_end ? " of " + std::to_string(t.end)
@@ -737,7 +823,7 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
   // try, not the whole budget, since a resolver that times out costs up to connect_timeout a
   // try, and a mistyped name should fail soon.
   const bool resolve_again = result == CURLE_COULDNT_RESOLVE_HOST && t.attempts < 2;
-  if (!t.fatal.empty() || !(retryable(result, t.status) || resolve_again) ||
+  if (!t.fatal.empty() || !(retryable(result, t.status, said.code) || resolve_again) ||
       t.failures >= t.retry.attempts) {
     fail(t, where);
     return;

@@ -85,6 +85,10 @@ struct BodyStream::Transfer : std::enable_shared_from_this<BodyStream::Transfer>
   long status = 0;
   int attempts = 0, failures = 0;  // in all; in a row without a byte gained
   std::string fatal;               // why the response cannot be used (no retry)
+  // A 4xx or 5xx answer's first bytes (up to error_body_limit): an S3 or S3-like server's
+  // <Error> there says its Code and Message, which the error names and retryable() reads.
+  std::string error_body;
+  bool error_answer = false;  // this response is one (its body goes to error_body)
   // The body's version: the ETag (else Last-Modified) of the response whose bytes came first,
   // sent as If-Range when a later attempt resumes, and compared with each later response's, so
   // that bytes of two versions of an object are never joined.

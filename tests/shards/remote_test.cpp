@@ -637,7 +637,8 @@ TEST_CASE("faults are retried from the byte reached: each gives the local epoch 
   // it on the index files too. The last token is a nonce: each case counts requests afresh.
   const char* modes[] = {"lat30",       "reset1",       "reset3,all",  "503x2",
                          "503x1,all",   "short1",       "short2,all",  "lie1",
-                         "lielong1",    "lie1,reset1",  "bw4000"};
+                         "lielong1",    "lie1,reset1",  "bw4000",      "s3timeout2",
+                         "503x2,bigbody"};
   int nonce = 0;
   for (const char* mode : modes) {
     CAPTURE(mode);
@@ -869,6 +870,30 @@ TEST_CASE("retry options: the attempts set are the attempts made") {
     const shards::ShardDataset ds(url("503x2,r2m"), {.retry = two});
     CHECK_THROWS_AS(ds.read(0), io::HttpError);
   }
+  // S3's 400 RequestTimeout is retried as a 503 is, and the error says what the server said;
+  // a 20 KiB error body is read no further than its first 4 KiB, and the message stays short.
+  for (const std::string mode : {"s3timeout2,r2t", "503x2,bigbody,r2b"}) {
+    CAPTURE(mode);
+    shards::ShardStream remote(url(mode), {.shards = {.retry = two}, .shuffle_shards = false});
+    try {
+      (void)epoch(remote, info);
+      FAIL("no error");
+    } catch (const io::HttpError& e) {
+      const std::string what = e.what();
+      CHECK(e.attempts() == 2);
+      if (mode.starts_with("s3timeout")) {
+        CHECK(e.status() == 400);
+        CHECK(what.find("HTTP 400 (the server says RequestTimeout: Your socket connection to the "
+                        "server was not read from or written to within the timeout period.); "
+                        "2 attempts") != std::string::npos);
+      } else {
+        CHECK(e.status() == 503);
+        CHECK(what.find("HTTP 503 (the server says SlowDown: Please reduce your request rate. "
+                        "xxx") != std::string::npos);
+        CHECK(what.size() < 600);
+      }
+    }
+  }
   shards::ShardStream remote(url("503x2,r3"), {.shards = {.retry = three}, .shuffle_shards = false});
   std::vector<std::string> got = epoch(remote, info);
   CHECK(got.size() == static_cast<std::size_t>(total));
@@ -1007,6 +1032,37 @@ TEST_CASE("403 and 404 fail at once, naming the URL") {
     CHECK(e.status() == 403);
     CHECK(e.attempts() == 1);
     CHECK(std::string(e.what()).find(url("403") + "shard-000000.tar") != std::string::npos);
+  }
+  // An S3-style <Error> body (a presigned URL past its expiry): its Code and Message named;
+  // the connection, its body read, kept for the next request.
+  const std::string expired = url("expired,all") + "shard-000000.tar.idx";
+  for (int k = 0; k < 2; ++k) {
+    try {
+      (void)io::HttpClient::shared()->get(expired);
+      FAIL("no error");
+    } catch (const io::HttpError& e) {
+      CHECK(e.status() == 403);
+      CHECK(e.attempts() == 1);
+      CHECK(std::string(e.what()) == "cannot read '" + expired +
+                                         "': HTTP 403 (the server says AccessDenied: Request "
+                                         "has expired); 1 attempt, at byte 0");
+    }
+  }
+  CHECK(std::stoi(io::HttpClient::shared()->get("http://127.0.0.1:" +
+                                                std::to_string(server->proxy) +
+                                                "/connections/expired,all")) == 1);
+  // A 400 whose Code is no passing fault fails at once; MinIO's &#39; read as a quote.
+  shards::ShardStream region(url("wrongregion"), {.shuffle_shards = false});
+  try {
+    for (auto& s : region.samples(WorkerInfo{.num_workers = 1})) (void)s;
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    CHECK(e.status() == 400);
+    CHECK(e.attempts() == 1);
+    CHECK(std::string(e.what()).find(
+              "shard-000000.tar': HTTP 400 (the server says AuthorizationHeaderMalformed: The "
+              "authorization header is malformed; the region 'us-east-1' is wrong; expecting "
+              "'eu-west-1'); 1 attempt") != std::string::npos);
   }
   // A brace pattern naming a shard the server does not have: its index is not found.
   try {
@@ -1148,6 +1204,8 @@ TEST_CASE("s3: shards in a bucket, signed with SigV4, stream and read the local 
     CHECK(e.status() == 403);
     CHECK(e.attempts() == 1);
     CHECK(e.url() == "s3://coload/shards/shard-000000.tar.idx");
+    CHECK(std::string(e.what()).find("HTTP 403 (the server says SignatureDoesNotMatch: ") !=
+          std::string::npos);
   }
   // Unsigned (no credentials set): the message says so, and names the URL asked.
   ::unsetenv("AWS_SECRET_ACCESS_KEY");
@@ -1175,6 +1233,7 @@ TEST_CASE("s3: shards in a bucket, signed with SigV4, stream and read the local 
   } catch (const io::HttpError& e) {
     CHECK(e.status() == 404);
     CHECK(e.url() == "s3://coload/none/shard-000000.tar.idx");
+    CHECK(std::string(e.what()).find("HTTP 404 (the server says NoSuchKey: ") != std::string::npos);
   }
 }
 

@@ -23,6 +23,13 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
   always503     answers 503 to every request
   from<k>       no fault for the first k requests of each target (a later epoch's fail)
   403           answers 403
+  expired       answers 403 with S3's <Error> body for a presigned URL past its expiry
+                (Code AccessDenied, Message "Request has expired")
+  wrongregion   answers 400 with S3's <Error> body AuthorizationHeaderMalformed (the request
+                signed for another region), its quotes escaped as MinIO's Go writes them
+  s3timeout<k>  answers 400 with S3's <Error> body RequestTimeout (S3 gave up waiting on the
+                request: to be retried)
+  bigbody       503s (503x, always503) carry a 20 KiB S3 <Error> body (Code SlowDown)
   moved         answers 301 with a body and no Location (a redirect with nowhere to go)
   norange       forwards requests without their Range header: nginx answers each with its
                 whole body (200), as a server that ignores ranges does
@@ -53,6 +60,14 @@ import subprocess
 import sys
 import tempfile
 import time
+
+
+def s3_error(code, message):
+    """An S3 error answer's body, as S3 writes it (the message's '&' escaped as XML wants)."""
+    message = message.replace("&", "&amp;").replace("<", "&lt;")
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+            f"<Message>{message}</Message><RequestId>4442587FB7D0A2F9</RequestId></Error>"
+            ).encode()
 
 
 def free_port():
@@ -156,7 +171,7 @@ class Proxy:
         tokens = mode.split(",")
         opts = {}
         for t in tokens:
-            k = re.fullmatch(r"(lat|bw|link|reset|503x|short|lie|lielong|from|changed)(\d+)", t)
+            k = re.fullmatch(r"(lat|bw|link|reset|503x|short|lie|lielong|from|changed|s3timeout)(\d+)", t)
             if k:
                 opts[k.group(1)] = int(k.group(2))
         faulty = path.endswith(".tar") or "all" in tokens
@@ -171,9 +186,28 @@ class Proxy:
             await asyncio.sleep(opts["lat"] / 1000)
         if faulty and ("403" in tokens or "always503" in tokens or hit("503x")):
             code = "403 Forbidden" if "403" in tokens else "503 Service Unavailable"
-            cw.write(f"HTTP/1.1 {code}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
+            body = b""
+            if code.startswith("503") and "bigbody" in tokens:
+                body = s3_error("SlowDown", "Please reduce your request rate. " + "x" * 20000)
+            cw.write(f"HTTP/1.1 {code}\r\nContent-Length: {len(body)}\r\n"
+                     f"Connection: close\r\n\r\n".encode() + body)
             await cw.drain()
             return False
+        if faulty and ("expired" in tokens or "wrongregion" in tokens or hit("s3timeout")):
+            if "expired" in tokens:
+                code, body = "403 Forbidden", s3_error("AccessDenied", "Request has expired")
+            elif "wrongregion" in tokens:
+                code, body = "400 Bad Request", s3_error(
+                    "AuthorizationHeaderMalformed", "The authorization header is malformed; the "
+                    "region 'us-east-1' is wrong; expecting 'eu-west-1'").replace(b"'", b"&#39;")
+            else:
+                code, body = "400 Bad Request", s3_error(
+                    "RequestTimeout", "Your socket connection to the server was not read from "
+                    "or written to within the timeout period.")
+            cw.write(f"HTTP/1.1 {code}\r\nContent-Type: application/xml\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            await cw.drain()
+            return True
         if faulty and "moved" in tokens:
             body = b"moved elsewhere, the new place not said\n"
             cw.write(b"HTTP/1.1 301 Moved Permanently\r\nContent-Length: %d\r\n"
