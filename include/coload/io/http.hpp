@@ -48,8 +48,10 @@ std::string s3_http_url(std::string_view url);
 
 /// How faults are retried, for one request (ShardOptions::retry for a shard's). A reset
 /// connection, a timeout, a 429 or 5xx and a body cut short are retried, from the byte
-/// reached; a host name not resolved is tried once more (a resolver's passing fault); a 4xx
-/// other than 408 and 429 (403, 404), and a 3xx with no Location to follow, fail at once.
+/// reached, and so are S3's passing 400s (an <Error> whose Code is RequestTimeout, SlowDown or
+/// a throttling code, as botocore retries them); a host name not resolved is tried once more
+/// (a resolver's passing fault); another 4xx (403, 404), and a 3xx with no Location to follow,
+/// fail at once. An error answer's S3-style <Error> Code and Message are quoted in the error.
 struct RetryOptions {
   /// Tries in a row that deliver no byte before the transfer fails (at least 1): an attempt
   /// that moved the body forward starts the count again, so a long body over a flaky link
