@@ -28,15 +28,9 @@ using http_detail::block_size;
 using http_detail::Clock;
 using http_detail::to_end;
 
-namespace {
-bool starts_with(std::string_view s, std::string_view p) noexcept {
-  return s.size() >= p.size() && s.substr(0, p.size()) == p;
-}
-}  // namespace
-
 bool is_url(std::string_view name) noexcept {
-  return starts_with(name, "http://") || starts_with(name, "https://") ||
-         starts_with(name, "file://") || starts_with(name, "s3://");
+  return name.starts_with("http://") || name.starts_with("https://") ||
+         name.starts_with("file://") || name.starts_with("s3://");
 }
 
 namespace {
@@ -110,7 +104,9 @@ std::string percent_encode(std::string_view bytes, std::string_view keep) {
 }
 
 std::string s3_http_url(std::string_view url) {
-  if (!starts_with(url, "s3://")) throw InvalidArgument("'" + std::string(url) + "' is not an s3:// URL");
+  if (!url.starts_with("s3://")) {
+    throw InvalidArgument("'" + std::string(url) + "' is not an s3:// URL");
+  }
   if (url.size() == 5 || url[5] == '/') {
     throw InvalidArgument("'" + std::string(url) + "' names no bucket (s3://bucket/key)");
   }
@@ -278,7 +274,7 @@ std::optional<ContentRange> parse_content_range(const std::string& value) {
 std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
   auto* t = static_cast<BodyStream::Transfer*>(user);
   std::string_view line(p, size * n);
-  if (starts_with(line, "HTTP/")) {
+  if (line.starts_with("HTTP/")) {
     t->response_etag.clear();  // a new response (after a redirect or a 100): its own headers
     t->response_modified.clear();
     t->range_start = t->range_total = t->unsatisfied_total = -1;
@@ -288,7 +284,7 @@ std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
     t->response_modified = std::move(*m);
   }
   if (t->scatter) {
-    if (starts_with(line, "HTTP/")) {
+    if (line.starts_with("HTTP/")) {
       t->scatter->boundary.clear();  // a new response (after a redirect): its own headers
     } else if (std::string b = byteranges_boundary(line); !b.empty()) {
       t->scatter->boundary = std::move(b);
@@ -342,7 +338,7 @@ bool parse_part_head(const ScatterState& s, std::string_view head, std::uint64_t
 /// the closing delimiter) begin with the delimiter, as they must when the part was as long as
 /// its Content-Range said. Before the first part, a preamble may come first.
 bool part_delimited(const ScatterState& s, std::string_view after) {
-  return s.parts_taken == 0 || starts_with(after, "\r\n--" + s.boundary);
+  return s.parts_taken == 0 || after.starts_with("\r\n--" + s.boundary);
 }
 
 /// The last part taken gives back what it was given: it was shorter than its Content-Range
@@ -564,7 +560,7 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
   if (!t->checked) {
     t->checked = true;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
-    const bool http = !starts_with(t->url, "file://");  // s3:// is HTTP too
+    const bool http = !t->url.starts_with("file://");  // s3:// is HTTP too
     // An error's body says why (an S3 <Error>): kept, bounded, and never taken as the object.
     t->error_answer = http && t->status >= 400;
     if (!t->error_answer && !usable_response(*t, http)) return 0;
@@ -663,7 +659,7 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   t->error_answer = false;
   t->errbuf[0] = '\0';
   ++t->attempts;
-  if (starts_with(t->url, "s3://")) {
+  if (t->url.starts_with("s3://")) {
     // Signed with SigV4 by libcurl itself; the payload hash header S3 requires is the hash of
     // the empty body of a GET. Without credentials the request goes unsigned (a public bucket).
     const S3Target s3 = resolve_s3(t->url);
@@ -690,7 +686,7 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   t->response_modified.clear();
   if (!t->scatter && (t->reached > t->begin || t->pinned)) {
     const std::string& v = !t->etag.empty() ? t->etag : t->modified;
-    if (!v.empty() && !starts_with(v, "W/")) {
+    if (!v.empty() && !v.starts_with("W/")) {
       t->headers = curl_slist_append(t->headers, ("If-Range: " + v).c_str());
     }
   }
@@ -753,7 +749,7 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
     this->complete(t);
     return;
   }
-  const bool http = !starts_with(t.url, "file://");
+  const bool http = !t.url.starts_with("file://");
   // A 4xx or 5xx answer (its body kept, or cut short, or none) fails by its status, as curl's
   // FAILONERROR would have failed it.
   if (http && t.status >= 400) result = CURLE_HTTP_RETURNED_ERROR;
@@ -807,7 +803,7 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
     why = curl_easy_strerror(result);
     if (t.errbuf[0]) why += std::string(" (") + t.errbuf + ")";
   }
-  if (starts_with(t.url, "s3://")) {
+  if (t.url.starts_with("s3://")) {
     // What was asked of whom: the endpoint and the signing come from the environment.
     const S3Target s3 = resolve_s3(t.url);
     why += " (GET " + s3.url +
@@ -968,7 +964,7 @@ Task<std::vector<std::uint64_t>> HttpClient::get_ranges_async(std::string url,
     }
     s->parts.push_back(parts[k]);
   }
-  const bool http = starts_with(url, "http://") || starts_with(url, "https://");
+  const bool http = url.starts_with("http://") || url.starts_with("https://");
   if (s->parts.empty() || !http) co_return filled;
   {
     const std::string origin = origin_of(url);

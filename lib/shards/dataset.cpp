@@ -157,7 +157,7 @@ ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options
       } catch (const io::HttpError& e) {
         // A presigned URL's signature covers its one object: the index beside it, asked with
         // the same query, is refused (403). Such a shard is streamed as one without an index.
-        const bool signed_alone = e.status() == 403 && path.substr(0, 5) != "s3://" &&
+        const bool signed_alone = e.status() == 403 && !path.starts_with("s3://") &&
                                   path.find('?') != std::string::npos;
         if (e.status() != 404 && !signed_alone) throw;
         missing = true;  // its samples are known once streamed

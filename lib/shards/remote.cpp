@@ -72,17 +72,10 @@ std::string base_of(std::string_view path) {
 /// index beside it needs its own.) An s3:// URL names a key, which may hold
 /// both bytes: not split.
 std::pair<std::string_view, std::string_view> split_query(std::string_view url) noexcept {
-  if (url.substr(0, 5) == "s3://") return {url, {}};
+  if (url.starts_with("s3://")) return {url, {}};
   const auto q = url.find_first_of("?#");
   if (q == std::string_view::npos) return {url, {}};
   return {url.substr(0, q), url.substr(q)};
-}
-
-int hex_value(char c) noexcept {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 }  // namespace
@@ -135,7 +128,7 @@ std::optional<std::string> read_beside_shards(std::string_view root, std::string
     if (path.empty()) return std::string();
     std::string first(path);
     if (path.find('{') != std::string_view::npos) first = expand_braces(path).front();
-    const bool one_shard = first.size() > 4 && first.compare(first.size() - 4, 4, ".tar") == 0;
+    const bool one_shard = first.size() > 4 && first.ends_with(".tar");
     return one_shard ? first.substr(0, first.rfind('/') + 1) : base_of(first);
   };
   if (detail::is_remote(root)) {
@@ -145,7 +138,7 @@ std::optional<std::string> read_beside_shards(std::string_view root, std::string
       return io::HttpClient::shared()->get(url, limit, retry);
     } catch (const io::HttpError& e) {
       // S3 answers a missing key with 403 to a reader who may not list the bucket.
-      if (e.status() == 404 || (e.status() == 403 && root.substr(0, 5) == "s3://")) {
+      if (e.status() == 404 || (e.status() == 403 && root.starts_with("s3://"))) {
         return std::nullopt;
       }
       throw;
@@ -196,14 +189,14 @@ std::string file_url_path(std::string_view url) {
       path += rest[i];
       continue;
     }
-    const int hi = i + 2 < rest.size() ? hex_value(rest[i + 1]) : -1;
-    const int lo = hi >= 0 ? hex_value(rest[i + 2]) : -1;
-    if (lo < 0) {
+    unsigned byte = 0;
+    const char* digits = rest.data() + i + 1;
+    if (i + 2 >= rest.size() || std::from_chars(digits, digits + 2, byte, 16).ptr != digits + 2) {
       throw InvalidArgument("'" + std::string(url) + "': '%' at " + std::to_string(i + 7) +
                             " is not followed by two hex digits (a file:// URL's path is "
                             "percent-encoded: '%' is %25)");
     }
-    const char c = static_cast<char>(hi * 16 + lo);
+    const char c = static_cast<char>(byte);
     if (c == '\0' || c == '/') {
       // A NUL would end the path early; a '/' inside a name is no name a file can have.
       throw InvalidArgument("'" + std::string(url) + "': " + std::string(rest.substr(i, 3)) +
@@ -231,7 +224,7 @@ std::vector<std::string> find_url_shards(const std::string& root, const io::Retr
   }
   if (root.find('{') != std::string::npos) return expand_braces(root);
   const auto [path, query] = split_query(root);
-  if (path.size() > 4 && path.substr(path.size() - 4) == ".tar") return {root};
+  if (path.size() > 4 && path.ends_with(".tar")) return {root};
   const std::string base = base_of(path);
   const std::string list_url = base + std::string(shard_list_name) + std::string(query);
   std::string text;
@@ -256,7 +249,7 @@ std::vector<std::string> find_url_shards(const std::string& root, const io::Retr
     // A file name as Writer wrote it ("a b-000000.tar"), not a URL: for an http(s) path,
     // encoded as one segment (a space, '%', '?', '#', bytes past ASCII); an s3:// key is the
     // name itself (s3_http_url encodes it).
-    const bool s3 = root.substr(0, 5) == "s3://";
+    const bool s3 = root.starts_with("s3://");
     out.push_back(base + (s3 ? line : io::percent_encode(line, "-._~!$&'()*+,;=:@")) +
                   std::string(query));
   }
