@@ -1057,6 +1057,20 @@ BodyStream::~BodyStream() {
   d->post([d, t = transfer_] { d->cancel(t); });
 }
 
+void BodyStream::cancel() {
+  HttpClient::Driver* d = client_->driver_.get();
+  // On the loop: the transfer leaves curl (or its backoff wait), and fails as any failure
+  // does, waking a reader. A client closed meanwhile has failed it already.
+  d->post([d, t = transfer_] {
+    {
+      std::lock_guard lock(t->mutex);
+      if (t->done) return;
+    }
+    d->cancel(t);
+    d->fail(*t, "cannot read '" + t->url + "': cancelled");
+  });
+}
+
 void BodyStream::read(std::byte* dst, std::size_t n) {
   if (read_up_to(dst, n) != n) {
     throw HttpError(transfer_->url, 0, 0,

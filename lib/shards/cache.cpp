@@ -479,4 +479,94 @@ void CacheEntry::commit() {
   if (sum_ && ::stat(final_.c_str(), &st) == 0) remember(final_, st);
 }
 
+CacheFiller::CacheFiller(ShardOptions options)
+    : options_(std::move(options)), owner_(static_cast<int>(::getpid())) {}
+
+CacheFiller::~CacheFiller() {
+  // A forked child's copy: the thread is the parent's, and the mutex may have been copied held.
+  if (static_cast<int>(::getpid()) != owner_) {
+    (void)thread_.release();
+    return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+    if (current_) current_->cancel();
+  }
+  queued_.notify_all();
+  if (thread_) thread_->join();
+}
+
+void CacheFiller::want(const ShardIndex& shard) {
+  if (static_cast<int>(::getpid()) != owner_) return;
+  {
+    std::lock_guard lock(mutex_);
+    if (stop_ || !asked_.insert(&shard).second) return;
+    queue_.push_back(&shard);
+    if (!thread_) thread_ = std::make_unique<std::thread>([this] { run(); });
+  }
+  queued_.notify_one();
+}
+
+void CacheFiller::wait_idle() {
+  if (static_cast<int>(::getpid()) != owner_) return;
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [&] { return queue_.empty() || stop_; });
+}
+
+void CacheFiller::run() {
+  for (;;) {
+    const ShardIndex* shard = nullptr;
+    {
+      std::unique_lock lock(mutex_);
+      queued_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      shard = queue_.front();
+    }
+    try {
+      fill(*shard);
+    } catch (const std::exception&) {
+      // Given up: the map-style reads go on by ranged GETs, which report faults themselves.
+    }
+    {
+      std::lock_guard lock(mutex_);
+      queue_.pop_front();
+    }
+    idle_.notify_all();
+  }
+}
+
+void CacheFiller::fill(const ShardIndex& shard) {
+  if (cache_find(options_, shard)) return;
+  auto entry = cache_start(options_, shard);
+  if (!entry) return;
+  const std::uint64_t end = cached_size(shard);
+  // One GET of the whole entry, at most 4 MiB of it held ahead of the writes here.
+  auto body = io::HttpClient::shared()->stream(shard.path, 0, end, std::size_t{4} << 20,
+                                               shard.file_size, options_.retry);
+  {
+    std::lock_guard lock(mutex_);
+    if (stop_) return;
+    current_ = body.get();
+  }
+  // Let go of before `body` is destroyed: the destructor may cancel it until then.
+  struct Release {
+    CacheFiller& filler;
+    ~Release() {
+      std::lock_guard lock(filler.mutex_);
+      filler.current_ = nullptr;
+    }
+  } release{*this};
+  std::vector<std::byte> chunk(std::size_t{1} << 20);
+  std::uint64_t done = 0;
+  while (done < end) {
+    const std::size_t n = body->read_up_to(
+        chunk.data(), static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), end - done)));
+    if (n == 0) return;  // the body ended early: nothing kept
+    entry->write(chunk.data(), n);
+    done += n;
+  }
+  entry->commit();
+}
+
 }  // namespace coload::shards::detail

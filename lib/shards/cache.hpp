@@ -1,12 +1,20 @@
 #pragma once
 // The local cache of remote shards (cache.cpp): a folder of files, each a shard's bytes up to
-// its last sample's end, named for its URL, least recently used evicted past a byte bound.
+// its last sample's end, named for its URL, least recently used evicted past a byte bound; and
+// CacheFiller, which fills it behind map-style reads.
 // Private to lib/shards.
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <thread>
+
+#include "coload/io/http.hpp"
 
 #include "coload/shards/dataset.hpp"
 
@@ -54,5 +62,36 @@ class CacheEntry {
 
 /// An entry for `shard`, or nothing when the cache is off or the shard larger than its bound.
 std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const ShardIndex& shard);
+
+/// Fetches whole shards into the cache behind map-style reads, which fetch samples alone: a
+/// shard asked for is queued once, and a thread of its own (started at the first) streams the
+/// queued shards one at a time through HttpClient::shared() into CacheEntry's. A fetch that
+/// fails is given up (the reads go on by ranged GETs, and report faults themselves). Only the
+/// process that made it fetches: in a forked child, want() does nothing. The destructor
+/// cancels the fetch in flight and waits for the thread.
+class CacheFiller {
+ public:
+  explicit CacheFiller(ShardOptions options);
+  ~CacheFiller();
+  CacheFiller(const CacheFiller&) = delete;
+  CacheFiller& operator=(const CacheFiller&) = delete;
+  /// Queues `shard` (which outlives the filler), unless it was asked for before.
+  void want(const ShardIndex& shard);
+  /// Waits until every shard queued so far has been fetched or given up.
+  void wait_idle();
+
+ private:
+  void run();
+  void fill(const ShardIndex& shard);
+  ShardOptions options_;
+  const int owner_;  // the pid of the process that made it
+  std::mutex mutex_;
+  std::condition_variable queued_, idle_;
+  std::deque<const ShardIndex*> queue_;  // the front one is being fetched
+  std::set<const ShardIndex*> asked_;
+  io::BodyStream* current_ = nullptr;  // the fetch in flight, for the destructor to cancel
+  bool stop_ = false;
+  std::unique_ptr<std::thread> thread_;  // left alone (not joined) in a forked child
+};
 
 }  // namespace coload::shards::detail

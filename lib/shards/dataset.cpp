@@ -105,6 +105,18 @@ struct ShardDataset::State {
   }
 
   std::size_t align() const noexcept { return options.direct ? io::Buffer::alignment : 1; }
+
+  // Fills the cache behind map-style reads (a ShardDataset's own, not a ShardStream's, which
+  // caches the shards it streams). Last: destroyed first, while `shards` is still there.
+  std::unique_ptr<detail::CacheFiller> filler;
+
+  /// Shard s's cached copy; where there is none and the filler is on, the shard is queued for
+  /// it (once).
+  std::optional<std::string> cached(std::size_t s) {
+    auto found = detail::cache_find(options, shards[s]);
+    if (!found && filler) filler->want(shards[s]);
+    return found;
+  }
 };
 
 namespace {
@@ -139,6 +151,22 @@ ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options
                             "; it has no index, which a ShardDataset needs: stream the shards "
                             "with ShardStream, which reads them by their tar headers");
   }
+  // Map-style reads fill the cache when the dataset's remote shards all fit its bound: where
+  // they do not, each epoch would fetch shards twice (samples, then the whole shard) only to
+  // evict them again.
+  const ShardOptions& o = state_->options;
+  if (o.cache_dir.empty() || o.cache_bytes == 0) return;
+  std::uint64_t remote = 0;
+  for (const ShardIndex& shard : state_->shards) {
+    if (detail::is_remote(shard.path)) remote += detail::cached_size(shard);
+  }
+  if (remote > 0 && remote <= o.cache_bytes) {
+    state_->filler = std::make_unique<detail::CacheFiller>(o);
+  }
+}
+
+void ShardDataset::cache_wait() const {
+  if (state_->filler) state_->filler->wait_idle();
 }
 
 ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options,
@@ -230,7 +258,7 @@ ShardSample ShardDataset::read(Index index) const {
   const ShardIndex& shard = state_->shards[at.shard];
   const IndexSample& sample = shard.samples[at.sample];
   if (detail::is_remote(shard.path)) {
-    if (auto cached = detail::cache_find(state_->options, shard)) {
+    if (auto cached = state_->cached(at.shard)) {
       // The cached copy, read with pread as a local shard is.
       ShardSample out;
       out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
@@ -352,7 +380,7 @@ Task<ShardSample> ShardDataset::read_async(io::Reader& reader, Index index) cons
   const ShardIndex& shard = state_->shards[at.shard];
   const IndexSample& sample = shard.samples[at.sample];
   if (detail::is_remote(shard.path)) {
-    if (detail::cache_find(state_->options, shard)) co_return read(index);  // a local file
+    if (state_->cached(at.shard)) co_return read(index);  // a local file
     // One ranged GET on the reader's io_context (the loader's driver): the fetch holds no
     // thread while it waits, as a file's read does.
     co_await confirm_size_async(reader, shard, sample.end - sample.begin, state_->options.retry);
@@ -390,8 +418,8 @@ std::vector<std::vector<std::size_t>> ShardDataset::remote_groups(std::span<cons
     signed char& by_http = served[at.shard];
     if (by_http < 0) {
       const std::string& path = shards[at.shard].path;
-      by_http = (path.rfind("http://", 0) == 0 || path.rfind("https://", 0) == 0) &&
-                !detail::cache_find(state_->options, shards[at.shard]);
+      by_http = (path.starts_with("http://") || path.starts_with("https://")) &&
+                !state_->cached(at.shard);
     }
     if (by_http) remote.push_back({at.shard, at.sample, k});
   }

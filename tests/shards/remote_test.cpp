@@ -425,6 +425,64 @@ TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, en
   }
 }
 
+TEST_CASE("map-style reads fill the cache behind them: a later epoch reads from disk") {
+  const std::string mode = "ok,fill";
+  const auto requests = [&] {
+    return std::stoi(io::HttpClient::shared()->get(
+        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
+  };
+  const auto files = [](const fs::path& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  shards_test::TempDir cache;
+  shards::ShardOptions o;
+  o.cache_dir = cache.path.string();
+  o.cache_bytes = 1ull << 30;
+  const shards::ShardDataset ds(url(mode), o);
+  const std::size_t n = ds.shards().size();
+  const int indexed = requests();
+  // The first epoch's samples by ranged GETs (sync, and on a loader's io_context), each shard
+  // also fetched whole, once, behind them.
+  asio::io_context ctx;
+  io::Reader reader(ctx);
+  for (Index i = 0; i < total; i += 2) CHECK(ds.read(i).text("bin") == payload(i));
+  for (Index i = 1; i < total; i += 2) CHECK(get_on(ctx, ds, reader, i).text("bin") == payload(i));
+  ds.cache_wait();
+  CHECK(requests() - indexed <= static_cast<int>(total + n));
+  const auto entries = files(cache.path);
+  CHECK(entries.size() == n);
+  for (const auto& name : entries) CHECK(name.find(".coload-part") == std::string::npos);
+  // The next epoch: every sample from disk, no request.
+  const int filled = requests();
+  for (Index i = 0; i < total; ++i) CHECK(ds.read(i).text("bin") == payload(i));
+  for (Index i = 0; i < total; i += 7) CHECK(get_on(ctx, ds, reader, i).text("bin") == payload(i));
+  const std::vector<Index> batch{3, total - 1, 4, 5};
+  CHECK(ds.remote_groups(batch).empty());  // cached: no multi-range GET
+  CHECK(requests() == filled);
+  // A bound the dataset's shards do not fit: map-style reads fill nothing (each epoch would
+  // fetch shards twice, only to evict them).
+  shards_test::TempDir small;
+  o.cache_dir = small.path.string();
+  o.cache_bytes = 60000;
+  const shards::ShardDataset unfilled(url(mode), o);
+  for (Index i = 0; i < total; i += 5) CHECK(unfilled.read(i).text("bin") == payload(i));
+  unfilled.cache_wait();
+  CHECK(files(small.path).empty());
+  // A dataset let go of while a shard is fetched over a slow link (50 KiB/s): the fetch is
+  // cancelled (the destructor does not wait out the link), and leaves no part file.
+  shards_test::TempDir slow;
+  o.cache_dir = slow.path.string();
+  o.cache_bytes = 1ull << 30;
+  {
+    const shards::ShardDataset ds_slow(url("bw50,slowfill"), o);
+    CHECK(ds_slow.read(0).text("bin") == payload(0));
+  }
+  for (const auto& name : files(slow.path)) CHECK(name.find(".coload-part") == std::string::npos);
+}
+
 TEST_CASE("a cache that cannot keep shards says so once; a folder locked by a stopped process stops no transfer") {
   std::vector<std::string> warnings;
   set_warning_handler([&](const std::string& w) { warnings.push_back(w); });

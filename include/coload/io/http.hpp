@@ -124,6 +124,11 @@ class BodyStream {
   std::size_t read_up_to(std::byte* dst, std::size_t n);
   /// Skips the next `n` bytes.
   void skip(std::uint64_t n);
+  /// Ends the transfer early, from any thread: once the bytes already held are read, a read
+  /// (one waiting now, a thread's or a coroutine's, or a later one) throws HttpError "...:
+  /// cancelled". For a reader that must be stopped from elsewhere (a background fetch at
+  /// shutdown).
+  void cancel();
 
   class Wait;
   /// Awaitable for a coroutine: ready once `n` bytes (at most the window's worth) are held

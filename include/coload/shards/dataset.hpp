@@ -58,7 +58,13 @@ struct ShardOptions {
   bool direct = false;
   /// A local cache of shards named by URL (off while `cache_dir` is empty or `cache_bytes` 0):
   /// a shard streamed whole is kept in `cache_dir` (its bytes up to its last sample's end), and
-  /// later epochs, streamed or map-style, read it from there. The entries' bytes stay within
+  /// later epochs, streamed or map-style, read it from there. Map-style reads (read,
+  /// read_async, a DataLoader's batches), which fetch samples alone, fill it too: each shard
+  /// they touch is fetched whole (one GET, a background thread of the dataset's own, one shard
+  /// at a time) while its samples are still read by ranged GETs, when all the dataset's shards
+  /// by URL fit `cache_bytes` (else each epoch would fetch shards twice only to evict them);
+  /// in a process worker they do not (the fetch thread is the parent's). cache_wait() waits
+  /// for those fetches. The entries' bytes stay within
   /// `cache_bytes`, the least recently used evicted first; an entry is used only when its size
   /// is the index's and, when the index records a checksum (coload-shard's do), when its bytes
   /// hash to it (checked at a dataset's first use of the entry, and again if the file changes;
@@ -147,6 +153,10 @@ class ShardDataset {
   const std::vector<ShardIndex>& shards() const noexcept;
   /// The options.
   const ShardOptions& options() const noexcept;
+  /// Waits until the shards that map-style reads have queued for the cache are in it (or were
+  /// given up): then a later epoch reads them from disk. At once without a cache, or where the
+  /// cache does not fill behind map-style reads (see ShardOptions::cache_dir).
+  void cache_wait() const;
   /// Whether shard `s` has an index: always, but in a ShardStream's view of shards by URL,
   /// where one without (its samples unknown until streamed) has none.
   bool indexed(std::size_t s) const noexcept;
