@@ -472,8 +472,10 @@ ServerError server_error(std::string_view body) {
     const auto b = body.find(close, from);
     // A body cut at error_body_limit may end inside the element: what came of it.
     const std::string_view raw = body.substr(from, b == std::string_view::npos ? b : b - from);
+    constexpr std::size_t most = 300;  // AWS's AccessDenied names the policy's principal
     std::string out;
-    for (std::size_t i = 0; i < raw.size() && out.size() < 200; ++i) {
+    std::size_t i = 0;
+    for (; i < raw.size() && out.size() < most; ++i) {
       static constexpr std::pair<std::string_view, char> entities[] = {
           {"&lt;", '<'}, {"&gt;", '>'}, {"&amp;", '&'}, {"&quot;", '"'}, {"&apos;", '\''}};
       bool decoded = false;
@@ -498,8 +500,32 @@ ServerError server_error(std::string_view body) {
           decoded = true;
         }
       }
-      if (!decoded) out += static_cast<unsigned char>(raw[i]) < 0x20 ? ' ' : raw[i];
+      if (decoded) continue;
+      const auto c = static_cast<unsigned char>(raw[i]);
+      if (c < 0x80) {
+        out += c < 0x20 || c == 0x7f ? ' ' : raw[i];
+        continue;
+      }
+      // UTF-8 whole characters only (the message becomes a Python str): a byte that begins
+      // none (Latin-1 text) is '?', and a character the bound would cut is left out.
+      const std::size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                              : c >= 0xe0 && c <= 0xef ? 3
+                              : c >= 0xf0 && c <= 0xf4 ? 4
+                                                       : 0;
+      bool whole = len > 0 && i + len <= raw.size();
+      for (std::size_t k = 1; whole && k < len; ++k) {
+        whole = (static_cast<unsigned char>(raw[i + k]) & 0xc0) == 0x80;
+      }
+      if (!whole) {
+        out += '?';
+      } else if (out.size() + len > most) {
+        break;
+      } else {
+        out.append(raw.substr(i, len));
+        i += len - 1;
+      }
     }
+    if (i < raw.size()) out += "...";
     return out;
   };
   ServerError e{element("Code"), element("Message")};
@@ -568,7 +594,15 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
   if (t->error_answer) {
     const std::size_t k = std::min(bytes, error_body_limit - t->error_body.size());
     t->error_body.append(p, k);
-    return k == bytes ? bytes : 0;  // the rest unread: finished() sees the status
+    // Read no further than the bound, nor past the <Error>'s end where more is to come than a
+    // line's end (its Content-Length says so, or it has none): a body whose end never comes (a
+    // proxy's answer that hangs) would cost the stall timeout. finished() sees the status.
+    if (t->error_body.find("</Error>") != std::string::npos) {
+      curl_off_t length = -1;
+      curl_easy_getinfo(t->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+      if (length < 0 || static_cast<std::uint64_t>(length) > t->error_body.size() + 2) return 0;
+    }
+    return k == bytes ? bytes : 0;
   }
   {
     std::lock_guard lock(t->mutex);

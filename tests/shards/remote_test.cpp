@@ -1109,6 +1109,18 @@ TEST_CASE("403 and 404 fail at once, naming the URL") {
   CHECK(std::stoi(io::HttpClient::shared()->get("http://127.0.0.1:" +
                                                 std::to_string(server->proxy) +
                                                 "/connections/expired,all")) == 1);
+  // A long message is cut at a character's boundary (it becomes a Python str), a byte that is
+  // no UTF-8 ('\xe9' of Latin-1) is '?', and the cut says so.
+  try {
+    (void)io::HttpClient::shared()->get(url("longdenied,all") + "shard-000000.tar.idx");
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    const std::string what = e.what();
+    std::string accents;
+    for (int k = 0; k < 144; ++k) accents += "\u00e9";  // 11 + 288 bytes of 300
+    CHECK(what.find("(the server says AccessDenied: User: caf? " + accents + "...); 1 attempt") !=
+          std::string::npos);
+  }
   // A 400 whose Code is no passing fault fails at once; MinIO's &#39; read as a quote.
   shards::ShardStream region(url("wrongregion"), {.shuffle_shards = false});
   try {

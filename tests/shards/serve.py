@@ -25,6 +25,8 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
   403           answers 403
   expired       answers 403 with S3's <Error> body for a presigned URL past its expiry
                 (Code AccessDenied, Message "Request has expired")
+  longdenied    answers 403 AccessDenied, its Message a Latin-1 byte and then 400 two-byte
+                UTF-8 characters
   wrongregion   answers 400 with S3's <Error> body AuthorizationHeaderMalformed (the request
                 signed for another region), its quotes escaped as MinIO's Go writes them
   s3timeout<k>  answers 400 with S3's <Error> body RequestTimeout (S3 gave up waiting on the
@@ -193,8 +195,14 @@ class Proxy:
                      f"Connection: close\r\n\r\n".encode() + body)
             await cw.drain()
             return False
-        if faulty and ("expired" in tokens or "wrongregion" in tokens or hit("s3timeout")):
-            if "expired" in tokens:
+        if faulty and ("expired" in tokens or "wrongregion" in tokens or "longdenied" in tokens
+                       or hit("s3timeout")):
+            if "longdenied" in tokens:
+                # A Latin-1 byte, then two-byte characters across the message's 300-byte bound.
+                code, body = "403 Forbidden", s3_error(
+                    "AccessDenied", "User: caf\xe9 ").replace(b"\xc3\xa9", b"\xe9")
+                body = body.replace(b"</Message>", ("\u00e9" * 400).encode() + b"</Message>")
+            elif "expired" in tokens:
                 code, body = "403 Forbidden", s3_error("AccessDenied", "Request has expired")
             elif "wrongregion" in tokens:
                 code, body = "400 Bad Request", s3_error(
