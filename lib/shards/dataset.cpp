@@ -342,7 +342,7 @@ std::vector<ShardSample> ShardDataset::read_batch(std::span<const Index> indices
   for (std::size_t i = 0; i < remote.size(); ++i) {
     const Want& w = remote[i];
     if (!runs.empty() && remote[runs.back().first].shard == w.shard &&
-        begin_of(w) <= runs.back().end + gap) {
+        (begin_of(w) <= runs.back().end || begin_of(w) - runs.back().end <= gap)) {
       runs.back().last = i + 1;
       runs.back().end = std::max(runs.back().end, end_of(w));
     } else {
