@@ -4,18 +4,27 @@ import os
 from . import _C
 
 
+def _cache_dir(cache_dir):
+    return "" if cache_dir is None else os.fspath(cache_dir)
+
+
 class ShardDataset(_C.ShardDataset):
     """The samples of a `.tar` shard, a folder of them, a brace pattern, or a URL of one
     (http(s)://, s3://, file://), as a map-style dataset; or of a list of such shards, in
     that order. A batch is a list of dicts: `__key__`, `__url__` (the shard) and each field's
-    bytes by name."""
+    bytes by name.
 
-    def __init__(self, path):
+    `cache_dir` and `cache_bytes` keep shards named by URL on local disk (least recently used
+    evicted past `cache_bytes`): each shard the reads touch is also fetched whole, in the
+    background, where all the shards fit the bound, and later epochs read it from there.
+    `cache_wait()` waits for those fetches."""
+
+    def __init__(self, path, cache_dir=None, cache_bytes=0):
         if isinstance(path, (list, tuple)):
             self.path = [os.fspath(p) for p in path]
         else:
             self.path = os.fspath(path)
-        super().__init__(self.path)
+        super().__init__(self.path, _cache_dir(cache_dir), int(cache_bytes))
 
     def __repr__(self):
         return f"coload.shards.ShardDataset({self.path!r}, samples={len(self)})"
@@ -28,9 +37,10 @@ class ShardImageFolder(_C.ShardImagePipeline):
     `train` as coload.vision.ImageFolder's. `num_classes` is the class count a recipe's
     MixUp/CutMix without its own uses: None reads classes.txt beside the shards (coload-shard
     writes it; `path` may be a URL, as ShardDataset's), else 0 (such an op then needs its num_classes). A batch is [images float
-    [N, 3, S, S], labels]."""
+    [N, 3, S, S], labels]. `cache_dir` and `cache_bytes`: ShardDataset's."""
 
-    def __init__(self, path, recipe="classic", train=True, num_classes=None):
+    def __init__(self, path, recipe="classic", train=True, num_classes=None, cache_dir=None,
+                 cache_bytes=0):
         from .vision import Recipe
         path = os.fspath(path)
         if num_classes is None:
@@ -38,10 +48,11 @@ class ShardImageFolder(_C.ShardImagePipeline):
             text = _C.read_beside_shards(path, "classes.txt")
             num_classes = 0 if text is None else sum(1 for line in text.splitlines()
                                                      if line.strip())  # bytes: any encoding
+        cache = (_cache_dir(cache_dir), int(cache_bytes))
         if isinstance(recipe, Recipe):
-            super().__init__(path, recipe._native, train, int(num_classes))
+            super().__init__(path, recipe._native, train, int(num_classes), *cache)
         elif isinstance(recipe, str):
-            super().__init__(path, recipe, train, int(num_classes))
+            super().__init__(path, recipe, train, int(num_classes), *cache)
         else:
             raise TypeError("ShardImageFolder: recipe should be a preset's name or a "
                             f"coload.vision.Recipe, got {type(recipe).__name__}")

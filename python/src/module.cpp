@@ -180,32 +180,56 @@ void register_datasets(py::module_& m) {
 
   // Tar shards' images through the same fused transforms (a preset's or a composed recipe),
   // labels from each sample's `cls`; `num_classes` for a MixUp/CutMix with none of its own.
+  // The cache of shards by URL (ShardOptions::cache_dir, cache_bytes): off by default.
+  const auto cached = [](const std::string& cache_dir, std::uint64_t cache_bytes) {
+    shards::ShardOptions o;
+    o.cache_dir = cache_dir;
+    o.cache_bytes = cache_bytes;
+    return o;
+  };
   py::class_<vision::ShardImagePipeline>(m, "ShardImagePipeline")
-      .def(py::init([](const std::string& path, const std::string& recipe, bool train,
-                       int num_classes) {
+      .def(py::init([cached](const std::string& path, const std::string& recipe, bool train,
+                             int num_classes, const std::string& cache_dir,
+                             std::uint64_t cache_bytes) {
              auto r = train ? vision::presets::train(recipe) : vision::presets::eval(recipe);
-             return vision::ShardImagePipeline(shards::ShardDataset(path),
-                                               vision::FusedTransform(std::move(r)), {},
-                                               num_classes);
+             return vision::ShardImagePipeline(
+                 shards::ShardDataset(path, cached(cache_dir, cache_bytes)),
+                 vision::FusedTransform(std::move(r)), {}, num_classes);
            }),
-           py::arg("path"), py::arg("recipe"), py::arg("train"), py::arg("num_classes"))
-      .def(py::init([](const std::string& path, const vision::Recipe& recipe, bool /*train*/,
-                       int num_classes) {
-             return vision::ShardImagePipeline(shards::ShardDataset(path),
-                                               vision::FusedTransform(recipe), {}, num_classes);
+           py::arg("path"), py::arg("recipe"), py::arg("train"), py::arg("num_classes"),
+           py::arg("cache_dir") = "", py::arg("cache_bytes") = 0)
+      .def(py::init([cached](const std::string& path, const vision::Recipe& recipe,
+                             bool /*train*/, int num_classes, const std::string& cache_dir,
+                             std::uint64_t cache_bytes) {
+             return vision::ShardImagePipeline(
+                 shards::ShardDataset(path, cached(cache_dir, cache_bytes)),
+                 vision::FusedTransform(recipe), {}, num_classes);
            }),
-           py::arg("path"), py::arg("recipe"), py::arg("train"), py::arg("num_classes"))
-      .def("__len__", &vision::ShardImagePipeline::size);
+           py::arg("path"), py::arg("recipe"), py::arg("train"), py::arg("num_classes"),
+           py::arg("cache_dir") = "", py::arg("cache_bytes") = 0)
+      .def("__len__", &vision::ShardImagePipeline::size)
+      .def(
+          "cache_wait",
+          [](const vision::ShardImagePipeline& p) { p.shards().cache_wait(); },
+          py::call_guard<py::gil_scoped_release>());
 
   // Its indices may be fetched by URL: the GIL is let go meanwhile.
   py::class_<shards::ShardDataset>(m, "ShardDataset")
-      .def(py::init([](const std::string& path) { return shards::ShardDataset(path); }),
-           py::arg("path"), py::call_guard<py::gil_scoped_release>())
-      .def(py::init([](const std::vector<std::string>& names) {
-             return shards::ShardDataset(names);
+      .def(py::init([cached](const std::string& path, const std::string& cache_dir,
+                             std::uint64_t cache_bytes) {
+             return shards::ShardDataset(path, cached(cache_dir, cache_bytes));
            }),
-           py::arg("shards"), py::call_guard<py::gil_scoped_release>())
-      .def("__len__", &shards::ShardDataset::size);
+           py::arg("path"), py::arg("cache_dir") = "", py::arg("cache_bytes") = 0,
+           py::call_guard<py::gil_scoped_release>())
+      .def(py::init([cached](const std::vector<std::string>& names, const std::string& cache_dir,
+                             std::uint64_t cache_bytes) {
+             return shards::ShardDataset(names, cached(cache_dir, cache_bytes));
+           }),
+           py::arg("shards"), py::arg("cache_dir") = "", py::arg("cache_bytes") = 0,
+           py::call_guard<py::gil_scoped_release>())
+      .def("__len__", &shards::ShardDataset::size)
+      .def("cache_wait", &shards::ShardDataset::cache_wait,
+           py::call_guard<py::gil_scoped_release>());
 }
 
 }  // namespace coload::python

@@ -3,6 +3,7 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -88,3 +89,39 @@ def test_shard_dataset(tmp_path):
     assert keys == [str(other)] * 7 + [str(path)] * 7
     with pytest.raises(Exception, match="missing.tar"):
         coload.shards.ShardDataset([path, tmp_path / "missing.tar"])
+
+
+def test_shard_cache_by_url(tmp_path):
+    # A shard served by nginx (tests/shards/serve.py): the first epoch's reads fill the cache
+    # behind them, and once they are in, the epochs read from disk, the server gone.
+    served = tmp_path / "served"
+    served.mkdir()
+    with tarfile.open(served / "shard-000.tar", "w") as tar:
+        for i in range(9):
+            payload = bytes([i]) * (1000 + i)
+            info = tarfile.TarInfo(f"s{i:03d}.bin")
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    assert len(coload.shards.ShardDataset(served / "shard-000.tar")) == 9  # writes its .idx
+    serve = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "shards", "serve.py")
+    server = subprocess.Popen([sys.executable, serve, str(served)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        first = server.stdout.readline().split()
+        if first[:1] != ["PORTS"]:
+            pytest.skip(" ".join(first[1:]) or "serve.py did not start")
+        url = f"http://127.0.0.1:{first[1]}/shard-000.tar"
+        cache = tmp_path / "cache"
+        ds = coload.shards.ShardDataset(url, cache_dir=cache, cache_bytes=1 << 20)
+        want = [bytes([i]) * (1000 + i) for i in range(9)]
+
+        def epoch():
+            return [s["bin"] for b in coload.DataLoader(ds, batch_size=4, num_workers=2) for s in b]
+
+        assert epoch() == want
+        ds.cache_wait()
+        assert [p.name.endswith("-shard-000.tar") for p in cache.iterdir()] == [True]
+    finally:
+        server.stdin.close()
+        server.wait()
+    assert epoch() == want  # the server is gone
