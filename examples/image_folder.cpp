@@ -5,7 +5,7 @@
 //   image_folder ROOT [--batch-size 64] [--workers 2] [--executor threads|processes]
 //                [--epochs 1] [--seed 0] [--val-fraction 0.2] [--limit N] [--json]
 //                [--hashes] [--state FILE] [--resume FILE] [--trace FILE] [--recipe NAME]
-//   image_folder --shards DIR|URL [the same options]
+//   image_folder --shards DIR|URL [--cache-dir DIR] [--cache-mib 10240] [the same options]
 //
 // ROOT holds one sub-folder per class, as torchvision's ImageFolder reads it. A fraction of
 // the images (--val-fraction, default 0.2; 0 turns it off) is held out as a validation split
@@ -19,7 +19,9 @@
 // With --shards DIR the images come from tar shards (as coload-shard packs a folder: WebDataset
 // layout, the label in each sample's cls field, the class names in DIR/classes.txt) instead
 // of ROOT, read with one ranged read per sample; that path trains on every image (no
-// validation split: --val-fraction and --limit apply to ROOT).
+// validation split: --val-fraction and --limit apply to ROOT). With --cache-dir, shards named
+// by URL are also kept on local disk (at most --cache-mib), so later epochs and runs read them
+// from there.
 // stderr with the percent done, the elapsed time and the ETA, as tqdm shows them (a line every
 // few seconds when stderr is not a terminal). With --json, stdout is
 // exactly one JSON object per epoch, one per line:
@@ -88,6 +90,8 @@ struct Args {
   std::string state_file;
   std::string resume_file;
   std::string shards;  // --shards DIR: train from tar shards instead of ROOT
+  std::string cache_dir;  // --cache-dir DIR: keep shards named by URL there
+  std::uint64_t cache_mib = 10240;  // --cache-mib N: its bound
   std::string trace;   // --trace FILE: the training loader's Chrome trace
   std::string recipe;  // --recipe NAME: a preset's train and eval recipes (vision::presets)
 };
@@ -164,6 +168,11 @@ Args parse_args(int argc, char** argv) {
                  "train from the tar shards in DIR (coload-shard's output) instead of ROOT; DIR "
                  "may be one shard, a brace pattern (shard-{000000..000009}.tar), or a URL of "
                  "one: http(s)://host/folder, s3://bucket/prefix, file:///folder");
+  app.add_option("--cache-dir", args.cache_dir,
+                 "with --shards URL: keep the shards on local disk in DIR, so that later epochs "
+                 "read them from there (ShardOptions::cache_dir)");
+  app.add_option("--cache-mib", args.cache_mib, "the --cache-dir's bound, in MiB")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
   app.add_option("--recipe", args.recipe,
                  "train and evaluate with a preset's recipes (vision::presets) instead of the "
                  "fixed TrainTransform and EvalTransform")
@@ -174,6 +183,9 @@ Args parse_args(int argc, char** argv) {
     app.parse(argc, argv);
     if (args.root.empty() == args.shards.empty()) {
       throw CLI::ValidationError("ROOT/--shards", "give either ROOT or --shards DIR, not both");
+    }
+    if (!args.cache_dir.empty() && args.shards.empty()) {
+      throw CLI::ValidationError("--cache-dir", "keeps shards named by URL: give --shards URL");
     }
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e) == 0 ? 0 : 2);
@@ -389,9 +401,12 @@ int train_from_shards(const Args& args) {
   }
   const auto classes = static_cast<std::int64_t>(class_names.size());
   // The class count for a recipe's MixUp/CutMix (--recipe resnet50): shards carry none.
-  coload::vision::ShardImagePipeline pipeline(coload::shards::ShardDataset(args.shards),
-                                              transform_of(args, true), {},
-                                              static_cast<int>(classes));
+  coload::shards::ShardOptions shard_options;
+  shard_options.cache_dir = args.cache_dir;
+  shard_options.cache_bytes = args.cache_dir.empty() ? 0 : args.cache_mib << 20;
+  coload::vision::ShardImagePipeline pipeline(
+      coload::shards::ShardDataset(args.shards, shard_options), transform_of(args, true), {},
+      static_cast<int>(classes));
   const std::int64_t images = pipeline.size();
   auto loader = coload::make_data_loader(
       std::move(pipeline),

@@ -102,6 +102,21 @@ print("image_folder --shards http://... with", sys.argv[2], ": 96 images an epoc
       [r["loss"] for r in runs])
 PY
   done
+  # --cache-dir: the shards kept on disk behind the reads; a second run reads them from there
+  # (wholly, or where a fetch had not ended with the first run) and trains on the same bytes.
+  for run in 1 2; do
+    "$image_folder" --shards "http://127.0.0.1:$nginx/shards" --epochs 2 --batch-size 16 \
+      --workers 2 --cache-dir "$tmp/cache" --cache-mib 64 --json > "$tmp/cached$run.json"
+  done
+  /usr/bin/python3 - "$tmp/http.json" "$tmp/cached1.json" "$tmp/cached2.json" "$tmp/cache" <<'PY'
+import json, os, sys
+digests = [[json.loads(l)["digest"] for l in open(f) if l.startswith("{")] for f in sys.argv[1:4]]
+assert digests[0] == digests[1] == digests[2] and len(digests[0]) == 2, digests
+entries = os.listdir(sys.argv[4])
+assert entries and all(".coload-part" not in e and e.endswith(".tar") for e in entries), entries
+print("image_folder --shards http://... --cache-dir: the same digests,", len(entries),
+      "shards cached")
+PY
 else
   echo "image_folder by URL left out: $word $nginx"
 fi
