@@ -37,7 +37,10 @@
 //  - train nginx: nginx on loopback;
 //  - train link: link_proxy, the link (all its connections together) capped at --train-bw
 //    MiB/s;
-//  - train link+rtt: the same with --lat ms of round trip.
+//  - train link+rtt: the same with --lat ms of round trip;
+//  - train link+rtt cached: the same with ShardOptions::cache_dir (an empty folder each run):
+//    an untimed epoch whose map-style reads fill the cache, then the timed epochs (later
+//    epochs: from local disk).
 // Each: images/s, this process's CPU ms per image, the servers' (nginx + the proxies, which
 // share the cores) CPU ms per image, peak RSS, and an epoch's first batch (from the epoch's
 // start: what a round trip adds to each epoch's fill); ratios against train local. --no-raw
@@ -250,11 +253,24 @@ struct TrainLoader {
   bool persistent_workers = false;
 };
 
+// A cache folder for the cached row: made empty, removed with this.
+struct CacheDir {
+  fs::path path = fs::temp_directory_path() / ("coload-bench-cache-" + std::to_string(::getpid()));
+  CacheDir() { fs::remove_all(path); }
+  ~CacheDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
 TrainRun train(const std::string& where, int workers, std::int64_t batch, int epochs, pid_t server,
-               const TrainLoader& settings = {}) {
+               const TrainLoader& settings = {}, const std::string& cache_dir = {}) {
   // The index is fetched before the clock starts: a row times the epochs.
-  coload::vision::ShardImagePipeline pipeline(coload::shards::ShardDataset(where),
-                                              coload::vision::TrainTransform{});
+  coload::shards::ShardOptions options;
+  options.cache_dir = cache_dir;
+  options.cache_bytes = cache_dir.empty() ? 0 : std::uint64_t{1} << 40;
+  const coload::shards::ShardDataset shards(where, options);
+  coload::vision::ShardImagePipeline pipeline(shards, coload::vision::TrainTransform{});
   auto loader = coload::make_data_loader(std::move(pipeline),
                                          {.batch_size = batch,
                                           .shuffle = true,
@@ -262,6 +278,12 @@ TrainRun train(const std::string& where, int workers, std::int64_t batch, int ep
                                           .prefetch_factor = settings.prefetch_factor,
                                           .persistent_workers = settings.persistent_workers,
                                           .seed = 1});
+  if (!cache_dir.empty()) {
+    // Later epochs: one epoch first, untimed, and the whole shards its reads queued for the
+    // cache fetched.
+    for (auto& batch_ : loader) (void)batch_;
+    shards.cache_wait();
+  }
   TrainRun r;
   const double cpu0 = cpu_seconds(), server0 = process_tree_cpu(server);
   const auto t = Clock::now();
@@ -492,7 +514,7 @@ int main(int argc, char** argv) {
   // The train pipeline over the image shards: the same rows, alternating within rounds.
   struct TrainRow {
     TrainRow(std::string n, std::string w) : name(std::move(n)), where(std::move(w)) {}
-    std::string name, where;
+    std::string name, where, cache_dir;
     std::vector<double> images_per_s, cpu_ms, server_ms, first_ms;
     double peak_mib = 0;
     MemoryTrace memory{};
@@ -512,6 +534,11 @@ int main(int argc, char** argv) {
     train_rows.push_back({"train link+rtt" + std::to_string(lat) + link_mib,
                           link_url(lat, train_bw, 0, "/images/")});
   }
+  // The delayed link's later epochs with the cache: each row's run fills an empty cache in an
+  // untimed epoch, then times epochs read from it.
+  const CacheDir cache;
+  train_rows.push_back({train_rows.back().name + " cached", train_rows.back().where});
+  train_rows.back().cache_dir = cache.path.string();
   train(train_rows[0].where, workers, batch, 1, server.pid);  // warms the page cache
   if (!all_rows) {
     std::erase_if(train_rows, [&](const TrainRow& r) { return r.name.find(only) == std::string::npos; });
@@ -520,7 +547,8 @@ int main(int argc, char** argv) {
   for (int r = 0; r < rounds; ++r) {
     for (TrainRow& row : train_rows) {
       const TrainRun run = traced(trim, row.memory, [&] {
-        return train(row.where, workers, batch, epochs, server.pid, settings);
+        if (!row.cache_dir.empty()) fs::remove_all(row.cache_dir);
+        return train(row.where, workers, batch, epochs, server.pid, settings, row.cache_dir);
       });
       row.images_per_s.push_back(run.images_per_s);
       row.cpu_ms.push_back(run.cpu_ms);
@@ -552,5 +580,7 @@ int main(int argc, char** argv) {
               median(train_rows[1].images_per_s) / local,
               median(train_rows[3].images_per_s) / local,
               median(train_rows[3].images_per_s) / median(train_rows[2].images_per_s));
+  if (all_rows) std::printf("train with the delay, later epochs from the cache / local: %.3f\n",
+                            median(train_rows[4].images_per_s) / local);
   return 0;
 }
