@@ -738,6 +738,10 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, 256L << 10);
+  // A windowed stream over HTTP/1.1: a paused HTTP/2 stream may go on receiving up to its
+  // flow-control window inside libcurl (MiBs a stream, outside read_ahead_bytes()), where a
+  // paused HTTP/1.1 transfer stops reading its socket.
+  if (t->window) curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, long{CURL_HTTP_VERSION_1_1});
   curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(t->retry.connect_timeout.count()));
   curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);

@@ -475,7 +475,15 @@ Task<std::vector<std::optional<ShardSample>>> ShardDataset::prefetch_async(
   std::vector<io::RangePart> parts;
   std::uint64_t claimed = 0;
   for (const Location& l : at) claimed += shard.samples[l.sample].end - shard.samples[l.sample].begin;
-  co_await confirm_size_async(reader, shard, claimed, state_->options.retry);
+  // A size the server does not confirm costs this group its request, as any fault here:
+  // read_async then reads each sample, and its error names the sample's URL.
+  bool confirmed = true;
+  try {
+    co_await confirm_size_async(reader, shard, claimed, state_->options.retry);
+  } catch (const io::HttpError&) {
+    confirmed = false;
+  }
+  if (!confirmed) co_return out;
   for (std::size_t j = 0; j < group.size(); ++j) {
     const IndexSample& sample = shard.samples[at[j].sample];
     samples.push_back(&sample);

@@ -361,13 +361,30 @@ struct ShardStream::Learned {
   std::int64_t sum = 0;
 };
 
+namespace {
+// The options checked before anything is fetched with them: a chunk or a window of more than
+// a GiB is a mistake (read_size near SIZE_MAX rounded its chunk to 0, and a read never ended).
+const ShardStreamOptions& checked(const ShardStreamOptions& o) {
+  constexpr std::size_t most = std::size_t{1} << 30;
+  for (const auto& [name, value] : {std::pair{"read_size", o.read_size},
+                                    std::pair{"read_ahead", o.read_ahead}}) {
+    if (value > most) {
+      throw InvalidArgument(std::string("ShardStreamOptions::") + name + " is " +
+                            std::to_string(value) + ": at most 1 GiB (" +
+                            std::to_string(most) + ")");
+    }
+  }
+  return o;
+}
+}  // namespace
+
 ShardStream::ShardStream(const std::filesystem::path& root, ShardStreamOptions options)
-    : dataset_(ShardDataset::streamed(root, options.shards)),
+    : dataset_(ShardDataset::streamed(root, checked(options).shards)),
       options_(std::move(options)),
       learned_(std::make_shared<Learned>(dataset_.shards().size())) {}
 
 ShardStream::ShardStream(std::vector<std::string> shards, ShardStreamOptions options)
-    : dataset_(std::move(shards), options.shards, ShardDataset::AllowUnindexed{}),
+    : dataset_(std::move(shards), checked(options).shards, ShardDataset::AllowUnindexed{}),
       options_(std::move(options)),
       learned_(std::make_shared<Learned>(dataset_.shards().size())) {}
 

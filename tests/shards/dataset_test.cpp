@@ -158,6 +158,15 @@ TEST_CASE("streaming: in order without shuffling, every sample once over ranks x
     auto loader = make_data_loader(ordered, LoaderOptions<CheckedIds>{.batch_size = 8});
     CHECK(all_ids(loader) == iota(90));
   }
+  // A read of SIZE_MAX bytes rounded its chunk to 0, and the stream never ended: refused.
+  CHECK_THROWS_WITH_AS(shards::ShardStream(dir.path, {.read_size = ~std::size_t{0}}),
+                       doctest::Contains("ShardStreamOptions::read_size is 18446744073709551615: "
+                                         "at most 1 GiB"),
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(shards::ShardStream(std::vector<std::string>{paths[0]},
+                                           {.read_ahead = (std::size_t{1} << 30) + 1}),
+                       doctest::Contains("ShardStreamOptions::read_ahead is 1073741825"),
+                       InvalidArgument);
   const shards::ShardStream shuffled(dir.path, {.shuffle_buffer = 16});
   for (int world : {1, 2, 3}) {
     std::vector<std::int64_t> seen;

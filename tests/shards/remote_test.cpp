@@ -572,6 +572,34 @@ TEST_CASE("an index that claims a sample of a TiB is answered by the server's si
   } catch (const io::HttpError& e) {
     names_the_lie(e.what());
   }
+  // Two such samples as one multi-range group (a loader's batch): the group gives both up,
+  // as it gives up any fault, and each sample's own read names the lie (with on_error = skip,
+  // the batch's other samples are not lost with them).
+  lie.samples = {{"s0", 0, 1, 512, lie.file_size / 2}, {"s1", 1, 1, lie.file_size / 2 + 512, lie.file_size - 1024}};
+  lie.members = {{"bin", 512, lie.file_size / 2 - 512}, {"bin", lie.file_size / 2 + 512, lie.file_size / 2 - 1536}};
+  fs::copy_file(*root / "shards" / "shard-000000.tar", dir / "two.tar",
+                fs::copy_options::overwrite_existing);
+  std::ofstream(dir / "two.tar.idx", std::ios::binary) << shards::format_index(lie);
+  const std::string two = "http://127.0.0.1:" + std::to_string(server->nginx) + "/liar/two.tar";
+  const shards::ShardDataset pair(two);
+  REQUIRE(pair.size() == 2);
+  const std::vector<Index> both{0, 1};
+  const auto groups = pair.remote_groups(both);
+  REQUIRE(groups.size() == 1);
+  asio::io_context ctx;
+  io::Reader reader(ctx);
+  ctx.restart();
+  const auto got = sync_wait_pumping(pair.prefetch_async(reader, both, groups[0]),
+                                     [&] { ctx.run_one(); });
+  CHECK(got.size() == 2);
+  CHECK_FALSE(got[0].has_value());
+  CHECK_FALSE(got[1].has_value());
+  try {
+    (void)get_on(ctx, pair, reader, 1);
+    FAIL("read a sample of half a TiB");
+  } catch (const io::HttpError& e) {
+    CHECK(std::string(e.what()).find(two) != std::string::npos);
+  }
 }
 
 TEST_CASE("a cache entry is for one version of its shard: one rewritten to the same size is fetched again") {

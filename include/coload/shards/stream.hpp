@@ -27,6 +27,7 @@ struct ShardStreamOptions {
   /// Samples held in the shuffle buffer; 0 or 1 yields each shard's samples in order.
   std::size_t shuffle_buffer = 0;
   /// Bytes of one sequential read; the next one is already in flight while a chunk is used.
+  /// At most 1 GiB, as `read_ahead` (InvalidArgument naming the option).
   std::size_t read_size = 16 << 20;
   /// Shards named by http(s) URL: the bytes received ahead of the samples handed out, in all.
   /// Two shards are in flight (the one being read and the next, so that its first bytes
