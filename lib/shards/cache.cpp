@@ -482,39 +482,53 @@ void CacheEntry::commit() {
 CacheFiller::CacheFiller(ShardOptions options)
     : options_(std::move(options)), owner_(static_cast<int>(::getpid())) {}
 
+bool CacheFiller::forked() const noexcept { return static_cast<int>(::getpid()) != owner_; }
+
 CacheFiller::~CacheFiller() {
-  // A forked child's copy: the thread is the parent's, and the mutex may have been copied held.
-  if (static_cast<int>(::getpid()) != owner_) {
-    (void)thread_.release();
-    return;
-  }
+  // Never run in a forked child (see forked()): its thread is the parent's.
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
     if (current_) current_->cancel();
   }
   queued_.notify_all();
+  idle_.notify_all();
   if (thread_) thread_->join();
 }
 
 void CacheFiller::want(const ShardIndex& shard) {
-  if (static_cast<int>(::getpid()) != owner_) return;
+  if (forked()) return;
   {
     std::lock_guard lock(mutex_);
-    if (stop_ || !asked_.insert(&shard).second) return;
+    if (stop_ || asked_.count(&shard)) return;
+    if (!thread_) {
+      try {
+        thread_ = std::make_unique<std::thread>([this] { run(); });
+      } catch (const std::system_error& e) {
+        // No thread to be had (a limit on threads): the reads go on by ranged GETs.
+        stop_ = true;
+        coload::detail::warn_once("shard cache filler " + options_.cache_dir,
+                                  "the shard cache '" + options_.cache_dir +
+                                      "' is not filled behind map-style reads: cannot start "
+                                      "its thread (" + e.what() + ")");
+        return;
+      }
+    }
+    asked_.insert(&shard);
     queue_.push_back(&shard);
-    if (!thread_) thread_ = std::make_unique<std::thread>([this] { run(); });
   }
   queued_.notify_one();
 }
 
 void CacheFiller::wait_idle() {
-  if (static_cast<int>(::getpid()) != owner_) return;
+  if (forked()) return;
   std::unique_lock lock(mutex_);
   idle_.wait(lock, [&] { return queue_.empty() || stop_; });
 }
 
 void CacheFiller::run() {
+  // One client for the thread's life (HttpClient::shared() takes a process-wide lock).
+  std::shared_ptr<io::HttpClient> client;
   for (;;) {
     const ShardIndex* shard = nullptr;
     {
@@ -523,30 +537,34 @@ void CacheFiller::run() {
       if (stop_) return;
       shard = queue_.front();
     }
+    bool again = false;
     try {
-      fill(*shard);
-    } catch (const std::exception&) {
-      // Given up: the map-style reads go on by ranged GETs, which report faults themselves.
+      if (!client) client = io::HttpClient::shared();
+      again = !fill(*client, *shard);
+    } catch (...) {
+      again = true;  // the map-style reads go on by ranged GETs, and report faults themselves
     }
     {
       std::lock_guard lock(mutex_);
       queue_.pop_front();
+      // A fetch that failed is asked again by a later read, up to three fetches a shard.
+      if (again && ++failures_[shard] < 3) asked_.erase(shard);
     }
     idle_.notify_all();
   }
 }
 
-void CacheFiller::fill(const ShardIndex& shard) {
-  if (cache_find(options_, shard)) return;
+bool CacheFiller::fill(io::HttpClient& client, const ShardIndex& shard) {
+  if (cache_find(options_, shard)) return true;
   auto entry = cache_start(options_, shard);
-  if (!entry) return;
+  if (!entry) return true;  // the cache is off for it (too large, or the folder unusable)
   const std::uint64_t end = cached_size(shard);
   // One GET of the whole entry, at most 4 MiB of it held ahead of the writes here.
-  auto body = io::HttpClient::shared()->stream(shard.path, 0, end, std::size_t{4} << 20,
-                                               shard.file_size, options_.retry);
+  auto body = client.stream(shard.path, 0, end, std::size_t{4} << 20, shard.file_size,
+                            options_.retry);
   {
     std::lock_guard lock(mutex_);
-    if (stop_) return;
+    if (stop_) return true;
     current_ = body.get();
   }
   // Let go of before `body` is destroyed: the destructor may cancel it until then.
@@ -562,11 +580,12 @@ void CacheFiller::fill(const ShardIndex& shard) {
   while (done < end) {
     const std::size_t n = body->read_up_to(
         chunk.data(), static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), end - done)));
-    if (n == 0) return;  // the body ended early: nothing kept
+    if (n == 0) return false;  // the body ended early: nothing kept
     entry->write(chunk.data(), n);
     done += n;
   }
   entry->commit();
+  return true;
 }
 
 }  // namespace coload::shards::detail

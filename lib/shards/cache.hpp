@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -66,13 +67,18 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
 /// Fetches whole shards into the cache behind map-style reads, which fetch samples alone: a
 /// shard asked for is queued once, and a thread of its own (started at the first) streams the
 /// queued shards one at a time through HttpClient::shared() into CacheEntry's. A fetch that
-/// fails is given up (the reads go on by ranged GETs, and report faults themselves). Only the
-/// process that made it fetches: in a forked child, want() does nothing. The destructor
-/// cancels the fetch in flight and waits for the thread.
+/// fails is asked again by a later read, up to three fetches a shard (the reads go on by
+/// ranged GETs, and report faults themselves). Only the process that made it fetches: in a
+/// forked child, want() and wait_idle() do nothing, and its owner must not destroy it (see
+/// forked()). The destructor cancels the fetch in flight and waits for the thread.
 class CacheFiller {
  public:
   explicit CacheFiller(ShardOptions options);
+  /// Not in a forked child: glibc's condition variable waits there for the parent's thread,
+  /// which is not in the child, to stop waiting on it. Such an owner leaks it.
   ~CacheFiller();
+  /// Whether this is a forked child's copy (made by another process).
+  bool forked() const noexcept;
   CacheFiller(const CacheFiller&) = delete;
   CacheFiller& operator=(const CacheFiller&) = delete;
   /// Queues `shard` (which outlives the filler), unless it was asked for before.
@@ -82,16 +88,18 @@ class CacheFiller {
 
  private:
   void run();
-  void fill(const ShardIndex& shard);
+  /// False when the fetch failed (to be asked again).
+  bool fill(io::HttpClient& client, const ShardIndex& shard);
   ShardOptions options_;
   const int owner_;  // the pid of the process that made it
   std::mutex mutex_;
   std::condition_variable queued_, idle_;
   std::deque<const ShardIndex*> queue_;  // the front one is being fetched
   std::set<const ShardIndex*> asked_;
+  std::map<const ShardIndex*, int> failures_;  // fetches failed, a shard
   io::BodyStream* current_ = nullptr;  // the fetch in flight, for the destructor to cancel
   bool stop_ = false;
-  std::unique_ptr<std::thread> thread_;  // left alone (not joined) in a forked child
+  std::unique_ptr<std::thread> thread_;
 };
 
 }  // namespace coload::shards::detail

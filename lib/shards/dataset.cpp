@@ -110,6 +110,11 @@ struct ShardDataset::State {
   // caches the shards it streams). Last: destroyed first, while `shards` is still there.
   std::unique_ptr<detail::CacheFiller> filler;
 
+  ~State() {
+    // A forked child's copy is left alone: destroying it would wait for the parent's thread.
+    if (filler && filler->forked()) (void)filler.release();
+  }
+
   /// Shard s's cached copy; where there is none and the filler is on, the shard is queued for
   /// it (once).
   std::optional<std::string> cached(std::size_t s) {

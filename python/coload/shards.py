@@ -4,8 +4,11 @@ import os
 from . import _C
 
 
-def _cache_dir(cache_dir):
-    return "" if cache_dir is None else os.fspath(cache_dir)
+def _cache(cache_dir, cache_bytes):
+    """The native cache_dir and cache_bytes: off without a folder; 10 GiB where none is said."""
+    if cache_dir is None:
+        return "", 0
+    return os.fspath(cache_dir), (10 << 30) if cache_bytes is None else int(cache_bytes)
 
 
 class ShardDataset(_C.ShardDataset):
@@ -14,17 +17,17 @@ class ShardDataset(_C.ShardDataset):
     that order. A batch is a list of dicts: `__key__`, `__url__` (the shard) and each field's
     bytes by name.
 
-    `cache_dir` and `cache_bytes` keep shards named by URL on local disk (least recently used
-    evicted past `cache_bytes`): each shard the reads touch is also fetched whole, in the
-    background, where all the shards fit the bound, and later epochs read it from there.
-    `cache_wait()` waits for those fetches."""
+    `cache_dir` and `cache_bytes` (default 10 GiB) keep shards named by URL on local disk
+    (least recently used evicted past `cache_bytes`): each shard the reads touch is also
+    fetched whole, in the background, where all the shards fit the bound, and later epochs read
+    it from there. `cache_wait()` waits for those fetches."""
 
-    def __init__(self, path, cache_dir=None, cache_bytes=0):
+    def __init__(self, path, cache_dir=None, cache_bytes=None):
         if isinstance(path, (list, tuple)):
             self.path = [os.fspath(p) for p in path]
         else:
             self.path = os.fspath(path)
-        super().__init__(self.path, _cache_dir(cache_dir), int(cache_bytes))
+        super().__init__(self.path, *_cache(cache_dir, cache_bytes))
 
     def __repr__(self):
         return f"coload.shards.ShardDataset({self.path!r}, samples={len(self)})"
@@ -40,7 +43,7 @@ class ShardImageFolder(_C.ShardImagePipeline):
     [N, 3, S, S], labels]. `cache_dir` and `cache_bytes`: ShardDataset's."""
 
     def __init__(self, path, recipe="classic", train=True, num_classes=None, cache_dir=None,
-                 cache_bytes=0):
+                 cache_bytes=None):
         from .vision import Recipe
         path = os.fspath(path)
         if num_classes is None:
@@ -48,7 +51,7 @@ class ShardImageFolder(_C.ShardImagePipeline):
             text = _C.read_beside_shards(path, "classes.txt")
             num_classes = 0 if text is None else sum(1 for line in text.splitlines()
                                                      if line.strip())  # bytes: any encoding
-        cache = (_cache_dir(cache_dir), int(cache_bytes))
+        cache = _cache(cache_dir, cache_bytes)
         if isinstance(recipe, Recipe):
             super().__init__(path, recipe._native, train, int(num_classes), *cache)
         elif isinstance(recipe, str):

@@ -112,7 +112,7 @@ def test_shard_cache_by_url(tmp_path):
             pytest.skip(" ".join(first[1:]) or "serve.py did not start")
         url = f"http://127.0.0.1:{first[1]}/shard-000.tar"
         cache = tmp_path / "cache"
-        ds = coload.shards.ShardDataset(url, cache_dir=cache, cache_bytes=1 << 20)
+        ds = coload.shards.ShardDataset(url, cache_dir=cache)  # 10 GiB
         want = [bytes([i]) * (1000 + i) for i in range(9)]
 
         def epoch():

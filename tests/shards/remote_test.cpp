@@ -485,6 +485,26 @@ TEST_CASE("map-style reads fill the cache behind them: a later epoch reads from 
     CHECK(ds_slow.read(0).text("bin") == payload(0));
   }
   for (const auto& name : files(slow.path)) CHECK(name.find(".coload-part") == std::string::npos);
+  // A forked child that lets go of the last copy of a dataset whose fetch thread waits for
+  // work (the parent's thread, not in the child) does not wait for it: glibc's condition
+  // variable would, for ever.
+  shards_test::TempDir fresh;
+  o.cache_dir = fresh.path.string();
+  auto owned = std::make_unique<shards::ShardDataset>(url(mode), o);
+  CHECK(owned->read(0).text("bin") == payload(0));
+  owned->cache_wait();
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::alarm(30);  // a hang is a SIGALRM, which the parent sees
+    owned.reset();
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(files(fresh.path).size() == 1);  // shard 0, fetched whole by the parent
 }
 
 TEST_CASE("a cache that cannot keep shards says so once; a folder locked by a stopped process stops no transfer") {
