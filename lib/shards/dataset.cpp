@@ -258,29 +258,36 @@ Task<void> confirm_size_async(io::Reader& reader, const ShardIndex& shard, std::
 
 }  // namespace
 
+namespace {
+/// `sample` from the cached copy at `path`, read with pread as a local shard is; nothing when
+/// it was evicted meanwhile or cannot be read (the caller fetches it from the server).
+std::optional<ShardSample> read_cached(const std::string& path, const ShardIndex& shard,
+                                       const IndexSample& sample) {
+  ShardSample out;
+  out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  std::size_t done = 0;
+  while (fd >= 0 && done < out.data.size()) {
+    const ssize_t n = ::pread(fd, out.data.data() + done, out.data.size() - done,
+                              static_cast<off_t>(sample.begin + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  if (fd >= 0) ::close(fd);
+  if (done != out.data.size()) return std::nullopt;
+  detail::place_fields(shard, sample, sample.begin, out);
+  return out;
+}
+}  // namespace
+
 ShardSample ShardDataset::read(Index index) const {
   const Location at = locate(index);
   const ShardIndex& shard = state_->shards[at.shard];
   const IndexSample& sample = shard.samples[at.sample];
   if (detail::is_remote(shard.path)) {
     if (auto cached = state_->cached(at.shard)) {
-      // The cached copy, read with pread as a local shard is.
-      ShardSample out;
-      out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
-      const int fd = ::open(cached->c_str(), O_RDONLY | O_CLOEXEC);
-      std::size_t done = 0;
-      while (fd >= 0 && done < out.data.size()) {
-        const ssize_t n = ::pread(fd, out.data.data() + done, out.data.size() - done,
-                                  static_cast<off_t>(sample.begin + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        done += static_cast<std::size_t>(n);
-      }
-      if (fd >= 0) ::close(fd);
-      if (done == out.data.size()) {
-        detail::place_fields(shard, sample, sample.begin, out);
-        return out;
-      }  // evicted meanwhile, or unreadable: from the server after all
+      if (auto out = read_cached(*cached, shard, sample)) return std::move(*out);
     }
     // One ranged GET of the sample's bytes; the client retries faults and checks the shard's
     // size against the index on each response. A sample too large to size by the index's word
@@ -385,7 +392,10 @@ Task<ShardSample> ShardDataset::read_async(io::Reader& reader, Index index) cons
   const ShardIndex& shard = state_->shards[at.shard];
   const IndexSample& sample = shard.samples[at.sample];
   if (detail::is_remote(shard.path)) {
-    if (state_->cached(at.shard)) co_return read(index);  // a local file
+    // The cached copy (found once: each lookup stats the entry and marks its use).
+    if (auto cached = state_->cached(at.shard)) {
+      if (auto out = read_cached(*cached, shard, sample)) co_return std::move(*out);
+    }
     // One ranged GET on the reader's io_context (the loader's driver): the fetch holds no
     // thread while it waits, as a file's read does.
     co_await confirm_size_async(reader, shard, sample.end - sample.begin, state_->options.retry);
