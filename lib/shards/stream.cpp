@@ -10,9 +10,11 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <system_error>
 #include <utility>
@@ -530,8 +532,15 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
       // for total_samples() once it ends). A state taken inside it resumes by streaming it
       // again from its start and dropping the samples already handed out: an archive's order
       // is fixed. (One whose shuffle buffer holds its samples is refused by load_state.)
+      // Each sample is handed out once the next one, or the archive's end, has been read: so
+      // the shard's last one goes out with the position already past the shard, and a state
+      // taken after it does not stream the shard again (to find nothing left, or to fail and
+      // call samples lost that were all read).
       const std::size_t already = pos.sample;
       std::size_t seen = 0;
+      std::optional<ShardSample> held;
+      bool ended = false;
+      std::exception_ptr failure;  // without skip: thrown once the sample held is handed out
       std::string lost;
       std::int64_t left = 0;
       try {
@@ -539,16 +548,27 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
         auto samples = detail::stream_unindexed(client, shard.path, window, data.options().retry);
         while (ShardSample* x = co_await samples.next()) {
           if (seen++ < already) continue;
-          ++pos.sample;
-          if (auto out = shuffle(std::move(*x), -1)) co_yield std::move(*out);
+          if (held) {
+            ++pos.sample;
+            auto out = shuffle(std::move(*held), -1);
+            held = std::move(*x);
+            if (out) co_yield std::move(*out);
+          } else {
+            held = std::move(*x);
+          }
         }
         self->learned_->learn(s, static_cast<std::int64_t>(seen));
-      } catch (const io::HttpError& e) {
-        // How many are lost is known when an earlier epoch streamed the shard whole.
-        // A resumed stream's first `already` samples were handed out before the state was
-        // taken, whether or not they were read again now.
+        ended = true;
+      } catch (const std::exception& e) {
+        // The client gave up on the shard, or its body is no archive (cut short or altered: a
+        // ShardError, which propagates as it is). How many are lost is known when an earlier
+        // epoch streamed the shard whole. A resumed stream's first `already` samples were
+        // handed out before the state was taken, whether or not they were read again now;
+        // the sample held was read whole, and goes out before the error.
+        const auto* http_error = dynamic_cast<const io::HttpError*>(&e);
+        if (!http_error && !dynamic_cast<const ShardError*>(&e)) throw;
         const std::int64_t known = self->learned_->count(s);
-        const auto read = static_cast<std::int64_t>(std::max(seen, already));
+        const auto read = static_cast<std::int64_t>(pos.sample + (held ? 1 : 0));
         left = known >= 0 ? std::max<std::int64_t>(known - read, 0) : 0;
         lost = std::string(e.what()) + "; shard '" + shard.path + "' has no index: " +
                std::to_string(read) + " of its samples were read, " +
@@ -556,12 +576,34 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
                                  std::to_string(known) + " are lost to this epoch"
                            : std::string("the rest (how many is not known: it was never "
                                          "streamed whole) are lost to this epoch"));
-        if (!skip) throw io::HttpError(e.url(), e.status(), e.attempts(), lost);
+        if (!skip) {
+          failure = http_error ? std::make_exception_ptr(io::HttpError(
+                                     http_error->url(), http_error->status(),
+                                     http_error->attempts(), lost))
+                               : std::current_exception();
+        }
       }
-      if (!lost.empty()) {
+      if (!lost.empty() && skip) {
         coload::detail::warn("ShardStream: skipped: " + lost);
         if (left > 0) count_skipped(left);
       }
+      // The shard is done with when its end was read or it was skipped: the position moves
+      // past it before its last sample goes out (the loop's step moves past it again, so it
+      // is taken back after).
+      const bool done = ended || (!lost.empty() && skip);
+      if (held) {
+        if (done) {
+          ++pos.shard_pos;
+          pos.sample = 0;
+        } else {
+          ++pos.sample;
+        }
+        auto out = shuffle(std::move(*held), -1);
+        held.reset();
+        if (out) co_yield std::move(*out);
+        if (done) --pos.shard_pos;
+      }
+      if (failure) std::rethrow_exception(failure);
       continue;
     }
     if (pos.sample >= shard.samples.size()) continue;
@@ -660,6 +702,21 @@ void ShardStream::load_state(const std::string& state) {
       p.shard_pos > dataset_.shards().size() ||
       n > std::max(static_cast<std::size_t>(total), options_.shuffle_buffer)) {
     throw InvalidArgument("ShardStream::load_state: malformed state '" + state.substr(0, 60) + "'");
+  }
+  // The position is checked against the shards it names: sample "-1" would parse as SIZE_MAX
+  // and skip a shard's every sample, without a word.
+  const std::vector<std::size_t> order = shards_for(p.epoch_seed, p.shard_id, p.num_shards);
+  if (p.shard_pos > order.size()) {
+    throw InvalidArgument("ShardStream::load_state: the state is at shard " +
+                          std::to_string(p.shard_pos) + " of a worker shard of " +
+                          std::to_string(order.size()));
+  }
+  if (p.shard_pos < order.size() && dataset_.indexed(order[p.shard_pos]) &&
+      p.sample > dataset_.shards()[order[p.shard_pos]].samples.size()) {
+    throw InvalidArgument("ShardStream::load_state: the state is at sample " +
+                          std::to_string(p.sample) + " of shard '" +
+                          dataset_.shards()[order[p.shard_pos]].path + "', which holds " +
+                          std::to_string(dataset_.shards()[order[p.shard_pos]].samples.size()));
   }
   for (std::size_t i = 0; i < n; ++i) {
     std::int64_t g = -1;

@@ -1096,6 +1096,31 @@ TEST_CASE("shards without an index: map-style says it needs the index; a torn on
   const shards::ShardDataset indexed(*root / "shards");
   CHECK(got > indexed.shards()[0].samples.size());  // shard 0 whole, then part of shard 1
   CHECK(got < static_cast<std::size_t>(indexed.offsets()[2]));
+  // With skip_failed_shards the torn shard's rest is left out with a warning naming it, and
+  // every later shard arrives: the samples before the cut, then shards 2.. whole.
+  {
+    std::vector<std::string> warnings;
+    set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
+    struct Restore {
+      ~Restore() { set_warning_handler({}); }
+    } restore;
+    shards::ShardStream skipping(url("ok", "torn/"),
+                                 {.shuffle_shards = false, .skip_failed_shards = true});
+    std::vector<std::int64_t> ids;
+    for (auto& x : skipping.samples(info)) ids.push_back(std::stoll(x.text("id")));
+    std::vector<std::int64_t> expected;
+    for (std::int64_t i = 0; i < total; ++i) {
+      if (i < static_cast<std::int64_t>(got) || i >= indexed.offsets()[2]) expected.push_back(i);
+    }
+    CHECK(ids == expected);
+    CHECK(skipping.skipped_samples() == 0);  // how many the rest held is not known
+    REQUIRE(warnings.size() == 1);
+    INFO(warnings[0]);
+    CHECK(warnings[0].find("shard-000001.tar' has no index: " + std::to_string(
+                               got - indexed.shards()[0].samples.size()) +
+                           " of its samples were read, the rest (how many is not known") !=
+          std::string::npos);
+  }
   // A state taken among such samples cannot be resumed, and says why.
   shards::ShardStream remote(url("ok", "noindex/"), stream_options());
   auto stream = remote.samples(info);
@@ -1106,6 +1131,80 @@ TEST_CASE("shards without an index: map-style says it needs the index; a torn on
   CHECK_THROWS_WITH_AS(again.load_state(state),
                        doctest::Contains("a shard without an index, which a resume cannot re-read"),
                        InvalidArgument);
+}
+
+TEST_CASE("shards without an index: a state taken after a shard's last sample is past that shard") {
+  // The last sample goes out once the archive's end is read: a state taken right after it
+  // resumes at the next shard, and does not fetch this one again (here it would fail, and the
+  // error would call samples lost that were all read).
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  const shards::ShardDataset indexed(*root / "shards");
+  const shards::ShardStreamOptions o{.shuffle_shards = false};
+  for (const std::size_t at : {std::size_t{1}, std::size_t{3}}) {
+    CAPTURE(at);
+    shards::ShardStream first(url("ok", "noindex/"), o);
+    std::string state;
+    std::int64_t n = 0;
+    for (auto& x : first.samples(info)) {
+      CHECK(std::stoll(x.text("id")) == n);
+      if (++n == indexed.offsets()[at]) {
+        state = first.state();
+        break;
+      }
+    }
+    std::istringstream fields(state);
+    std::string word;
+    std::size_t shard_pos = 0, sample = 0;
+    for (int k = 0; k < 5; ++k) fields >> word;  // "shard-stream 1", seed, shard id, of
+    fields >> shard_pos >> sample;
+    CHECK(shard_pos == at);
+    CHECK(sample == 0);
+    auto retry = o;
+    retry.shards.retry = {.attempts = 2, .backoff = std::chrono::milliseconds(1)};
+    char failing[32];
+    std::snprintf(failing, sizeof failing, "always503,on%06zu", at - 1);
+    shards::ShardStream second(url(failing, "noindex/"), retry);
+    second.load_state(state);
+    std::vector<std::int64_t> ids;
+    for (auto& x : second.samples(info)) ids.push_back(std::stoll(x.text("id")));
+    REQUIRE(!ids.empty());
+    CHECK(ids.front() == indexed.offsets()[at]);
+    CHECK(ids.back() == total - 1);
+    CHECK(ids.size() == static_cast<std::size_t>(total - indexed.offsets()[at]));
+  }
+}
+
+TEST_CASE("ShardStream::load_state: a position outside its shard is refused, naming it") {
+  shards::ShardStream t(url("ok"), stream_options());
+  const auto& order_first = t.dataset().shards();
+  // Worker shard 0 of 1 at its shard 0 in the epoch of seed 3, which a fresh stream of that
+  // epoch begins with: sample -1 (SIZE_MAX once parsed), and one past its end.
+  const std::size_t first = [&] {
+    shards::ShardStream probe(url("ok"), {.shuffle_shards = true});
+    for (auto& x : probe.samples(WorkerInfo{.id = 0, .num_workers = 1, .seed = 3})) {
+      return t.dataset().locate(std::stoll(x.text("id"))).shard;
+    }
+    return std::size_t{0};
+  }();
+  const std::string held = std::to_string(order_first[first].samples.size());
+  CHECK_THROWS_WITH_AS(t.load_state("shard-stream 1 3 0 1 0 -1 5 0"),
+                       doctest::Contains(("at sample 18446744073709551615 of shard '" +
+                                          order_first[first].path + "', which holds " + held)
+                                             .c_str()),
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(
+      t.load_state("shard-stream 1 3 0 1 0 " + std::to_string(order_first[first].samples.size() + 1) +
+                   " 5 0"),
+      doctest::Contains(("which holds " + held).c_str()), InvalidArgument);
+  CHECK_THROWS_WITH_AS(
+      t.load_state("shard-stream 1 3 0 2 " + std::to_string(order_first.size()) + " 0 5 0"),
+      doctest::Contains(("at shard " + std::to_string(order_first.size()) +
+                         " of a worker shard of " + std::to_string((order_first.size() + 1) / 2))
+                            .c_str()),
+      InvalidArgument);
+  // Its last sample, and the end of the worker shard, are positions.
+  t.load_state("shard-stream 1 3 0 1 0 " + held + " 5 0");
+  t.load_state("shard-stream 1 3 0 1 " + std::to_string(order_first.size()) + " 0 5 0");
 }
 
 TEST_CASE("a loader over shards without an index: every sample once; on_error = skip names a failed one") {

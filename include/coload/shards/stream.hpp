@@ -37,7 +37,8 @@ struct ShardStreamOptions {
   /// cache is read as a local one is, in `read_size` chunks.
   std::size_t read_ahead = 64 << 20;
   /// A remote shard that fails for good (see io::RetryOptions) ends the stream with an
-  /// io::HttpError naming its URL, status, attempts and samples; with this set (or the
+  /// io::HttpError naming its URL, status, attempts and samples, and one without an index whose
+  /// body is no archive (cut short, or altered) with a ShardError naming it; with this set (or the
   /// loader's `on_error = skip`, see set_error_policy), a warning says so instead, its samples
   /// not yet read count in skipped_samples(), and the stream goes on with the next shard.
   bool skip_failed_shards = false;
