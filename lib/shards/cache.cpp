@@ -497,7 +497,17 @@ CacheFiller::~CacheFiller() {
 }
 
 void CacheFiller::want(const ShardIndex& shard) {
-  if (forked()) return;
+  if (forked()) {
+    // A process worker's reads: the fetch thread is the parent's, and this copy's queue would
+    // reach no thread. Said once a process, so that a run with a cache and process workers
+    // knows why later epochs still read by URL.
+    coload::detail::warn_once("shard cache filler in a process worker " + options_.cache_dir,
+                              "the shard cache '" + options_.cache_dir +
+                                  "' is not filled behind reads in worker processes (the "
+                                  "fetches belong to the parent process): read an epoch with "
+                                  "thread workers, or stream it (ShardStream), to fill it");
+    return;
+  }
   {
     std::lock_guard lock(mutex_);
     if (stop_ || asked_.count(&shard)) return;
@@ -524,6 +534,12 @@ void CacheFiller::wait_idle() {
   if (forked()) return;
   std::unique_lock lock(mutex_);
   idle_.wait(lock, [&] { return queue_.empty() || stop_; });
+}
+
+bool CacheFiller::wait_idle_for(std::chrono::milliseconds timeout) {
+  if (forked()) return true;
+  std::unique_lock lock(mutex_);
+  return idle_.wait_for(lock, timeout, [&] { return queue_.empty() || stop_; });
 }
 
 void CacheFiller::run() {

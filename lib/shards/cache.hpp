@@ -4,6 +4,7 @@
 // CacheFiller, which fills it behind map-style reads.
 // Private to lib/shards.
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -85,6 +86,8 @@ class CacheFiller {
   void want(const ShardIndex& shard);
   /// Waits until every shard queued so far has been fetched or given up.
   void wait_idle();
+  /// wait_idle for at most `timeout`: whether they were by then.
+  bool wait_idle_for(std::chrono::milliseconds timeout);
 
  private:
   void run();

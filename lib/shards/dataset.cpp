@@ -174,6 +174,10 @@ void ShardDataset::cache_wait() const {
   if (state_->filler) state_->filler->wait_idle();
 }
 
+bool ShardDataset::cache_wait_for(std::chrono::milliseconds timeout) const {
+  return !state_->filler || state_->filler->wait_idle_for(timeout);
+}
+
 ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options,
                            AllowUnindexed)
     : state_(std::make_shared<State>()) {

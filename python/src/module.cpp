@@ -1,8 +1,11 @@
 // coload._C: the extension module. Bindings over coload's public C++ API only; what Python
 // users see is shaped by the thin Python package around it (python/coload/).
 
+#include <algorithm>
+#include <chrono>
 #include <exception>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -126,6 +129,37 @@ void register_errors(py::module_& m) {
   py::register_exception_translator([](std::exception_ptr p) { translate_exception(p); });
 }
 
+namespace {
+// ShardDataset::cache_wait from Python: the GIL let go in slices of 100 ms, between which a
+// signal's handler runs (Ctrl-C ends the wait with KeyboardInterrupt). `timeout` in seconds,
+// None (or an infinite one) for no bound; whether the fetches were done with.
+bool wait_for_cache(const shards::ShardDataset& d, std::optional<double> timeout) {
+  using namespace std::chrono;
+  if (timeout && !(*timeout >= 0)) {
+    throw py::value_error("cache_wait: timeout should be None or a number of seconds >= 0, got " +
+                          std::to_string(*timeout));
+  }
+  // Over a year is no bound (and a duration of that many milliseconds could overflow).
+  if (timeout && *timeout > 365.0 * 86400) timeout.reset();
+  const auto until =
+      steady_clock::now() + duration_cast<milliseconds>(duration<double>(timeout.value_or(0)));
+  for (;;) {
+    milliseconds slice(100);
+    if (timeout) {
+      slice = std::clamp(duration_cast<milliseconds>(until - steady_clock::now()), 0ms, slice);
+    }
+    bool done = false;
+    {
+      py::gil_scoped_release nogil;
+      done = d.cache_wait_for(slice);
+    }
+    if (done) return true;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (timeout && steady_clock::now() >= until) return false;
+  }
+}
+}  // namespace
+
 void register_datasets(py::module_& m) {
   py::class_<TensorDataset>(m, "TensorDataset")
       .def(py::init([](const std::vector<at::Tensor>& tensors) { return TensorDataset(tensors); }))
@@ -180,56 +214,63 @@ void register_datasets(py::module_& m) {
 
   // Tar shards' images through the same fused transforms (a preset's or a composed recipe),
   // labels from each sample's `cls`; `num_classes` for a MixUp/CutMix with none of its own.
-  // The cache of shards by URL (ShardOptions::cache_dir, cache_bytes): off by default.
-  const auto cached = [](const std::string& cache_dir, std::uint64_t cache_bytes) {
+  // The cache of shards by URL (ShardOptions::cache_dir, cache_bytes): off by default. The
+  // constructors fetch indices by URL: the GIL is let go meanwhile.
+  const auto options = [](const std::string& cache_dir, std::uint64_t cache_bytes) {
     shards::ShardOptions o;
     o.cache_dir = cache_dir;
     o.cache_bytes = cache_bytes;
     return o;
   };
+  const auto pipeline = [options](const std::string& path, vision::FusedTransform transform,
+                                  int num_classes, const std::string& cache_dir,
+                                  std::uint64_t cache_bytes) {
+    return vision::ShardImagePipeline(shards::ShardDataset(path, options(cache_dir, cache_bytes)),
+                                      std::move(transform), {}, num_classes);
+  };
   py::class_<vision::ShardImagePipeline>(m, "ShardImagePipeline")
-      .def(py::init([cached](const std::string& path, const std::string& recipe, bool train,
-                             int num_classes, const std::string& cache_dir,
-                             std::uint64_t cache_bytes) {
+      .def(py::init([pipeline](const std::string& path, const std::string& recipe, bool train,
+                               int num_classes, const std::string& cache_dir,
+                               std::uint64_t cache_bytes) {
              auto r = train ? vision::presets::train(recipe) : vision::presets::eval(recipe);
-             return vision::ShardImagePipeline(
-                 shards::ShardDataset(path, cached(cache_dir, cache_bytes)),
-                 vision::FusedTransform(std::move(r)), {}, num_classes);
+             return pipeline(path, vision::FusedTransform(std::move(r)), num_classes, cache_dir,
+                             cache_bytes);
            }),
            py::arg("path"), py::arg("recipe"), py::arg("train"), py::arg("num_classes"),
-           py::arg("cache_dir") = "", py::arg("cache_bytes") = 0)
-      .def(py::init([cached](const std::string& path, const vision::Recipe& recipe,
-                             bool /*train*/, int num_classes, const std::string& cache_dir,
-                             std::uint64_t cache_bytes) {
-             return vision::ShardImagePipeline(
-                 shards::ShardDataset(path, cached(cache_dir, cache_bytes)),
-                 vision::FusedTransform(recipe), {}, num_classes);
+           py::arg("cache_dir") = "", py::arg("cache_bytes") = 0,
+           py::call_guard<py::gil_scoped_release>())
+      .def(py::init([pipeline](const std::string& path, const vision::Recipe& recipe,
+                               bool /*train*/, int num_classes, const std::string& cache_dir,
+                               std::uint64_t cache_bytes) {
+             return pipeline(path, vision::FusedTransform(recipe), num_classes, cache_dir,
+                             cache_bytes);
            }),
            py::arg("path"), py::arg("recipe"), py::arg("train"), py::arg("num_classes"),
-           py::arg("cache_dir") = "", py::arg("cache_bytes") = 0)
+           py::arg("cache_dir") = "", py::arg("cache_bytes") = 0,
+           py::call_guard<py::gil_scoped_release>())
       .def("__len__", &vision::ShardImagePipeline::size)
       .def(
           "cache_wait",
-          [](const vision::ShardImagePipeline& p) { p.shards().cache_wait(); },
-          py::call_guard<py::gil_scoped_release>());
+          [](const vision::ShardImagePipeline& p, std::optional<double> timeout) {
+            return wait_for_cache(p.shards(), timeout);
+          },
+          py::arg("timeout") = py::none());
 
-  // Its indices may be fetched by URL: the GIL is let go meanwhile.
   py::class_<shards::ShardDataset>(m, "ShardDataset")
-      .def(py::init([cached](const std::string& path, const std::string& cache_dir,
-                             std::uint64_t cache_bytes) {
-             return shards::ShardDataset(path, cached(cache_dir, cache_bytes));
+      .def(py::init([options](const std::string& path, const std::string& cache_dir,
+                              std::uint64_t cache_bytes) {
+             return shards::ShardDataset(path, options(cache_dir, cache_bytes));
            }),
            py::arg("path"), py::arg("cache_dir") = "", py::arg("cache_bytes") = 0,
            py::call_guard<py::gil_scoped_release>())
-      .def(py::init([cached](const std::vector<std::string>& names, const std::string& cache_dir,
-                             std::uint64_t cache_bytes) {
-             return shards::ShardDataset(names, cached(cache_dir, cache_bytes));
+      .def(py::init([options](const std::vector<std::string>& names,
+                              const std::string& cache_dir, std::uint64_t cache_bytes) {
+             return shards::ShardDataset(names, options(cache_dir, cache_bytes));
            }),
            py::arg("shards"), py::arg("cache_dir") = "", py::arg("cache_bytes") = 0,
            py::call_guard<py::gil_scoped_release>())
       .def("__len__", &shards::ShardDataset::size)
-      .def("cache_wait", &shards::ShardDataset::cache_wait,
-           py::call_guard<py::gil_scoped_release>());
+      .def("cache_wait", &wait_for_cache, py::arg("timeout") = py::none());
 }
 
 }  // namespace coload::python

@@ -91,14 +91,14 @@ def test_shard_dataset(tmp_path):
         coload.shards.ShardDataset([path, tmp_path / "missing.tar"])
 
 
-def test_shard_cache_by_url(tmp_path):
-    # A shard served by nginx (tests/shards/serve.py): the first epoch's reads fill the cache
-    # behind them, and once they are in, the epochs read from disk, the server gone.
+def served_shard(tmp_path, size):
+    """A folder holding shard-000.tar of 9 samples of `size` + i bytes each, indexed, and
+    serve.py's ports serving it (nginx, then the fault-injecting proxy), as a context."""
     served = tmp_path / "served"
     served.mkdir()
     with tarfile.open(served / "shard-000.tar", "w") as tar:
         for i in range(9):
-            payload = bytes([i]) * (1000 + i)
+            payload = bytes([i]) * (size + i)
             info = tarfile.TarInfo(f"s{i:03d}.bin")
             info.size = len(payload)
             tar.addfile(info, io.BytesIO(payload))
@@ -106,11 +106,27 @@ def test_shard_cache_by_url(tmp_path):
     serve = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "shards", "serve.py")
     server = subprocess.Popen([sys.executable, serve, str(served)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
-    try:
-        first = server.stdout.readline().split()
-        if first[:1] != ["PORTS"]:
-            pytest.skip(" ".join(first[1:]) or "serve.py did not start")
-        url = f"http://127.0.0.1:{first[1]}/shard-000.tar"
+
+    class Served:
+        def __enter__(self):
+            first = server.stdout.readline().split()
+            if first[:1] != ["PORTS"]:
+                self.__exit__()
+                pytest.skip(" ".join(first[1:]) or "serve.py did not start")
+            return int(first[1]), int(first[2])
+
+        def __exit__(self, *exc):
+            server.stdin.close()
+            server.wait()
+
+    return Served()
+
+
+def test_shard_cache_by_url(tmp_path):
+    # A shard served by nginx (tests/shards/serve.py): the first epoch's reads fill the cache
+    # behind them, and once they are in, the epochs read from disk, the server gone.
+    with served_shard(tmp_path, 1000) as (nginx, _):
+        url = f"http://127.0.0.1:{nginx}/shard-000.tar"
         cache = tmp_path / "cache"
         ds = coload.shards.ShardDataset(url, cache_dir=cache)  # 10 GiB
         want = [bytes([i]) * (1000 + i) for i in range(9)]
@@ -119,9 +135,46 @@ def test_shard_cache_by_url(tmp_path):
             return [s["bin"] for b in coload.DataLoader(ds, batch_size=4, num_workers=2) for s in b]
 
         assert epoch() == want
-        ds.cache_wait()
+        assert ds.cache_wait() is True
+        assert ds.cache_wait(timeout=0) is True
         assert [p.name.endswith("-shard-000.tar") for p in cache.iterdir()] == [True]
-    finally:
-        server.stdin.close()
-        server.wait()
     assert epoch() == want  # the server is gone
+
+
+def test_shard_cache_wait_bounded_and_interrupted(tmp_path):
+    # The whole shard (900 KB) comes at 200 KiB/s through the proxy: its fetch behind one
+    # sample's read takes over 4 s, so each bounded wait below ends first, and says so.
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    with served_shard(tmp_path, 100_000) as (_, proxy):
+        ds = coload.shards.ShardDataset(f"http://127.0.0.1:{proxy}/bw200/shard-000.tar",
+                                        cache_dir=tmp_path / "cache")
+        assert ds.cache_wait(timeout=0) is True  # nothing asked for yet
+        it = iter(coload.DataLoader(ds, batch_size=1))
+        assert next(it)[0]["bin"] == bytes([0]) * 100_000
+        del it
+        assert ds.cache_wait(timeout=0) is False
+        assert ds.cache_wait(timeout=0.05) is False
+        for bad in (-1, float("nan")):
+            with pytest.raises(ValueError, match="timeout should be None or a number"):
+                ds.cache_wait(timeout=bad)
+        # A signal's handler runs during the wait (Ctrl-C's KeyboardInterrupt alike), and its
+        # exception ends it; the fetch goes on.
+        def alarm(signum, frame):
+            raise Interrupted()
+
+        previous = signal.signal(signal.SIGALRM, alarm)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with pytest.raises(Interrupted):
+                ds.cache_wait()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        assert ds.cache_wait(timeout=0) is False
+        # Let go of mid-fetch: the fetch is cancelled, and no part file stays.
+        del ds
+        assert list((tmp_path / "cache").iterdir()) == []

@@ -13,7 +13,8 @@ gives a test case counts of its own). Faults count the requests made for each wh
 to .tar paths only, unless the token "all" is given, and with "on<text>" only to paths holding
 <text>.
   lat<ms>       waits <ms> before answering each request (an added round trip)
-  bw<KiB/s>     sends bodies at most this fast, each connection
+  bw<KiB/s>     sends bodies at most this fast, each connection (in pieces of a 20th of a
+                second's worth, at least 1 KiB)
   link<KiB/s>   sends the bodies of all the mode's connections together at most this fast
   reset<k>      sends half the body, then resets the connection (RST)
   503x<k>       answers 503
@@ -306,8 +307,11 @@ class Proxy:
         bw = opts.get("bw", 0) * 1024
         link = opts.get("link", 0) * 1024
         left = send
+        # With a per-connection cap, pieces of a 20th of a second's worth (at least 1 KiB):
+        # a body shorter than one 64 KiB read would otherwise go out at once, uncapped.
+        step = min(64 << 10, max(1 << 10, bw // 20)) if bw else 64 << 10
         while left > 0:
-            chunk = await ur.read(min(left, 64 << 10))
+            chunk = await ur.read(min(left, step))
             if not chunk:
                 break
             left -= len(chunk)

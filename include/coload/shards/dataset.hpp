@@ -2,6 +2,7 @@
 // ShardSample, and ShardDataset: the samples of tar shards as a map-style dataset, each
 // sample fetched with one ranged read.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -63,7 +64,8 @@ struct ShardOptions {
   /// they touch is fetched whole (one GET, a background thread of the dataset's own, one shard
   /// at a time) while its samples are still read by ranged GETs, when all the dataset's shards
   /// by URL fit `cache_bytes` (else each epoch would fetch shards twice only to evict them);
-  /// in a process worker they do not (the fetch thread is the parent's). cache_wait() waits
+  /// in a process worker they do not (the fetch thread is the parent's: a warning says so,
+  /// once a process). cache_wait() (or cache_wait_for) waits
   /// for those fetches. The entries' bytes stay within
   /// `cache_bytes`, the least recently used evicted first; an entry is used only when its size
   /// is the index's and, when the index records a checksum (coload-shard's do), when its bytes
@@ -157,6 +159,8 @@ class ShardDataset {
   /// given up): then a later epoch reads them from disk. At once without a cache, or where the
   /// cache does not fill behind map-style reads (see ShardOptions::cache_dir).
   void cache_wait() const;
+  /// cache_wait() for at most `timeout`: whether those fetches were done with by then.
+  bool cache_wait_for(std::chrono::milliseconds timeout) const;
   /// Whether shard `s` has an index: always, but in a ShardStream's view of shards by URL,
   /// where one without (its samples unknown until streamed) has none.
   bool indexed(std::size_t s) const noexcept;
