@@ -521,6 +521,59 @@ TEST_CASE("map-style reads fill the cache behind them: a later epoch reads from 
   CHECK(files(fresh.path).size() == 1);  // shard 0, fetched whole by the parent; none by the child
 }
 
+TEST_CASE("the cache filler: a failed fetch is asked again by a later read, three fetches at most") {
+  // "whole": the 503s go to the filler's GETs of whole shards only; the samples' ranged GETs
+  // pass. One attempt a fetch, so each 503 fails one.
+  const auto requests = [](const std::string& mode) {
+    return std::stoi(io::HttpClient::shared()->get(
+        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
+  };
+  const auto entries = [](const fs::path& dir) {
+    std::size_t n = 0;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      CHECK(e.path().filename().string().find(".coload-part") == std::string::npos);
+      ++n;
+    }
+    return n;
+  };
+  shards::ShardOptions o;
+  o.cache_bytes = 1ull << 30;
+  o.retry = {.attempts = 1};
+  // Two failed fetches, then the third (the third read's) keeps the shard.
+  {
+    shards_test::TempDir cache;
+    o.cache_dir = cache.path.string();
+    const shards::ShardDataset ds(url("503x2,whole,refill"), o);
+    REQUIRE(ds.shards()[0].samples.size() >= 4);
+    for (Index i = 0; i < 3; ++i) {
+      CAPTURE(i);
+      CHECK(ds.read(i).text("bin") == payload(i));
+      ds.cache_wait();
+      CHECK(entries(cache.path) == (i < 2 ? 0u : 1u));
+    }
+    CHECK(ds.read(3).text("bin") == payload(3));  // from the entry
+  }
+  // Failing for good: three fetches, then reads alone (one request each).
+  {
+    shards_test::TempDir cache;
+    o.cache_dir = cache.path.string();
+    const std::string mode = "503x99,whole,giveup";
+    const shards::ShardDataset ds(url(mode), o);
+    std::vector<int> made;
+    for (Index i = 0; i < 4; ++i) {
+      const int before = requests(mode);
+      CHECK(ds.read(i).text("bin") == payload(i));
+      ds.cache_wait();
+      made.push_back(requests(mode) - before);
+    }
+    // The first read also asks the shard's size (a request of its own, or not, by sample).
+    CHECK(made[1] == 2);  // its sample, and the second fetch
+    CHECK(made[2] == 2);
+    CHECK(made[3] == 1);  // its sample alone: no fourth fetch
+    CHECK(entries(cache.path) == 0u);
+  }
+}
+
 TEST_CASE("a cache that cannot keep shards says so once; a folder locked by a stopped process stops no transfer") {
   std::vector<std::string> warnings;
   set_warning_handler([&](const std::string& w) { warnings.push_back(w); });

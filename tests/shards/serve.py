@@ -23,6 +23,8 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
   lielong<k>    says Content-Length is 1000 bytes more than the body, sends the body and closes
   always503     answers 503 to every request
   from<k>       no fault for the first k requests of each target (a later epoch's fail)
+  whole         faults apply only to GETs from byte 0 (no Range, or one from 0: a whole
+                shard's, not a sample's), and count only those
   403           answers 403
   expired       answers 403 with S3's <Error> body for a presigned URL past its expiry
                 (Code AccessDenied, Message "Request has expired")
@@ -125,6 +127,7 @@ class Proxy:
     def __init__(self, upstream):
         self.upstream = upstream
         self.seen = {}
+        self.seen_whole = {}  # the "whole" token's count, per target
         self.if_range = {}  # target: requests for it that carried If-Range
         self.connections = {}  # mode: the client connections that served a request under it
         self.opened = 0
@@ -178,6 +181,13 @@ class Proxy:
             if k:
                 opts[k.group(1)] = int(k.group(2))
         faulty = path.endswith(".tar") or "all" in tokens
+        if "whole" in tokens:
+            # Only GETs from byte 0 (a whole shard's, not a sample's), counted apart.
+            ranges = [l for l in head[1:] if l.lower().startswith("range:")]
+            if ranges and not re.fullmatch(r"(?i)range:\s*bytes=0-\d*\s*", ranges[0]):
+                faulty = False
+            else:
+                n = self.seen_whole[target] = self.seen_whole.get(target, 0) + 1
         only = [t[2:] for t in tokens if t.startswith("on")]
         if only and not any(o in path for o in only):
             faulty = False
