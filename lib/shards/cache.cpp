@@ -281,6 +281,39 @@ class FolderLock {
   bool busy_ = false;
 };
 
+// An entry's fetch lock: `<dir>/.coload-fetch-<entry>`, flock'ed by the one writer of the
+// entry (in this process or another sharing the folder) until it is committed or given up, so
+// that ranks on one node, or a stream and a filler, do not each fetch the same shard whole.
+// The holder removes the file before letting go of it, and a lock taken on a file no longer so
+// named is taken again. Not a cache file (eviction leaves it alone); one left by a process
+// killed mid-fetch is taken by the next writer.
+struct FetchLock {
+  int fd = -1;      // held; -1 with `busy` when another writer holds it
+  bool busy = false;
+  std::string path;
+};
+
+FetchLock take_fetch_lock(const std::string& dir, const std::string& entry) {
+  FetchLock l;
+  l.path = (fs::path(dir) / (".coload-fetch-" + entry)).string();
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int fd = ::open(l.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return l;  // no lock: fetched as before, maybe by two writers at once
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      // Held: another writer fetches it. No locks on this file system: fetched unlocked.
+      l.busy = errno == EWOULDBLOCK;
+      ::close(fd);
+      return l;
+    }
+    if (still_named(fd, l.path)) {
+      l.fd = fd;
+      return l;
+    }
+    ::close(fd);  // its last holder removed it between the open and the lock: a new one
+  }
+  return l;
+}
+
 }  // namespace
 
 std::uint64_t cached_size(const ShardIndex& shard) noexcept {
@@ -371,9 +404,18 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
     unusable(options.cache_dir, "cannot create the folder", ec.value());
     return nullptr;
   }
+  // One writer an entry: while another (a rank on this node, or this process's filler or
+  // stream) fetches the shard, this reader reads it from its URL uncached, and a later read
+  // finds the entry that writer commits.
+  const std::string name = entry_name(shard);
+  FetchLock fetch = take_fetch_lock(options.cache_dir, name);
+  if (fetch.busy) return nullptr;
   std::unique_ptr<CacheEntry> e(new CacheEntry);
+  e->fetch_fd_ = fetch.fd;
+  e->fetch_path_ = std::move(fetch.path);
   e->dir_ = options.cache_dir;
-  e->final_ = (fs::path(options.cache_dir) / entry_name(shard)).string();
+  e->final_ = (fs::path(options.cache_dir) / name).string();
+  if (::access(e->final_.c_str(), F_OK) == 0) return nullptr;  // committed since it was looked for
   e->tmp_ = e->final_ + std::string(part_suffix) + std::to_string(::getpid()) + "." +
             std::to_string(reinterpret_cast<std::uintptr_t>(e.get()));
   e->bound_ = options.cache_bytes;
@@ -415,6 +457,11 @@ CacheEntry::~CacheEntry() {
     ::unlink(tmp_.c_str());  // before the close, which lets go of the lock
     ::close(fd_);
   }
+  if (fetch_fd_ >= 0) {
+    ::unlink(fetch_path_.c_str());  // likewise: a writer that opened it takes a new one
+    ::close(fetch_fd_);
+  }
+  if (tmp_.empty()) return;
   std::lock_guard lock(parts_mutex);
   own_parts().erase(fs::path(tmp_).filename().string());
 }

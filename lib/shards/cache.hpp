@@ -42,7 +42,9 @@ std::uint64_t cache_mismatches() noexcept;
 /// Makes every entry hashed again at its next use: a new dataset checks what it reads.
 void cache_forget_verified();
 
-/// A new entry being written; commit() puts it in place (renamed over, after evicting the least
+/// A new entry being written (made by cache_start, which gives none while another writer, in
+/// this process or another sharing the folder, is fetching the same shard); commit() puts it
+/// in place (renamed over, after evicting the least
 /// recently used entries until it fits the bound), unless its bytes miss the index's checksum
 /// (then it warns and keeps nothing); an entry never committed leaves nothing.
 class CacheEntry {
@@ -60,6 +62,10 @@ class CacheEntry {
   std::optional<std::uint64_t> expected_;  // the index's checksum
   std::unique_ptr<Checksum> sum_;          // of the bytes written, when it has one
   int fd_ = -1;
+  // The entry's fetch lock (`<dir>/.coload-fetch-<entry>`), held while it is written so
+  // that no other writer fetches the same shard meanwhile; -1 where none could be had.
+  int fetch_fd_ = -1;
+  std::string fetch_path_;
 };
 
 /// An entry for `shard`, or nothing when the cache is off or the shard larger than its bound.

@@ -574,6 +574,46 @@ TEST_CASE("the cache filler: a failed fetch is asked again by a later read, thre
   }
 }
 
+TEST_CASE("one writer a cache entry: a second dataset on the folder does not fetch a shard the first is fetching") {
+  // Ranks on one node share a cache folder and each read every shard: each fills behind its
+  // reads, and without a lock an entry would be fetched whole once a rank.
+  const std::string mode = "bw50,onewriter";
+  const auto requests = [&] {
+    return std::stoi(io::HttpClient::shared()->get(
+        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
+  };
+  shards_test::TempDir cache;
+  shards::ShardOptions o;
+  o.cache_dir = cache.path.string();
+  o.cache_bytes = 1ull << 30;
+  // What a read of sample 0 asks, uncached.
+  const shards::ShardDataset plain(url(mode));
+  int before = requests();
+  CHECK(plain.read(0).text("bin") == payload(0));
+  const int read = requests() - before;
+  // Two datasets (as two ranks) read it, each with a filler: the shard's whole GET (60 KB at
+  // 50 KiB/s, over a second) is made once; the other's filler finds its fetch lock held.
+  const shards::ShardDataset first(url(mode), o), second(url(mode), o);
+  before = requests();
+  CHECK(first.read(0).text("bin") == payload(0));
+  CHECK(second.read(0).text("bin") == payload(0));
+  first.cache_wait();
+  second.cache_wait();
+  CHECK(requests() - before == 2 * read + 1);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(cache.path)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  REQUIRE(names.size() == 1);  // its writer removed its lock file (.coload-fetch-<entry>)
+  CHECK(names[0].ends_with("-shard-000000.tar"));
+  // Both read it from disk now.
+  before = requests();
+  CHECK(first.read(1).text("bin") == payload(1));
+  CHECK(second.read(2).text("bin") == payload(2));
+  CHECK(requests() == before);
+}
+
 TEST_CASE("a cache that cannot keep shards says so once; a folder locked by a stopped process stops no transfer") {
   std::vector<std::string> warnings;
   set_warning_handler([&](const std::string& w) { warnings.push_back(w); });

@@ -72,7 +72,8 @@ struct ShardOptions {
   /// hash to it (checked at a dataset's first use of the entry, and again if the file changes;
   /// a mismatch warns, naming the entry and the URL, and the shard is fetched again). Entries
   /// are written under a temporary name and renamed, so workers and processes may share the
-  /// folder. Only the cache's own files (named by a hash of the URL) are counted and evicted:
+  /// folder; one writer fetches an entry at a time (a lock file `.coload-fetch-<entry>` while
+  /// it does), so that ranks on one node do not each fetch every shard. Only the cache's own files (named by a hash of the URL) are counted and evicted:
   /// the folder may hold others. Another writer's unfinished entry counts against the bound,
   /// and is removed once its process has gone (killed mid-shard). Shards without an index are
   /// not cached (nothing could verify them). A `cache_dir` that is a file is refused
