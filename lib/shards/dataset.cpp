@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <system_error>
@@ -335,13 +336,25 @@ std::vector<ShardSample> ShardDataset::read_batch(std::span<const Index> indices
     std::size_t shard, sample, slot;
   };
   std::vector<Want> remote;
+  // Each remote shard's cached copy, looked up once a batch (which queues an uncached one for
+  // the filler, as read() does).
+  std::map<std::size_t, std::optional<std::string>> copies;
   for (std::size_t k = 0; k < indices.size(); ++k) {
     const Location at = locate(indices[k]);
-    if (detail::is_remote(state_->shards[at.shard].path)) {
-      remote.push_back({at.shard, at.sample, k});
-    } else {
+    const ShardIndex& shard = state_->shards[at.shard];
+    if (!detail::is_remote(shard.path)) {
       out[k] = read(indices[k]);
+      continue;
     }
+    auto copy = copies.find(at.shard);
+    if (copy == copies.end()) copy = copies.emplace(at.shard, state_->cached(at.shard)).first;
+    if (copy->second) {
+      if (auto cached = read_cached(*copy->second, shard, shard.samples[at.sample])) {
+        out[k] = std::move(*cached);
+        continue;
+      }
+    }
+    remote.push_back({at.shard, at.sample, k});
   }
   const auto& shards = state_->shards;
   const auto begin_of = [&](const Want& w) { return shards[w.shard].samples[w.sample].begin; };

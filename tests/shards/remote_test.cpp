@@ -466,7 +466,22 @@ TEST_CASE("map-style reads fill the cache behind them: a later epoch reads from 
   for (Index i = 0; i < total; i += 7) CHECK(get_on(ctx, ds, reader, i).text("bin") == payload(i));
   const std::vector<Index> batch{3, total - 1, 4, 5};
   CHECK(ds.remote_groups(batch).empty());  // cached: no multi-range GET
+  const auto from_disk = ds.read_batch(batch);
+  for (std::size_t k = 0; k < batch.size(); ++k) {
+    CHECK(from_disk[k].text("bin") == payload(batch[k]));
+  }
   CHECK(requests() == filled);
+  // read_batch fills it too: the shards of a batch are fetched whole behind it.
+  {
+    shards_test::TempDir other;
+    auto fill = o;
+    fill.cache_dir = other.path.string();
+    const shards::ShardDataset batched(url(mode), fill);
+    const auto got = batched.read_batch(batch);
+    for (std::size_t k = 0; k < batch.size(); ++k) CHECK(got[k].text("bin") == payload(batch[k]));
+    batched.cache_wait();
+    CHECK(files(other.path).size() == 2);  // shard 0 and the last
+  }
   // A bound the dataset's shards do not fit: map-style reads fill nothing (each epoch would
   // fetch shards twice, only to evict them).
   shards_test::TempDir small;

@@ -121,8 +121,9 @@ class ShardDataset {
   ShardSample read(Index index) const;
   /// Samples `indices`, in that order. For shards named by URL, samples of one shard whose
   /// byte ranges lie within `gap` bytes of each other are fetched with one ranged GET (the
-  /// bytes between come along), and every GET of the batch is in flight at once; local
-  /// samples are read with pread, one each.
+  /// bytes between come along), and every GET of the batch is in flight at once; local and
+  /// cached samples are read with pread, one each (and uncached shards queued for the cache,
+  /// as read() does).
   std::vector<ShardSample> read_batch(std::span<const Index> indices,
                                       std::uint64_t gap = 64 << 10) const;
   /// Sample `index` read through `reader` (which must outlive the task).
