@@ -291,27 +291,35 @@ struct FetchLock {
   int fd = -1;      // held; -1 with `busy` when another writer holds it
   bool busy = false;
   std::string path;
+  FetchLock() = default;
+  FetchLock(const FetchLock&) = delete;
+  FetchLock& operator=(const FetchLock&) = delete;
+  ~FetchLock() {
+    if (fd < 0) return;  // given to its entry, or never held
+    ::unlink(path.c_str());
+    ::close(fd);
+  }
 };
 
-FetchLock take_fetch_lock(const std::string& dir, const std::string& entry) {
-  FetchLock l;
+void take_fetch_lock(FetchLock& l, const std::string& dir, const std::string& entry) {
   l.path = (fs::path(dir) / (".coload-fetch-" + entry)).string();
   for (int attempt = 0; attempt < 3; ++attempt) {
-    const int fd = ::open(l.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return l;  // no lock: fetched as before, maybe by two writers at once
+    int fd = ::open(l.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // Another user's lock file in a shared folder: flock needs no write access.
+    if (fd < 0 && errno == EACCES) fd = ::open(l.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;  // no lock: fetched as before, maybe by two writers at once
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       // Held: another writer fetches it. No locks on this file system: fetched unlocked.
       l.busy = errno == EWOULDBLOCK;
       ::close(fd);
-      return l;
+      return;
     }
     if (still_named(fd, l.path)) {
       l.fd = fd;
-      return l;
+      return;
     }
     ::close(fd);  // its last holder removed it between the open and the lock: a new one
   }
-  return l;
 }
 
 }  // namespace
@@ -393,7 +401,9 @@ void cache_forget_verified() {
   verified().clear();
 }
 
-std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const ShardIndex& shard) {
+std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const ShardIndex& shard,
+                                        bool* busy) {
+  if (busy) *busy = false;
   const std::uint64_t size = cached_size(shard);
   if (options.cache_dir.empty() || options.cache_bytes == 0 || size > options.cache_bytes) {
     return nullptr;
@@ -408,11 +418,16 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
   // stream) fetches the shard, this reader reads it from its URL uncached, and a later read
   // finds the entry that writer commits.
   const std::string name = entry_name(shard);
-  FetchLock fetch = take_fetch_lock(options.cache_dir, name);
-  if (fetch.busy) return nullptr;
+  FetchLock fetch;
+  take_fetch_lock(fetch, options.cache_dir, name);
+  if (fetch.busy) {
+    if (busy) *busy = true;
+    return nullptr;
+  }
   std::unique_ptr<CacheEntry> e(new CacheEntry);
-  e->fetch_fd_ = fetch.fd;
-  e->fetch_path_ = std::move(fetch.path);
+  e->owner_ = ::getpid();
+  e->fetch_path_ = fetch.path;
+  e->fetch_fd_ = std::exchange(fetch.fd, -1);
   e->dir_ = options.cache_dir;
   e->final_ = (fs::path(options.cache_dir) / name).string();
   if (::access(e->final_.c_str(), F_OK) == 0) return nullptr;  // committed since it was looked for
@@ -453,12 +468,15 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
 }
 
 CacheEntry::~CacheEntry() {
+  // A forked child's copy only closes its descriptors: the files are its parent's, still
+  // being written (the locks are the parent's too, and stay while the parent holds them).
+  const bool mine = owner_ == ::getpid();
   if (fd_ >= 0) {
-    ::unlink(tmp_.c_str());  // before the close, which lets go of the lock
+    if (mine) ::unlink(tmp_.c_str());  // before the close, which lets go of the lock
     ::close(fd_);
   }
   if (fetch_fd_ >= 0) {
-    ::unlink(fetch_path_.c_str());  // likewise: a writer that opened it takes a new one
+    if (mine) ::unlink(fetch_path_.c_str());  // likewise: a writer that opened it takes a new one
     ::close(fetch_fd_);
   }
   if (tmp_.empty()) return;
@@ -585,6 +603,11 @@ void CacheFiller::wait_idle() {
 
 bool CacheFiller::wait_idle_for(std::chrono::milliseconds timeout) {
   if (forked()) return true;
+  // Past a year, no bound: now() + a bound near milliseconds::max() would overflow.
+  if (timeout > std::chrono::hours(24 * 366)) {
+    wait_idle();
+    return true;
+  }
   std::unique_lock lock(mutex_);
   return idle_.wait_for(lock, timeout, [&] { return queue_.empty() || stop_; });
 }
@@ -600,34 +623,48 @@ void CacheFiller::run() {
       if (stop_) return;
       shard = queue_.front();
     }
-    bool again = false;
+    Fill result = Fill::failed;
     try {
       if (!client) client = io::HttpClient::shared();
-      again = !fill(*client, *shard);
+      result = fill(*client, *shard);
     } catch (...) {
-      again = true;  // the map-style reads go on by ranged GETs, and report faults themselves
+      // The map-style reads go on by ranged GETs, and report faults themselves.
     }
     {
-      std::lock_guard lock(mutex_);
+      std::unique_lock lock(mutex_);
       queue_.pop_front();
+      if (result == Fill::busy) {
+        // Another writer is fetching it: still wanted (that writer may give up), so it goes
+        // to the back, and is tried again once the others have been; when every queued shard
+        // is another's, a tenth of a second passes first.
+        queue_.push_back(shard);
+        if (++busy_in_a_row_ >= queue_.size()) {
+          busy_in_a_row_ = 0;
+          queued_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_; });
+        }
+        continue;
+      }
+      busy_in_a_row_ = 0;
       // A fetch that failed is asked again by a later read, up to three fetches a shard.
-      if (again && ++failures_[shard] < 3) asked_.erase(shard);
+      if (result == Fill::failed && ++failures_[shard] < 3) asked_.erase(shard);
     }
     idle_.notify_all();
   }
 }
 
-bool CacheFiller::fill(io::HttpClient& client, const ShardIndex& shard) {
-  if (cache_find(options_, shard)) return true;
-  auto entry = cache_start(options_, shard);
-  if (!entry) return true;  // the cache is off for it (too large, or the folder unusable)
+CacheFiller::Fill CacheFiller::fill(io::HttpClient& client, const ShardIndex& shard) {
+  if (cache_find(options_, shard)) return Fill::done;
+  bool busy = false;
+  auto entry = cache_start(options_, shard, &busy);
+  if (busy) return Fill::busy;
+  if (!entry) return Fill::done;  // the cache is off for it (too large, or the folder unusable)
   const std::uint64_t end = cached_size(shard);
   // One GET of the whole entry, at most 4 MiB of it held ahead of the writes here.
   auto body = client.stream(shard.path, 0, end, std::size_t{4} << 20, shard.file_size,
                             options_.retry);
   {
     std::lock_guard lock(mutex_);
-    if (stop_) return true;
+    if (stop_) return Fill::done;
     current_ = body.get();
   }
   // Let go of before `body` is destroyed: the destructor may cancel it until then.
@@ -643,12 +680,12 @@ bool CacheFiller::fill(io::HttpClient& client, const ShardIndex& shard) {
   while (done < end) {
     const std::size_t n = body->read_up_to(
         chunk.data(), static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), end - done)));
-    if (n == 0) return false;  // the body ended early: nothing kept
+    if (n == 0) return Fill::failed;  // the body ended early: nothing kept
     entry->write(chunk.data(), n);
     done += n;
   }
-  entry->commit();
-  return true;
+  entry->commit();  // or not kept (its checksum missed, the folder stayed locked): said there
+  return Fill::done;
 }
 
 }  // namespace coload::shards::detail

@@ -4,6 +4,8 @@
 // CacheFiller, which fills it behind map-style reads.
 // Private to lib/shards.
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -55,27 +57,33 @@ class CacheEntry {
   void commit();
 
  private:
-  friend std::unique_ptr<CacheEntry> cache_start(const ShardOptions&, const ShardIndex&);
+  friend std::unique_ptr<CacheEntry> cache_start(const ShardOptions&, const ShardIndex&, bool*);
   CacheEntry() = default;
   std::string dir_, tmp_, final_, url_;
   std::uint64_t bound_ = 0, size_ = 0, written_ = 0;
   std::optional<std::uint64_t> expected_;  // the index's checksum
   std::unique_ptr<Checksum> sum_;          // of the bytes written, when it has one
   int fd_ = -1;
+  pid_t owner_ = 0;  // the writer's process: a forked child's copy removes nothing
   // The entry's fetch lock (`<dir>/.coload-fetch-<entry>`), held while it is written so
   // that no other writer fetches the same shard meanwhile; -1 where none could be had.
   int fetch_fd_ = -1;
   std::string fetch_path_;
 };
 
-/// An entry for `shard`, or nothing when the cache is off or the shard larger than its bound.
-std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const ShardIndex& shard);
+/// An entry for `shard`, or nothing when the cache is off, the shard larger than its bound, or
+/// another writer fetching it (then `*busy` is set, where given).
+std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const ShardIndex& shard,
+                                        bool* busy = nullptr);
 
 /// Fetches whole shards into the cache behind map-style reads, which fetch samples alone: a
 /// shard asked for is queued once, and a thread of its own (started at the first) streams the
 /// queued shards one at a time through HttpClient::shared() into CacheEntry's. A fetch that
 /// fails is asked again by a later read, up to three fetches a shard (the reads go on by
-/// ranged GETs, and report faults themselves). Only the process that made it fetches: in a
+/// ranged GETs, and report faults themselves). A shard another writer is fetching (its entry's
+/// lock held, see cache_start) stays queued, tried again after the others (every 100 ms when
+/// it is all there is), until that writer commits it or gives up. Only the process that made
+/// it fetches: in a
 /// forked child, want() and wait_idle() do nothing, and its owner must not destroy it (see
 /// forked()). The destructor cancels the fetch in flight and waits for the thread.
 class CacheFiller {
@@ -96,9 +104,10 @@ class CacheFiller {
   bool wait_idle_for(std::chrono::milliseconds timeout);
 
  private:
+  enum class Fill { done, failed, busy };
   void run();
-  /// False when the fetch failed (to be asked again).
-  bool fill(io::HttpClient& client, const ShardIndex& shard);
+  /// `failed`: to be asked again by a later read; `busy`: another writer is fetching it.
+  Fill fill(io::HttpClient& client, const ShardIndex& shard);
   ShardOptions options_;
   const int owner_;  // the pid of the process that made it
   std::mutex mutex_;
@@ -106,6 +115,7 @@ class CacheFiller {
   std::deque<const ShardIndex*> queue_;  // the front one is being fetched
   std::set<const ShardIndex*> asked_;
   std::map<const ShardIndex*, int> failures_;  // fetches failed, a shard
+  std::size_t busy_in_a_row_ = 0;  // queued shards found another writer's, one after another
   io::BodyStream* current_ = nullptr;  // the fetch in flight, for the destructor to cancel
   bool stop_ = false;
   std::unique_ptr<std::thread> thread_;

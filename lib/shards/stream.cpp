@@ -569,18 +569,24 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
         if (!http_error && !dynamic_cast<const ShardError*>(&e)) throw;
         const std::int64_t known = self->learned_->count(s);
         const auto read = static_cast<std::int64_t>(pos.sample + (held ? 1 : 0));
-        left = known >= 0 ? std::max<std::int64_t>(known - read, 0) : 0;
-        lost = std::string(e.what()) + "; shard '" + shard.path + "' has no index: " +
-               std::to_string(read) + " of its samples were read, " +
-               (known >= 0 ? "the other " + std::to_string(left) + " of its " +
-                                 std::to_string(known) + " are lost to this epoch"
-                           : std::string("the rest (how many is not known: it was never "
-                                         "streamed whole) are lost to this epoch"));
-        if (!skip) {
-          failure = http_error ? std::make_exception_ptr(io::HttpError(
-                                     http_error->url(), http_error->status(),
-                                     http_error->attempts(), lost))
-                               : std::current_exception();
+        if (known >= 0 && read >= known) {
+          // Only the archive's end failed, after its every sample (as an earlier epoch
+          // counted them): nothing is lost.
+          ended = true;
+        } else {
+          left = known >= 0 ? std::max<std::int64_t>(known - read, 0) : 0;
+          lost = std::string(e.what()) + "; shard '" + shard.path + "' has no index: " +
+                 std::to_string(read) + " of its samples were read, " +
+                 (known >= 0 ? "the other " + std::to_string(left) + " of its " +
+                                   std::to_string(known) + " are lost to this epoch"
+                             : std::string("the rest (how many is not known: it was never "
+                                           "streamed whole) are lost to this epoch"));
+          if (!skip) {
+            failure = http_error ? std::make_exception_ptr(io::HttpError(
+                                       http_error->url(), http_error->status(),
+                                       http_error->attempts(), lost))
+                                 : std::current_exception();
+          }
         }
       }
       if (!lost.empty() && skip) {
@@ -711,12 +717,21 @@ void ShardStream::load_state(const std::string& state) {
                           std::to_string(p.shard_pos) + " of a worker shard of " +
                           std::to_string(order.size()));
   }
-  if (p.shard_pos < order.size() && dataset_.indexed(order[p.shard_pos]) &&
-      p.sample > dataset_.shards()[order[p.shard_pos]].samples.size()) {
-    throw InvalidArgument("ShardStream::load_state: the state is at sample " +
-                          std::to_string(p.sample) + " of shard '" +
-                          dataset_.shards()[order[p.shard_pos]].path + "', which holds " +
-                          std::to_string(dataset_.shards()[order[p.shard_pos]].samples.size()));
+  if (p.shard_pos < order.size()) {
+    // A shard without an index holds what an earlier epoch counted, where one streamed it
+    // whole; else fewer than 2^40 (a member takes 512 bytes at least).
+    const std::size_t s = order[p.shard_pos];
+    const std::int64_t known = dataset_.indexed(s)
+                                   ? static_cast<std::int64_t>(dataset_.shards()[s].samples.size())
+                                   : learned_->count(s);
+    const std::uint64_t most = known >= 0 ? static_cast<std::uint64_t>(known) : 1ull << 40;
+    if (p.sample > most) {
+      throw InvalidArgument(
+          "ShardStream::load_state: the state is at sample " + std::to_string(p.sample) +
+          " of shard '" + dataset_.shards()[s].path + "', which " +
+          (known >= 0 ? "holds " + std::to_string(known)
+                      : std::string("has no index, and no shard holds so many")));
+    }
   }
   for (std::size_t i = 0; i < n; ++i) {
     std::int64_t g = -1;

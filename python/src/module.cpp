@@ -142,11 +142,11 @@ bool wait_for_cache(const shards::ShardDataset& d, std::optional<double> timeout
   // Over a year is no bound (and a duration of that many milliseconds could overflow).
   if (timeout && *timeout > 365.0 * 86400) timeout.reset();
   const auto until =
-      steady_clock::now() + duration_cast<milliseconds>(duration<double>(timeout.value_or(0)));
+      steady_clock::now() + ceil<milliseconds>(duration<double>(timeout.value_or(0)));
   for (;;) {
     milliseconds slice(100);
     if (timeout) {
-      slice = std::clamp(duration_cast<milliseconds>(until - steady_clock::now()), 0ms, slice);
+      slice = std::clamp(ceil<milliseconds>(until - steady_clock::now()), 0ms, slice);
     }
     bool done = false;
     {

@@ -1,4 +1,5 @@
 """Native datasets from Python: image folders through a preset recipe, and tar shards."""
+import gc
 import io
 import os
 import shutil
@@ -177,4 +178,5 @@ def test_shard_cache_wait_bounded_and_interrupted(tmp_path):
         assert ds.cache_wait(timeout=0) is False
         # Let go of mid-fetch: the fetch is cancelled, and no part file stays.
         del ds
+        gc.collect()
         assert list((tmp_path / "cache").iterdir()) == []

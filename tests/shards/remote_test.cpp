@@ -592,7 +592,7 @@ TEST_CASE("the cache filler: a failed fetch is asked again by a later read, thre
 TEST_CASE("one writer a cache entry: a second dataset on the folder does not fetch a shard the first is fetching") {
   // Ranks on one node share a cache folder and each read every shard: each fills behind its
   // reads, and without a lock an entry would be fetched whole once a rank.
-  const std::string mode = "bw50,onewriter";
+  const std::string mode = "bw50,writer1";
   const auto requests = [&] {
     return std::stoi(io::HttpClient::shared()->get(
         "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
@@ -627,6 +627,34 @@ TEST_CASE("one writer a cache entry: a second dataset on the folder does not fet
   CHECK(first.read(1).text("bin") == payload(1));
   CHECK(second.read(2).text("bin") == payload(2));
   CHECK(requests() == before);
+
+  // A writer that gives up (its dataset let go of mid-fetch): the other, which found the
+  // entry's lock held, still wants the shard, and fetches it once the lock is free.
+  shards_test::TempDir again;
+  o.cache_dir = again.path.string();
+  const std::string mode2 = "bw50,writer2";
+  auto holder = std::make_unique<shards::ShardDataset>(url(mode2), o);
+  const shards::ShardDataset waiter(url(mode2), o);
+  CHECK(holder->read(0).text("bin") == payload(0));
+  // The holder's filler has the lock once its file is there (it is made to be locked).
+  const auto locked = [&] {
+    for (const auto& e : fs::directory_iterator(again.path)) {
+      if (e.path().filename().string().starts_with(".coload-fetch-")) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 500 && !locked(); ++i) holder->cache_wait_for(std::chrono::milliseconds(10));
+  REQUIRE(locked());
+  CHECK(waiter.read(0).text("bin") == payload(0));
+  CHECK_FALSE(waiter.cache_wait_for(std::chrono::milliseconds(0)));  // it waits for the shard
+  holder.reset();  // cancels its fetch, and lets go of the lock
+  waiter.cache_wait();
+  std::size_t kept = 0;
+  for (const auto& e : fs::directory_iterator(again.path)) {
+    CHECK(e.path().filename().string().ends_with("-shard-000000.tar"));
+    ++kept;
+  }
+  CHECK(kept == 1);
 }
 
 TEST_CASE("a cache that cannot keep shards says so once; a folder locked by a stopped process stops no transfer") {
@@ -1294,6 +1322,22 @@ TEST_CASE("shards without an index: a state taken after a shard's last sample is
     CHECK(ids.back() == total - 1);
     CHECK(ids.size() == static_cast<std::size_t>(total - indexed.offsets()[at]));
   }
+  // A position past such a shard's samples is refused: past what an epoch counted, or, before
+  // one has, past what any shard could hold (sample -1 would drop the shard's every sample).
+  shards::ShardStream fresh(url("ok", "noindex/"), o);
+  CHECK_THROWS_WITH_AS(fresh.load_state("shard-stream 1 11 0 1 0 -1 5 0"),
+                       doctest::Contains(("at sample 18446744073709551615 of shard '" +
+                                          url("ok", "noindex/") +
+                                          "shard-000000.tar', which has no index, and no shard "
+                                          "holds so many")
+                                             .c_str()),
+                       InvalidArgument);
+  CHECK(epoch(fresh, info).size() == static_cast<std::size_t>(total));
+  const std::string held = std::to_string(indexed.shards()[0].samples.size());
+  CHECK_THROWS_WITH_AS(
+      fresh.load_state("shard-stream 1 11 0 1 0 " + std::to_string(indexed.shards()[0].samples.size() + 1) + " 5 0"),
+      doctest::Contains(("which holds " + held).c_str()), InvalidArgument);
+  fresh.load_state("shard-stream 1 11 0 1 0 " + held + " 5 0");
 }
 
 TEST_CASE("ShardStream::load_state: a position outside its shard is refused, naming it") {
