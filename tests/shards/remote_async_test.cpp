@@ -643,10 +643,7 @@ TEST_CASE("a stream's read-ahead holds at most its budget: the client's bytes he
 
 TEST_CASE("a cache entry is checked against its index's checksum: one altered at the same size is fetched again, with one warning naming it and the URL") {
   const std::string mode = "ok,checksum";
-  const auto requests = [&] {
-    return std::stoi(io::HttpClient::shared()->get(
-        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
-  };
+  const auto requests = [&] { return requests_made(mode); };
   // Writer's indexes record XXH3-64 of each shard's bytes up to its last sample's end.
   const shards::ShardDataset local(*root / "shards");
   for (const auto& s : local.shards()) {
@@ -750,10 +747,6 @@ TEST_CASE("a cache entry is checked against its index's checksum: one altered at
 }
 
 TEST_CASE("get_ranges_async: several ranges of one URL with one GET, neighbours as one range; a fault leaves parts short, never wrong") {
-  const auto count = [](const std::string& mode) {
-    return std::stoi(io::HttpClient::shared()->get(
-        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
-  };
   const fs::path file = *root / "shards" / "shard-000000.tar";
   std::ifstream in(file, std::ios::binary);
   const std::string whole((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -787,7 +780,7 @@ TEST_CASE("get_ranges_async: several ranges of one URL with one GET, neighbours 
       CHECK(filled[k] == wants[k].second - wants[k].first);
       CHECK(got[k] == expect(k));
     }
-    CHECK(count(mode) == 1);
+    CHECK(requests_made(mode) == 1);
   }
   // Each fault: one attempt (no retry), and a part holds exactly the bytes it says it has.
   for (const char* fault : {"reset1", "short1", "lie1", "503x1", "lielong1"}) {
@@ -803,7 +796,7 @@ TEST_CASE("get_ranges_async: several ranges of one URL with one GET, neighbours 
     }
     // lielong sends every byte (it only claims more): nothing is missing there.
     CHECK(short_one == (std::string(fault) != "lielong1"));
-    CHECK(count(mode) == 1);
+    CHECK(requests_made(mode) == 1);
   }
   // Overlapping parts are the caller's mistake.
   std::string a(100, '\0'), b(100, '\0');
@@ -820,9 +813,9 @@ TEST_CASE("get_ranges_async: several ranges of one URL with one GET, neighbours 
   const std::vector<std::uint64_t> none(wants.size(), 0);
   CHECK(run(*client, url("norange,ranges") + "shard-000000.tar") == none);
   CHECK(run(*client, url("norange,ranges") + "shard-000000.tar") == none);
-  CHECK(count("norange,ranges") == 1);
+  CHECK(requests_made("norange,ranges") == 1);
   CHECK(run(*client, url("ok,ranges2") + "shard-000000.tar") == none);
-  CHECK(count("ok,ranges2") == 0);
+  CHECK(requests_made("ok,ranges2") == 0);
 }
 
 TEST_CASE("image batches by URL: a batch's samples of one shard come a few to a GET, and the batches are the folder's, under faults and from a server that ignores ranges") {
@@ -883,10 +876,6 @@ TEST_CASE("image batches by URL: a batch's samples of one shard come a few to a 
   }
   CAPTURE(gets);
   CHECK(gets < images / 2);
-  const auto count = [](const std::string& mode) {
-    return std::stoi(io::HttpClient::shared()->get(
-        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
-  };
   struct Case {
     const char* mode;
     Executor executor;
@@ -897,9 +886,9 @@ TEST_CASE("image batches by URL: a batch's samples of one shard come a few to a 
                        Case{"norange,img", Executor::threads}}) {
     CAPTURE(c.mode);
     const shards::ShardDataset remote(url(c.mode, "images/"));
-    const int before = count(c.mode);
+    const int before = requests_made(c.mode);
     CHECK(same(run(remote, c.executor), want));
-    if (std::string(c.mode).rfind("ok,", 0) == 0) CHECK(count(c.mode) - before == gets);
+    if (std::string(c.mode).rfind("ok,", 0) == 0) CHECK(requests_made(c.mode) - before == gets);
   }
 }
 

@@ -64,6 +64,12 @@ inline std::vector<std::string> epoch(shards::ShardStream& stream, const WorkerI
   return out;
 }
 
+// The requests the proxy has had under /<mode>/ so far (serve.py's /count/<mode>).
+inline int requests_made(const std::string& mode) {
+  return std::stoi(io::HttpClient::shared()->get("http://127.0.0.1:" +
+                                                 std::to_string(server->proxy) + "/count/" + mode));
+}
+
 inline shards::ShardStreamOptions stream_options(std::size_t read_ahead = 64 << 10) {
   return {.shuffle_shards = true, .shuffle_buffer = 7, .read_ahead = read_ahead};
 }

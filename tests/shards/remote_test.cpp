@@ -197,10 +197,7 @@ TEST_CASE("map-style by URL: each sample one ranged GET, the same bytes as the f
 
 TEST_CASE("map-style batches by URL: neighbours in a shard share one ranged GET") {
   const std::string mode = "ok,batch";
-  const auto requests = [&] {
-    return std::stoi(io::HttpClient::shared()->get(
-        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
-  };
+  const auto requests = [&] { return requests_made(mode); };
   const shards::ShardDataset remote(url(mode));
   const int after_index = requests();  // shards.txt and one .idx a shard
   CHECK(after_index == 1 + static_cast<int>(remote.shards().size()));
@@ -344,10 +341,7 @@ TEST_CASE("get_async by URL: a shard that fails for good is a named error; a 404
 
 TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, entries verified") {
   const std::string mode = "ok,cache";
-  const auto requests = [&] {
-    return std::stoi(io::HttpClient::shared()->get(
-        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
-  };
+  const auto requests = [&] { return requests_made(mode); };
   shards_test::TempDir cache;
   shards::ShardStreamOptions o = stream_options();
   o.shards.cache_dir = cache.path.string();
@@ -431,10 +425,7 @@ TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, en
 
 TEST_CASE("map-style reads fill the cache behind them: a later epoch reads from disk") {
   const std::string mode = "ok,fill";
-  const auto requests = [&] {
-    return std::stoi(io::HttpClient::shared()->get(
-        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
-  };
+  const auto requests = [&] { return requests_made(mode); };
   const auto files = [](const fs::path& dir) {
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
@@ -544,10 +535,6 @@ TEST_CASE("map-style reads fill the cache behind them: a later epoch reads from 
 TEST_CASE("the cache filler: a failed fetch is asked again by a later read, three fetches at most") {
   // "whole": the 503s go to the filler's GETs of whole shards only; the samples' ranged GETs
   // pass. One attempt a fetch, so each 503 fails one.
-  const auto requests = [](const std::string& mode) {
-    return std::stoi(io::HttpClient::shared()->get(
-        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
-  };
   const auto entries = [](const fs::path& dir) {
     std::size_t n = 0;
     for (const auto& e : fs::directory_iterator(dir)) {
@@ -581,10 +568,10 @@ TEST_CASE("the cache filler: a failed fetch is asked again by a later read, thre
     const shards::ShardDataset ds(url(mode), o);
     std::vector<int> made;
     for (Index i = 0; i < 4; ++i) {
-      const int before = requests(mode);
+      const int before = requests_made(mode);
       CHECK(ds.read(i).text("bin") == payload(i));
       ds.cache_wait();
-      made.push_back(requests(mode) - before);
+      made.push_back(requests_made(mode) - before);
     }
     // The first read also asks the shard's size (a request of its own, or not, by sample).
     CHECK(made[1] == 2);  // its sample, and the second fetch
@@ -598,10 +585,7 @@ TEST_CASE("one writer a cache entry: a second dataset on the folder does not fet
   // Ranks on one node share a cache folder and each read every shard: each fills behind its
   // reads, and without a lock an entry would be fetched whole once a rank.
   const std::string mode = "bw50,writer1";
-  const auto requests = [&] {
-    return std::stoi(io::HttpClient::shared()->get(
-        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
-  };
+  const auto requests = [&] { return requests_made(mode); };
   shards_test::TempDir cache;
   shards::ShardOptions o;
   o.cache_dir = cache.path.string();
@@ -779,10 +763,7 @@ TEST_CASE("an index that claims a sample of a TiB is answered by the server's si
 
 TEST_CASE("a cache entry is for one version of its shard: one rewritten to the same size is fetched again") {
   const std::string mode = "ok,version";
-  const auto requests = [&] {
-    return std::stoi(io::HttpClient::shared()->get(
-        "http://127.0.0.1:" + std::to_string(server->proxy) + "/count/" + mode));
-  };
+  const auto requests = [&] { return requests_made(mode); };
   const fs::path folder = *root / "versioned";
   write_shards(folder);
   shards_test::TempDir cache;
