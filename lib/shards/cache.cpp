@@ -200,11 +200,13 @@ bool remove_if_abandoned(const fs::path& path, pid_t writer) {
 }
 
 // Makes room for `incoming` bytes (the writer's own `own_tmp`) under `bound`: entries go least
-// recently used first. Another writer's unfinished file counts against the bound but stays,
-// unless its process is gone (killed mid-shard): then it is removed. The caller holds the
-// folder's lock where it can (commit), so that writers in other processes make room one at a
-// time. Never throws: a folder that cannot be listed is left as it is.
-void evict_for(const std::string& dir, const std::string& own_tmp, std::uint64_t incoming,
+// recently used first. Another writer's unfinished file counts against the bound (at its full
+// size: cache_start gives a part that size at once) but stays, unless its process is gone
+// (killed mid-shard): then it is removed. Whether the room was made: not when other writers'
+// unfinished files hold it. The caller holds the folder's lock where it can, so that writers
+// in other processes make room one at a time. Never throws: a folder that cannot be listed is
+// left as it is (and counted as having room).
+bool evict_for(const std::string& dir, const std::string& own_tmp, std::uint64_t incoming,
                std::uint64_t bound) noexcept {
   struct Entry {
     fs::path path;
@@ -237,18 +239,37 @@ void evict_for(const std::string& dir, const std::string& own_tmp, std::uint64_t
       if (total + incoming <= bound) break;
       if (fs::remove(e.path, ec)) total -= e.size;
     }
+    return total + incoming <= bound;
   } catch (...) {
     // Out of memory: no room made this time; the entry may pass the bound.
+    return true;
   }
 }
 
-// The cache folder's lock, held from eviction to the new entry's rename (where the file
-// system has flock; else not held, and the bound may be passed by an entry).
+// Gives the part open as `fd` its full `size` before a byte is written: reserved on disk where
+// the file system can (a full disk is then found before the fetch, not midway), else as a
+// sparse file. Either way its size is the entry's from the start, and every writer's eviction
+// counts it so. The error, or 0.
+int reserve(int fd, std::uint64_t size) noexcept {
+  if (size == 0) return 0;
+  int r;
+  while ((r = ::fallocate(fd, 0, 0, static_cast<off_t>(size))) != 0 && errno == EINTR) {
+  }
+  if (r == 0) return 0;
+  if (errno != EOPNOTSUPP && errno != ENOSYS) return errno;
+  while ((r = ::ftruncate(fd, static_cast<off_t>(size))) != 0 && errno == EINTR) {
+  }
+  return r == 0 ? 0 : errno;
+}
+
+// The cache folder's lock, held while room is made for a new entry (as its fetch starts) and
+// from eviction to its rename (as it is committed), where the file system has flock; else
+// not held, and the bound may be passed by an entry.
 //
-// The lock is only tried, a few times over about a quarter second: a commit runs on the
-// loader's driver thread, and a holder that stopped (a process stopped by SIGSTOP or a
+// The lock is only tried, a few times over about a quarter second: a start and a commit run
+// on the loader's driver thread, and a holder that stopped (a process stopped by SIGSTOP or a
 // debugger, a hung network file system) would stop every transfer with it. `busy()` then says
-// the entry could not be committed; the shard is fetched again by a later epoch.
+// the entry could not be started or committed; the shard is fetched again by a later epoch.
 class FolderLock {
  public:
   explicit FolderLock(const std::string& dir)
@@ -266,8 +287,17 @@ class FolderLock {
       fd_ = -1;
     }
   }
-  /// Another process held the folder's lock throughout.
-  bool busy() const noexcept { return busy_; }
+  /// Another process held the folder's lock throughout: says so (once a folder), naming the
+  /// shard `url` that is not cached this time.
+  bool busy(const std::string& dir, const std::string& url) const {
+    if (busy_) {
+      coload::detail::warn_once("shard cache busy " + dir,
+                                "the shard cache '" + dir + "' stayed locked by another "
+                                "process for a quarter second: shard '" + url +
+                                "' is not cached this time (said once)");
+    }
+    return busy_;
+  }
   ~FolderLock() {
     if (fd_ < 0) return;
     ::flock(fd_, LOCK_UN);
@@ -464,6 +494,21 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
     return nullptr;  // the destructor only lets go of the name
   }
   e->fd_ = fd;
+  // Room for the whole entry, made before a byte is fetched and held by the part's size (see
+  // reserve): the folder's cache files, unfinished ones included, stay within the bound while
+  // shards download, not only once they are committed. Where other writers' unfinished
+  // entries hold the room, the shard is not cached this time (the destructor removes the part).
+  FolderLock folder(options.cache_dir);
+  if (folder.busy(options.cache_dir, shard.path) ||
+      !evict_for(options.cache_dir, e->tmp_, size, options.cache_bytes)) {
+    return nullptr;
+  }
+  if (const int err = reserve(fd, size)) {
+    unusable(options.cache_dir, "cannot reserve " + std::to_string(size) + " bytes for '" +
+                                    e->tmp_ + "' (shard '" + shard.path + "')",
+             err);
+    return nullptr;
+  }
   return e;
 }
 
@@ -523,13 +568,9 @@ void CacheEntry::commit() {
     // Room made and the entry renamed under the folder's lock: two processes committing at
     // once do not both count the same free bytes.
     FolderLock folder(dir_);
-    if (folder.busy()) {
-      coload::detail::warn_once("shard cache busy " + dir_,
-                                "the shard cache '" + dir_ + "' stayed locked by another "
-                                "process for a quarter second: shard '" + url_ +
-                                "' is not cached this time (said once)");
-      return;  // the destructor removes the part
-    }
+    if (folder.busy(dir_, url_)) return;  // the destructor removes the part
+    // Room was made at the start; made again here where a writer without the folder's lock
+    // (a file system without flock) took some meanwhile.
     evict_for(dir_, tmp_, size_, bound_);
     // Used now: its atime was the download's start, older than entries used meanwhile.
     struct timespec now {};

@@ -45,10 +45,11 @@ std::uint64_t cache_mismatches() noexcept;
 void cache_forget_verified();
 
 /// A new entry being written (made by cache_start, which gives none while another writer, in
-/// this process or another sharing the folder, is fetching the same shard); commit() puts it
-/// in place (renamed over, after evicting the least
-/// recently used entries until it fits the bound), unless its bytes miss the index's checksum
-/// (then it warns and keeps nothing); an entry never committed leaves nothing.
+/// this process or another sharing the folder, is fetching the same shard, and none where
+/// other writers' unfinished entries hold the room it needs); its file has the entry's full
+/// size from the start, so that the bound counts it whole while it downloads. commit() puts it
+/// in place (renamed over), unless its bytes miss the index's checksum (then it warns and
+/// keeps nothing); an entry never committed leaves nothing.
 class CacheEntry {
  public:
   ~CacheEntry();
@@ -71,8 +72,10 @@ class CacheEntry {
   std::string fetch_path_;
 };
 
-/// An entry for `shard`, or nothing when the cache is off, the shard larger than its bound, or
-/// another writer fetching it (then `*busy` is set, where given).
+/// An entry for `shard`, room made for it under the bound (the least recently used entries
+/// evicted), or nothing when the cache is off, the shard larger than its bound, other writers'
+/// unfinished entries holding the room, the folder's lock held by another process throughout
+/// (a warning, once), or another writer fetching it (then `*busy` is set, where given).
 std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const ShardIndex& shard,
                                         bool* busy = nullptr);
 

@@ -423,6 +423,89 @@ TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, en
   }
 }
 
+TEST_CASE("the cache's bound holds while shards download: room is made as a fetch starts, the unfinished entry counted whole") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 21};
+  const auto local = local_epoch(info);
+  shards::ShardStreamOptions o = stream_options();
+  o.shards.cache_bytes = 2 * 60000;  // two shards' bytes
+  // The cache's files now: their bytes, and each unfinished one ("<entry>.coload-part.<pid>.<n>")
+  // checked to have its entry's full size (its shard's bytes up to the last sample's end).
+  struct Seen {
+    std::uint64_t bytes = 0;
+    std::size_t parts = 0, short_parts = 0;
+  };
+  const auto look = [](const fs::path& dir, const shards::ShardStream& stream) {
+    Seen seen;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      seen.bytes += e.file_size();
+      const auto part = name.find(".coload-part.");
+      if (part == std::string::npos) continue;
+      ++seen.parts;
+      const std::string shard_name = name.substr(17, part - 17);  // after "<16 hex digits>-"
+      for (const auto& shard : stream.dataset().shards()) {
+        if (shard.path.ends_with("/" + shard_name) && e.file_size() != shard.samples.back().end) {
+          ++seen.short_parts;
+        }
+      }
+    }
+    return seen;
+  };
+  // Looked at each time a sample comes: an epoch streams a shard while the next one's GET
+  // runs, so two are downloading at a time, beside the entries committed so far.
+  shards_test::TempDir cache;
+  o.shards.cache_dir = cache.path.string();
+  shards::ShardStream stream(url("ok,bound1"), o);
+  std::vector<std::string> got;
+  std::uint64_t most = 0;
+  std::size_t parts = 0, short_parts = 0;
+  for (int round = 0; round < 2; ++round) {
+    got.clear();
+    for (auto& s : stream.samples(info)) {
+      got.push_back(s.key + '\0' + s.text("id") + '\0' + s.text("bin"));
+      const Seen seen = look(cache.path, stream);
+      most = std::max(most, seen.bytes);
+      parts += seen.parts;
+      short_parts += seen.short_parts;
+    }
+    CHECK(got == local);
+  }
+  CHECK(most <= o.shards.cache_bytes);
+  CHECK(parts > 0);
+  CHECK(short_parts == 0);
+  const Seen after = look(cache.path, stream);
+  CHECK(after.parts == 0);
+  CHECK(after.bytes > 0);  // the last shards' entries are kept
+  CHECK(after.bytes <= o.shards.cache_bytes);
+
+  // Another writer's unfinished entry (its lock held) takes most of the bound: no shard has
+  // room beside it, so none is cached (before, each was committed past the bound), and the
+  // epoch is read from the server as it would be without a cache.
+  shards_test::TempDir crowded;
+  o.shards.cache_dir = crowded.path.string();
+  const fs::path other =
+      crowded.path / ("0123456789abcdef-other.tar.coload-part." + std::to_string(::getpid()) + ".1");
+  std::ofstream(other, std::ios::binary) << std::string(100000, 'o');
+  const int held = ::open(other.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(held >= 0);
+  REQUIRE(::flock(held, LOCK_EX) == 0);
+  shards::ShardStream beside(url("ok,bound2"), o);
+  CHECK(epoch(beside, info) == local);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(crowded.path)) {
+    names.push_back(e.path().filename().string());
+  }
+  CHECK(names == std::vector<std::string>{other.filename().string()});
+  // Its writer gone (the lock let go of), the part is taken for abandoned and removed, and
+  // the next epoch caches shards again.
+  ::close(held);
+  CHECK(epoch(beside, info) == local);
+  CHECK_FALSE(fs::exists(other));
+  const Seen kept = look(crowded.path, beside);
+  CHECK(kept.bytes > 0);
+  CHECK(kept.bytes <= o.shards.cache_bytes);
+}
+
 TEST_CASE("map-style reads fill the cache behind them: a later epoch reads from disk") {
   const std::string mode = "ok,fill";
   const auto requests = [&] { return requests_made(mode); };
