@@ -339,11 +339,13 @@ Generator<ShardSample> drain(AsyncGenerator<ShardSample> stream) {
 }  // namespace
 
 /// What the streams of one ShardStream and its copies (in this process) learned of the shards
-/// without an index: how many samples each held, once one was streamed to its end.
+/// without an index, once one was streamed to its end: how many samples each held, and where
+/// its end-of-archive block begins.
 struct ShardStream::Learned {
-  explicit Learned(std::size_t shards) : counts(shards, -1) {}
-  void learn(std::size_t s, std::int64_t n) {
+  explicit Learned(std::size_t shards) : counts(shards, -1), ends(shards) {}
+  void learn(std::size_t s, std::int64_t n, std::optional<std::uint64_t> end) {
     std::lock_guard lock(mutex);
+    if (end && !ends[s]) ends[s] = end;
     if (counts[s] >= 0) return;
     counts[s] = n;
     sum += n;
@@ -351,6 +353,10 @@ struct ShardStream::Learned {
   std::int64_t count(std::size_t s) const {
     std::lock_guard lock(mutex);
     return counts[s];
+  }
+  std::optional<std::uint64_t> end(std::size_t s) const {
+    std::lock_guard lock(mutex);
+    return ends[s];
   }
   std::int64_t total() const {
     std::lock_guard lock(mutex);
@@ -360,6 +366,7 @@ struct ShardStream::Learned {
  private:
   mutable std::mutex mutex;
   std::vector<std::int64_t> counts;  // per shard: -1 while not known
+  std::vector<std::optional<std::uint64_t>> ends;
   std::int64_t sum = 0;
 };
 
@@ -545,7 +552,11 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
       std::int64_t left = 0;
       try {
         http();
-        auto samples = detail::stream_unindexed(client, shard.path, window, data.options().retry);
+        // Where an earlier epoch found its end: a transfer failing there loses nothing. 0: no
+        // end found (an empty archive's is at 0, and has nothing to lose).
+        std::uint64_t end_found = 0;
+        auto samples = detail::stream_unindexed(client, shard.path, window, data.options().retry,
+                                                {}, self->learned_->end(s), &end_found);
         while (ShardSample* x = co_await samples.next()) {
           if (seen++ < already) continue;
           if (held) {
@@ -557,7 +568,8 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
             held = std::move(*x);
           }
         }
-        self->learned_->learn(s, static_cast<std::int64_t>(seen));
+        self->learned_->learn(s, static_cast<std::int64_t>(seen),
+                              end_found ? std::optional<std::uint64_t>(end_found) : std::nullopt);
         ended = true;
       } catch (const std::exception& e) {
         // The client gave up on the shard, or its body is no archive (cut short or altered: a

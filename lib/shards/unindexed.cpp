@@ -106,7 +106,9 @@ struct Walk {
 
 AsyncGenerator<ShardSample> stream_unindexed(std::shared_ptr<io::HttpClient> client,
                                              std::string url, std::size_t window,
-                                             io::RetryOptions retry, TarLimits limits) {
+                                             io::RetryOptions retry, TarLimits limits,
+                                             std::optional<std::uint64_t> end_known,
+                                             std::uint64_t* end_found) {
   Walk w;
   w.client = std::move(client);
   w.url = url;
@@ -136,7 +138,16 @@ AsyncGenerator<ShardSample> stream_unindexed(std::shared_ptr<io::HttpClient> cli
   std::byte block[tar_block];
   for (;;) {
     const std::uint64_t at = w.offset;
-    const std::size_t got = co_await w.read(block, tar_block);
+    // Where an earlier read found the end block, its bytes failing are the archive's end:
+    // everything before them was read, so the sample being gathered has all its members.
+    const bool at_known_end = end_known && at == *end_known;
+    std::size_t got = 0;
+    try {
+      got = co_await w.read(block, tar_block);
+    } catch (const io::HttpError&) {
+      if (!at_known_end) throw;
+    }
+    if (at_known_end && got < tar_block) break;
     if (got < tar_block) {
       throw ShardError(url, long_name.value_or(pax.path.value_or("")), at,
                        got == 0 ? "the archive ends without its end-of-archive block "
@@ -151,7 +162,10 @@ AsyncGenerator<ShardSample> stream_unindexed(std::shared_ptr<io::HttpClient> cli
     } catch (const TarFormatError& e) {
       throw ShardError(url, long_name.value_or(pax.path.value_or("")), at, e.what());
     }
-    if (!h) break;  // end of archive
+    if (!h) {  // end of archive
+      if (end_found) *end_found = at;
+      break;
+    }
     if (!pending) first_header = at;
     const std::uint64_t size = pax.size.value_or(h->size);
     name = pax.path ? *pax.path : long_name ? *long_name : h->name;

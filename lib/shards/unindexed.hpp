@@ -3,7 +3,9 @@
 // (unindexed.cpp). Private to lib/shards.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "coload/coro/async_generator.hpp"
@@ -20,8 +22,15 @@ namespace coload::shards::detail {
 /// the URL, the member and the offset; a failed transfer an io::HttpError. Nothing is
 /// allocated for a size a header merely claims: a member's bytes are kept as they arrive.
 /// It waits for bytes without holding a thread (BodyStream::read_async).
+///
+/// The archive's end: where its end-of-archive block begins is stored to `*end_found` (where
+/// given) once it is read. Given `end_known` (that offset, as an earlier read of the shard
+/// found it), a transfer that fails right there, with every byte before it read, ends the
+/// archive as the block would have: the sample being gathered is whole, and is handed out.
 AsyncGenerator<ShardSample> stream_unindexed(std::shared_ptr<io::HttpClient> client,
                                              std::string url, std::size_t window,
-                                             io::RetryOptions retry, TarLimits limits = {});
+                                             io::RetryOptions retry, TarLimits limits = {},
+                                             std::optional<std::uint64_t> end_known = {},
+                                             std::uint64_t* end_found = nullptr);
 
 }  // namespace coload::shards::detail

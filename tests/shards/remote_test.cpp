@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -1407,6 +1408,51 @@ TEST_CASE("shards without an index: a state taken after a shard's last sample is
       fresh.load_state("shard-stream 1 11 0 1 0 " + std::to_string(indexed.shards()[0].samples.size() + 1) + " 5 0"),
       doctest::Contains(("which holds " + held).c_str()), InvalidArgument);
   fresh.load_state("shard-stream 1 11 0 1 0 " + held + " 5 0");
+}
+
+TEST_CASE("shards without an index: an archive cut where its end block begins, after every sample an earlier epoch counted") {
+  std::vector<std::string> warnings;
+  set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
+  struct Restore {
+    ~Restore() { set_warning_handler({}); }
+  } restore;
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  const shards::ShardDataset indexed(*root / "shards");
+  // Shard 1's end-of-archive block begins where its last member's data, padded to 512, ends.
+  // The proxy passes shard 1's first GET, and stops every later one at that block.
+  const std::uint64_t end_block = (indexed.shards()[1].samples.back().end + 511) / 512 * 512;
+  const std::string mode = "cutat" + std::to_string(end_block) + ",on000001,from1";
+  shards::ShardStreamOptions o{.shuffle_shards = false};
+  o.shards.retry = {.attempts = 2, .backoff = std::chrono::milliseconds(1)};
+  shards::ShardStream stream(url(mode, "noindex/"), o);
+  const auto ids = [&](shards::ShardStream& s) {
+    std::vector<std::int64_t> out;
+    for (auto& x : s.samples(info)) out.push_back(std::stoll(x.text("id")));
+    return out;
+  };
+  std::vector<std::int64_t> all(static_cast<std::size_t>(total));
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(ids(stream) == all);
+  const int first = requests_made(mode);
+  // The next epochs fail at shard 1's end block, after all its samples: the stream found the
+  // block there before, so the last sample is whole (no member of it can follow), and nothing
+  // is lost: every sample, no error, no warning. (Before, that sample was called lost.)
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    CHECK(ids(stream) == all);
+    CHECK(warnings.empty());
+    CHECK(stream.skipped_samples() == 0);
+  }
+  CHECK(requests_made(mode) - first == 2 * (static_cast<int>(indexed.shards().size()) + 1));
+  // A stream that never read that block cannot know the archive ends there (another member
+  // of the last sample could follow): the error names the shard and the samples read.
+  const std::string held = std::to_string(indexed.shards()[1].samples.size() - 1);
+  shards::ShardStream fresh(url(mode, "noindex/"), o);
+  CHECK_THROWS_WITH_AS(ids(fresh),
+                       doctest::Contains(("shard-000001.tar' has no index: " + held +
+                                          " of its samples were read, the rest (how many is not "
+                                          "known")
+                                             .c_str()),
+                       io::HttpError);
 }
 
 TEST_CASE("ShardStream::load_state: a position outside its shard is refused, naming it") {

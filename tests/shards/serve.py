@@ -49,6 +49,9 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
   shortpart     a multipart/byteranges answer's first part is 10 bytes shorter than its
                 Content-Range says (the Content-Length stays true)
   shortlast     its last part is 100 bytes shorter, cut a quarter into its data
+  cutat<k>      a body that reaches past byte k of the file stops there (the bytes before it
+                sent with the true Content-Length, then the connection closed): every try of
+                it fails at that byte, resumed ones (Range from k on) with no byte at all
 http://127.0.0.1:<proxy>/count/<mode> answers the number of requests made under /<mode>/ so far,
 /ifrange/<mode> the number of them that carried an If-Range header, and /connections/<mode> the
 number of client connections that carried one of them: a response
@@ -177,7 +180,7 @@ class Proxy:
         tokens = mode.split(",")
         opts = {}
         for t in tokens:
-            k = re.fullmatch(r"(lat|bw|link|reset|503x|short|lie|lielong|from|changed|s3timeout)(\d+)", t)
+            k = re.fullmatch(r"(lat|bw|link|reset|503x|short|lie|lielong|from|changed|s3timeout|cutat)(\d+)", t)
             if k:
                 opts[k.group(1)] = int(k.group(2))
         faulty = path.endswith(".tar") or "all" in tokens
@@ -300,8 +303,16 @@ class Proxy:
         send = length  # body bytes sent
         said = length  # the Content-Length told
         reset = hit("reset")
-        fault = reset or hit("short") or hit("lie") or hit("lielong")
-        if reset or hit("short"):
+        cut = None
+        if faulty and "cutat" in opts:
+            first = next((int(m.group(1)) for l in out
+                          for m in [re.match(r"(?i)content-range:\s*bytes\s+(\d+)-", l)] if m), 0)
+            if first + length > opts["cutat"]:
+                cut = max(0, opts["cutat"] - first)
+        fault = reset or hit("short") or hit("lie") or hit("lielong") or cut is not None
+        if cut is not None:
+            send = cut
+        elif reset or hit("short"):
             send = length // 2
         elif hit("lie"):
             send = said = length // 2

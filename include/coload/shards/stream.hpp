@@ -78,7 +78,10 @@ class ShardStream {
   explicit ShardStream(const std::filesystem::path& root, ShardStreamOptions options = {});
   /// The given shards. A shard by URL whose index is not found (404) is streamed by its tar
   /// headers; so is one named by a URL with a query (a presigned URL, whose signature covers
-  /// that shard alone) whose index is refused (403).
+  /// that shard alone) whose index is refused (403). Once this stream (or a copy, in this
+  /// process) has read such a shard to its end-of-archive block, a later transfer of it that
+  /// fails right at that block, every byte before it read, loses nothing: the last sample is
+  /// whole, and is handed out.
   explicit ShardStream(std::vector<std::string> shards, ShardStreamOptions options = {});
 
   /// This worker's samples for the epoch whose seed `info` carries (what a loader streams).
