@@ -204,10 +204,11 @@ bool remove_if_abandoned(const fs::path& path, pid_t writer) {
 // size: cache_start gives a part that size at once) but stays, unless its process is gone
 // (killed mid-shard): then it is removed. Whether the room was made: not when other writers'
 // unfinished files hold it. The caller holds the folder's lock where it can, so that writers
-// in other processes make room one at a time. Never throws: a folder that cannot be listed is
-// left as it is (and counted as having room).
+// in other processes make room one at a time. An entry used at or after `keep_used_since`
+// (CLOCK_REALTIME ns; 0: none) is not evicted: see CacheFiller. Never throws: a folder that
+// cannot be listed is left as it is (and counted as having room).
 bool evict_for(const std::string& dir, const std::string& own_tmp, std::uint64_t incoming,
-               std::uint64_t bound) noexcept {
+               std::uint64_t bound, std::int64_t keep_used_since = 0) noexcept {
   struct Entry {
     fs::path path;
     std::uint64_t size;
@@ -236,7 +237,7 @@ bool evict_for(const std::string& dir, const std::string& own_tmp, std::uint64_t
     std::sort(entries.begin(), entries.end(),
               [](const Entry& a, const Entry& b) { return a.used < b.used; });
     for (const Entry& e : entries) {
-      if (total + incoming <= bound) break;
+      if (total + incoming <= bound || (keep_used_since > 0 && e.used >= keep_used_since)) break;
       if (fs::remove(e.path, ec)) total -= e.size;
     }
     return total + incoming <= bound;
@@ -432,7 +433,7 @@ void cache_forget_verified() {
 }
 
 std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const ShardIndex& shard,
-                                        bool* busy) {
+                                        bool* busy, std::int64_t keep_used_since) {
   if (busy) *busy = false;
   const std::uint64_t size = cached_size(shard);
   if (options.cache_dir.empty() || options.cache_bytes == 0 || size > options.cache_bytes) {
@@ -464,6 +465,7 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
   e->tmp_ = e->final_ + std::string(part_suffix) + std::to_string(::getpid()) + "." +
             std::to_string(reinterpret_cast<std::uintptr_t>(e.get()));
   e->bound_ = options.cache_bytes;
+  e->keep_used_since_ = keep_used_since;
   e->size_ = size;
   e->url_ = shard.path;
   e->expected_ = shard.checksum;
@@ -500,7 +502,7 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
   // entries hold the room, the shard is not cached this time (the destructor removes the part).
   FolderLock folder(options.cache_dir);
   if (folder.busy(options.cache_dir, shard.path) ||
-      !evict_for(options.cache_dir, e->tmp_, size, options.cache_bytes)) {
+      !evict_for(options.cache_dir, e->tmp_, size, options.cache_bytes, keep_used_since)) {
     return nullptr;
   }
   if (const int err = reserve(fd, size)) {
@@ -571,7 +573,7 @@ void CacheEntry::commit() {
     if (folder.busy(dir_, url_)) return;  // the destructor removes the part
     // Room was made at the start; made again here where a writer without the folder's lock
     // (a file system without flock) took some meanwhile.
-    evict_for(dir_, tmp_, size_, bound_);
+    evict_for(dir_, tmp_, size_, bound_, keep_used_since_);
     // Used now: its atime was the download's start, older than entries used meanwhile.
     struct timespec now {};
     ::clock_gettime(CLOCK_REALTIME, &now);
@@ -585,8 +587,16 @@ void CacheEntry::commit() {
   if (sum_ && ::stat(final_.c_str(), &st) == 0) remember(final_, st);
 }
 
+namespace {
+std::int64_t now_ns() {
+  struct timespec now {};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  return ns(now);
+}
+}  // namespace
+
 CacheFiller::CacheFiller(ShardOptions options)
-    : options_(std::move(options)), owner_(static_cast<int>(::getpid())) {}
+    : options_(std::move(options)), owner_(static_cast<int>(::getpid())), started_(now_ns()) {}
 
 bool CacheFiller::forked() const noexcept { return static_cast<int>(::getpid()) != owner_; }
 
@@ -696,7 +706,7 @@ void CacheFiller::run() {
 CacheFiller::Fill CacheFiller::fill(io::HttpClient& client, const ShardIndex& shard) {
   if (cache_find(options_, shard)) return Fill::done;
   bool busy = false;
-  auto entry = cache_start(options_, shard, &busy);
+  auto entry = cache_start(options_, shard, &busy, started_);
   if (busy) return Fill::busy;
   if (!entry) return Fill::done;  // the cache is off for it (too large, or the folder unusable)
   const std::uint64_t end = cached_size(shard);

@@ -58,10 +58,12 @@ class CacheEntry {
   void commit();
 
  private:
-  friend std::unique_ptr<CacheEntry> cache_start(const ShardOptions&, const ShardIndex&, bool*);
+  friend std::unique_ptr<CacheEntry> cache_start(const ShardOptions&, const ShardIndex&, bool*,
+                                                 std::int64_t);
   CacheEntry() = default;
   std::string dir_, tmp_, final_, url_;
   std::uint64_t bound_ = 0, size_ = 0, written_ = 0;
+  std::int64_t keep_used_since_ = 0;  // see cache_start
   std::optional<std::uint64_t> expected_;  // the index's checksum
   std::unique_ptr<Checksum> sum_;          // of the bytes written, when it has one
   int fd_ = -1;
@@ -76,8 +78,10 @@ class CacheEntry {
 /// evicted), or nothing when the cache is off, the shard larger than its bound, other writers'
 /// unfinished entries holding the room, the folder's lock held by another process throughout
 /// (a warning, once), or another writer fetching it (then `*busy` is set, where given).
+/// Entries used at or after `keep_used_since` (CLOCK_REALTIME ns; 0: no such rule) are not
+/// evicted for it: where only they could make the room, the shard is not cached.
 std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const ShardIndex& shard,
-                                        bool* busy = nullptr);
+                                        bool* busy = nullptr, std::int64_t keep_used_since = 0);
 
 /// Fetches whole shards into the cache behind map-style reads, which fetch samples alone: a
 /// shard asked for is queued once, and a thread of its own (started at the first) streams the
@@ -85,8 +89,12 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
 /// fails is asked again by a later read, up to three fetches a shard (the reads go on by
 /// ranged GETs, and report faults themselves). A shard another writer is fetching (its entry's
 /// lock held, see cache_start) stays queued, tried again after the others (every 100 ms when
-/// it is all there is), until that writer commits it or gives up. Only the process that made
-/// it fetches: in a
+/// it is all there is), until that writer commits it or gives up. A fetch evicts no entry
+/// used since the filler was made (a shard this or another dataset on the folder reads now):
+/// where only such entries could make room, the shard is not cached. So of two datasets
+/// sharing a folder too small for both, the one read first keeps its entries; before, the
+/// other's fills evicted them (the first's whole fetches wasted, its reads by ranged GETs
+/// from then on). Only the process that made it fetches: in a
 /// forked child, want() and wait_idle() do nothing, and its owner must not destroy it (see
 /// forked()). The destructor cancels the fetch in flight and waits for the thread.
 class CacheFiller {
@@ -113,6 +121,8 @@ class CacheFiller {
   Fill fill(io::HttpClient& client, const ShardIndex& shard);
   ShardOptions options_;
   const int owner_;  // the pid of the process that made it
+  // When it was made (CLOCK_REALTIME ns): a fetch evicts no entry used since (see the class).
+  const std::int64_t started_;
   std::mutex mutex_;
   std::condition_variable queued_, idle_;
   std::deque<const ShardIndex*> queue_;  // the front one is being fetched

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -614,6 +615,69 @@ TEST_CASE("map-style reads fill the cache behind them: a later epoch reads from 
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   CHECK(files(fresh.path).size() == 1);  // shard 0, fetched whole by the parent; none by the child
+}
+
+TEST_CASE("two datasets on a cache folder too small for both: the filler evicts no entry used since its dataset was made") {
+  // Train and validation sets (here the same shards under two URLs) sharing one folder that
+  // holds either but not both. Before, the second one's filler evicted the first's entries:
+  // the first's whole fetches were wasted, and its reads went by ranged GETs from then on.
+  const std::string ma = "ok,pair-a", mb = "ok,pair-b";
+  shards_test::TempDir cache;
+  shards::ShardOptions o;
+  o.cache_dir = cache.path.string();
+  const shards::ShardDataset probe(url(ma));
+  std::uint64_t one = 0;
+  for (const auto& shard : probe.shards()) one += shard.samples.back().end;
+  o.cache_bytes = one + one / 4;
+  const shards::ShardDataset a(url(ma), o), b(url(mb), o);
+  const std::size_t n = a.shards().size();
+  const auto read_all = [&](const shards::ShardDataset& ds) {
+    for (Index i = 0; i < total; ++i) CHECK(ds.read(i).text("bin") == payload(i));
+    ds.cache_wait();
+  };
+  const auto count = [&](const shards::ShardDataset& ds, const std::string& mode) {
+    const int before = requests_made(mode);
+    read_all(ds);
+    return requests_made(mode) - before;
+  };
+  const auto entries = [&] {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(cache.path)) {
+      names.insert(e.path().filename().string());
+      CHECK(e.path().filename().string().find(".coload-") == std::string::npos);
+    }
+    return names;
+  };
+  // a's first epoch fills the folder with its shards; b's fills only the room left beside
+  // them (a quarter of a's bytes), evicting none of a's, which a read after b was made.
+  read_all(a);
+  const auto of_a = entries();
+  CHECK(of_a.size() == n);
+  read_all(b);
+  const auto both = entries();
+  CHECK(std::includes(both.begin(), both.end(), of_a.begin(), of_a.end()));
+  CHECK(both.size() > n);  // some of b's fit beside them
+  CHECK(both.size() < 2 * n);
+  // Later epochs: a from disk; b from disk where it was cached, else by its samples' GETs,
+  // as many each epoch (nothing fetched whole again); the folder as it was.
+  const int b_reads = count(b, mb);
+  CHECK(b_reads > 0);
+  CHECK(b_reads < static_cast<int>(total));
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    CHECK(count(a, ma) == 0);
+    CHECK(count(b, mb) == b_reads);
+    CHECK(entries() == both);
+  }
+  // A dataset made now may evict the entries a and b used before it was made: all its
+  // shards are cached, least recently used first, and its next epoch reads from disk.
+  const std::string mc = "ok,pair-c";
+  const shards::ShardDataset c(url(mc), o);
+  read_all(c);
+  CHECK(count(c, mc) == 0);
+  const auto after = entries();
+  std::uint64_t bytes = 0;
+  for (const auto& name : after) bytes += fs::file_size(cache.path / name);
+  CHECK(bytes <= o.cache_bytes);
 }
 
 TEST_CASE("the cache filler: a failed fetch is asked again by a later read, three fetches at most") {

@@ -63,7 +63,10 @@ struct ShardOptions {
   /// read_async, a DataLoader's batches), which fetch samples alone, fill it too: each shard
   /// they touch is fetched whole (one GET, a background thread of the dataset's own, one shard
   /// at a time) while its samples are still read by ranged GETs, when all the dataset's shards
-  /// by URL fit `cache_bytes` (else each epoch would fetch shards twice only to evict them);
+  /// by URL fit `cache_bytes` (else each epoch would fetch shards twice only to evict them),
+  /// and never by evicting an entry used since the dataset was made (another dataset's on the
+  /// same folder: where the folder is too small for both, the shards that do not fit beside
+  /// the entries of the one read first are read by ranged GETs, and not cached);
   /// in a process worker they do not (the fetch thread is the parent's: a warning says so,
   /// once a process). cache_wait() (or cache_wait_for) waits
   /// for those fetches. The entries' bytes stay within
