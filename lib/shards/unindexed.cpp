@@ -140,14 +140,16 @@ AsyncGenerator<ShardSample> stream_unindexed(std::shared_ptr<io::HttpClient> cli
     const std::uint64_t at = w.offset;
     // Where an earlier read found the end block, its bytes failing are the archive's end:
     // everything before them was read, so the sample being gathered has all its members.
+    // A body that ends there cleanly is not the same: the shard now ends where its end block
+    // was (rewritten since), and is a torn archive as any other.
     const bool at_known_end = end_known && at == *end_known;
     std::size_t got = 0;
     try {
       got = co_await w.read(block, tar_block);
     } catch (const io::HttpError&) {
       if (!at_known_end) throw;
+      break;
     }
-    if (at_known_end && got < tar_block) break;
     if (got < tar_block) {
       throw ShardError(url, long_name.value_or(pax.path.value_or("")), at,
                        got == 0 ? "the archive ends without its end-of-archive block "

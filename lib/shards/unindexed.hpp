@@ -25,8 +25,9 @@ namespace coload::shards::detail {
 ///
 /// The archive's end: where its end-of-archive block begins is stored to `*end_found` (where
 /// given) once it is read. Given `end_known` (that offset, as an earlier read of the shard
-/// found it), a transfer that fails right there, with every byte before it read, ends the
-/// archive as the block would have: the sample being gathered is whole, and is handed out.
+/// found it), a transfer that fails right there (an io::HttpError), with every byte before it
+/// read, ends the archive as the block would have: the sample being gathered is whole, and is
+/// handed out. A body that ends there without failing is a torn archive, as before.
 AsyncGenerator<ShardSample> stream_unindexed(std::shared_ptr<io::HttpClient> client,
                                              std::string url, std::size_t window,
                                              io::RetryOptions retry, TarLimits limits = {},

@@ -49,9 +49,10 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
   shortpart     a multipart/byteranges answer's first part is 10 bytes shorter than its
                 Content-Range says (the Content-Length stays true)
   shortlast     its last part is 100 bytes shorter, cut a quarter into its data
-  cutat<k>      a body that reaches past byte k of the file stops there (the bytes before it
-                sent with the true Content-Length, then the connection closed): every try of
-                it fails at that byte, resumed ones (Range from k on) with no byte at all
+  cutat<k>      a body (whole, or one range: not a multipart one) that reaches past byte k of
+                the file stops there (the bytes before it sent with the true Content-Length,
+                then the connection closed): every try of it fails at that byte, resumed ones
+                (Range from k on) with no byte at all
 http://127.0.0.1:<proxy>/count/<mode> answers the number of requests made under /<mode>/ so far,
 /ifrange/<mode> the number of them that carried an If-Range header, and /connections/<mode> the
 number of client connections that carried one of them: a response
@@ -304,7 +305,7 @@ class Proxy:
         said = length  # the Content-Length told
         reset = hit("reset")
         cut = None
-        if faulty and "cutat" in opts:
+        if faulty and "cutat" in opts and not multipart:
             first = next((int(m.group(1)) for l in out
                           for m in [re.match(r"(?i)content-range:\s*bytes\s+(\d+)-", l)] if m), 0)
             if first + length > opts["cutat"]:
