@@ -199,15 +199,18 @@ bool remove_if_abandoned(const fs::path& path, pid_t writer) {
   return gone;
 }
 
+// What evict_for found: room made; no room while other writers' unfinished files hold it (a
+// later try may find it); no room but by evicting entries it was told to keep.
+enum class Room { made, held, kept };
+
 // Makes room for `incoming` bytes (the writer's own `own_tmp`) under `bound`: entries go least
 // recently used first. Another writer's unfinished file counts against the bound (at its full
 // size: cache_start gives a part that size at once) but stays, unless its process is gone
-// (killed mid-shard): then it is removed. Whether the room was made: not when other writers'
-// unfinished files hold it. The caller holds the folder's lock where it can, so that writers
-// in other processes make room one at a time. An entry used at or after `keep_used_since`
-// (CLOCK_REALTIME ns; 0: none) is not evicted: see CacheFiller. Never throws: a folder that
-// cannot be listed is left as it is (and counted as having room).
-bool evict_for(const std::string& dir, const std::string& own_tmp, std::uint64_t incoming,
+// (killed mid-shard): then it is removed. The caller holds the folder's lock where it can, so
+// that writers in other processes make room one at a time. An entry used at or after
+// `keep_used_since` (CLOCK_REALTIME ns; 0: none) is not evicted: see CacheFiller. Never
+// throws: a folder that cannot be listed is left as it is (and taken to have room).
+Room evict_for(const std::string& dir, const std::string& own_tmp, std::uint64_t incoming,
                std::uint64_t bound, std::int64_t keep_used_since = 0) noexcept {
   struct Entry {
     fs::path path;
@@ -236,28 +239,27 @@ bool evict_for(const std::string& dir, const std::string& own_tmp, std::uint64_t
     }
     std::sort(entries.begin(), entries.end(),
               [](const Entry& a, const Entry& b) { return a.used < b.used; });
+    bool kept = false;
     for (const Entry& e : entries) {
-      if (total + incoming <= bound || (keep_used_since > 0 && e.used >= keep_used_since)) break;
+      if (total + incoming <= bound) break;
+      if (keep_used_since > 0 && e.used >= keep_used_since) {
+        kept = true;  // and so is every later one
+        break;
+      }
       if (fs::remove(e.path, ec)) total -= e.size;
     }
-    return total + incoming <= bound;
+    return total + incoming <= bound ? Room::made : kept ? Room::kept : Room::held;
   } catch (...) {
-    // Out of memory: no room made this time; the entry may pass the bound.
-    return true;
+    // Out of memory: nothing evicted this time, and the entry may pass the bound.
+    return Room::made;
   }
 }
 
-// Gives the part open as `fd` its full `size` before a byte is written: reserved on disk where
-// the file system can (a full disk is then found before the fetch, not midway), else as a
-// sparse file. Either way its size is the entry's from the start, and every writer's eviction
-// counts it so. The error, or 0.
+// Gives the part open as `fd` its full `size` before a byte is written (a sparse file, at
+// once: no block is allocated, or zeroed, on the thread that starts the fetch), so that every
+// writer's eviction counts it whole from the start. The error, or 0.
 int reserve(int fd, std::uint64_t size) noexcept {
-  if (size == 0) return 0;
   int r;
-  while ((r = ::fallocate(fd, 0, 0, static_cast<off_t>(size))) != 0 && errno == EINTR) {
-  }
-  if (r == 0) return 0;
-  if (errno != EOPNOTSUPP && errno != ENOSYS) return errno;
   while ((r = ::ftruncate(fd, static_cast<off_t>(size))) != 0 && errno == EINTR) {
   }
   return r == 0 ? 0 : errno;
@@ -433,8 +435,10 @@ void cache_forget_verified() {
 }
 
 std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const ShardIndex& shard,
-                                        bool* busy, std::int64_t keep_used_since) {
-  if (busy) *busy = false;
+                                        CacheRefusal* why, std::int64_t keep_used_since) {
+  CacheRefusal ignored;
+  CacheRefusal& refusal = why ? *why : ignored;
+  refusal = CacheRefusal::never;
   const std::uint64_t size = cached_size(shard);
   if (options.cache_dir.empty() || options.cache_bytes == 0 || size > options.cache_bytes) {
     return nullptr;
@@ -452,7 +456,7 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
   FetchLock fetch;
   take_fetch_lock(fetch, options.cache_dir, name);
   if (fetch.busy) {
-    if (busy) *busy = true;
+    refusal = CacheRefusal::busy;
     return nullptr;
   }
   std::unique_ptr<CacheEntry> e(new CacheEntry);
@@ -501,9 +505,18 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
   // shards download, not only once they are committed. Where other writers' unfinished
   // entries hold the room, the shard is not cached this time (the destructor removes the part).
   FolderLock folder(options.cache_dir);
-  if (folder.busy(options.cache_dir, shard.path) ||
-      !evict_for(options.cache_dir, e->tmp_, size, options.cache_bytes, keep_used_since)) {
+  if (folder.busy(options.cache_dir, shard.path)) {
+    refusal = CacheRefusal::later;
     return nullptr;
+  }
+  switch (evict_for(options.cache_dir, e->tmp_, size, options.cache_bytes, keep_used_since)) {
+    case Room::made:
+      break;
+    case Room::held:
+      refusal = CacheRefusal::later;
+      return nullptr;
+    case Room::kept:
+      return nullptr;
   }
   if (const int err = reserve(fd, size)) {
     unusable(options.cache_dir, "cannot reserve " + std::to_string(size) + " bytes for '" +
@@ -511,6 +524,7 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
              err);
     return nullptr;
   }
+  refusal = CacheRefusal::none;
   return e;
 }
 
@@ -705,10 +719,15 @@ void CacheFiller::run() {
 
 CacheFiller::Fill CacheFiller::fill(io::HttpClient& client, const ShardIndex& shard) {
   if (cache_find(options_, shard)) return Fill::done;
-  bool busy = false;
-  auto entry = cache_start(options_, shard, &busy, started_);
-  if (busy) return Fill::busy;
-  if (!entry) return Fill::done;  // the cache is off for it (too large, or the folder unusable)
+  CacheRefusal refusal{};
+  // Entries used from a little before it was made on are kept: a use within a second of the
+  // last does not move an entry's atime (see touch), and a file system may keep it coarsely.
+  auto entry = cache_start(options_, shard, &refusal, started_ - 2'000'000'000);
+  if (refusal == CacheRefusal::busy) return Fill::busy;
+  if (refusal == CacheRefusal::later) return Fill::failed;  // asked again by a later read
+  // The cache is off for it: too large, the folder unusable, or only entries in use could
+  // make its room.
+  if (!entry) return Fill::done;
   const std::uint64_t end = cached_size(shard);
   // One GET of the whole entry, at most 4 MiB of it held ahead of the writes here.
   auto body = client.stream(shard.path, 0, end, std::size_t{4} << 20, shard.file_size,

@@ -44,6 +44,12 @@ std::uint64_t cache_mismatches() noexcept;
 /// Makes every entry hashed again at its next use: a new dataset checks what it reads.
 void cache_forget_verified();
 
+/// Why cache_start gave no entry: `busy`, another writer is fetching the shard; `later`, the
+/// room is held by other writers' unfinished entries, or the folder's lock by another process
+/// (a later try may find it free); `never`, the cache is off, the shard larger than its bound,
+/// the folder unusable, or only entries to be kept could make the room.
+enum class CacheRefusal { none, busy, later, never };
+
 /// A new entry being written (made by cache_start, which gives none while another writer, in
 /// this process or another sharing the folder, is fetching the same shard, and none where
 /// other writers' unfinished entries hold the room it needs); its file has the entry's full
@@ -58,8 +64,8 @@ class CacheEntry {
   void commit();
 
  private:
-  friend std::unique_ptr<CacheEntry> cache_start(const ShardOptions&, const ShardIndex&, bool*,
-                                                 std::int64_t);
+  friend std::unique_ptr<CacheEntry> cache_start(const ShardOptions&, const ShardIndex&,
+                                                 CacheRefusal*, std::int64_t);
   CacheEntry() = default;
   std::string dir_, tmp_, final_, url_;
   std::uint64_t bound_ = 0, size_ = 0, written_ = 0;
@@ -75,13 +81,12 @@ class CacheEntry {
 };
 
 /// An entry for `shard`, room made for it under the bound (the least recently used entries
-/// evicted), or nothing when the cache is off, the shard larger than its bound, other writers'
-/// unfinished entries holding the room, the folder's lock held by another process throughout
-/// (a warning, once), or another writer fetching it (then `*busy` is set, where given).
-/// Entries used at or after `keep_used_since` (CLOCK_REALTIME ns; 0: no such rule) are not
-/// evicted for it: where only they could make the room, the shard is not cached.
+/// evicted), or nothing, and why in `*why` where given (a warning, once, when the folder's
+/// lock stayed held). Entries used at or after `keep_used_since` (CLOCK_REALTIME ns; 0: no
+/// such rule) are not evicted for it.
 std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const ShardIndex& shard,
-                                        bool* busy = nullptr, std::int64_t keep_used_since = 0);
+                                        CacheRefusal* why = nullptr,
+                                        std::int64_t keep_used_since = 0);
 
 /// Fetches whole shards into the cache behind map-style reads, which fetch samples alone: a
 /// shard asked for is queued once, and a thread of its own (started at the first) streams the
@@ -89,9 +94,10 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
 /// fails is asked again by a later read, up to three fetches a shard (the reads go on by
 /// ranged GETs, and report faults themselves). A shard another writer is fetching (its entry's
 /// lock held, see cache_start) stays queued, tried again after the others (every 100 ms when
-/// it is all there is), until that writer commits it or gives up. A fetch evicts no entry
-/// used since the filler was made (a shard this or another dataset on the folder reads now):
-/// where only such entries could make room, the shard is not cached. So of two datasets
+/// it is all there is), until that writer commits it or gives up; one whose room other writers'
+/// unfinished entries hold counts as a failed fetch. A fetch evicts no entry used since the
+/// filler was made, or in the two seconds before (a shard this or another dataset on the
+/// folder reads now): where only such entries could make room, the shard is not cached. So of two datasets
 /// sharing a folder too small for both, the one read first keeps its entries; before, the
 /// other's fills evicted them (the first's whole fetches wasted, its reads by ranged GETs
 /// from then on). Only the process that made it fetches: in a

@@ -272,32 +272,64 @@ class RemoteReader final : public ChunkReader {
   bool confirmed_ = false;
 };
 
-/// A cached copy of a remote shard, read as a local shard is.
+/// A cached copy of a remote shard, read as a local shard is. A copy that fails to read (an
+/// I/O error, or a file cut short since it was checked) is given up with a warning naming it,
+/// and the shard read on from its URL, from the sample that failed: the server still has the
+/// bytes, and the epoch loses none.
 class CachedReader final : public ChunkReader {
  public:
-  CachedReader(std::string path, std::string url, std::uint64_t size, std::size_t chunk,
-               std::uint64_t from, std::vector<io::Buffer>& spare)
-      : file_{std::move(path), size, 0, {}, {}, {}},
-        local_(file_, false, chunk, from, spare, std::move(url)) {}
+  CachedReader(std::string path, const ShardIndex& shard, std::size_t chunk, std::uint64_t from,
+               std::vector<io::Buffer>& spare, io::HttpClient& client, std::size_t window,
+               const io::RetryOptions& retry)
+      : file_{std::move(path), detail::cached_size(shard), 0, {}, {}, {}},
+        local_(file_, false, chunk, from, spare, shard.path),
+        shard_(shard), client_(client), window_(window), retry_(retry) {}
   void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst,
             const std::string& key) override {
-    local_.copy(begin, end, dst, key);
+    sync_wait(copy_async(begin, end, dst, key));
+  }
+  // Through copy_async: the copy's own reads are local, but a fallback waits for the network.
+  bool waits() const noexcept override { return true; }
+  Task<void> copy_async(std::uint64_t begin, std::uint64_t end, std::byte* dst,
+                        const std::string& key) override {
+    if (!remote_) {
+      std::string why;
+      try {
+        local_.copy(begin, end, dst, key);
+        co_return;
+      } catch (const ShardError& e) {
+        why = e.what();
+      } catch (const SystemError& e) {
+        why = e.what();
+      }
+      coload::detail::warn("ShardStream: the cached copy '" + file_.path + "' of shard '" +
+                           shard_.path + "' failed (" + why + "): the shard is read from its "
+                           "URL from byte " + std::to_string(begin) + " on");
+      remote_ = std::make_unique<RemoteReader>(client_, shard_, window_, begin, nullptr, retry_);
+      co_await remote_->confirm_size();
+    }
+    co_await remote_->copy_async(begin, end, dst, key);
   }
 
  private:
   ShardIndex file_;  // only the path and size: what LocalReader reads
   LocalReader local_;
+  const ShardIndex& shard_;
+  io::HttpClient& client_;
+  std::size_t window_;
+  io::RetryOptions retry_;
+  std::unique_ptr<RemoteReader> remote_;  // once the copy failed
 };
 
 std::unique_ptr<ChunkReader> open_reader(io::HttpClient& client, const ShardIndex& shard,
                                          const ShardStreamOptions& o, bool direct,
                                          std::uint64_t from, std::vector<io::Buffer>& spare) {
   if (detail::is_remote(shard.path)) {
+    const std::size_t window = std::max<std::size_t>(o.read_ahead / 2, 1 << 16);
     if (auto cached = detail::cache_find(o.shards, shard)) {
       try {
-        return std::make_unique<CachedReader>(std::move(*cached), shard.path,
-                                              detail::cached_size(shard), o.read_size, from,
-                                              spare);
+        return std::make_unique<CachedReader>(std::move(*cached), shard, o.read_size, from,
+                                              spare, client, window, o.shards.retry);
       } catch (const SystemError&) {
         // Evicted by another process since it was found: from the server after all.
       }
@@ -305,9 +337,8 @@ std::unique_ptr<ChunkReader> open_reader(io::HttpClient& client, const ShardInde
     // Only a shard streamed from its first sample is cached (a resumed one is not whole).
     auto tee = from == shard.samples.front().begin ? detail::cache_start(o.shards, shard)
                                                    : nullptr;
-    return std::make_unique<RemoteReader>(client, shard,
-                                          std::max<std::size_t>(o.read_ahead / 2, 1 << 16), from,
-                                          std::move(tee), o.shards.retry);
+    return std::make_unique<RemoteReader>(client, shard, window, from, std::move(tee),
+                                          o.shards.retry);
   }
   return std::make_unique<LocalReader>(shard, direct, o.read_size, from, spare);
 }

@@ -6,11 +6,13 @@
 #include <ATen/ATen.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -508,6 +510,66 @@ TEST_CASE("the cache's bound holds while shards download: room is made as a fetc
   CHECK(kept.bytes <= o.shards.cache_bytes);
 }
 
+TEST_CASE("a ShardStream's cached copy that fails mid-shard: the shard is read on from its URL, nothing lost") {
+  std::vector<std::string> warnings;
+  set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
+  struct Restore {
+    ~Restore() { set_warning_handler({}); }
+  } restore;
+  // One shard of all the samples (about 550 KB), read in 64 KiB chunks: the copy is cut while
+  // the stream is inside it.
+  const fs::path dir = *root / "one";
+  if (!fs::exists(dir / "shard-000000.tar")) {
+    shards::Writer writer(dir, {.shard_size = 1 << 20});
+    for (std::int64_t i = 0; i < total; ++i) {
+      char key[16];
+      std::snprintf(key, sizeof key, "s%05lld", static_cast<long long>(i));
+      const std::string id = std::to_string(i), bin = payload(i);
+      const shards::WriteField fields[] = {{"id", bytes_of(id)}, {"bin", bytes_of(bin)}};
+      writer.write(key, fields);
+    }
+    writer.finish();
+  }
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 5};
+  shards::ShardStreamOptions o = stream_options();
+  o.read_size = 64 << 10;
+  shards::ShardStream local(dir, o);
+  const auto expected = epoch(local, info);
+  REQUIRE(expected.size() == static_cast<std::size_t>(total));
+  shards_test::TempDir cache;
+  o.shards.cache_dir = cache.path.string();
+  o.shards.cache_bytes = 1ull << 30;
+  const std::string mode = "ok,cachefails";
+  shards::ShardStream remote(url(mode, "one/"), o);
+  CHECK(epoch(remote, info) == expected);  // fills the cache
+  REQUIRE(std::distance(fs::directory_iterator(cache.path), fs::directory_iterator{}) == 1);
+  const fs::path entry = fs::directory_iterator(cache.path)->path();
+  REQUIRE(fs::file_size(entry) > 400000);
+  // The next epoch reads the copy; after its first sample the copy is cut to 100 KB (as a
+  // disk's fault, or another process, might leave it). The rest comes from the server, with
+  // one GET from the sample that failed, and a warning naming the copy and the URL.
+  const int before = requests_made(mode);
+  std::vector<std::string> got;
+  for (auto& x : remote.samples(info)) {
+    got.push_back(x.key + '\0' + x.text("id") + '\0' + x.text("bin"));
+    if (got.size() == 1) fs::resize_file(entry, 100000);
+  }
+  CHECK(got == expected);
+  CHECK(requests_made(mode) - before == 1);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("the cached copy '" + entry.string() + "' of shard '" +
+                         url(mode, "one/") + "shard-000000.tar' failed (") != std::string::npos);
+  CHECK(warnings[0].find("the shard ends inside the sample") != std::string::npos);
+  CHECK(warnings[0].find("): the shard is read from its URL from byte ") != std::string::npos);
+  // The copy of the wrong size is not used again: the next epoch fetches the shard whole,
+  // and caches it anew.
+  warnings.clear();
+  CHECK(epoch(remote, info) == expected);
+  CHECK(requests_made(mode) - before == 2);
+  CHECK(warnings.empty());
+  CHECK(fs::file_size(entry) > 400000);
+}
+
 TEST_CASE("map-style reads fill the cache behind them: a later epoch reads from disk") {
   const std::string mode = "ok,fill";
   const auto requests = [&] { return requests_made(mode); };
@@ -668,8 +730,16 @@ TEST_CASE("two datasets on a cache folder too small for both: the filler evicts 
     CHECK(count(b, mb) == b_reads);
     CHECK(entries() == both);
   }
-  // A dataset made now may evict the entries a and b used before it was made: all its
-  // shards are cached, least recently used first, and its next epoch reads from disk.
+  // A dataset made long after a and b last used their entries (their atimes set back a
+  // minute, as if) may evict them: all its shards are cached, least recently used first, and
+  // its next epoch reads from disk.
+  for (const auto& name : entries()) {
+    struct timespec back {};
+    ::clock_gettime(CLOCK_REALTIME, &back);
+    back.tv_sec -= 60;
+    const struct timespec times[2] = {back, {0, UTIME_OMIT}};
+    REQUIRE(::utimensat(AT_FDCWD, (cache.path / name).c_str(), times, 0) == 0);
+  }
   const std::string mc = "ok,pair-c";
   const shards::ShardDataset c(url(mc), o);
   read_all(c);

@@ -78,8 +78,8 @@ struct ShardOptions {
   /// folder; one writer fetches an entry at a time (a lock file `.coload-fetch-<entry>` while
   /// it does), so that ranks on one node do not each fetch every shard. Only the cache's own files (named by a hash of the URL) are counted and evicted:
   /// the folder may hold others. Room for an entry is made as its fetch starts, and its
-  /// unfinished file counts against the bound at its full size (reserved on disk where the
-  /// file system can), so the bound holds while shards download; a shard whose room other
+  /// unfinished file counts against the bound at its full size (a sparse file of that size
+  /// from the start), so the bound holds while shards download; a shard whose room other
   /// writers' unfinished entries hold is not cached that time. An unfinished entry is removed
   /// once its process has gone (killed mid-shard). Shards without an index are
   /// not cached (nothing could verify them). A `cache_dir` that is a file is refused
