@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coload/core/worker_info.hpp"
@@ -36,8 +37,10 @@ inline std::string payload(std::int64_t i, int version = 0) {
   return s;
 }
 
-inline void write_shards(const fs::path& dir, int version = 0) {
-  shards::Writer writer(dir, {.shard_size = 60000});
+// The samples 0..total-1 as shards in `dir` (60 kB each, unless `options` say otherwise).
+inline void write_shards(const fs::path& dir, int version = 0,
+                         shards::WriterOptions options = {.shard_size = 60000}) {
+  shards::Writer writer(dir, std::move(options));
   for (std::int64_t i = 0; i < total; ++i) {
     char key[16];
     std::snprintf(key, sizeof key, "s%05lld", static_cast<long long>(i));

@@ -132,17 +132,7 @@ TEST_CASE("a folder URL, a brace pattern and file:// stream the local epoch, sam
   // shards.txt lists file names, which the folder URL's shards are named by, encoded.
   {
     const fs::path odd = *root / "odd names";
-    if (!fs::exists(odd)) {
-      shards::Writer writer(odd, {.shard_size = 60000, .prefix = "a b#%é-"});
-      for (std::int64_t i = 0; i < total; ++i) {
-        char key[16];
-        std::snprintf(key, sizeof key, "s%05lld", static_cast<long long>(i));
-        const std::string id = std::to_string(i), bin = payload(i);
-        const shards::WriteField fields[] = {{"id", bytes_of(id)}, {"bin", bytes_of(bin)}};
-        writer.write(key, fields);
-      }
-      writer.finish();
-    }
+    if (!fs::exists(odd)) write_shards(odd, 0, {.shard_size = 60000, .prefix = "a b#%é-"});
     shards::ShardStream named(url("ok", "odd%20names/"), stream_options());
     CHECK(named.dataset().shards()[0].path == url("ok", "odd%20names/") + "a%20b%23%25%C3%A9-000000.tar");
     CHECK(epoch(named, info) == local);
@@ -519,17 +509,7 @@ TEST_CASE("a ShardStream's cached copy that fails mid-shard: the shard is read o
   // One shard of all the samples (about 550 KB), read in 64 KiB chunks: the copy is cut while
   // the stream is inside it.
   const fs::path dir = *root / "one";
-  if (!fs::exists(dir / "shard-000000.tar")) {
-    shards::Writer writer(dir, {.shard_size = 1 << 20});
-    for (std::int64_t i = 0; i < total; ++i) {
-      char key[16];
-      std::snprintf(key, sizeof key, "s%05lld", static_cast<long long>(i));
-      const std::string id = std::to_string(i), bin = payload(i);
-      const shards::WriteField fields[] = {{"id", bytes_of(id)}, {"bin", bytes_of(bin)}};
-      writer.write(key, fields);
-    }
-    writer.finish();
-  }
+  if (!fs::exists(dir / "shard-000000.tar")) write_shards(dir, 0, {.shard_size = 1 << 20});
   const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 5};
   shards::ShardStreamOptions o = stream_options();
   o.read_size = 64 << 10;
