@@ -408,6 +408,9 @@ int train_from_shards(const Args& args) {
       coload::shards::ShardDataset(args.shards, shard_options), transform_of(args, true), {},
       static_cast<int>(classes));
   const std::int64_t images = pipeline.size();
+  // Worker processes' reads do not fill the cache (its fetch thread is this process's): every
+  // shard is queued for it here instead.
+  if (args.executor == "processes") pipeline.shards().cache_fill();
   auto loader = coload::make_data_loader(
       std::move(pipeline),
       {.batch_size = args.batch_size,

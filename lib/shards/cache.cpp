@@ -626,16 +626,20 @@ CacheFiller::~CacheFiller() {
   if (thread_) thread_->join();
 }
 
+void CacheFiller::want_all_queued() noexcept { all_queued_.store(true); }
+
 void CacheFiller::want(const ShardIndex& shard) {
   if (forked()) {
+    if (all_queued_.load()) return;  // the parent queued every shard (cache_fill): it fills
     // A process worker's reads: the fetch thread is the parent's, and this copy's queue would
     // reach no thread. Said once a process, so that a run with a cache and process workers
     // knows why later epochs still read by URL.
     coload::detail::warn_once("shard cache filler in a process worker " + options_.cache_dir,
                               "the shard cache '" + options_.cache_dir +
                                   "' is not filled behind reads in worker processes (the "
-                                  "fetches belong to the parent process): read an epoch with "
-                                  "thread workers, or stream it (ShardStream), to fill it");
+                                  "fetches belong to the parent process): call the dataset's "
+                                  "cache_fill() in the parent, read an epoch with thread "
+                                  "workers, or stream it (ShardStream), to fill it");
     return;
   }
   {

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -113,8 +114,13 @@ class CacheFiller {
   bool forked() const noexcept;
   CacheFiller(const CacheFiller&) = delete;
   CacheFiller& operator=(const CacheFiller&) = delete;
-  /// Queues `shard` (which outlives the filler), unless it was asked for before.
+  /// Queues `shard` (which outlives the filler), unless it was asked for before. In a forked
+  /// child, nothing: a warning (once a process) says the cache is not filled there, unless
+  /// the parent had said every shard was queued (want_all_queued).
   void want(const ShardIndex& shard);
+  /// Says that every shard has been queued (ShardDataset::cache_fill): a forked child's reads
+  /// then have nothing to warn of.
+  void want_all_queued() noexcept;
   /// Waits until every shard queued so far has been fetched or given up.
   void wait_idle();
   /// wait_idle for at most `timeout`: whether they were by then.
@@ -137,6 +143,7 @@ class CacheFiller {
   std::size_t busy_in_a_row_ = 0;  // queued shards found another writer's, one after another
   io::BodyStream* current_ = nullptr;  // the fetch in flight, for the destructor to cancel
   bool stop_ = false;
+  std::atomic<bool> all_queued_{false};  // read in a forked child, which may not lock mutex_
   std::unique_ptr<std::thread> thread_;
 };
 

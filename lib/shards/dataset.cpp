@@ -179,6 +179,16 @@ bool ShardDataset::cache_wait_for(std::chrono::milliseconds timeout) const {
   return !state_->filler || state_->filler->wait_idle_for(timeout);
 }
 
+void ShardDataset::cache_fill() const {
+  if (!state_->filler) return;
+  // Queued as they are: the fetch thread looks each up (cache_find hashes an entry it has not
+  // verified, about 10 ms for 64 MiB), not this one.
+  for (const ShardIndex& shard : state_->shards) {
+    if (detail::is_remote(shard.path) && !shard.samples.empty()) state_->filler->want(shard);
+  }
+  state_->filler->want_all_queued();
+}
+
 ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options,
                            AllowUnindexed)
     : state_(std::make_shared<State>()) {

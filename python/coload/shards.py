@@ -20,7 +20,9 @@ class ShardDataset(_C.ShardDataset):
     `cache_dir` and `cache_bytes` (default 10 GiB) keep shards named by URL on local disk
     (least recently used evicted past `cache_bytes`): each shard the reads touch is also
     fetched whole, in the background, where all the shards fit the bound, and later epochs read
-    it from there. `cache_wait()` waits for those fetches."""
+    it from there. `cache_wait()` waits for those fetches. `cache_fill()` queues every shard
+    at once (to fill the cache before training, or for worker processes, whose reads fill
+    nothing: call it in the parent)."""
 
     def __init__(self, path, cache_dir=None, cache_bytes=None):
         if isinstance(path, (list, tuple)):
@@ -40,7 +42,8 @@ class ShardImageFolder(_C.ShardImagePipeline):
     `train` as coload.vision.ImageFolder's. `num_classes` is the class count a recipe's
     MixUp/CutMix without its own uses: None reads classes.txt beside the shards (coload-shard
     writes it; `path` may be a URL, as ShardDataset's), else 0 (such an op then needs its num_classes). A batch is [images float
-    [N, 3, S, S], labels]. `cache_dir` and `cache_bytes`: ShardDataset's."""
+    [N, 3, S, S], labels]. `cache_dir`, `cache_bytes`, `cache_wait()` and `cache_fill()`:
+    ShardDataset's."""
 
     def __init__(self, path, recipe="classic", train=True, num_classes=None, cache_dir=None,
                  cache_bytes=None):

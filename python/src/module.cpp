@@ -254,7 +254,8 @@ void register_datasets(py::module_& m) {
           [](const vision::ShardImagePipeline& p, std::optional<double> timeout) {
             return wait_for_cache(p.shards(), timeout);
           },
-          py::arg("timeout") = py::none());
+          py::arg("timeout") = py::none())
+      .def("cache_fill", [](const vision::ShardImagePipeline& p) { p.shards().cache_fill(); });
 
   py::class_<shards::ShardDataset>(m, "ShardDataset")
       .def(py::init([options](const std::string& path, const std::string& cache_dir,
@@ -270,7 +271,8 @@ void register_datasets(py::module_& m) {
            py::arg("shards"), py::arg("cache_dir") = "", py::arg("cache_bytes") = 0,
            py::call_guard<py::gil_scoped_release>())
       .def("__len__", &shards::ShardDataset::size)
-      .def("cache_wait", &wait_for_cache, py::arg("timeout") = py::none());
+      .def("cache_wait", &wait_for_cache, py::arg("timeout") = py::none())
+      .def("cache_fill", &shards::ShardDataset::cache_fill);
 }
 
 }  // namespace coload::python

@@ -142,6 +142,25 @@ def test_shard_cache_by_url(tmp_path):
     assert epoch() == want  # the server is gone
 
 
+def test_shard_cache_fill(tmp_path):
+    # cache_fill() queues the shard before any read; once it is in, the epochs read from
+    # disk, the server gone.
+    with served_shard(tmp_path, 1000) as (nginx, _):
+        url = f"http://127.0.0.1:{nginx}/shard-000.tar"
+        cache = tmp_path / "cache"
+        ds = coload.shards.ShardDataset(url, cache_dir=cache)
+        assert not cache.exists() or not any(cache.iterdir())
+        assert ds.cache_fill() is None
+        assert ds.cache_wait() is True
+        assert [p.name.endswith("-shard-000.tar") for p in cache.iterdir()] == [True]
+        # Without a cache there is nothing to fill, and nothing to wait for.
+        plain = coload.shards.ShardDataset(url)
+        plain.cache_fill()
+        assert plain.cache_wait(timeout=0) is True
+    want = [bytes([i]) * (1000 + i) for i in range(9)]
+    assert [s["bin"] for b in coload.DataLoader(ds, batch_size=4) for s in b] == want
+
+
 def test_shard_cache_wait_bounded_and_interrupted(tmp_path):
     # The whole shard (900 KB) comes at 200 KiB/s through the proxy: its fetch behind one
     # sample's read takes over 4 s, so each bounded wait below ends first, and says so.

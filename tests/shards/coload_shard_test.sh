@@ -117,6 +117,22 @@ assert entries and all(".coload-part" not in e and e.endswith(".tar") for e in e
 print("image_folder --shards http://... --cache-dir: the same digests,", len(entries),
       "shards cached")
 PY
+  # With worker processes, whose reads fill nothing, the parent queues every shard
+  # (ShardDataset::cache_fill) before they start: the shards are cached, and no worker warns.
+  "$image_folder" --shards "http://127.0.0.1:$nginx/shards" --epochs 2 --batch-size 16 \
+    --workers 2 --executor processes --cache-dir "$tmp/cache-p" --cache-mib 64 --json \
+    > "$tmp/cachedp.json" 2> "$tmp/cachedp.err"
+  /usr/bin/python3 - "$tmp/http.json" "$tmp/cachedp.json" "$tmp/cache-p" "$tmp/cachedp.err" <<'PY'
+import json, os, sys
+digests = [[json.loads(l)["digest"] for l in open(f) if l.startswith("{")] for f in sys.argv[1:3]]
+assert digests[0] == digests[1] and len(digests[0]) == 2, digests
+entries = os.listdir(sys.argv[3])
+assert entries and all(".coload-part" not in e and e.endswith(".tar") for e in entries), entries
+err = open(sys.argv[4]).read()
+assert "not filled behind reads in worker processes" not in err, err
+print("image_folder --shards http://... --executor processes --cache-dir: the same digests,",
+      len(entries), "shards cached, no worker's warning")
+PY
 else
   echo "image_folder by URL left out: $word $nginx"
 fi

@@ -659,6 +659,64 @@ TEST_CASE("map-style reads fill the cache behind them: a later epoch reads from 
   CHECK(files(fresh.path).size() == 1);  // shard 0, fetched whole by the parent; none by the child
 }
 
+TEST_CASE("cache_fill queues every shard: one GET a shard, then every read from disk; a forked child's reads warn of nothing") {
+  const std::string mode = "ok,fillall";
+  const auto requests = [&] { return requests_made(mode); };
+  shards_test::TempDir cache;
+  shards::ShardOptions o;
+  o.cache_dir = cache.path.string();
+  o.cache_bytes = 1ull << 30;
+  const shards::ShardDataset ds(url(mode), o);
+  const int n = static_cast<int>(ds.shards().size());
+  const int before = requests();
+  ds.cache_fill();
+  ds.cache_wait();
+  CHECK(requests() - before == n);  // one GET a shard, no sample read
+  CHECK(std::distance(fs::directory_iterator(cache.path), fs::directory_iterator{}) == n);
+  const int filled = requests();
+  for (Index i = 0; i < total; ++i) CHECK(ds.read(i).text("bin") == payload(i));
+  ds.cache_fill();  // asked before: nothing fetched again
+  ds.cache_wait();
+  CHECK(requests() == filled);
+  // A bound the shards do not fit: no filler, so nothing queued, nothing fetched.
+  shards_test::TempDir small;
+  o.cache_dir = small.path.string();
+  o.cache_bytes = 60000;
+  const shards::ShardDataset unfilled(url(mode), o);
+  const int indexed = requests();  // its shard list and indices
+  unfilled.cache_fill();
+  CHECK(unfilled.cache_wait_for(std::chrono::milliseconds(0)));
+  CHECK(fs::is_empty(small.path));
+  CHECK(requests() == indexed);
+  // Worker processes: the parent queues every shard before forking (a slow link, so the fill
+  // is still going when the child reads by URL); the child's reads fill nothing, and say
+  // nothing of it. (Not under TSan, which cannot start the HTTP client's thread in a child of
+  // a threaded process.)
+  shards_test::TempDir forked;
+  o.cache_dir = forked.path.string();
+  o.cache_bytes = 1ull << 30;
+  auto slow = std::make_unique<shards::ShardDataset>(url("bw50,fillfork"), o);
+  slow->cache_fill();
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::alarm(30);  // a hang is a SIGALRM, which the parent sees
+    int warned = 0;
+    bool read = true;
+#if !defined(__SANITIZE_THREAD__)
+    set_warning_handler([&](const std::string&) { ++warned; });
+    read = slow->read(total - 1).text("bin") == payload(total - 1);
+#endif
+    slow.reset();
+    ::_exit(!read ? 2 : warned != 0 ? 3 : 0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  slow.reset();  // cancels the fills in flight
+}
+
 TEST_CASE("two datasets on a cache folder too small for both: the filler evicts no entry used since its dataset was made") {
   // Train and validation sets (here the same shards under two URLs) sharing one folder that
   // holds either but not both. Before, the second one's filler evicted the first's entries:

@@ -68,7 +68,7 @@ struct ShardOptions {
   /// same folder: where the folder is too small for both, the shards that do not fit beside
   /// the entries of the one read first are read by ranged GETs, and not cached);
   /// in a process worker they do not (the fetch thread is the parent's: a warning says so,
-  /// once a process). cache_wait() (or cache_wait_for) waits
+  /// once a process; call cache_fill() in the parent instead). cache_wait() (or cache_wait_for) waits
   /// for those fetches. The entries' bytes stay within
   /// `cache_bytes`, the least recently used evicted first; an entry is used only when its size
   /// is the index's and, when the index records a checksum (coload-shard's do), when its bytes
@@ -169,6 +169,13 @@ class ShardDataset {
   void cache_wait() const;
   /// cache_wait() for at most `timeout`: whether those fetches were done with by then.
   bool cache_wait_for(std::chrono::milliseconds timeout) const;
+  /// Queues every shard by URL for the cache, as map-style reads queue those they touch, and
+  /// returns at once (those already in it are found so by the fetch thread, and not fetched);
+  /// cache_wait() waits for them. With worker processes, whose reads fill nothing, call it in
+  /// the parent (before the workers start: their reads then do not warn that they fill
+  /// nothing); or call it to fill the cache before training. Nothing where the cache does not
+  /// fill behind map-style reads (see ShardOptions::cache_dir); in a forked child, a warning.
+  void cache_fill() const;
   /// Whether shard `s` has an index: always, but in a ShardStream's view of shards by URL,
   /// where one without (its samples unknown until streamed) has none.
   bool indexed(std::size_t s) const noexcept;
