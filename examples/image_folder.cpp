@@ -409,8 +409,10 @@ int train_from_shards(const Args& args) {
       static_cast<int>(classes));
   const std::int64_t images = pipeline.size();
   // Worker processes' reads do not fill the cache (its fetch thread is this process's): every
-  // shard is queued for it here instead.
-  if (args.executor == "processes") pipeline.shards().cache_fill();
+  // shard is queued for it here instead, each epoch (a failed fetch is asked again).
+  const coload::shards::ShardDataset shard_data = pipeline.shards();
+  const bool fill = args.executor == "processes";
+  if (fill) shard_data.cache_fill();
   auto loader = coload::make_data_loader(
       std::move(pipeline),
       {.batch_size = args.batch_size,
@@ -435,6 +437,7 @@ int train_from_shards(const Args& args) {
   }
   Classifier classifier(classes);
   for (std::int64_t e = first_epoch; e < args.epochs; ++e) {
+    if (fill && e > first_epoch) shard_data.cache_fill();
     const EpochStats s = run_epoch(loader, classifier, e, images, args);
     print_epoch(args, e, s, false);
     std::fflush(stdout);

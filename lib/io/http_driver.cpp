@@ -5,6 +5,7 @@
 // a loader need no thread of their own: they run on its driver, as io_uring's completions do.
 
 #include <poll.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <asio/executor_work_guard.hpp>
@@ -355,11 +356,23 @@ std::shared_ptr<HttpClient> HttpClient::on(asio::io_context& ctx) {
   return service.client;
 }
 
+namespace {
+// shared()'s lock. A fork waits for it, as for cache.cpp's and warning.cpp's locks: a child
+// forked while another thread held it would wait for it for ever at its first shared() (a
+// dataset's cache_fill starts the filler thread, whose first step is shared(), right before
+// a loader forks its workers). Held, it guards only the making of a client, which takes no
+// other lock a fork waits for.
+std::mutex shared_mutex;
+void lock_shared_for_fork() { shared_mutex.lock(); }
+void unlock_shared_after_fork() { shared_mutex.unlock(); }
+[[maybe_unused]] const int shared_fork_handlers =
+    ::pthread_atfork(lock_shared_for_fork, unlock_shared_after_fork, unlock_shared_after_fork);
+}  // namespace
+
 std::shared_ptr<HttpClient> HttpClient::shared() {
-  static std::mutex mutex;
   static std::shared_ptr<HttpClient> client;
   static pid_t owner = 0;
-  std::lock_guard lock(mutex);
+  std::lock_guard lock(shared_mutex);
   if (client && owner != ::getpid()) {
     // A forked child: the parent's loop thread is not here, so its client can be neither
     // used nor destroyed (the destructor would join a thread that does not exist). Kept.

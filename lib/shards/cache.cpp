@@ -429,6 +429,13 @@ std::optional<std::string> cache_find(const ShardOptions& options, const ShardIn
 
 std::uint64_t cache_mismatches() noexcept { return mismatches.load(); }
 
+void cache_discard(const std::string& path, int fd) {
+  if (fd < 0 || !still_named(fd, path)) return;
+  ::unlink(path.c_str());
+  std::lock_guard lock(verified_mutex);
+  verified().erase(path);
+}
+
 void cache_forget_verified() {
   std::lock_guard lock(verified_mutex);
   verified().clear();
@@ -626,7 +633,10 @@ CacheFiller::~CacheFiller() {
   if (thread_) thread_->join();
 }
 
-void CacheFiller::want_all_queued() noexcept { all_queued_.store(true); }
+void CacheFiller::want_all_queued() {
+  std::lock_guard lock(mutex_);
+  if (!stop_) all_queued_.store(true);  // stopped: nothing was queued, and the warning stays
+}
 
 void CacheFiller::want(const ShardIndex& shard) {
   if (forked()) {

@@ -39,6 +39,11 @@ std::uint64_t cached_size(const ShardIndex& shard) noexcept;
 /// fetches the shard). Hashing a 64 MiB entry costs about 10 ms, on the calling thread.
 std::optional<std::string> cache_find(const ShardOptions& options, const ShardIndex& shard);
 
+/// Removes the cache entry at `path` if it is still the file open as `fd` (a copy that failed
+/// to read: an I/O error), and forgets that it was verified; a copy another process has
+/// committed over it since stays.
+void cache_discard(const std::string& path, int fd);
+
 /// Entries refused for their checksum (found, or as fetched) in this process so far.
 std::uint64_t cache_mismatches() noexcept;
 
@@ -119,8 +124,8 @@ class CacheFiller {
   /// the parent had said every shard was queued (want_all_queued).
   void want(const ShardIndex& shard);
   /// Says that every shard has been queued (ShardDataset::cache_fill): a forked child's reads
-  /// then have nothing to warn of.
-  void want_all_queued() noexcept;
+  /// then have nothing to warn of. Not where the fetch thread could not be started.
+  void want_all_queued();
   /// Waits until every shard queued so far has been fetched or given up.
   void wait_idle();
   /// wait_idle for at most `timeout`: whether they were by then.

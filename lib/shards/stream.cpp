@@ -94,8 +94,10 @@ class LocalReader final : public ChunkReader {
   }
   LocalReader(const LocalReader&) = delete;
   LocalReader& operator=(const LocalReader&) = delete;
+  int fd() const noexcept { return fd_; }
   ~LocalReader() override {
     for (auto& f : ahead_) {
+      if (!f.valid()) continue;  // its read failed, and copy() took the error out of it
       try {
         spare_.push_back(f.get().data);
       } catch (...) {  // a failed read ahead of where the stream stopped: nothing to return
@@ -274,8 +276,8 @@ class RemoteReader final : public ChunkReader {
 
 /// A cached copy of a remote shard, read as a local shard is. A copy that fails to read (an
 /// I/O error, or a file cut short since it was checked) is given up with a warning naming it,
-/// and the shard read on from its URL, from the sample that failed: the server still has the
-/// bytes, and the epoch loses none.
+/// and removed from the cache, and the shard read on from its URL, from the sample that
+/// failed: the server still has the bytes, and the epoch loses none.
 class CachedReader final : public ChunkReader {
  public:
   CachedReader(std::string path, const ShardIndex& shard, std::size_t chunk, std::uint64_t from,
@@ -305,6 +307,7 @@ class CachedReader final : public ChunkReader {
       coload::detail::warn("ShardStream: the cached copy '" + file_.path + "' of shard '" +
                            shard_.path + "' failed (" + why + "): the shard is read from its "
                            "URL from byte " + std::to_string(begin) + " on");
+      detail::cache_discard(file_.path, local_.fd());  // a later epoch fetches it anew
       remote_ = std::make_unique<RemoteReader>(client_, shard_, window_, begin, nullptr, retry_);
       co_await remote_->confirm_size();
     }

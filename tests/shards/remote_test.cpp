@@ -541,6 +541,7 @@ TEST_CASE("a ShardStream's cached copy that fails mid-shard: the shard is read o
                          url(mode, "one/") + "shard-000000.tar' failed (") != std::string::npos);
   CHECK(warnings[0].find("the shard ends inside the sample") != std::string::npos);
   CHECK(warnings[0].find("): the shard is read from its URL from byte ") != std::string::npos);
+  CHECK_FALSE(fs::exists(entry));  // given up: removed from the cache
   // The copy of the wrong size is not used again: the next epoch fetches the shard whole,
   // and caches it anew.
   warnings.clear();

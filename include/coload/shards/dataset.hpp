@@ -171,7 +171,8 @@ class ShardDataset {
   bool cache_wait_for(std::chrono::milliseconds timeout) const;
   /// Queues every shard by URL for the cache, as map-style reads queue those they touch, and
   /// returns at once (those already in it are found so by the fetch thread, and not fetched);
-  /// cache_wait() waits for them. With worker processes, whose reads fill nothing, call it in
+  /// cache_wait() waits for them. A shard whose fetch failed is asked again by a later read
+  /// or a later cache_fill(), up to three fetches (so call it each epoch). With worker processes, whose reads fill nothing, call it in
   /// the parent (before the workers start: their reads then do not warn that they fill
   /// nothing); or call it to fill the cache before training. Nothing where the cache does not
   /// fill behind map-style reads (see ShardOptions::cache_dir); in a forked child, a warning.
