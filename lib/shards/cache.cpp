@@ -363,11 +363,11 @@ std::uint64_t cached_size(const ShardIndex& shard) noexcept {
 
 namespace {
 
-enum class Check { good, bad, replaced };
+enum class Check { good, bad, gone, replaced };
 
 // Whether the entry at `path`, as `st` describes it, holds `shard`'s bytes: its size, and its
-// checksum where the index has one (a bad entry is removed); `replaced` when another process
-// committed a new copy over it between that stat and the open here.
+// checksum where the index has one (a bad entry is removed); `gone` when it was evicted since
+// that stat, `replaced` when another process committed a new copy over it meanwhile.
 Check check_entry(const std::string& path, const struct stat& st, const ShardIndex& shard) {
   if (static_cast<std::uint64_t>(st.st_size) != cached_size(shard)) {
     ::unlink(path.c_str());  // not this shard's bytes (the shard changed, or a torn copy)
@@ -381,16 +381,26 @@ Check check_entry(const std::string& path, const struct stat& st, const ShardInd
   }
   // Hashed from an fd opened now, if it is the file the stat above saw.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Check::bad;  // evicted meanwhile
+  if (fd < 0) return Check::gone;  // evicted meanwhile
   struct stat fst {};
   if (::fstat(fd, &fst) != 0 || !same_file(fst, st)) {
     ::close(fd);
     return Check::replaced;
   }
-  const std::optional<std::uint64_t> sum = file_checksum(fd, cached_size(shard));
+  std::optional<std::uint64_t> sum;
+  try {
+    sum = file_checksum(fd, cached_size(shard));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  // Removed by what it is, not by name: another reader may have removed it while this one
+  // hashed and committed a fresh copy under the name, which stays (and is checked instead).
+  const bool named = still_named(fd, path);
+  if (sum != shard.checksum && named) ::unlink(path.c_str());
   ::close(fd);
+  if (!named) return Check::replaced;
   if (sum != shard.checksum) {
-    ::unlink(path.c_str());
     ++mismatches;
     coload::detail::warn("the cache entry '" + path + "' of shard '" + shard.path +
                          "' does not match the checksum its index records (" +
@@ -405,7 +415,8 @@ Check check_entry(const std::string& path, const struct stat& st, const ShardInd
 
 }  // namespace
 
-std::optional<std::string> cache_find(const ShardOptions& options, const ShardIndex& shard) {
+std::optional<std::string> cache_find(const ShardOptions& options, const ShardIndex& shard,
+                                      bool* removed) {
   if (options.cache_dir.empty() || options.cache_bytes == 0) return std::nullopt;
   const std::string path = (fs::path(options.cache_dir) / entry_name(shard)).string();
   // Another process may commit a fresh copy over the entry between the stat and the check's
@@ -419,6 +430,9 @@ std::optional<std::string> cache_find(const ShardOptions& options, const ShardIn
         touch(path, st);  // now its most recent use
         return path;
       case Check::bad:
+        if (removed) *removed = true;
+        return std::nullopt;
+      case Check::gone:
         return std::nullopt;
       case Check::replaced:
         break;
@@ -571,11 +585,11 @@ void CacheEntry::write(const std::byte* data, std::size_t n) {
   }
 }
 
-void CacheEntry::commit() {
+bool CacheEntry::commit() {
   // The file stays open, and so locked, until it has its entry's name: another process's
   // eviction takes a part no one holds for an abandoned one. What is not renamed, the
   // destructor removes (unlink, then close).
-  if (fd_ < 0 || written_ != size_) return;
+  if (fd_ < 0 || written_ != size_) return true;  // a write failed: said there
   if (sum_ && sum_->digest() != expected_) {
     // The server sent other bytes than the index describes (the shard replaced without its
     // index): not kept, so a later epoch does not take them for the indexed shard.
@@ -585,13 +599,13 @@ void CacheEntry::commit() {
     coload::detail::warn("shard '" + url_ + "' as fetched does not match the checksum its index "
                          "records (" + format_checksum(sum_->digest()) + ", expected " +
                          format_checksum(*expected_) + "): not cached");
-    return;
+    return true;
   }
   {
     // Room made and the entry renamed under the folder's lock: two processes committing at
     // once do not both count the same free bytes.
     FolderLock folder(dir_);
-    if (folder.busy(dir_, url_)) return;  // the destructor removes the part
+    if (folder.busy(dir_, url_)) return false;  // the destructor removes the part
     // Room was made at the start; made again here where a writer without the folder's lock
     // (a file system without flock) took some meanwhile.
     evict_for(dir_, tmp_, size_, bound_, keep_used_since_);
@@ -600,12 +614,13 @@ void CacheEntry::commit() {
     ::clock_gettime(CLOCK_REALTIME, &now);
     const struct timespec times[2] = {now, {0, UTIME_OMIT}};
     ::utimensat(AT_FDCWD, tmp_.c_str(), times, 0);
-    if (::rename(tmp_.c_str(), final_.c_str()) != 0) return;
+    if (::rename(tmp_.c_str(), final_.c_str()) != 0) return false;
   }
   ::close(std::exchange(fd_, -1));
   struct stat st {};
   // Hashed as it was written: its first use need not read it again.
   if (sum_ && ::stat(final_.c_str(), &st) == 0) remember(final_, st);
+  return true;
 }
 
 namespace {
@@ -634,6 +649,9 @@ CacheFiller::~CacheFiller() {
 }
 
 void CacheFiller::want_all_queued() {
+  // A forked child's mutex may be locked for ever (by the parent's thread at the fork), and
+  // nothing it queues is fetched: its reads still say so.
+  if (forked()) return;
   std::lock_guard lock(mutex_);
   if (!stop_) all_queued_.store(true);  // stopped: nothing was queued, and the warning stays
 }
@@ -672,6 +690,13 @@ void CacheFiller::want(const ShardIndex& shard) {
     queue_.push_back(&shard);
   }
   queued_.notify_one();
+}
+
+void CacheFiller::lost(const ShardIndex& shard) {
+  if (forked()) return;
+  std::lock_guard lock(mutex_);
+  const bool queued = std::find(queue_.begin(), queue_.end(), &shard) != queue_.end();
+  if (!queued && ++failures_[&shard] < 3) asked_.erase(&shard);
 }
 
 void CacheFiller::wait_idle() {
@@ -768,8 +793,9 @@ CacheFiller::Fill CacheFiller::fill(io::HttpClient& client, const ShardIndex& sh
     entry->write(chunk.data(), n);
     done += n;
   }
-  entry->commit();  // or not kept (its checksum missed, the folder stayed locked): said there
-  return Fill::done;
+  // Not kept for a passing cause (the folder stayed locked, the rename failed): fetched again
+  // when a later read asks (its checksum missed, or a write failed: said there, and done).
+  return entry->commit() ? Fill::done : Fill::failed;
 }
 
 }  // namespace coload::shards::detail

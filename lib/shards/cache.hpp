@@ -36,8 +36,10 @@ std::uint64_t cached_size(const ShardIndex& shard) noexcept;
 /// checksum: hashed at its first use in this process (or since cache_forget_verified), and
 /// again whenever its size, mtime or inode has changed. One of the wrong size is removed; one
 /// of the wrong checksum is removed with a warning naming it and the URL (the caller then
-/// fetches the shard). Hashing a 64 MiB entry costs about 10 ms, on the calling thread.
-std::optional<std::string> cache_find(const ShardOptions& options, const ShardIndex& shard);
+/// fetches the shard), and `*removed` (where given) set. Hashing a 64 MiB entry costs about
+/// 10 ms, on the calling thread.
+std::optional<std::string> cache_find(const ShardOptions& options, const ShardIndex& shard,
+                                      bool* removed = nullptr);
 
 /// Removes the cache entry at `path` if it is still the file open as `fd` (a copy that failed
 /// to read: an I/O error), and forgets that it was verified; a copy another process has
@@ -67,7 +69,11 @@ class CacheEntry {
   ~CacheEntry();
   /// Appends bytes; a failed write (a full disk) gives the entry up, and the stream goes on.
   void write(const std::byte* data, std::size_t n);
-  void commit();
+  /// Puts the entry in place; false where it was not kept for a passing cause (the folder's
+  /// lock stayed held by another process, the rename failed), so that fetching it again may
+  /// keep it. True also where it is not kept for good reason (a failed write, a checksum
+  /// missed), which says so itself.
+  [[nodiscard]] bool commit();
 
  private:
   friend std::unique_ptr<CacheEntry> cache_start(const ShardOptions&, const ShardIndex&,
@@ -97,7 +103,8 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
 /// Fetches whole shards into the cache behind map-style reads, which fetch samples alone: a
 /// shard asked for is queued once, and a thread of its own (started at the first) streams the
 /// queued shards one at a time through HttpClient::shared() into CacheEntry's. A fetch that
-/// fails is asked again by a later read, up to three fetches a shard (the reads go on by
+/// fails (or whose commit the folder's lock stopped, or whose copy was later found bad and
+/// removed: lost()) is asked again by a later read, up to three fetches a shard (the reads go on by
 /// ranged GETs, and report faults themselves). A shard another writer is fetching (its entry's
 /// lock held, see cache_start) stays queued, tried again after the others (every 100 ms when
 /// it is all there is), until that writer commits it or gives up; one whose room other writers'
@@ -126,6 +133,10 @@ class CacheFiller {
   /// Says that every shard has been queued (ShardDataset::cache_fill): a forked child's reads
   /// then have nothing to warn of. Not where the fetch thread could not be started.
   void want_all_queued();
+  /// Says that `shard`'s copy was found bad (cache_find) or unreadable (an I/O error) and
+  /// removed: a later read asks for it again, as after a failed fetch (up to three a shard).
+  /// Nothing in a forked child.
+  void lost(const ShardIndex& shard);
   /// Waits until every shard queued so far has been fetched or given up.
   void wait_idle();
   /// wait_idle for at most `timeout`: whether they were by then.

@@ -14,6 +14,7 @@
 #include <optional>
 #include <system_error>
 
+#include "coload/core/warning.hpp"
 #include "coload/io/file.hpp"
 #include "coload/io/http.hpp"
 #include "coload/io/reader.hpp"
@@ -117,10 +118,14 @@ struct ShardDataset::State {
   }
 
   /// Shard s's cached copy; where there is none and the filler is on, the shard is queued for
-  /// it (once).
+  /// it (once, and again where a copy it made was found bad and removed).
   std::optional<std::string> cached(std::size_t s) {
-    auto found = detail::cache_find(options, shards[s]);
-    if (!found && filler) filler->want(shards[s]);
+    bool removed = false;
+    auto found = detail::cache_find(options, shards[s], &removed);
+    if (!found && filler) {
+      if (removed) filler->lost(shards[s]);
+      filler->want(shards[s]);
+    }
     return found;
   }
 };
@@ -275,19 +280,33 @@ Task<void> confirm_size_async(io::Reader& reader, const ShardIndex& shard, std::
 
 namespace {
 /// `sample` from the cached copy at `path`, read with pread as a local shard is; nothing when
-/// it was evicted meanwhile or cannot be read (the caller fetches it from the server).
+/// it was evicted meanwhile or cannot be read (the caller fetches it from the server). A copy
+/// that cannot be read is removed, and `filler` (where there is one) told.
 std::optional<ShardSample> read_cached(const std::string& path, const ShardIndex& shard,
-                                       const IndexSample& sample) {
+                                       const IndexSample& sample, detail::CacheFiller* filler) {
   ShardSample out;
   out.data = io::Buffer(static_cast<std::size_t>(sample.end - sample.begin));
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   std::size_t done = 0;
+  int err = 0;
   while (fd >= 0 && done < out.data.size()) {
     const ssize_t n = ::pread(fd, out.data.data() + done, out.data.size() - done,
                               static_cast<off_t>(sample.begin + done));
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0) err = errno;
     if (n <= 0) break;
     done += static_cast<std::size_t>(n);
+  }
+  if (fd >= 0 && done != out.data.size()) {
+    // The copy was verified when found, so this is the disk's fault (an I/O error) or the
+    // file's (cut short since): removed, not read and failed again for each of the shard's
+    // samples every epoch; the filler may fetch the shard again.
+    coload::detail::warn("the cached copy '" + path + "' of shard '" + shard.path +
+                         "' cannot be read at byte " + std::to_string(sample.begin + done) +
+                         " (" + (err ? std::generic_category().message(err) : "it ends there") +
+                         "): removed; the shard is read from its URL");
+    detail::cache_discard(path, fd);
+    if (filler) filler->lost(shard);
   }
   if (fd >= 0) ::close(fd);
   if (done != out.data.size()) return std::nullopt;
@@ -302,7 +321,9 @@ ShardSample ShardDataset::read(Index index) const {
   const IndexSample& sample = shard.samples[at.sample];
   if (detail::is_remote(shard.path)) {
     if (auto cached = state_->cached(at.shard)) {
-      if (auto out = read_cached(*cached, shard, sample)) return std::move(*out);
+      if (auto out = read_cached(*cached, shard, sample, state_->filler.get())) {
+        return std::move(*out);
+      }
     }
     // One ranged GET of the sample's bytes; the client retries faults and checks the shard's
     // size against the index on each response. A sample too large to size by the index's word
@@ -359,7 +380,8 @@ std::vector<ShardSample> ShardDataset::read_batch(std::span<const Index> indices
     auto copy = copies.find(at.shard);
     if (copy == copies.end()) copy = copies.emplace(at.shard, state_->cached(at.shard)).first;
     if (copy->second) {
-      if (auto cached = read_cached(*copy->second, shard, shard.samples[at.sample])) {
+      if (auto cached = read_cached(*copy->second, shard, shard.samples[at.sample],
+                                    state_->filler.get())) {
         out[k] = std::move(*cached);
         continue;
       }
@@ -421,7 +443,9 @@ Task<ShardSample> ShardDataset::read_async(io::Reader& reader, Index index) cons
   if (detail::is_remote(shard.path)) {
     // The cached copy (found once: each lookup stats the entry and marks its use).
     if (auto cached = state_->cached(at.shard)) {
-      if (auto out = read_cached(*cached, shard, sample)) co_return std::move(*out);
+      if (auto out = read_cached(*cached, shard, sample, state_->filler.get())) {
+        co_return std::move(*out);
+      }
     }
     // One ranged GET on the reader's io_context (the loader's driver): the fetch holds no
     // thread while it waits, as a file's read does.

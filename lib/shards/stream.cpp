@@ -90,7 +90,15 @@ class LocalReader final : public ChunkReader {
     // (the next shard's, while this one is used) has them done when its shard begins.
     next_ = from / io::Buffer::alignment * io::Buffer::alignment;
     current_.begin = next_;
-    for (int k = 0; k < (direct ? 3 : 2); ++k) launch(take_spare());
+    try {
+      for (int k = 0; k < (direct ? 3 : 2); ++k) launch(take_spare());
+    } catch (...) {
+      // No thread to be had: the reads launched are waited for, then the file closed (the
+      // destructor does not run for a constructor that throws).
+      for (auto& f : ahead_) f.wait();
+      ::close(fd_);
+      throw;
+    }
   }
   LocalReader(const LocalReader&) = delete;
   LocalReader& operator=(const LocalReader&) = delete;
@@ -252,7 +260,8 @@ class RemoteReader final : public ChunkReader {
     co_await read_exactly(dst, static_cast<std::size_t>(end - begin));
     if (tee_) {
       tee_->write(dst, static_cast<std::size_t>(end - begin));
-      if (body_->position() == end_) std::exchange(tee_, nullptr)->commit();
+      // Not kept this time (the folder stayed locked): a later epoch streams it again.
+      if (body_->position() == end_) (void)std::exchange(tee_, nullptr)->commit();
     }
   }
 

@@ -45,6 +45,24 @@
 
 using namespace remote_test;
 
+namespace {
+
+// Runs `body` in a forked child and gives the status it exits with (its return), or -1 where
+// it did not exit (a hang ends in alarm()'s SIGALRM, which the parent sees, never a hung test).
+template <class Body>
+int in_forked_child(Body body) {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::alarm(30);
+    ::_exit(body());
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
 
 TEST_SUITE("shards") {
 
@@ -632,10 +650,7 @@ TEST_CASE("map-style reads fill the cache behind them: a later epoch reads from 
   auto owned = std::make_unique<shards::ShardDataset>(url(mode), o);
   CHECK(owned->read(0).text("bin") == payload(0));
   owned->cache_wait();
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    ::alarm(30);  // a hang is a SIGALRM, which the parent sees
+  CHECK(in_forked_child([&] {
     // A process worker's reads: still read, by ranged GET, but not fetched whole (the thread
     // is the parent's), and a warning says so once. (Not under TSan, which cannot start the
     // HTTP client's thread in a child forked from a threaded process.)
@@ -651,12 +666,8 @@ TEST_CASE("map-style reads fill the cache behind them: a later epoch reads from 
            owned->read(total - 2).text("bin") == payload(total - 2);
 #endif
     owned.reset();
-    ::_exit(!read ? 2 : warned != 1 ? 3 : 0);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(child, &status, 0) == child);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+    return !read ? 2 : warned != 1 ? 3 : 0;
+  }) == 0);
   CHECK(files(fresh.path).size() == 1);  // shard 0, fetched whole by the parent; none by the child
 }
 
@@ -698,10 +709,7 @@ TEST_CASE("cache_fill queues every shard: one GET a shard, then every read from 
   o.cache_bytes = 1ull << 30;
   auto slow = std::make_unique<shards::ShardDataset>(url("bw50,fillfork"), o);
   slow->cache_fill();
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    ::alarm(30);  // a hang is a SIGALRM, which the parent sees
+  CHECK(in_forked_child([&] {
     int warned = 0;
     bool read = true;
 #if !defined(__SANITIZE_THREAD__)
@@ -709,12 +717,8 @@ TEST_CASE("cache_fill queues every shard: one GET a shard, then every read from 
     read = slow->read(total - 1).text("bin") == payload(total - 1);
 #endif
     slow.reset();
-    ::_exit(!read ? 2 : warned != 0 ? 3 : 0);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(child, &status, 0) == child);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+    return !read ? 2 : warned != 0 ? 3 : 0;
+  }) == 0);
   slow.reset();  // cancels the fills in flight
 }
 
@@ -835,6 +839,80 @@ TEST_CASE("the cache filler: a failed fetch is asked again by a later read, thre
     CHECK(made[2] == 2);
     CHECK(made[3] == 1);  // its sample alone: no fourth fetch
     CHECK(entries(cache.path) == 0u);
+  }
+}
+
+TEST_CASE("the cache filler fetches again a copy found bad, and one whose commit the folder's lock stopped") {
+  std::vector<std::string> warnings;
+  set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
+  struct Restore {
+    ~Restore() { set_warning_handler({}); }
+  } restore;
+  coload::detail::forget_warnings();
+  // The cache's files, parts apart.
+  const auto entries = [](const fs::path& dir) {
+    std::vector<fs::path> kept;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.path().filename().string().find(".coload-") == std::string::npos) {
+        kept.push_back(e.path());
+      }
+    }
+    return kept;
+  };
+  shards::ShardOptions o;
+  o.cache_bytes = 1ull << 30;
+  // A copy cut short on disk since it was kept: the read that finds it removes it and reads
+  // by URL, and the filler fetches the shard again (it had been asked for once, and stayed
+  // uncached for the dataset's life).
+  {
+    shards_test::TempDir cache;
+    o.cache_dir = cache.path.string();
+    const std::string mode = "ok,badcopy";
+    const shards::ShardDataset ds(url(mode), o);
+    CHECK(ds.read(0).text("bin") == payload(0));
+    ds.cache_wait();
+    auto kept = entries(cache.path);
+    REQUIRE(kept.size() == 1);
+    const auto size = fs::file_size(kept[0]);
+    fs::resize_file(kept[0], size - 1);
+    CHECK(ds.read(1).text("bin") == payload(1));
+    ds.cache_wait();
+    kept = entries(cache.path);
+    REQUIRE(kept.size() == 1);
+    CHECK(fs::file_size(kept[0]) == size);
+    const int before = requests_made(mode);
+    CHECK(ds.read(2).text("bin") == payload(2));  // from the new copy
+    CHECK(requests_made(mode) == before);
+  }
+  // The folder's lock held by another process from after the fetch began until past its end
+  // (60 KB at 50 KiB/s): the commit gives up (said once), and a later read asks again.
+  {
+    shards_test::TempDir cache;
+    o.cache_dir = cache.path.string();
+    const shards::ShardDataset ds(url("bw50,commitlock"), o);
+    CHECK(ds.read(0).text("bin") == payload(0));
+    const auto part = [&] {
+      for (const auto& e : fs::directory_iterator(cache.path)) {
+        if (e.path().filename().string().find(".coload-part") != std::string::npos) return true;
+      }
+      return false;
+    };
+    for (int i = 0; i < 500 && !part(); ++i) ds.cache_wait_for(std::chrono::milliseconds(10));
+    REQUIRE(part());
+    const int lock_fd = ::open(cache.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    REQUIRE(lock_fd >= 0);
+    REQUIRE(::flock(lock_fd, LOCK_EX) == 0);
+    ds.cache_wait();
+    CHECK(entries(cache.path).empty());
+    CHECK_FALSE(part());
+    ::close(lock_fd);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("stayed locked by another process") != std::string::npos);
+    CHECK(ds.read(1).text("bin") == payload(1));
+    ds.cache_wait();
+    const auto kept = entries(cache.path);
+    REQUIRE(kept.size() == 1);
+    CHECK(kept[0].filename().string().ends_with("-shard-000000.tar"));
   }
 }
 
