@@ -652,11 +652,8 @@ TEST_CASE("a cache entry is checked against its index's checksum: one altered at
     CHECK(*s.checksum == XXH3_64bits(bytes.data(), bytes.size()));
     CHECK(shards_test::read_text(shards::index_path(s.path)).starts_with("coload-shard-index\t3\n"));
   }
-  std::vector<std::string> warnings;
-  set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
-  struct Restore {
-    ~Restore() { set_warning_handler({}); }
-  } restore;
+  Warnings warned;
+  auto& warnings = warned.seen;
   shards_test::TempDir cache;
   shards::ShardStreamOptions o = stream_options();
   o.shards.cache_dir = cache.path.string();

@@ -519,11 +519,8 @@ TEST_CASE("the cache's bound holds while shards download: room is made as a fetc
 }
 
 TEST_CASE("a ShardStream's cached copy that fails mid-shard: the shard is read on from its URL, nothing lost") {
-  std::vector<std::string> warnings;
-  set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
-  struct Restore {
-    ~Restore() { set_warning_handler({}); }
-  } restore;
+  Warnings warned;
+  auto& warnings = warned.seen;
   // One shard of all the samples (about 550 KB), read in 64 KiB chunks: the copy is cut while
   // the stream is inside it.
   const fs::path dir = *root / "one";
@@ -843,12 +840,8 @@ TEST_CASE("the cache filler: a failed fetch is asked again by a later read, thre
 }
 
 TEST_CASE("the cache filler fetches again a copy found bad, and one whose commit the folder's lock stopped") {
-  std::vector<std::string> warnings;
-  set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
-  struct Restore {
-    ~Restore() { set_warning_handler({}); }
-  } restore;
-  coload::detail::forget_warnings();
+  Warnings warned{true};
+  auto& warnings = warned.seen;
   // The cache's files, parts apart.
   const auto entries = [](const fs::path& dir) {
     std::vector<fs::path> kept;
@@ -982,12 +975,8 @@ TEST_CASE("one writer a cache entry: a second dataset on the folder does not fet
 }
 
 TEST_CASE("a cache that cannot keep shards says so once; a folder locked by a stopped process stops no transfer") {
-  std::vector<std::string> warnings;
-  set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
-  struct Restore {
-    ~Restore() { set_warning_handler({}); }
-  } restore;
-  coload::detail::forget_warnings();
+  Warnings warned{true};
+  auto& warnings = warned.seen;
   const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 21};
   const auto local = local_epoch(info);
   shards_test::TempDir tmp;
@@ -1570,11 +1559,8 @@ TEST_CASE("shards without an index: map-style says it needs the index; a torn on
   // With skip_failed_shards the torn shard's rest is left out with a warning naming it, and
   // every later shard arrives: the samples before the cut, then shards 2.. whole.
   {
-    std::vector<std::string> warnings;
-    set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
-    struct Restore {
-      ~Restore() { set_warning_handler({}); }
-    } restore;
+    Warnings warned;
+    auto& warnings = warned.seen;
     shards::ShardStream skipping(url("ok", "torn/"),
                                  {.shuffle_shards = false, .skip_failed_shards = true});
     std::vector<std::int64_t> ids;
@@ -1662,11 +1648,8 @@ TEST_CASE("shards without an index: a state taken after a shard's last sample is
 }
 
 TEST_CASE("shards without an index: an archive cut where its end block begins, after every sample an earlier epoch counted") {
-  std::vector<std::string> warnings;
-  set_warning_handler([&](const std::string& w) { warnings.push_back(w); });
-  struct Restore {
-    ~Restore() { set_warning_handler({}); }
-  } restore;
+  Warnings warned;
+  auto& warnings = warned.seen;
   const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
   const shards::ShardDataset indexed(*root / "shards");
   // Shard 1's end-of-archive block begins where its last member's data, padded to 512, ends.
