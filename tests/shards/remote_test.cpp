@@ -884,9 +884,16 @@ TEST_CASE("the cache filler fetches again a copy found bad, and one whose commit
     o.cache_dir = cache.path.string();
     const shards::ShardDataset ds(url("bw50,commitlock"), o);
     CHECK(ds.read(0).text("bin") == payload(0));
+    // A part with its full size has had its room made (under the folder's lock, which the
+    // flock below then waits for): what the lock stops now is the commit.
     const auto part = [&] {
       for (const auto& e : fs::directory_iterator(cache.path)) {
-        if (e.path().filename().string().find(".coload-part") != std::string::npos) return true;
+        std::error_code ec;  // a part renamed meanwhile has no size
+        const auto size = e.file_size(ec);
+        if (e.path().filename().string().find(".coload-part") != std::string::npos && !ec &&
+            size > 0) {
+          return true;
+        }
       }
       return false;
     };
