@@ -443,11 +443,12 @@ std::optional<std::string> cache_find(const ShardOptions& options, const ShardIn
 
 std::uint64_t cache_mismatches() noexcept { return mismatches.load(); }
 
-void cache_discard(const std::string& path, int fd) {
-  if (fd < 0 || !still_named(fd, path)) return;
+bool cache_discard(const std::string& path, int fd) {
+  if (fd < 0 || !still_named(fd, path)) return false;
   ::unlink(path.c_str());
   std::lock_guard lock(verified_mutex);
   verified().erase(path);
+  return true;
 }
 
 void cache_forget_verified() {

@@ -43,8 +43,8 @@ std::optional<std::string> cache_find(const ShardOptions& options, const ShardIn
 
 /// Removes the cache entry at `path` if it is still the file open as `fd` (a copy that failed
 /// to read: an I/O error), and forgets that it was verified; a copy another process has
-/// committed over it since stays.
-void cache_discard(const std::string& path, int fd);
+/// committed over it since stays. Whether it was removed.
+bool cache_discard(const std::string& path, int fd);
 
 /// Entries refused for their checksum (found, or as fetched) in this process so far.
 std::uint64_t cache_mismatches() noexcept;
@@ -104,9 +104,9 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
 /// shard asked for is queued once, and a thread of its own (started at the first) streams the
 /// queued shards one at a time through HttpClient::shared() into CacheEntry's. A fetch that
 /// fails (or whose commit the folder's lock stopped, or whose copy was later found bad and
-/// removed: lost()) is asked again by a later read, up to three fetches a shard (the reads go on by
-/// ranged GETs, and report faults themselves). A shard another writer is fetching (its entry's
-/// lock held, see cache_start) stays queued, tried again after the others (every 100 ms when
+/// removed: lost()) is asked again by a later read, up to three fetches a shard (the reads go
+/// on by ranged GETs, and report faults themselves). A shard another writer is fetching (its
+/// entry's lock held, see cache_start) stays queued, tried again after the others (every 100 ms when
 /// it is all there is), until that writer commits it or gives up; one whose room other writers'
 /// unfinished entries hold counts as a failed fetch. A fetch evicts no entry used since the
 /// filler was made, or in the two seconds before (a shard this or another dataset on the

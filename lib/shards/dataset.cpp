@@ -297,18 +297,19 @@ std::optional<ShardSample> read_cached(const std::string& path, const ShardIndex
     if (n <= 0) break;
     done += static_cast<std::size_t>(n);
   }
-  if (fd >= 0 && done != out.data.size()) {
-    // The copy was verified when found, so this is the disk's fault (an I/O error) or the
-    // file's (cut short since): removed, not read and failed again for each of the shard's
-    // samples every epoch; the filler may fetch the shard again.
+  // The copy was verified when found, so a short read is the disk's fault (an I/O error) or
+  // the file's (cut short since): removed, not read and failed again for each of the shard's
+  // samples every epoch, and the filler may fetch the shard again. Said by the reader that
+  // removed it (others reading it at once find it no longer so named).
+  const bool discarded = fd >= 0 && done != out.data.size() && detail::cache_discard(path, fd);
+  if (fd >= 0) ::close(fd);
+  if (discarded) {
+    if (filler) filler->lost(shard);
     coload::detail::warn("the cached copy '" + path + "' of shard '" + shard.path +
                          "' cannot be read at byte " + std::to_string(sample.begin + done) +
                          " (" + (err ? std::generic_category().message(err) : "it ends there") +
                          "): removed; the shard is read from its URL");
-    detail::cache_discard(path, fd);
-    if (filler) filler->lost(shard);
   }
-  if (fd >= 0) ::close(fd);
   if (done != out.data.size()) return std::nullopt;
   detail::place_fields(shard, sample, sample.begin, out);
   return out;

@@ -47,15 +47,20 @@ using namespace remote_test;
 
 namespace {
 
-// Runs `body` in a forked child and gives the status it exits with (its return), or -1 where
-// it did not exit (a hang ends in alarm()'s SIGALRM, which the parent sees, never a hung test).
+// Runs `body` in a forked child and gives the status it exits with (its return; 4 where it
+// threw, rather than go on running the parent's later tests), or -1 where it did not exit (a
+// hang ends in alarm()'s SIGALRM, which the parent sees, never a hung test).
 template <class Body>
 int in_forked_child(Body body) {
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
     ::alarm(30);
-    ::_exit(body());
+    try {
+      ::_exit(body());
+    } catch (...) {
+      ::_exit(4);
+    }
   }
   int status = 0;
   REQUIRE(::waitpid(child, &status, 0) == child);
