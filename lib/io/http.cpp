@@ -28,10 +28,23 @@ using http_detail::block_size;
 using http_detail::Clock;
 using http_detail::to_end;
 
-bool is_url(std::string_view name) noexcept {
-  return name.starts_with("http://") || name.starts_with("https://") ||
-         name.starts_with("file://") || name.starts_with("s3://");
+Scheme scheme_of(std::string_view name) noexcept {
+  const auto is = [name](std::string_view scheme) {
+    if (name.size() < scheme.size() + 3 || name.substr(scheme.size(), 3) != "://") return false;
+    for (std::size_t i = 0; i < scheme.size(); ++i) {
+      const char c = name[i];
+      if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != scheme[i]) return false;
+    }
+    return true;
+  };
+  if (is("http")) return Scheme::http;
+  if (is("https")) return Scheme::https;
+  if (is("s3")) return Scheme::s3;
+  if (is("file")) return Scheme::file;
+  return Scheme::none;
 }
+
+bool is_url(std::string_view name) noexcept { return scheme_of(name) != Scheme::none; }
 
 namespace {
 
@@ -104,7 +117,7 @@ std::string percent_encode(std::string_view bytes, std::string_view keep) {
 }
 
 std::string s3_http_url(std::string_view url) {
-  if (!url.starts_with("s3://")) {
+  if (scheme_of(url) != Scheme::s3) {
     throw InvalidArgument("'" + std::string(url) + "' is not an s3:// URL");
   }
   if (url.size() == 5 || url[5] == '/') {
@@ -586,7 +599,7 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
   if (!t->checked) {
     t->checked = true;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
-    const bool http = !t->url.starts_with("file://");  // s3:// is HTTP too
+    const bool http = scheme_of(t->url) != Scheme::file;  // s3:// is HTTP too
     // An error's body says why (an S3 <Error>): kept, bounded, and never taken as the object.
     t->error_answer = http && t->status >= 400;
     if (!t->error_answer && !usable_response(*t, http)) return 0;
@@ -693,7 +706,7 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   t->error_answer = false;
   t->errbuf[0] = '\0';
   ++t->attempts;
-  if (t->url.starts_with("s3://")) {
+  if (scheme_of(t->url) == Scheme::s3) {
     // Signed with SigV4 by libcurl itself; the payload hash header S3 requires is the hash of
     // the empty body of a GET. Without credentials the request goes unsigned (a public bucket).
     const S3Target s3 = resolve_s3(t->url);
@@ -787,7 +800,7 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
     this->complete(t);
     return;
   }
-  const bool http = !t.url.starts_with("file://");
+  const bool http = scheme_of(t.url) != Scheme::file;
   // A 4xx or 5xx answer (its body kept, or cut short, or none) fails by its status, as curl's
   // FAILONERROR would have failed it.
   if (http && t.status >= 400) result = CURLE_HTTP_RETURNED_ERROR;
@@ -841,7 +854,7 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
     why = curl_easy_strerror(result);
     if (t.errbuf[0]) why += std::string(" (") + t.errbuf + ")";
   }
-  if (t.url.starts_with("s3://")) {
+  if (scheme_of(t.url) == Scheme::s3) {
     // What was asked of whom: the endpoint and the signing come from the environment.
     const S3Target s3 = resolve_s3(t.url);
     why += " (GET " + s3.url +
@@ -1002,7 +1015,8 @@ Task<std::vector<std::uint64_t>> HttpClient::get_ranges_async(std::string url,
     }
     s->parts.push_back(parts[k]);
   }
-  const bool http = url.starts_with("http://") || url.starts_with("https://");
+  const Scheme scheme = scheme_of(url);
+  const bool http = scheme == Scheme::http || scheme == Scheme::https;
   if (s->parts.empty() || !http) co_return filled;
   {
     const std::string origin = origin_of(url);

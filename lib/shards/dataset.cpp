@@ -210,7 +210,7 @@ ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options
       } catch (const io::HttpError& e) {
         // A presigned URL's signature covers its one object: the index beside it, asked with
         // the same query, is refused (403). Such a shard is streamed as one without an index.
-        const bool signed_alone = e.status() == 403 && !path.starts_with("s3://") &&
+        const bool signed_alone = e.status() == 403 && io::scheme_of(path) != io::Scheme::s3 &&
                                   path.find('?') != std::string::npos;
         if (e.status() != 404 && !signed_alone) throw;
         missing = true;  // its samples are known once streamed
@@ -221,7 +221,7 @@ ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options
       }
     } else {
       // A file:// URL is its local path, read as any local shard is.
-      const bool file_url = path.rfind("file://", 0) == 0;
+      const bool file_url = io::scheme_of(path) == io::Scheme::file;
       state_->shards.push_back(
           load_index(file_url ? detail::file_url_path(path) : path, state_->options.index));
     }
@@ -485,7 +485,8 @@ std::vector<std::vector<std::size_t>> ShardDataset::remote_groups(std::span<cons
     signed char& by_http = served[at.shard];
     if (by_http < 0) {
       const std::string& path = shards[at.shard].path;
-      by_http = (path.starts_with("http://") || path.starts_with("https://")) &&
+      const io::Scheme scheme = io::scheme_of(path);
+      by_http = (scheme == io::Scheme::http || scheme == io::Scheme::https) &&
                 !state_->cached(at.shard);
     }
     if (by_http) remote.push_back({at.shard, at.sample, k});

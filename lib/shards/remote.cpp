@@ -72,7 +72,7 @@ std::string base_of(std::string_view path) {
 /// index beside it needs its own.) An s3:// URL names a key, which may hold
 /// both bytes: not split.
 std::pair<std::string_view, std::string_view> split_query(std::string_view url) noexcept {
-  if (url.starts_with("s3://")) return {url, {}};
+  if (io::scheme_of(url) == io::Scheme::s3) return {url, {}};
   const auto q = url.find_first_of("?#");
   if (q == std::string_view::npos) return {url, {}};
   return {url.substr(0, q), url.substr(q)};
@@ -138,14 +138,14 @@ std::optional<std::string> read_beside_shards(std::string_view root, std::string
       return io::HttpClient::shared()->get(url, limit, retry);
     } catch (const io::HttpError& e) {
       // S3 answers a missing key with 403 to a reader who may not list the bucket.
-      if (e.status() == 404 || (e.status() == 403 && root.starts_with("s3://"))) {
+      if (e.status() == 404 || (e.status() == 403 && io::scheme_of(root) == io::Scheme::s3)) {
         return std::nullopt;
       }
       throw;
     }
   }
-  const std::string local = root.substr(0, 7) == "file://" ? detail::file_url_path(root)
-                                                           : std::string(root);
+  const std::string local = io::scheme_of(root) == io::Scheme::file ? detail::file_url_path(root)
+                                                                  : std::string(root);
   std::error_code ec;
   const std::string dir = std::filesystem::is_directory(local, ec) ? local : folder_of(local);
   const std::filesystem::path file = std::filesystem::path(dir.empty() ? "." : dir) / name;
@@ -170,7 +170,8 @@ std::optional<std::string> read_beside_shards(std::string_view root, std::string
 namespace detail {
 
 bool is_remote(std::string_view name) noexcept {
-  return io::is_url(name) && name.substr(0, 7) != "file://";
+  const io::Scheme scheme = io::scheme_of(name);
+  return scheme != io::Scheme::none && scheme != io::Scheme::file;
 }
 
 std::string file_url_path(std::string_view url) {
@@ -249,7 +250,7 @@ std::vector<std::string> find_url_shards(const std::string& root, const io::Retr
     // A file name as Writer wrote it ("a b-000000.tar"), not a URL: for an http(s) path,
     // encoded as one segment (a space, '%', '?', '#', bytes past ASCII); an s3:// key is the
     // name itself (s3_http_url encodes it).
-    const bool s3 = root.starts_with("s3://");
+    const bool s3 = io::scheme_of(root) == io::Scheme::s3;
     out.push_back(base + (s3 ? line : io::percent_encode(line, "-._~!$&'()*+,;=:@")) +
                   std::string(query));
   }

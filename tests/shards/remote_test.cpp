@@ -120,6 +120,16 @@ TEST_CASE("a folder URL, a brace pattern and file:// stream the local epoch, sam
   shards::ShardStream file("file://" + (*root / "shards").string(), stream_options());
   CHECK(epoch(file, info) == local);
 
+  // A scheme in any case is that scheme (RFC 3986 3.1): not a local path of that name.
+  const std::string shouted = "HTTP://127.0.0.1:" + std::to_string(server->nginx) + "/shards/";
+  shards::ShardStream upper(shouted, stream_options());
+  CHECK(upper.dataset().shards().size() == n);
+  CHECK(epoch(upper, info) == local);
+  CHECK(shards::ShardDataset(shouted).read(3).key == shards::ShardDataset(*root / "shards").read(3).key);
+  shards::ShardStream file_upper("File://" + (*root / "shards").string(), stream_options());
+  CHECK(file_upper.dataset().shards()[0].path == (*root / "shards" / "shard-000000.tar").string());
+  CHECK(epoch(file_upper, info) == local);
+
   // A query (a token, a presigned URL's) stays the query of every name derived: the folder's
   // list, each shard and its index. nginx ignores it.
   shards::ShardStream query(url("ok") + "?token=a%2Fb", stream_options());
@@ -1866,6 +1876,20 @@ TEST_CASE("an s3:// URL names a key: percent-encoded into its http(s) URL, a dot
     ::unsetenv(v);
   }
   CHECK(io::s3_http_url("s3://bucket/a/b.tar") == "https://bucket.s3.us-east-1.amazonaws.com/a/b.tar");
+  CHECK(io::s3_http_url("S3://bucket/a/b.tar") == "https://bucket.s3.us-east-1.amazonaws.com/a/b.tar");
+  // Schemes match without regard to case; anything else is a local path.
+  using io::Scheme;
+  const std::pair<const char*, Scheme> schemes[] = {
+      {"http://h/x", Scheme::http},  {"HTTPS://h/x", Scheme::https}, {"hTtP://h", Scheme::http},
+      {"s3://b/k", Scheme::s3},      {"S3://b", Scheme::s3},         {"FILE:///x", Scheme::file},
+      {"file://", Scheme::file},     {"http:/x", Scheme::none},      {"httpx://h", Scheme::none},
+      {"ftp://h/x", Scheme::none},   {"/srv/http://x", Scheme::none}, {"s\x13://b", Scheme::none},
+      {"", Scheme::none},            {"http", Scheme::none}};
+  for (const auto& [name, scheme] : schemes) {
+    CAPTURE(name);
+    CHECK(io::scheme_of(name) == scheme);
+    CHECK(io::is_url(name) == (scheme != Scheme::none));
+  }
   ::setenv("AWS_DEFAULT_REGION", "eu-west-1", 1);
   // Every byte but the unreserved ones and '/', as SigV4's canonical URI has it; a '%' is the
   // key's own.

@@ -23,8 +23,16 @@ class io_context;
 
 namespace coload::io {
 
+/// The schemes of the URLs coload reads through HttpClient.
+enum class Scheme { none, file, http, https, s3 };
+
+/// The scheme `name` begins with, matched without regard to case as RFC 3986 (3.1) has it
+/// ("HTTP://host/x" is http, as curl and Python's urllib take it); `none` where it names none of
+/// them (a local path).
+Scheme scheme_of(std::string_view name) noexcept;
+
 /// Whether `name` is a URL coload reads through HttpClient ("http://", "https://", "s3://",
-/// "file://").
+/// "file://", in any case): whether scheme_of(name) is not `none`.
 ///
 /// `s3://bucket/key` is fetched from `$AWS_ENDPOINT_URL_S3` or `$AWS_ENDPOINT_URL` when set
 /// (path-style: `<endpoint>/bucket/key`), otherwise from
