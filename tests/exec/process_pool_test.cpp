@@ -28,6 +28,7 @@
 #include "coload/exec/process.hpp"
 #include "coload/exec/worker_info.hpp"
 #include "coload/loader/errors.hpp"
+#include "../support/warnings.hpp"
 #include "exec/messages.hpp"  // lib/exec: the messages, for the malformed-message cases
 
 using namespace coload;
@@ -195,14 +196,7 @@ ProcessPool::Options pool_options(int workers, OnWorkerDeath on_death = OnWorker
   return o;
 }
 
-/// Collects warnings for the life of the object.
-struct Warnings {
-  std::vector<std::string> seen;
-  Warnings() {
-    set_warning_handler([this](const std::string& w) { seen.push_back(w); });
-  }
-  ~Warnings() { set_warning_handler({}); }
-};
+using coload::test::Warnings;
 
 }  // namespace
 
@@ -469,8 +463,8 @@ TEST_SUITE("process pool") {
     CHECK(std::get<1>(answer_of(*queued)) == new_pid);
     CHECK(!pool.broken());
     CHECK(shared_page()->starts.load() == 3);  // two workers, and the one that replaced worker 1
-    REQUIRE(warnings.seen.size() == 1);
-    CHECK(warnings.seen[0] == "DataLoader worker 1 (pid " + std::to_string(pid) +
+    REQUIRE(warnings.messages().size() == 1);
+    CHECK(warnings.messages()[0] == "DataLoader worker 1 (pid " + std::to_string(pid) +
                                   ") was killed by signal SIGKILL (Killed) while fetching batch "
                                   "4 (indices 13); restarting it (restart 1 of 3)");
   }

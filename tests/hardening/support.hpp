@@ -1,6 +1,6 @@
 #pragma once
 // What the hardening tests share: counts of what a loader could leave behind (children, fds,
-// memfds, threads, /dev/shm entries) and a captured warning handler.
+// memfds, threads, /dev/shm entries) and the warnings collector (tests/support/warnings.hpp).
 
 #include <dirent.h>
 #include <unistd.h>
@@ -8,12 +8,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "coload/core/warning.hpp"
+#include "../support/warnings.hpp"
 
 namespace coload::hardening {
 
@@ -74,25 +73,7 @@ inline std::string to_string(const Held& h) {
   return s.str();
 }
 
-/// Captures coload's warnings while alive.
-class Warnings {
- public:
-  Warnings() {
-    set_warning_handler([this](const std::string& m) {
-      std::lock_guard lock(mutex_);
-      messages_.push_back(m);
-    });
-  }
-  ~Warnings() { set_warning_handler({}); }
-  std::vector<std::string> messages() const {
-    std::lock_guard lock(mutex_);
-    return messages_;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::vector<std::string> messages_;
-};
+using coload::test::Warnings;
 
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

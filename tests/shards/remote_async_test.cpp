@@ -653,7 +653,6 @@ TEST_CASE("a cache entry is checked against its index's checksum: one altered at
     CHECK(shards_test::read_text(shards::index_path(s.path)).starts_with("coload-shard-index\t3\n"));
   }
   Warnings warned;
-  auto& warnings = warned.seen;
   shards_test::TempDir cache;
   shards::ShardStreamOptions o = stream_options();
   o.shards.cache_dir = cache.path.string();
@@ -689,17 +688,17 @@ TEST_CASE("a cache entry is checked against its index's checksum: one altered at
     before = requests();
     CHECK(epoch(remote, info) == want);  // every entry verified, and used
     CHECK(requests() == before);
-    CHECK(warnings.empty());
+    CHECK(warned.messages().empty());
     // Altered while this stream uses the cache: its mtime changed, so it is hashed again.
     const fs::path first = fs::directory_iterator(cache.path)->path();
     alter(first);
     before = requests();
     CHECK(epoch(remote, info) == want);  // not one altered sample
     CHECK(requests() - before == 1);     // that shard alone fetched again
-    REQUIRE(warnings.size() == 1);
-    CHECK(warnings[0].find(first.string()) != std::string::npos);
-    CHECK(warnings[0].find(url(mode)) != std::string::npos);
-    CHECK(warnings[0].find("checksum") != std::string::npos);
+    REQUIRE(warned.messages().size() == 1);
+    CHECK(warned.messages()[0].find(first.string()) != std::string::npos);
+    CHECK(warned.messages()[0].find(url(mode)) != std::string::npos);
+    CHECK(warned.messages()[0].find("checksum") != std::string::npos);
   }
   // A new dataset checks each entry before its first use: map-style reads of a shard whose
   // entry was altered meanwhile come from the server, right, and the entry is fetched again
@@ -718,11 +717,11 @@ TEST_CASE("a cache entry is checked against its index's checksum: one altered at
       static_cast<int>(ds.shards()[static_cast<std::size_t>(shard_of(entries.back()))].samples.size());
   CHECK(requests() - before >= 2);
   CHECK(requests() - before <= altered + 1);
-  CHECK(warnings.size() == 2);
+  CHECK(warned.messages().size() == 2);
   before = requests();
   for (Index i = 0; i < total; ++i) CHECK(ds.read(i).text("bin") == payload(i));
   CHECK(requests() == before);  // the new entry verified and used
-  CHECK(warnings.size() == 2);
+  CHECK(warned.messages().size() == 2);
   // An index without a checksum (version 1, from before) still works: entries checked by size.
   const fs::path old = *root / "old-index";
   write_shards(old);
@@ -740,7 +739,7 @@ TEST_CASE("a cache entry is checked against its index's checksum: one altered at
   before = requests();
   CHECK(epoch(plain, info) == want);
   CHECK(requests() == before);
-  CHECK(warnings.size() == 2);
+  CHECK(warned.messages().size() == 2);
 }
 
 TEST_CASE("get_ranges_async: several ranges of one URL with one GET, neighbours as one range; a fault leaves parts short, never wrong") {

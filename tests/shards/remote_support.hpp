@@ -16,6 +16,7 @@
 #include "coload/core/worker_info.hpp"
 #include "coload/shards/stream.hpp"
 #include "coload/shards/writer.hpp"
+#include "../support/warnings.hpp"
 #include "serve.hpp"
 #include "shards_test_support.hpp"
 
@@ -29,20 +30,7 @@ inline shards_test::Server* server = nullptr;
 inline fs::path* root = nullptr;  // the served folder: "shards/" holds the shards
 constexpr std::int64_t total = 120;
 
-/// Collects coload's warnings while alive (those of the cache filler's thread too: a test
-/// reads them once it has waited for that thread), then puts the default handler back.
-/// `forget`: warn_once's earlier keys forgotten first, so a warning said once in an earlier
-/// test is said again here.
-struct Warnings {
-  std::vector<std::string> seen;
-  explicit Warnings(bool forget = false) {
-    if (forget) coload::detail::forget_warnings();
-    set_warning_handler([this](const std::string& w) { seen.push_back(w); });
-  }
-  ~Warnings() { set_warning_handler({}); }
-  Warnings(const Warnings&) = delete;
-  Warnings& operator=(const Warnings&) = delete;
-};
+using coload::test::Warnings;  // tests/support/warnings.hpp
 
 // Sample i's bytes; another `version` changes every byte but no length.
 inline std::string payload(std::int64_t i, int version = 0) {

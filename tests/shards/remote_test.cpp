@@ -535,7 +535,6 @@ TEST_CASE("the cache's bound holds while shards download: room is made as a fetc
 
 TEST_CASE("a ShardStream's cached copy that fails mid-shard: the shard is read on from its URL, nothing lost") {
   Warnings warned;
-  auto& warnings = warned.seen;
   // One shard of all the samples (about 550 KB), read in 64 KiB chunks: the copy is cut while
   // the stream is inside it.
   const fs::path dir = *root / "one";
@@ -566,18 +565,18 @@ TEST_CASE("a ShardStream's cached copy that fails mid-shard: the shard is read o
   }
   CHECK(got == expected);
   CHECK(requests_made(mode) - before == 1);
-  REQUIRE(warnings.size() == 1);
-  CHECK(warnings[0].find("the cached copy '" + entry.string() + "' of shard '" +
+  REQUIRE(warned.messages().size() == 1);
+  CHECK(warned.messages()[0].find("the cached copy '" + entry.string() + "' of shard '" +
                          url(mode, "one/") + "shard-000000.tar' failed (") != std::string::npos);
-  CHECK(warnings[0].find("the shard ends inside the sample") != std::string::npos);
-  CHECK(warnings[0].find("): the shard is read from its URL from byte ") != std::string::npos);
+  CHECK(warned.messages()[0].find("the shard ends inside the sample") != std::string::npos);
+  CHECK(warned.messages()[0].find("): the shard is read from its URL from byte ") != std::string::npos);
   CHECK_FALSE(fs::exists(entry));  // given up: removed from the cache
   // The copy of the wrong size is not used again: the next epoch fetches the shard whole,
   // and caches it anew.
-  warnings.clear();
+  warned.clear();
   CHECK(epoch(remote, info) == expected);
   CHECK(requests_made(mode) - before == 2);
-  CHECK(warnings.empty());
+  CHECK(warned.messages().empty());
   CHECK(fs::file_size(entry) > 400000);
 }
 
@@ -856,7 +855,6 @@ TEST_CASE("the cache filler: a failed fetch is asked again by a later read, thre
 
 TEST_CASE("the cache filler fetches again a copy found bad, and one whose commit the folder's lock stopped") {
   Warnings warned{true};
-  auto& warnings = warned.seen;
   // The cache's files, parts apart.
   const auto entries = [](const fs::path& dir) {
     std::vector<fs::path> kept;
@@ -921,8 +919,8 @@ TEST_CASE("the cache filler fetches again a copy found bad, and one whose commit
     CHECK(entries(cache.path).empty());
     CHECK_FALSE(part());
     ::close(lock_fd);
-    REQUIRE(warnings.size() == 1);
-    CHECK(warnings[0].find("stayed locked by another process") != std::string::npos);
+    REQUIRE(warned.messages().size() == 1);
+    CHECK(warned.messages()[0].find("stayed locked by another process") != std::string::npos);
     CHECK(ds.read(1).text("bin") == payload(1));
     ds.cache_wait();
     const auto kept = entries(cache.path);
@@ -998,7 +996,6 @@ TEST_CASE("one writer a cache entry: a second dataset on the folder does not fet
 
 TEST_CASE("a cache that cannot keep shards says so once; a folder locked by a stopped process stops no transfer") {
   Warnings warned{true};
-  auto& warnings = warned.seen;
   const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 21};
   const auto local = local_epoch(info);
   shards_test::TempDir tmp;
@@ -1016,13 +1013,13 @@ TEST_CASE("a cache that cannot keep shards says so once; a folder locked by a st
   shards::ShardStream unmade(url("ok,c2"), o);
   CHECK(epoch(unmade, info) == local);
   CHECK(epoch(unmade, info) == local);
-  REQUIRE(warnings.size() == 1);
-  CHECK(warnings[0].find("the shard cache '" + (file / "sub").string() +
+  REQUIRE(warned.messages().size() == 1);
+  CHECK(warned.messages()[0].find("the shard cache '" + (file / "sub").string() +
                          "' is not used: cannot create the folder: Not a directory") !=
         std::string::npos);
   // The folder's lock held throughout (as by a process stopped while it committed): each
   // commit gives up after a while rather than wait, and says so once; nothing is cached.
-  warnings.clear();
+  warned.clear();
   const fs::path dir = tmp.path / "cache";
   fs::create_directories(dir);
   const int lock_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -1031,8 +1028,8 @@ TEST_CASE("a cache that cannot keep shards says so once; a folder locked by a st
   o.shards.cache_dir = dir.string();
   shards::ShardStream locked(url("ok,c3"), o);
   CHECK(epoch(locked, info) == local);
-  REQUIRE(warnings.size() == 1);
-  CHECK(warnings[0].find("the shard cache '" + dir.string() +
+  REQUIRE(warned.messages().size() == 1);
+  CHECK(warned.messages()[0].find("the shard cache '" + dir.string() +
                          "' stayed locked by another process") != std::string::npos);
   CHECK(fs::is_empty(dir));
   ::close(lock_fd);
@@ -1582,7 +1579,6 @@ TEST_CASE("shards without an index: map-style says it needs the index; a torn on
   // every later shard arrives: the samples before the cut, then shards 2.. whole.
   {
     Warnings warned;
-    auto& warnings = warned.seen;
     shards::ShardStream skipping(url("ok", "torn/"),
                                  {.shuffle_shards = false, .skip_failed_shards = true});
     std::vector<std::int64_t> ids;
@@ -1593,9 +1589,9 @@ TEST_CASE("shards without an index: map-style says it needs the index; a torn on
     }
     CHECK(ids == expected);
     CHECK(skipping.skipped_samples() == 0);  // how many the rest held is not known
-    REQUIRE(warnings.size() == 1);
-    INFO(warnings[0]);
-    CHECK(warnings[0].find("shard-000001.tar' has no index: " + std::to_string(
+    REQUIRE(warned.messages().size() == 1);
+    INFO(warned.messages()[0]);
+    CHECK(warned.messages()[0].find("shard-000001.tar' has no index: " + std::to_string(
                                got - indexed.shards()[0].samples.size()) +
                            " of its samples were read, the rest (how many is not known") !=
           std::string::npos);
@@ -1671,7 +1667,6 @@ TEST_CASE("shards without an index: a state taken after a shard's last sample is
 
 TEST_CASE("shards without an index: an archive cut where its end block begins, after every sample an earlier epoch counted") {
   Warnings warned;
-  auto& warnings = warned.seen;
   const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
   const shards::ShardDataset indexed(*root / "shards");
   // Shard 1's end-of-archive block begins where its last member's data, padded to 512, ends.
@@ -1695,7 +1690,7 @@ TEST_CASE("shards without an index: an archive cut where its end block begins, a
   // is lost: every sample, no error, no warning. (Before, that sample was called lost.)
   for (int epoch = 0; epoch < 2; ++epoch) {
     CHECK(ids(stream) == all);
-    CHECK(warnings.empty());
+    CHECK(warned.messages().empty());
     CHECK(stream.skipped_samples() == 0);
   }
   CHECK(requests_made(mode) - first == 2 * (static_cast<int>(indexed.shards().size()) + 1));
