@@ -599,7 +599,8 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
         // end found (an empty archive's is at 0, and has nothing to lose).
         std::uint64_t end_found = 0;
         auto samples = detail::stream_unindexed(client, shard.path, window, data.options().retry,
-                                                {}, self->learned_->end(s), &end_found);
+                                                data.options().index.limits,
+                                                self->learned_->end(s), &end_found);
         while (ShardSample* x = co_await samples.next()) {
           if (seen++ < already) continue;
           if (held) {
@@ -679,9 +680,15 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
     for (std::size_t k = pos.shard_pos + 1; k < order.size(); ++k) {
       const ShardIndex& following = data.shards()[order[k]];
       if (following.samples.empty()) continue;
-      next_reader = open_reader(http(), following, self->options_, data.options().direct,
-                                following.samples.front().begin, spare);
-      next_reader_shard = order[k];
+      try {
+        next_reader = open_reader(http(), following, self->options_, data.options().direct,
+                                  following.samples.front().begin, spare);
+        next_reader_shard = order[k];
+      } catch (...) {
+        // Not this shard's fault (the next one gone, no thread or fd to be had): this shard's
+        // samples go out first, and the next is opened again when its turn comes, where its
+        // error names it and on_error decides.
+      }
       break;
     }
     const bool waits = reader->waits();

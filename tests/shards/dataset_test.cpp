@@ -295,6 +295,31 @@ TEST_CASE("a torn shard fails with its name; with on_error = skip its samples ar
   CHECK(ids == rest);
 }
 
+TEST_CASE("a shard that cannot be opened fails at its turn, naming it, after the shard before it gave every sample") {
+  // The stream opens the next shard's reader as a shard starts, so that its first reads
+  // overlap this one's tail. That early open failing was this shard's error: the stream ended
+  // before its first sample, and every resume from inside it failed the same way.
+  TempDir dir;
+  const auto paths = write_shards(dir.path, 30, 20000);
+  REQUIRE(paths.size() >= 3);
+  shards::ShardStream ordered(dir.path, {.shuffle_shards = false});
+  const auto first = static_cast<std::int64_t>(ordered.dataset().shards()[0].samples.size());
+  REQUIRE(first > 1);
+  fs::remove(paths[1]);  // indexed when the stream was made, gone since
+  std::vector<std::int64_t> got;
+  std::string error;
+  try {
+    for (auto& sample : ordered.samples(WorkerInfo{.num_workers = 1})) {
+      got.push_back(std::stoll(sample.text("id")));
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  CHECK(got == iota(first));
+  CAPTURE(error);
+  CHECK(error.find("'" + paths[1] + "'") != std::string::npos);
+}
+
 TEST_CASE("ShardImagePipeline: labels from cls, the same batches for 0, 1 and 3 workers") {
   TempDir dir;
   {
