@@ -193,7 +193,9 @@ void walk_tar(const std::string& shard, std::uint64_t archive_size, const TarRea
     }
     if (!h) return;  // end of archive (tarfile stops at the first zero block too)
     if (!pending) first_header = offset;
-    const std::uint64_t size = pax.size.value_or(h->size);
+    // A pax header's size is its member's: a global header between the two has its own.
+    const std::uint64_t size =
+        h->type == TarEntryType::pax_global ? h->size : pax.size.value_or(h->size);
     const std::uint64_t data_at = offset + tar_block;
     std::string name = pax.path ? *pax.path : long_name ? *long_name : h->name;
     if (size > archive_size - data_at) {

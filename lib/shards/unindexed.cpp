@@ -169,7 +169,9 @@ AsyncGenerator<ShardSample> stream_unindexed(std::shared_ptr<io::HttpClient> cli
       break;
     }
     if (!pending) first_header = at;
-    const std::uint64_t size = pax.size.value_or(h->size);
+    // A pax header's size is its member's: a global header between the two has its own.
+    const std::uint64_t size =
+        h->type == TarEntryType::pax_global ? h->size : pax.size.value_or(h->size);
     name = pax.path ? *pax.path : long_name ? *long_name : h->name;
     switch (h->type) {
       case TarEntryType::gnu_long_name: {
@@ -196,6 +198,12 @@ AsyncGenerator<ShardSample> stream_unindexed(std::shared_ptr<io::HttpClient> cli
         co_await w.take(padding(size), "", at, "GNU long link");
         pending = true;
         continue;
+      case TarEntryType::pax_global:
+        // Records for the rest of the archive (ignored, as tarfile does): a long name or pax
+        // header before it still names the member after it, as in walk_tar and tarfile.
+        co_await w.take(size, "", at, "pax global header");
+        co_await w.take(padding(size), "", at, "pax global header");
+        continue;
       case TarEntryType::file:
         if (split_member_name(name, key, field)) {
           if (w.open && key != cur.key) co_yield flush();
@@ -217,7 +225,7 @@ AsyncGenerator<ShardSample> stream_unindexed(std::shared_ptr<io::HttpClient> cli
           break;
         }
         [[fallthrough]];  // metadata or a name without a field: skipped, as an index skips it
-      default:  // pax_global (ignored, as tarfile does) and other entries: skipped
+      default:  // other entries: skipped
         co_await w.take(size, name, first_header, "an entry's data");
         co_await w.take(padding(size), name, first_header, "an entry's data");
         break;

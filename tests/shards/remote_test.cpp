@@ -1521,6 +1521,34 @@ TEST_CASE("shards without an index stream by their tar headers: the local epoch,
   CHECK((all == std::multiset<std::string>(every.begin(), every.end())));
 }
 
+TEST_CASE("a shard without an index is walked as an indexed one: a pax global header between a member's headers, the dataset's tar limits") {
+  // A member named by its pax header, a global header between that and the member's own.
+  const std::string path = std::string(120, 'L') + "/k1.txt";
+  if (!fs::exists(*root / "paxg")) {
+    fs::create_directories(*root / "paxg");
+    shards_test::write_bytes(*root / "paxg" / "g-000000.tar",
+                             shards_test::pax_global_between(path, "hello"));
+  }
+  const std::string shard = url("ok", "paxg/") + "g-000000.tar";
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 1};
+  const auto read = [&](shards::ShardStream& stream) {
+    std::vector<std::string> got;
+    for (auto& sample : stream.samples(info)) got.push_back(sample.key + "=" + sample.text("txt"));
+    return got;
+  };
+  shards::ShardStream remote(shard, stream_options());
+  CHECK(read(remote) == std::vector<std::string>{std::string(120, 'L') + "/k1=hello"});
+  // The dataset's TarLimits, as the index of a local shard is built with: the pax header (over
+  // 100 bytes) is refused under a limit of 64, naming it.
+  shards::ShardStreamOptions o = stream_options();
+  o.shards.index.limits.max_extended_header = 64;
+  CHECK_THROWS_WITH_AS(shards::build_index(*root / "paxg" / "g-000000.tar", o.shards.index.limits),
+                       doctest::Contains("exceeds the limit of 64"), shards::ShardError);
+  shards::ShardStream limited(shard, o);
+  CHECK_THROWS_WITH_AS((void)read(limited), doctest::Contains("exceeds the limit of 64"),
+                       shards::ShardError);
+}
+
 TEST_CASE("presigned shard URLs: an index refused (403) to a URL with a query is streamed without it") {
   // "403,all,on.idx": every .idx answered 403, the shards served; a presigned URL's signature
   // would not cover the index beside its shard.

@@ -216,6 +216,31 @@ TEST_CASE("shards from Python's tarfile (pax and GNU formats) and GNU tar with l
   CHECK(index.members[0].size == 7);
 }
 
+TEST_CASE("a pax global header between a member's pax header and the member: skipped by its own size, as tarfile reads it") {
+  // The member's pax header names it and gives its size; a global header ('g', records for
+  // the rest of the archive, ignored) of two blocks comes before the member's own header. The
+  // pax size is the member's: skipping the global header by it read its second block as a
+  // header.
+  const std::string path = std::string(120, 'L') + "/k1.txt";
+  const auto tar = shards_test::pax_global_between(path, "hello");
+  const auto members = shards::list_tar(tar);
+  REQUIRE(members.size() == 1);
+  CHECK(members[0].name == path);
+  CHECK(members[0].size == 5);
+  CHECK(members[0].header_offset == 0);  // the pax header's
+  CHECK(std::string(reinterpret_cast<const char*>(tar.data() + members[0].offset), 5) == "hello");
+  // Python's tarfile reads it the same.
+  TempDir dir;
+  write_bytes(dir.path / "g.tar", tar);
+  const std::string out = run_python(
+      "import sys,tarfile\n"
+      "t=tarfile.open(sys.argv[1])\n"
+      "m=[x for x in t.getmembers() if x.isfile()]\n"
+      "print(len(m), len(m[0].name), m[0].size, t.extractfile(m[0]).read().decode())\n",
+      (dir.path / "g.tar").string());
+  CHECK(out == std::to_string(path.size()).insert(0, "1 ") + " 5 hello\n");
+}
+
 TEST_CASE("malformed shards are named errors: shard, member, offset") {
   TempDir dir;
   const fs::path p = dir.path / "bad.tar";
