@@ -193,9 +193,10 @@ void walk_tar(const std::string& shard, std::uint64_t archive_size, const TarRea
     }
     if (!h) return;  // end of archive (tarfile stops at the first zero block too)
     if (!pending) first_header = offset;
-    // A pax header's size is its member's: a global header between the two has its own.
-    const std::uint64_t size =
-        h->type == TarEntryType::pax_global ? h->size : pax.size.value_or(h->size);
+    // A pax header's size is its member's: an extended header between the two (a global
+    // one, a GNU long name, another pax header) has its own, as tarfile reads them.
+    const bool member = h->type == TarEntryType::file || h->type == TarEntryType::other;
+    const std::uint64_t size = member ? pax.size.value_or(h->size) : h->size;
     const std::uint64_t data_at = offset + tar_block;
     std::string name = pax.path ? *pax.path : long_name ? *long_name : h->name;
     if (size > archive_size - data_at) {

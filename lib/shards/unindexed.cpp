@@ -169,9 +169,10 @@ AsyncGenerator<ShardSample> stream_unindexed(std::shared_ptr<io::HttpClient> cli
       break;
     }
     if (!pending) first_header = at;
-    // A pax header's size is its member's: a global header between the two has its own.
-    const std::uint64_t size =
-        h->type == TarEntryType::pax_global ? h->size : pax.size.value_or(h->size);
+    // A pax header's size is its member's: an extended header between the two (a global
+    // one, a GNU long name, another pax header) has its own, as tarfile reads them.
+    const bool member = h->type == TarEntryType::file || h->type == TarEntryType::other;
+    const std::uint64_t size = member ? pax.size.value_or(h->size) : h->size;
     name = pax.path ? *pax.path : long_name ? *long_name : h->name;
     switch (h->type) {
       case TarEntryType::gnu_long_name: {

@@ -53,7 +53,7 @@ enum class TarEntryType {
   gnu_long_name,  ///< 'L': its data is the next header's name
   gnu_long_link,  ///< 'K': its data is the next header's link name (ignored)
   pax_local,      ///< 'x': pax records for the next header
-  pax_global,     ///< 'g': pax records for the rest of the archive (ignored, as tarfile does)
+  pax_global,     ///< 'g': pax records for the rest of the archive (ignored)
   other,          ///< a directory, link, device...: skipped with its data
 };
 
