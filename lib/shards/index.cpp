@@ -88,13 +88,15 @@ std::vector<std::string_view> split_tabs(std::string_view line) {
 
 }  // namespace
 
+bool is_metadata_name(std::string_view name) noexcept {
+  const std::string_view first = name.substr(0, name.find('/'));
+  return first.size() >= 4 && first.starts_with("__") && first.ends_with("__");
+}
+
 bool split_member_name(std::string_view name, std::string& key, std::string& field) {
   const std::size_t slash = name.rfind('/');
   const std::size_t base = slash == std::string_view::npos ? 0 : slash + 1;
-  if (slash == std::string_view::npos && name.size() >= 4 && name.starts_with("__") &&
-      name.ends_with("__")) {
-    return false;  // webdataset's metadata (__key__-like names at the top level)
-  }
+  if (is_metadata_name(name)) return false;
   const std::size_t dot = name.find('.', base);
   if (dot == std::string_view::npos || dot == base || dot + 1 == name.size()) return false;
   key.assign(name.substr(0, dot));

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
@@ -120,13 +122,30 @@ void Writer::write(std::string_view key, std::span<const WriteField> fields) {
     throw InvalidArgument("shards::Writer: invalid key '" + std::string(key) +
                           "' (empty, or a dot in its base name)");
   }
-  std::set<std::string_view> names;
+  // What a reader would not give back as this sample: its members skipped as webdataset's
+  // metadata, or joined with the sample before (readers group consecutive members by key).
+  if (is_metadata_name(key)) {
+    throw InvalidArgument("shards::Writer: key '" + std::string(key) +
+                          "' begins with a __name__ folder, which readers skip as metadata");
+  }
+  if (key == last_key_) {
+    throw InvalidArgument("shards::Writer: key '" + std::string(key) +
+                          "' is the key of the sample before, which readers would join it to");
+  }
+  if (fields.empty()) {
+    throw InvalidArgument("shards::Writer: sample '" + std::string(key) + "' has no field");
+  }
+  std::set<std::string> names;  // lowercased, as readers name fields
   std::uint64_t bytes = 0;
   staging_.clear();
   for (const WriteField& f : fields) {
-    if (f.name.empty() || f.name.find('/') != std::string::npos || !names.insert(f.name).second) {
+    std::string lower = f.name;
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (f.name.empty() || f.name.find('/') != std::string::npos || !names.insert(lower).second) {
       throw InvalidArgument("shards::Writer: invalid or repeated field '" + f.name +
-                            "' in sample '" + std::string(key) + "'");
+                            "' in sample '" + std::string(key) +
+                            "' (fields are named without regard to case)");
     }
     // A name too long for ustar may bring a pax header along (at most two blocks and the path).
     const std::size_t name = key.size() + 1 + f.name.size();
@@ -157,6 +176,7 @@ void Writer::write(std::string_view key, std::span<const WriteField> fields) {
     offset_ += f.data.size() + pad;
   }
   ++samples_;
+  last_key_ = key;
 }
 
 std::vector<std::string> Writer::finish() {

@@ -112,6 +112,16 @@ TEST_CASE("WebDataset keys and fields") {
   CHECK_FALSE(shards::split_member_name("README", key, field));
   CHECK_FALSE(shards::split_member_name("dir/.hidden", key, field));
   CHECK_FALSE(shards::split_member_name("__meta__", key, field));
+  // webdataset skips any name whose first folder is __x__ too (its `__[^/]*__($|/)`).
+  CHECK_FALSE(shards::split_member_name("__cache__/000001.jpg", key, field));
+  CHECK_FALSE(shards::split_member_name("____/a.jpg", key, field));
+  REQUIRE(shards::split_member_name("__a__b/x.jpg", key, field));
+  CHECK(key == "__a__b/x");
+  REQUIRE(shards::split_member_name("d/__k__/x.jpg", key, field));
+  CHECK(key == "d/__k__/x");
+  REQUIRE(shards::split_member_name("__k__.jpg", key, field));
+  CHECK(key == "__k__");
+  CHECK(shards::split_member_name("___/a.jpg", key, field));  // three: no __x__
 }
 
 TEST_CASE("the writer's shards round-trip through the index, tar -tf and Python's tarfile") {
@@ -128,6 +138,25 @@ TEST_CASE("the writer's shards round-trip through the index, tar -tf and Python'
     writer.write(key, fields);
   }
   CHECK_THROWS_AS(writer.write("bad.key", {}), coload::InvalidArgument);
+  // What readers would not give back as written is refused when written, naming it: before,
+  // "JPG" beside "jpg" failed finish() (no index, no shards.txt), and a key repeated joined
+  // two samples into one.
+  const std::string one = "1";
+  const shards::WriteField jpg_twice[] = {{"jpg", bytes_of(one)}, {"JPG", bytes_of(one)}};
+  CHECK_THROWS_WITH_AS(writer.write("sample0007", jpg_twice),
+                       "shards::Writer: invalid or repeated field 'JPG' in sample 'sample0007' "
+                       "(fields are named without regard to case)",
+                       coload::InvalidArgument);
+  const shards::WriteField cls_only[] = {{"cls", bytes_of(one)}};
+  CHECK_THROWS_WITH_AS(writer.write("sample0006", cls_only),
+                       "shards::Writer: key 'sample0006' is the key of the sample before, which "
+                       "readers would join it to",
+                       coload::InvalidArgument);
+  CHECK_THROWS_WITH_AS(writer.write("__cache__/x", cls_only),
+                       doctest::Contains("begins with a __name__ folder"), coload::InvalidArgument);
+  CHECK_THROWS_WITH_AS(writer.write("empty", {}),
+                       "shards::Writer: sample 'empty' has no field", coload::InvalidArgument);
+  CHECK(writer.samples() == 7);
   const auto paths = writer.finish();
   REQUIRE(paths.size() >= 3);
   int seen = 0;

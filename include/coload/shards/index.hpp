@@ -72,9 +72,13 @@ struct ShardIndex {
 /// WebDataset's split of a member name into key and field: the key is the path up to the
 /// first dot of the base name, the field what follows it, lowercased ("a/b.seg.PNG" gives
 /// "a/b" and "seg.png"). Returns false for a name whose base name has no dot, or is empty,
-/// and for WebDataset's metadata names ("__x__" at the top level): such members belong to no
-/// sample and are skipped, as webdataset skips them.
+/// and for WebDataset's metadata names (is_metadata_name): such members belong to no sample
+/// and are skipped, as webdataset skips them.
 bool split_member_name(std::string_view name, std::string& key, std::string& field);
+
+/// Whether `name` is one webdataset skips as metadata: its first path component begins and
+/// ends with "__" ("__key__", "__cache__/000001.jpg"; webdataset's `__[^/]*__($|/)`).
+bool is_metadata_name(std::string_view name) noexcept;
 
 /// Groups members (in archive order) into samples: consecutive members with the same key
 /// form one sample. Throws ShardError when a key repeats a field (webdataset's "duplicate

@@ -56,8 +56,11 @@ class Writer {
   ~Writer();
 
   /// Appends one sample: a member "<key>.<field>" per field, in the order given. Throws
-  /// InvalidArgument for an empty key, a key whose base name holds a dot, a field that is
-  /// empty or holds a slash, or two fields of one name; SystemError when writing fails.
+  /// InvalidArgument for what a reader would not give back as written: an empty key, a key
+  /// whose base name holds a dot, a key under a "__name__" folder (webdataset's metadata), the
+  /// key of the sample before (readers would join the two), no field, a field that is empty or
+  /// holds a slash, or two fields of one name without regard to case (readers lowercase them);
+  /// SystemError when writing fails.
   void write(std::string_view key, std::span<const WriteField> fields);
   /// Closes the open shard (end-of-archive blocks, rename, index file), writes `shards.txt`
   /// (with write_index) and returns the paths of every shard written. Nothing may be written after.
@@ -82,6 +85,7 @@ class Writer {
   std::vector<std::pair<std::uint64_t, RestartIndex>> restarts_;
   std::vector<std::byte> staging_;
   std::int64_t samples_ = 0;
+  std::string last_key_;  // the key of the sample written last
   bool finished_ = false;
 };
 
