@@ -46,6 +46,20 @@ for k, (path, cls) in enumerate(files):
 check(order != sorted(order), "--seed did not shuffle")
 print("tarfile: all", len(files), "images and labels match")
 PY
+# A file named ".jpg" is an image, as torchvision's suffix test has it (its extension was taken
+# from a dot file's empty one, and the run aborted); a --shard-size past 2^64 bytes is refused,
+# naming the flag (its cast was undefined).
+mkdir -p "$tmp/dot/a"
+cp "$(ls "$tmp/folder"/*/*.jpg | head -n 1)" "$tmp/dot/a/.jpg"
+"$shard" "$tmp/dot" "$tmp/dot-shards" > /dev/null
+listed=$(tar -tf "$tmp/dot-shards/shard-000000.tar" | tr '\n' ' ')
+[ "$listed" = "000000000.jpg 000000000.cls " ] || { echo "a file named .jpg: $listed"; exit 1; }
+for bad in inf 1e20; do
+  if "$shard" "$tmp/dot" "$tmp/bad" --shard-size $bad 2> "$tmp/bad.err"; then
+    echo "--shard-size $bad was taken"; exit 1
+  fi
+  grep -q "shard-size: not a size: '$bad'" "$tmp/bad.err" || { cat "$tmp/bad.err"; exit 1; }
+done
 "$image_folder" --shards "$tmp/shards" --epochs 4 --batch-size 16 --workers 2 --json > "$tmp/run.json"
 /usr/bin/python3 - "$tmp/run.json" <<'PY'
 import json, sys

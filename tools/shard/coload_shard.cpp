@@ -47,7 +47,10 @@ std::uint64_t parse_size(const std::string& text) {
       {"kb", 1e3},     {"m", 1 << 20},   {"mib", 1 << 20},    {"mb", 1e6},
       {"g", 1 << 30},  {"gib", 1 << 30}, {"gb", 1e9}};
   for (const auto& [name, scale] : units) {
-    if (unit == name && value > 0) return static_cast<std::uint64_t>(value * scale);
+    // Below 2^64 bytes: "inf" and 1e20 parse, and their cast is undefined.
+    if (unit == name && value > 0 && value * scale < 0x1p64) {
+      return static_cast<std::uint64_t>(value * scale);
+    }
   }
   throw CLI::ValidationError("--shard-size", "not a size: '" + text + "' (e.g. 64MiB)");
 }
@@ -95,7 +98,10 @@ int main(int argc, char** argv) {
           const std::string data((std::istreambuf_iterator<char>(in)),
                                  std::istreambuf_iterator<char>());
           if (!in.good() && !in.eof()) throw std::runtime_error("cannot read '" + s.path + "'");
-          std::string ext = std::filesystem::path(s.path).extension().string().substr(1);
+          // After the file name's last dot: a file named ".jpg" has no extension() (a dot
+          // file), but torchvision's suffix test takes it, as index_folder does.
+          const std::string file = std::filesystem::path(s.path).filename().string();
+          std::string ext = file.substr(file.rfind('.') + 1);
           std::transform(ext.begin(), ext.end(), ext.begin(),
                          [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
           char key[32];
