@@ -47,6 +47,26 @@ class _PerSample:
         return self.collate_fn(samples[0])
 
 
+class _Through:
+    """What the native loader calls in place of the DataLoader's collate or `worker_init_fn`:
+    the DataLoader's own, reached through a weak reference. Held by C++ directly, a bound method
+    of an object that holds the DataLoader (`collate_fn=self.collate`) closed a cycle through
+    C++ that Python's collector cannot see: that object, the loader and its worker threads (or
+    processes) lived for ever."""
+
+    __slots__ = ("_loader", "_name")
+
+    def __init__(self, loader, name):
+        self._loader = weakref.ref(loader)
+        self._name = name
+
+    def __call__(self, *args):
+        loader = self._loader()
+        if loader is None:  # only while the loader is being collected and its workers stop
+            raise RuntimeError("the DataLoader was collected while its workers ran")
+        return getattr(loader, self._name)(*args)
+
+
 class _Pending:
     """The index iterator of the epoch about to start, handed to the native loader: a box of its
     own, so that the native loader holds no reference to the DataLoader (a cycle through C++
@@ -229,10 +249,12 @@ class DataLoader:
             collate = self.collate_fn
             if self.batch_size is None and self.batch_sampler is None:
                 collate = _PerSample(collate or default_convert)
-            o.collate = collate or default_collate
+            self._collate = collate or default_collate
+            o.collate = _Through(self, "_collate")
         o.pin_memory = bool(self.pin_memory) and self._native_dataset
         o.timeout = float(self.timeout)
-        o.worker_init_fn = self.worker_init_fn
+        o.worker_init_fn = (_Through(self, "worker_init_fn") if self.worker_init_fn is not None
+                            else None)
         o.prefetch_factor = self.prefetch_factor
         o.persistent_workers = self.persistent_workers
         o.in_order = self.in_order

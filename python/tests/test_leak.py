@@ -3,6 +3,9 @@ import ctypes
 import gc
 import time
 import resource
+import weakref
+
+import pytest
 
 import torch
 
@@ -55,6 +58,44 @@ def test_500_loaders_dropped_mid_epoch():
     assert fd_count() == fds
     grown = rss_kib() - rss
     assert grown < 16 * 1024, f"RSS grew by {grown} KiB over 500 loaders"
+
+
+class _Trainer:
+    """Holds its loader, whose collate_fn and worker_init_fn are its own bound methods: a cycle
+    (as a training class often makes one) that Python's collector must be able to break."""
+
+    def __init__(self, executor):
+        self.inits = 0
+        self.loader = coload.DataLoader(IndexDataset(32), batch_size=4, num_workers=2,
+                                        collate_fn=self.collate, worker_init_fn=self.init,
+                                        executor=executor)
+        self.first = next(iter(self.loader))  # mid-epoch: workers running
+
+    def collate(self, samples):
+        return torch.tensor(samples) * 10
+
+    def init(self, worker_id):
+        self.inits += 1
+
+
+@pytest.mark.parametrize("executor", ["threads", "processes"])
+def test_a_loader_in_a_cycle_through_its_collate_fn_is_collected(executor):
+    gc.collect()
+    tasks, fds = task_count(), fd_count()
+    trainers = []
+    for _ in range(5):
+        t = _Trainer(executor)
+        assert t.first.tolist() == [0, 10, 20, 30]  # the bound collate ran
+        trainers.append(weakref.ref(t))
+        del t
+    gc.collect()
+    # Before, the loader held the bound methods from C++, where the collector could not see
+    # them: every trainer, its loader and its two workers stayed.
+    assert [r() for r in trainers] == [None] * 5
+    deadline = time.monotonic() + 10
+    while (task_count(), fd_count()) != (tasks, fds) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (task_count(), fd_count()) == (tasks, fds)
 
 
 EXIT_SCRIPT = """
