@@ -245,7 +245,7 @@ TEST_CASE("shards from Python's tarfile (pax and GNU formats) and GNU tar with l
   CHECK(index.members[0].size == 7);
 }
 
-TEST_CASE("a pax global header between a member's pax header and the member: skipped by its own size, as tarfile reads it") {
+TEST_CASE("an extended header between a member's pax header and the member (a pax global header, a GNU long name): read by its own size, as tarfile reads it") {
   // The member's pax header names it and gives its size; a global header ('g', records for
   // the rest of the archive, ignored) of two blocks comes before the member's own header. The
   // pax size is the member's: skipping the global header by it read its second block as a
@@ -268,6 +268,27 @@ TEST_CASE("a pax global header between a member's pax header and the member: ski
       "print(len(m), len(m[0].name), m[0].size, t.extractfile(m[0]).read().decode())\n",
       (dir.path / "g.tar").string());
   CHECK(out == std::to_string(path.size()).insert(0, "1 ") + " 5 hello\n");
+
+  // The same for a GNU long name between them: read by its own size (14), the pax size (600,
+  // two blocks) the member's.
+  std::vector<std::byte> gnu;
+  const std::string x = shards_test::pax_record("size", "600");
+  shards_test::append_typed_header(gnu, "././@PaxHeader", x.size(), 'x');
+  shards_test::append_padded(gnu, x);
+  shards_test::append_typed_header(gnu, "././@LongLink", 14, 'L');
+  shards_test::append_padded(gnu, std::string_view("long/name.txt\0", 14));
+  shards_test::append_typed_header(gnu, "short.txt", 0, '0');
+  shards_test::append_padded(gnu, std::string(600, 'd'));
+  gnu.resize(gnu.size() + 1024);
+  const auto named = shards::list_tar(gnu);
+  REQUIRE(named.size() == 1);
+  CHECK(named[0].name == "long/name.txt");
+  CHECK(named[0].size == 600);
+  write_bytes(dir.path / "l.tar", gnu);
+  CHECK(run_python("import sys,tarfile\n"
+                   "m=[x for x in tarfile.open(sys.argv[1]).getmembers() if x.isfile()]\n"
+                   "print(len(m), m[0].name, m[0].size)\n",
+                   (dir.path / "l.tar").string()) == "1 long/name.txt 600\n");
 }
 
 TEST_CASE("malformed shards are named errors: shard, member, offset") {
