@@ -242,7 +242,10 @@ class DataLoader:
         else:
             o.batches = self._pending
             source = self.batch_sampler if self.batch_sampler is not None else self.sampler
-            o.batches_len = len(source) if hasattr(source, "__len__") else None
+            try:
+                o.batches_len = len(source)
+            except TypeError:  # a sampler without __len__ (under a BatchSampler too): as torch's,
+                o.batches_len = None  # iterated all the same
         o.num_workers = self.num_workers
         o.auto_workers = bool(self.auto_workers)
         if not self._native_dataset:
@@ -286,6 +289,9 @@ class DataLoader:
             if self.batch_size is not None:
                 n = n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
             return n
+        if not self._own_order:
+            # As torch's: the index sampler's length (a TypeError where it has none).
+            return len(self.batch_sampler if self.batch_sampler is not None else self.sampler)
         return len(self._loader())
 
     def __iter__(self):

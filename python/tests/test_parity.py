@@ -118,3 +118,33 @@ def test_native_dataset_shuffle_parity():
                                          shuffle=True, generator=g2)
     for _ in range(EPOCHS):
         assert [b[0].tolist() for b in ours] == [b[0].tolist() for b in theirs]
+
+
+class _OddIndices(torch.utils.data.Sampler):
+    """A sampler without __len__, as torch allows."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return iter(range(1, self.n, 2))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("batch_size", [2, None])
+def test_a_sampler_without_len_is_iterated_and_len_is_a_type_error(workers, batch_size):
+    # Before, the loader took len() of its BatchSampler, which asks the sampler's: the first
+    # iter() raised TypeError where torch's iterates.
+    def kwargs():
+        return dict(sampler=_OddIndices(10), batch_size=batch_size)
+    ours = coload.DataLoader(IndexDataset(10), num_workers=workers, **kwargs())
+    theirs = torch.utils.data.DataLoader(IndexDataset(10), **kwargs())
+    def listed(loader):  # batch_size=None: each batch is the sample itself, an int
+        return [b.tolist() if isinstance(b, torch.Tensor) else b for b in loader]
+    got = listed(ours)
+    assert got == listed(theirs)
+    assert got == ([[1, 3], [5, 7], [9]] if batch_size else [1, 3, 5, 7, 9])
+    assert listed(ours) == got  # a second epoch
+    for loader in (ours, theirs):
+        with pytest.raises(TypeError):
+            len(loader)
