@@ -63,19 +63,24 @@ inline std::string pax_record(const std::string& key, const std::string& value) 
   return std::to_string(len) + body;
 }
 
-/// Appends a header block of `type` ('0', 'x', 'g') for `name` (at most 100 bytes) announcing
-/// `size` bytes, its checksum made right.
-inline void append_typed_header(std::vector<std::byte>& tar, const std::string& name,
-                                std::uint64_t size, char type) {
-  coload::shards::append_tar_header(tar, name, size);
-  const std::size_t h = tar.size() - 512;
-  tar[h + 156] = static_cast<std::byte>(type);
+/// Writes the checksum of the header block at `h` anew, after a field of it was changed.
+inline void fix_checksum(std::vector<std::byte>& tar, std::size_t h) {
   std::memset(&tar[h + 148], ' ', 8);
   unsigned sum = 0;
   for (std::size_t i = 0; i < 512; ++i) sum += static_cast<unsigned char>(tar[h + i]);
   char chk[8];
   std::snprintf(chk, sizeof chk, "%06o", sum);
   std::memcpy(&tar[h + 148], chk, 7);
+}
+
+/// Appends a header block of `type` ('0', 'x', 'g', 'L') for `name` (at most 100 bytes)
+/// announcing `size` bytes, its checksum made right.
+inline void append_typed_header(std::vector<std::byte>& tar, const std::string& name,
+                                std::uint64_t size, char type) {
+  coload::shards::append_tar_header(tar, name, size);
+  const std::size_t h = tar.size() - 512;
+  tar[h + 156] = static_cast<std::byte>(type);
+  fix_checksum(tar, h);
 }
 
 /// Appends `data`, padded to a whole block.

@@ -45,12 +45,7 @@ std::string run_python(const std::string& script, const std::string& args = "") 
 // Sets a header's size field (octal) and fixes its checksum.
 void set_size(std::vector<std::byte>& tar, std::size_t header, const char* octal11) {
   std::memcpy(&tar[header + 124], octal11, 11);
-  std::memset(&tar[header + 148], ' ', 8);
-  unsigned sum = 0;
-  for (std::size_t i = 0; i < 512; ++i) sum += static_cast<unsigned char>(tar[header + i]);
-  char chk[8];
-  std::snprintf(chk, sizeof chk, "%06o", sum);
-  std::memcpy(&tar[header + 148], chk, 7);
+  shards_test::fix_checksum(tar, header);
 }
 
 std::vector<std::byte> small_archive() {
