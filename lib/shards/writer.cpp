@@ -123,11 +123,8 @@ void Writer::write(std::string_view key, std::span<const WriteField> fields) {
                           "' (empty, or a dot in its base name)");
   }
   // What a reader would not give back as this sample: its members skipped as webdataset's
-  // metadata, or joined with the sample before (readers group consecutive members by key).
-  if (is_metadata_name(key)) {
-    throw InvalidArgument("shards::Writer: key '" + std::string(key) +
-                          "' begins with a __name__ folder, which readers skip as metadata");
-  }
+  // metadata (below), or joined with the sample before (readers group consecutive members by
+  // key).
   if (key == last_key_) {
     throw InvalidArgument("shards::Writer: key '" + std::string(key) +
                           "' is the key of the sample before, which readers would join it to");
@@ -146,6 +143,11 @@ void Writer::write(std::string_view key, std::span<const WriteField> fields) {
       throw InvalidArgument("shards::Writer: invalid or repeated field '" + f.name +
                             "' in sample '" + std::string(key) +
                             "' (fields are named without regard to case)");
+    }
+    if (const std::string member = std::string(key) + "." + f.name; is_metadata_name(member)) {
+      throw InvalidArgument("shards::Writer: sample '" + std::string(key) + "': member '" +
+                            member + "' is one readers skip as webdataset's metadata (its "
+                            "first folder, or its name, is __x__)");
     }
     // A name too long for ustar may bring a pax header along (at most two blocks and the path).
     const std::size_t name = key.size() + 1 + f.name.size();

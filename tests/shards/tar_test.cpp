@@ -148,10 +148,23 @@ TEST_CASE("the writer's shards round-trip through the index, tar -tf and Python'
                        "readers would join it to",
                        coload::InvalidArgument);
   CHECK_THROWS_WITH_AS(writer.write("__cache__/x", cls_only),
-                       doctest::Contains("begins with a __name__ folder"), coload::InvalidArgument);
+                       "shards::Writer: sample '__cache__/x': member '__cache__/x.cls' is one "
+                       "readers skip as webdataset's metadata (its first folder, or its name, is "
+                       "__x__)",
+                       coload::InvalidArgument);
   CHECK_THROWS_WITH_AS(writer.write("empty", {}),
                        "shards::Writer: sample 'empty' has no field", coload::InvalidArgument);
   CHECK(writer.samples() == 7);
+  {
+    // "__k__.cls" is no metadata name (its name is not __x__): read back under key "__k__".
+    shards::Writer plain(dir.path / "meta");
+    plain.write("__k__", cls_only);
+    const auto written = plain.finish();
+    REQUIRE(written.size() == 1);
+    const auto index = shards::build_index(written[0]);
+    REQUIRE(index.samples.size() == 1);
+    CHECK(index.samples[0].key == "__k__");
+  }
   const auto paths = writer.finish();
   REQUIRE(paths.size() >= 3);
   int seen = 0;

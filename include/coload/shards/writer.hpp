@@ -57,8 +57,8 @@ class Writer {
 
   /// Appends one sample: a member "<key>.<field>" per field, in the order given. Throws
   /// InvalidArgument for what a reader would not give back as written: an empty key, a key
-  /// whose base name holds a dot, a key under a "__name__" folder (webdataset's metadata), the
-  /// key of the sample before (readers would join the two), no field, a field that is empty or
+  /// whose base name holds a dot, a member readers skip as webdataset's metadata
+  /// (is_metadata_name: "__x__/k.jpg"), the key of the sample before (readers would join the two), no field, a field that is empty or
   /// holds a slash, or two fields of one name without regard to case (readers lowercase them);
   /// SystemError when writing fails.
   void write(std::string_view key, std::span<const WriteField> fields);
