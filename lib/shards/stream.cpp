@@ -687,7 +687,7 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
       } catch (...) {
         // Not this shard's fault (the next one gone, no thread or fd to be had): this shard's
         // samples go out first, and the next is opened again when its turn comes, where its
-        // error names it and on_error decides.
+        // error names it.
       }
       break;
     }

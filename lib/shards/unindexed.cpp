@@ -200,8 +200,9 @@ AsyncGenerator<ShardSample> stream_unindexed(std::shared_ptr<io::HttpClient> cli
         pending = true;
         continue;
       case TarEntryType::pax_global:
-        // Records for the rest of the archive (ignored, as tarfile does): a long name or pax
-        // header before it still names the member after it, as in walk_tar and tarfile.
+        // Records for the rest of the archive, ignored here as in walk_tar (tarfile applies
+        // their path and size to later members; shards carry none): a long name or pax header
+        // before it still names the member after it, as in walk_tar and tarfile.
         co_await w.take(size, "", at, "pax global header");
         co_await w.take(padding(size), "", at, "pax global header");
         continue;
