@@ -64,7 +64,8 @@ class _Through:
         loader = self._loader()
         if loader is None:  # only while the loader is being collected and its workers stop
             raise RuntimeError("the DataLoader was collected while its workers ran")
-        return getattr(loader, self._name)(*args)
+        fn = getattr(loader, self._name)
+        return None if fn is None else fn(*args)  # a worker_init_fn set to None meanwhile
 
 
 class _Pending:
@@ -226,6 +227,17 @@ class DataLoader:
         self._epoch_open = False
         self._epoch_rng = None
         self._base_seed = None
+
+    def __copy__(self):
+        # A copy makes its own native loader, starting where a fresh one would: the original's
+        # calls back through a weak reference to it (_Through), which may be gone before the
+        # copy is used.
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other._native = None
+        other._pending = _Pending()
+        other._epoch_open = False
+        return other
 
     # -- the native loader, made on first use (load_state_dict may change its seed first) --------
     def _index_iter(self):

@@ -11,10 +11,12 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "binding.hpp"
+#include "coload/core/worker_info.hpp"
 #include "coload/coro/generator.hpp"
 #include "coload/dataset/tensor_dataset.hpp"
 #include "coload/exec/fork.hpp"
@@ -266,6 +268,18 @@ class LoaderImpl final : public Loader {
       // threads and workers are the parent's, so it is left as it is, never closed.
       (void)epoch_.release();
       (void)loader_.release();
+      return;
+    }
+    if (coload::get_worker_info() && (epoch_ || loader_)) {
+      // Closed on a worker thread: Python's collector runs on whichever thread allocates, and
+      // can finalize a loader in a cycle (collate_fn=self.collate) on one of its own workers,
+      // busy in this very call. Waiting here for that fetch to end would wait out the stop's
+      // grace and warn of a stuck fetch: a thread of its own lets go of the loader instead, as
+      // DataLoader::release does on the driver thread.
+      std::thread([epoch = std::move(epoch_), loader = std::move(loader_)]() mutable {
+        epoch.reset();
+        loader.reset();
+      }).detach();
       return;
     }
     // Joining the workers waits for fetches that may need the GIL.

@@ -1,8 +1,10 @@
 """500 loaders created and dropped mid-epoch leave nothing behind: threads, fds, memory."""
+import copy
 import ctypes
 import gc
 import time
 import resource
+import threading
 import weakref
 
 import pytest
@@ -88,14 +90,75 @@ def test_a_loader_in_a_cycle_through_its_collate_fn_is_collected(executor):
         assert t.first.tolist() == [0, 10, 20, 30]  # the bound collate ran
         trainers.append(weakref.ref(t))
         del t
-    gc.collect()
     # Before, the loader held the bound methods from C++, where the collector could not see
-    # them: every trainer, its loader and its two workers stayed.
-    assert [r() for r in trainers] == [None] * 5
+    # them: every trainer, its loader and its two workers stayed. A worker still inside a
+    # trainer's collate (its prefetch) holds that trainer until the call returns: collected
+    # again until each is gone, up to a deadline.
     deadline = time.monotonic() + 10
-    while (task_count(), fd_count()) != (tasks, fds) and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        gc.collect()
+        if [r() for r in trainers] == [None] * 5 and (task_count(), fd_count()) == (tasks, fds):
+            break
         time.sleep(0.05)
+    assert [r() for r in trainers] == [None] * 5
     assert (task_count(), fd_count()) == (tasks, fds)
+
+
+def test_a_copy_outlives_its_original_and_worker_init_fn_may_be_unset():
+    # The native loader calls back through a weak reference to its DataLoader: a copy, which
+    # shared the original's, failed once the original was gone; a copy now makes its own.
+    inits = []
+    loader = coload.DataLoader(IndexDataset(8), batch_size=4, num_workers=2,
+                               collate_fn=lambda b: b, worker_init_fn=inits.append)
+    assert next(iter(loader)) == [0, 1, 2, 3]
+    copied = copy.copy(loader)
+    del loader
+    gc.collect()
+    assert list(copied) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    # Set to None after use, it is not called (as torch's reads it for each epoch's workers);
+    # the call through the weak reference raised "'NoneType' object is not callable".
+    assert inits
+    called = len(inits)
+    copied.worker_init_fn = None
+    assert list(copied) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert len(inits) == called
+
+
+def test_a_loader_collected_on_its_own_worker_lets_go_at_once(capfd):
+    # Python's collector runs on whichever thread allocates: here a worker, inside the dataset,
+    # collects the trainer's cycle and so finalizes the very loader it fetches for. Closing it
+    # there waited for that worker's own fetch: 2 s, then a warning of a stuck fetch.
+    release = threading.Event()
+
+    class Collecting(IndexDataset):
+        def __getitem__(self, i):
+            if i == 2:  # in flight once batch 0 is taken (two batches ahead, one worker)
+                release.wait(10)
+                gc.collect()
+            return i
+
+    class Trainer:
+        def __init__(self):
+            self.loader = coload.DataLoader(Collecting(64), batch_size=1, num_workers=1,
+                                            collate_fn=self.collate)
+
+        def collate(self, samples):
+            return samples[0]
+
+    gc.collect()
+    tasks = task_count()
+    t = Trainer()
+    it = iter(t.loader)
+    assert next(it) == 0
+    gone = weakref.ref(t)
+    del it, t
+    release.set()
+    deadline = time.monotonic() + 10
+    while (gone() is not None or task_count() != tasks) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone() is None
+    assert task_count() == tasks
+    assert "DataLoader destroyed while its fetches had not ended" not in capfd.readouterr().err
 
 
 EXIT_SCRIPT = """
