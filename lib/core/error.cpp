@@ -51,7 +51,8 @@ WorkerError wrap_current_exception(int worker_id, std::int64_t batch, std::int64
                                      : std::string("the DataLoader driver (num_workers = 0)");
   std::string what = "Caught " + type + " in " + where + " while " + stage;
   if (index >= 0) what += " sample " + std::to_string(index) + " of";
-  what += " batch " + std::to_string(batch) + ": " + message;
+  if (batch >= 0 || index >= 0) what += " batch " + std::to_string(batch);  // -1: no batch
+  what += ": " + message;
   return WorkerError(std::move(what), worker_id, batch, index, std::move(type), std::move(message),
                      std::move(original));
 }

@@ -25,7 +25,7 @@ MetricsWindow::MetricsWindow(bool metrics, std::string trace, int num_workers) {
   }
   const int shards =
       std::max({num_workers, 1, static_cast<int>(std::thread::hardware_concurrency())});
-  recorder_ = std::make_unique<Recorder>(shards, metrics, trace_path(std::move(trace)));
+  recorder_ = std::make_shared<Recorder>(shards, metrics, trace_path(std::move(trace)));
 }
 
 void MetricsWindow::start_epoch(std::int64_t skipped,

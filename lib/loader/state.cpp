@@ -96,6 +96,7 @@ std::string LoaderState::to_string() const {
   out << "rank " << rank << '\n';
   out << "world_size " << world_size << '\n';
   out << "generator " << hex(generator) << '\n';
+  if (base_seed) out << "base_seed " << *base_seed << '\n';
   out << "stream_workers " << stream_workers << '\n';
   out << "last_stream " << last_stream << '\n';
   for (const auto& st : streams) {
@@ -165,6 +166,8 @@ LoaderState LoaderState::parse(std::string_view text) {
       s.rank = in_range(key, number<int>(key, value), 0, max_world_size - 1), seen |= k_rank;
     } else if (key == "world_size") {
       s.world_size = in_range(key, number<int>(key, value), 1, max_world_size), seen |= k_world;
+    } else if (key == "base_seed") {
+      s.base_seed = number<std::uint64_t>(key, value);
     } else if (key == "generator") {
       s.generator = unhex(value), seen |= k_gen;
     } else if (key == "stream_workers") {

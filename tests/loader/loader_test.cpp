@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <mutex>
@@ -606,6 +607,73 @@ TEST_SUITE("loader") {
     }
   }
 
+  TEST_CASE("a batch size beyond the dataset's, up to INT64_MAX, is one batch of everything, as "
+            "torch's") {
+    // Before, len() overflowed ((n + b - 1) / b) and each batch reserved b indices up front.
+    for (const std::int64_t b : {std::int64_t{6}, std::numeric_limits<std::int64_t>::max()}) {
+      CAPTURE(b);
+      for (const int workers : {0, 1}) {
+        auto loader = make_data_loader(IndexDataset{5}, {.batch_size = b, .num_workers = workers});
+        CHECK(loader.size() == 1);
+        CHECK(epoch_lists(loader) == std::vector<std::vector<std::int64_t>>{{0, 1, 2, 3, 4}});
+      }
+    }
+  }
+
+  TEST_CASE("persistent workers draw the base seed once, as PyTorch's: every epoch's shuffle is "
+            "torch's") {
+    // torch 1.13: DataLoader(range(8), batch_size=8, shuffle=True, num_workers=1,
+    // persistent_workers=p, generator=torch.Generator().manual_seed(1234)), three epochs.
+    // Before, coload drew a base seed every epoch: from the second on, another order.
+    const std::vector<std::vector<std::int64_t>> persistent = {
+        {6, 0, 4, 7, 2, 5, 3, 1}, {4, 2, 1, 5, 6, 3, 0, 7}, {7, 2, 4, 5, 1, 3, 6, 0}};
+    const std::vector<std::vector<std::int64_t>> fresh = {
+        {6, 0, 4, 7, 2, 5, 3, 1}, {2, 6, 0, 5, 4, 3, 7, 1}, {4, 0, 2, 1, 6, 3, 7, 5}};
+    for (const bool p : {true, false}) {
+      CAPTURE(p);
+      auto loader = make_data_loader(IndexDataset{8}, {.batch_size = 8,
+                                                       .shuffle = true,
+                                                       .num_workers = 1,
+                                                       .persistent_workers = p,
+                                                       .seed = 1234});
+      std::vector<std::vector<std::int64_t>> got;
+      for (int e = 0; e < 3; ++e) got.push_back(epoch_lists(loader).at(0));
+      CHECK(got == (p ? persistent : fresh));
+    }
+  }
+
+  TEST_CASE("a worker whose worker_init_fn failed fails every batch it is given, with that error") {
+    // Before, only the first batch failed: the worker served the next ones half set up (torch's
+    // worker fails every fetch after its worker_init_fn has failed).
+    auto inits = std::make_shared<std::atomic<int>>(0);
+    auto loader = make_data_loader(
+        IndexDataset{6}, {.batch_size = 2,
+                          .num_workers = 1,
+                          .worker_init_fn = [inits](const WorkerInfo&) {
+                            ++*inits;
+                            throw std::runtime_error("no GPU here");
+                          }});
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      auto e = loader.epoch();
+      int failed = 0;
+      for (;;) {
+        try {
+          if (!sync_wait(e.next())) break;
+          FAIL("a batch from a worker whose worker_init_fn failed");
+        } catch (const WorkerError& error) {
+          ++failed;
+          const std::string what = error.what();
+          CHECK(what.find("in DataLoader worker 0 while running worker_init_fn") !=
+                std::string::npos);
+          CHECK(what.ends_with(": no GPU here"));
+          CHECK(what.find("batch -1") == std::string::npos);
+        }
+      }
+      CHECK(failed == 3);
+      CHECK(inits->load() == epoch + 1);  // once an epoch, not again for each batch
+    }
+  }
+
   TEST_CASE("get(index, ctx) receives the index, the epoch and a per-sample Rng independent of workers") {
     struct Augmenting {
       std::int64_t size() const { return 30; }
@@ -880,7 +948,10 @@ TEST_SUITE("loader") {
       while (sync_wait(kept->next())) ++batches;
       CHECK(batches == 4);
     }
-    // Destroying them now must not touch the loader's driver (ASan checks this).
+    // Asking them for more, or destroying them, must not touch the loader's driver or its
+    // metrics (ASan checks this: each next() used the loader's recorder, freed with it).
+    CHECK_FALSE(sync_wait(first->next()));
+    CHECK_FALSE(sync_wait(kept->next()));
     first.reset();
     kept.reset();
 

@@ -108,8 +108,11 @@ TEST_SUITE("loader") {
     CHECK(t.seed == std::optional<std::uint64_t>(42));
     CHECK(t.rank == 1);
     CHECK(t.world_size == 2);
+    CHECK_FALSE(t.base_seed);
     s.seed.reset();
     CHECK_FALSE(LoaderState::parse(s.to_string()).seed);
+    s.base_seed = 77;
+    CHECK(LoaderState::parse(s.to_string()).base_seed == std::optional<std::uint64_t>(77));
 
     CHECK_THROWS_WITH(LoaderState::parse("hello 1\n"),
                       doctest::Contains("not a coload loader state"));
@@ -140,6 +143,14 @@ TEST_SUITE("loader") {
     SUBCASE("process workers") {
       o.executor = Executor::processes;
       CHECK(interrupted(o, 3, 1, 6) == full);
+    }
+    SUBCASE("persistent workers, which keep the first epoch's base seed") {
+      o.persistent_workers = true;
+      const auto kept = run_epochs(o, 3);
+      CHECK(kept != full);  // later epochs draw no base seed: another shuffle
+      CHECK(interrupted(o, 3, 0, 4) == kept);  // the epoch that drew it
+      CHECK(interrupted(o, 3, 1, 5) == kept);
+      CHECK(interrupted(o, 3, 2, 0) == kept);
     }
     SUBCASE("in_order = false: nothing lost, nothing twice") {
       o.in_order = false;

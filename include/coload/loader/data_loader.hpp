@@ -153,6 +153,13 @@ class DataLoader {
 
   /// Starts the next epoch. Throws std::logic_error while another epoch is in progress.
   Epoch<batch_type> epoch() { return Epoch<batch_type>(core_->start_epoch()); }
+  /// Starts the next epoch with its workers' seeds based on `base_seed` (worker i's
+  /// WorkerInfo::seed is base_seed + i) rather than on the loader's own draw: for a front end
+  /// that draws the base seed itself, as coload's Python DataLoader draws torch's. The loader's
+  /// generator advances as for epoch(); after load_state, pass the seed the resumed epoch had.
+  Epoch<batch_type> epoch(std::uint64_t base_seed) {
+    return Epoch<batch_type>(core_->start_epoch(base_seed));
+  }
 
   /// The range-for adapter: each range-for over the loader is one epoch.
   class iterator {

@@ -22,8 +22,9 @@ class EpochChannel {
  public:
   virtual ~EpochChannel() = default;
   Handoff<Batch> handoff;
-  /// The loader's metrics, where the consumer's waits go (set before the epoch is handed out).
-  Recorder* recorder = nullptr;
+  /// The loader's metrics, where the consumer's waits go (set before the epoch is handed out);
+  /// shared, as an epoch may outlive its loader and still be asked for its next batch.
+  std::shared_ptr<Recorder> recorder;
   /// When the consumer saw the epoch's end or stopped it (steady-clock ns; 0 before); shared
   /// with the loader, which keeps the figure after the epoch is gone.
   std::shared_ptr<std::atomic<std::uint64_t>> ended_ns =

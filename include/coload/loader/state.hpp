@@ -34,6 +34,10 @@ struct LoaderState {
   /// The loader's random generator (`seed` set) or ATen's default one (unset) when the epoch
   /// began: the epoch's base seed and the shuffle are drawn from it again.
   std::vector<std::uint8_t> generator;
+  /// With persistent_workers: the workers' base seed, drawn by an earlier epoch (PyTorch's
+  /// loader draws it once, in its first epoch, and the generator's later draws are the
+  /// sampler's alone). Unset: the epoch draws it, from `generator`.
+  std::optional<std::uint64_t> base_seed;
   /// An iterable dataset: for each worker, how many of its batches were delivered and (with
   /// state()/load_state() members) its stream's state after the last of them; and the worker
   /// of the last delivered batch (the rotation goes on after it).

@@ -69,7 +69,8 @@ class BatchSampler {
 
  private:
   std::int64_t batches_of(std::int64_t n) const {
-    return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+    // NOTE: not (n + b - 1) / b, which overflows for a batch size near INT64_MAX.
+    return n / batch_size_ + (!drop_last_ && n % batch_size_ != 0 ? 1 : 0);
   }
   Generator<std::vector<Index>> sync_batches() {
     auto batch = fresh();
@@ -113,7 +114,9 @@ class BatchSampler {
   }
   std::vector<Index> fresh() const {
     std::vector<Index> v;
-    v.reserve(static_cast<std::size_t>(batch_size_));
+    // At most a page's worth up front: a batch size larger than the epoch is allowed (one batch
+    // of everything, as torch's), and must not be allocated as given.
+    v.reserve(static_cast<std::size_t>(std::min<std::int64_t>(batch_size_, 512)));
     return v;
   }
 

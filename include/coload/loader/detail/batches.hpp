@@ -86,7 +86,7 @@ std::int64_t epoch_size(const Fetcher<D, C>& fetcher, const BatchSource& batches
       const auto& o = fetcher.options;
       if (!o.batch_size) return n;
       const std::int64_t b = *o.batch_size;
-      return o.drop_last ? n / b : (n + b - 1) / b;
+      return n / b + (!o.drop_last && n % b != 0 ? 1 : 0);  // (n + b - 1) / b could overflow
     } else {
       throw LogicError("DataLoader: the iterable dataset has no size()");
     }

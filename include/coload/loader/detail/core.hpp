@@ -156,21 +156,28 @@ class LoaderCore {
   /// Batches in an epoch, as len(DataLoader).
   std::int64_t size() const { return epoch_size(fetcher_, batches_); }
 
-  /// Starts the next epoch; refuses while the current one is in progress.
-  std::shared_ptr<Run> start_epoch() {
+  /// Starts the next epoch; refuses while the current one is in progress. `base_seed`: the
+  /// workers' seeds' base for this epoch, drawn by the caller (see DataLoader::epoch).
+  std::shared_ptr<Run> start_epoch(std::optional<std::uint64_t> base_seed = std::nullopt) {
     if (auto run = current_.lock(); run && !run->cancelled() && !run->handoff.ended()) {
       throw LogicError("DataLoader: epoch " + std::to_string(run->epoch()) +
                        " is still in progress; finish or destroy it before starting another");
     }
     // As PyTorch's iterator: the base seed is drawn before the sampler's first draw, from the
     // loader's generator (`seed`) or ATen's default one.
+    // A base seed given by the caller replaces the draw, which is made all the same: the
+    // generator's later draws (and what a saved state replays) stay those of any epoch.
+    // Persistent workers keep the first epoch's, which later epochs do not draw again.
     auto start_state = generator_state(generator_);
-    const std::uint64_t base_seed = draw_seed(generator_);
-    auto run = std::make_shared<Run>(*services_, epochs_started_++, base_seed,
+    const bool persistent = options().persistent_workers && options().num_workers > 0;
+    run_start_base_ = persistent ? kept_base_ : std::nullopt;
+    const std::uint64_t drawn = run_start_base_ ? *run_start_base_ : draw_seed(generator_);
+    if (persistent) kept_base_ = drawn;
+    auto run = std::make_shared<Run>(*services_, epochs_started_++, base_seed.value_or(drawn),
                                      resume_.take_delivered(), std::move(start_state));
     // The metrics' window: this epoch from now; the last one's time joins the total.
     window_->start_epoch(skipped(), run->ended_ns);
-    run->recorder = &window_->recorder();
+    run->recorder = window_->shared_recorder();
     if constexpr (iterable) {
       if (auto marks = resume_.take_marks()) run->resume_streams(std::move(*marks));
     }
@@ -187,8 +194,13 @@ class LoaderCore {
     auto run = current_.lock();
     std::optional<EpochPosition> running;
     if (run && !run->handoff.ended()) running = run->position();
-    return resume_.state(loader_identity(fetcher_), std::move(running), static_cast<bool>(run),
-                         epochs_started_, generator_state(generator_));
+    LoaderState s = resume_.state(loader_identity(fetcher_), std::move(running),
+                                  static_cast<bool>(run), epochs_started_,
+                                  generator_state(generator_));
+    // An epoch begun (resumed from its start): the base seed it began with; the next one:
+    // the kept one.
+    s.base_seed = s.epoch < epochs_started_ ? run_start_base_ : kept_base_;
+    return s;
   }
 
   /// Makes the next epoch the one `saved` was taken in, minus the batches it had delivered.
@@ -199,6 +211,7 @@ class LoaderCore {
     }
     check_compatible(saved, loader_identity(fetcher_));
     set_generator_state(generator_, saved.generator);
+    kept_base_ = saved.base_seed;
     epochs_started_ = saved.epoch;
     resume_.load(saved, iterable, fetcher_.stream_states_usable());
   }
@@ -243,6 +256,10 @@ class LoaderCore {
   BatchSource batches_;  // map-style
   std::optional<at::Generator> generator_;
   std::int64_t epochs_started_ = 0;
+  // persistent_workers: the base seed the first epoch drew, kept (consumer's thread); and the
+  // one the current run began with (unset: it drew its own).
+  std::optional<std::uint64_t> kept_base_;
+  std::optional<std::uint64_t> run_start_base_;
   bool stop_requested_ = false;  // consumer's thread
   ResumeBook resume_;
   std::weak_ptr<Run> current_;

@@ -263,6 +263,7 @@ class Fetcher {
     // NOTE: the options are validated after this (by the core): a negative count sizes nothing.
     const auto workers = static_cast<std::size_t>(std::max(0, options.num_workers));
     worker_init_epoch_.assign(workers, -1);
+    worker_init_error_.resize(workers);
     replicas_.resize(workers);
   }
 
@@ -313,17 +314,27 @@ class Fetcher {
     }
   }
 
-  /// worker_init_fn, once per worker per epoch (once ever with persistent_workers). Called on
-  /// worker `info.id`'s thread only.
-  void init_worker(const WorkerInfo& info, std::int64_t epoch) {
-    auto& last = worker_init_epoch_[static_cast<std::size_t>(info.id)];
-    if (last >= 0 && (options.persistent_workers || last == epoch)) return;
+  /// worker_init_fn, once per worker per epoch (once ever with persistent_workers), before
+  /// batch `batch`. Once it has failed, every batch on that worker fails with its error until
+  /// it runs again, as every fetch of a torch worker whose worker_init_fn failed does (none is
+  /// served by a worker left half set up). Called on worker `info.id`'s thread only.
+  void init_worker(const WorkerInfo& info, std::int64_t epoch, std::int64_t batch) {
+    const auto w = static_cast<std::size_t>(info.id);
+    auto& last = worker_init_epoch_[w];
+    if (last >= 0 && (options.persistent_workers || last == epoch)) {
+      if (worker_init_error_[w]) std::rethrow_exception(worker_init_error_[w]);
+      return;
+    }
     last = epoch;
+    worker_init_error_[w] = nullptr;
     if (!options.worker_init_fn) return;
     try {
       options.worker_init_fn(info);
     } catch (...) {
-      throw wrap_current_exception(info.id, -1, -1, "running worker_init_fn before");
+      auto error = wrap_current_exception(
+          info.id, batch, -1, batch >= 0 ? "running worker_init_fn before" : "running worker_init_fn");
+      worker_init_error_[w] = std::make_exception_ptr(error);
+      throw error;
     }
   }
 
@@ -529,6 +540,7 @@ class Fetcher {
   };
 
   std::vector<std::int64_t> worker_init_epoch_;  // element i: worker i's thread only
+  std::vector<std::exception_ptr> worker_init_error_;  // as worker_init_epoch_
   std::vector<std::shared_ptr<D>> replicas_;     // element i: worker i's thread only
 };
 

@@ -33,12 +33,15 @@ class MapRun final : public RunBase<D, C> {
     Services& svc = self->svc_;
     std::exception_ptr error;
     try {
-      self->placement_generation_ = svc.placement.start();
-      self->hold_first_ = true;
       // NOTE: on the driver: a stopped epoch's dispatcher may still be reading the sampler here.
+      // Every epoch, even one stopped before it ran, asks for its batches first, in the order
+      // the epochs started: a sampler handed one index iterator an epoch (Python's) hands each
+      // epoch its own.
       BatchSource& source = *svc.batches;
       source.sampler.set_epoch(self->epoch_);
       auto batches = source.sampler.batches();
+      self->placement_generation_ = svc.placement.start();
+      self->hold_first_ = true;
       // NOTE: each epoch, as the sampler's: a dataset may grow between epochs.
       const auto size = static_cast<std::int64_t>(svc.fetcher.dataset.size());
       for (;;) {

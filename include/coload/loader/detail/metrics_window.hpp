@@ -24,6 +24,8 @@ class MetricsWindow {
 
   Recorder& recorder() noexcept { return *recorder_; }
   const Recorder& recorder() const noexcept { return *recorder_; }
+  /// The recorder, shared: an epoch kept after its loader has gone still records its waits.
+  const std::shared_ptr<Recorder>& shared_recorder() const noexcept { return recorder_; }
 
   /// A new epoch starts now; `ended` says when it ended (0 while it runs). The last epoch's
   /// time joins the total.
@@ -36,7 +38,7 @@ class MetricsWindow {
  private:
   std::uint64_t epoch_ns_locked() const noexcept;
 
-  std::unique_ptr<Recorder> recorder_;
+  std::shared_ptr<Recorder> recorder_;
   mutable std::mutex mutex_;  // the window, below
   MetricsBase epoch_base_;
   std::uint64_t epoch_start_ns_ = 0;

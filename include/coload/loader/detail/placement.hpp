@@ -119,7 +119,7 @@ class LocalPlace : public Place<D, C> {
     set_worker_info(info);
     fetcher_.board.begin(worker, batch_no, indices);
     try {
-      if (info) fetcher_.init_worker(*info, run.epoch());
+      if (info) fetcher_.init_worker(*info, run.epoch(), batch_no);
       out.outcome.batch.emplace(fetcher_.place_batch(
           [&] { return fetcher_.fetch_batch(run, indices, info, batch_no); }));
     } catch (...) {

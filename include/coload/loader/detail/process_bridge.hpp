@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -381,7 +382,7 @@ class ProcessBridge final : public Place<D, C> {
         }
       }
       std::vector<typename Plan::sample> samples;
-      samples.reserve(static_cast<std::size_t>(want));
+      samples.reserve(static_cast<std::size_t>(std::min<std::int64_t>(want, 512)));  // batch_size
       // As on a worker thread: the stream's pulls are its `read` (one span per batch), then
       // collate, into this worker's shard of the parent's metrics.
       StageClock clock;
@@ -464,7 +465,7 @@ class ProcessBridge final : public Place<D, C> {
         st.initialised = true;
         // Not in the slot: what worker_init_fn makes outlives the task.
         BatchAllocatorScope outside_slot(nullptr);
-        fetcher.init_worker(st.info, task.epoch);
+        fetcher.init_worker(st.info, task.epoch, task.batch);
       }
       std::optional<Batch> batch;
       if constexpr (iterable) {

@@ -252,7 +252,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   const std::shared_ptr<StoppedEpoch> stopped_;
   const std::function<void(const WorkerInfo&)> on_worker_ = [this](const WorkerInfo& info) {
     svc_.recorder.bind_thread(info.id);
-    svc_.fetcher.init_worker(info, epoch_);
+    svc_.fetcher.init_worker(info, epoch_, -1);  // the batch is not known here
   };
   // driver
   std::int64_t dispatched_ = 0;

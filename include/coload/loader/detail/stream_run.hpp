@@ -61,6 +61,9 @@ class StreamRun final : public RunBase<D, C>, public StreamSource<typename Fetch
     for (;;) {
       while (self->full() && !self->cancelled()) co_await self->slot();
       if (self->cancelled()) break;
+      // A worker process died and was not restarted: the epoch ends after its error, as a
+      // map-style one does (the other workers' streams were being delivered on).
+      if (self->svc_.placement.broken()) break;
       const int w = self->next_active_worker();
       if (w < 0) break;
       auto& queue = self->queues_[static_cast<std::size_t>(w)];
@@ -162,7 +165,7 @@ class StreamRun final : public RunBase<D, C>, public StreamSource<typename Fetch
     for (;;) {
       std::optional<std::int64_t> task = co_await TaskAwaiter{self.get(), w};
       if (!task) break;
-      if (over || self->cancelled()) {
+      if (over || self->cancelled() || place.broken()) {
         self->complete(*task, {}, self->cancelled());
         continue;
       }
@@ -203,7 +206,7 @@ class StreamRun final : public RunBase<D, C>, public StreamSource<typename Fetch
     try {
       if (!s.cursor) {
         if (hop) {
-          fetcher.init_worker(info, this->epoch_);
+          fetcher.init_worker(info, this->epoch_, batch_no);
           s.replica = fetcher.replica(w);
           info.dataset = static_cast<const void*>(s.replica.get());
         }
@@ -221,7 +224,7 @@ class StreamRun final : public RunBase<D, C>, public StreamSource<typename Fetch
           throw wrap_current_exception(who, batch_no, -1, "starting the stream for");
         }
       }
-      samples.reserve(want);
+      samples.reserve(std::min<std::size_t>(want, 512));  // want is batch_size: maybe huge
       // The stream's pulls are its `read` (one span per batch), then collate.
       StageClock clock;
       while (samples.size() < want) {
