@@ -68,26 +68,18 @@ class _Through:
         return None if fn is None else fn(*args)  # a worker_init_fn set to None meanwhile
 
 
-class _Pending:
-    """The index iterator of the epoch about to start, handed to the native loader: a box of its
-    own, so that the native loader holds no reference to the DataLoader (a cycle through C++
-    that Python's collector cannot see would keep both, and the worker threads, alive)."""
-
-    def __init__(self):
-        self.it = None
-
-    def __call__(self):
-        it, self.it = self.it, None
-        return it
-
-
 class _EpochIterator:
     """One epoch, as torch's _BaseDataLoaderIter: an iterator (not a generator, which an
-    exception would close), so that after a batch's error the epoch goes on with the next."""
+    exception would close), so that after a batch's error the epoch goes on with the next.
+
+    A coload.DataLoader runs one epoch at a time: a later iter() stops this one's epoch, and this
+    iterator then raises RuntimeError rather than hand out the later epoch's batches (torch's
+    iterators, each with workers of its own, would go on independently)."""
 
     def __init__(self, loader, native):
         self._loader = loader
         self._native = native
+        self._serial = loader._epochs
         self._pin = (loader.pin_memory and not loader._native_dataset
                      and torch.cuda.is_available())
 
@@ -100,6 +92,11 @@ class _EpochIterator:
     def __next__(self):
         if self._native is None:
             raise StopIteration
+        if self._loader._epochs != self._serial:
+            self._native = None
+            raise RuntimeError("this coload.DataLoader iterator's epoch was stopped by a later "
+                               "iter() over the same loader, which runs one epoch at a time "
+                               "(copy.copy(loader) makes a loader of its own)")
         batch = self._native.next()
         if batch is None:
             self._native = None
@@ -222,8 +219,9 @@ class DataLoader:
         self._native_seed = (seed if seed is not None
                              else int.from_bytes(os.urandom(8), "little") >> 1)
         self._native = None
-        self._pending = _Pending()
+        self._epochs = 0  # iter() calls: which _EpochIterator is the current one
         self._iterated = False
+        self._epoch_iterated = False  # _iterated as the current epoch began
         self._epoch_open = False
         self._epoch_rng = None
         self._base_seed = None
@@ -235,7 +233,6 @@ class DataLoader:
         other = object.__new__(type(self))
         other.__dict__.update(self.__dict__)
         other._native = None
-        other._pending = _Pending()
         other._epoch_open = False
         return other
 
@@ -252,7 +249,7 @@ class DataLoader:
             o.batch_size = 1 if self.batch_size is None else self.batch_size
             o.drop_last = self.drop_last
         else:
-            o.batches = self._pending
+            o.batches = True  # an iterator of index lists given to each start_epoch
             source = self.batch_sampler if self.batch_sampler is not None else self.sampler
             try:
                 o.batches_len = len(source)
@@ -308,17 +305,18 @@ class DataLoader:
 
     def __iter__(self):
         native = self._loader()
-        if self._epoch_open:
-            native.stop_epoch()
+        self._epochs += 1  # the current iterator's epoch stops here, if unfinished
+        self._epoch_open = False
         self._epoch_rng = self._rng_state()
         # As torch's iterator: the sampler's iterator first, then the base seed (its draws come
-        # at the first next(), after it); persistent workers draw it once.
-        if not self._own_order:
-            self._pending.it = self._index_iter()
+        # at the first next(), after it), which seeds the workers (worker i's seed is base + i);
+        # persistent workers draw it once.
+        indices = None if self._own_order else self._index_iter()
+        self._epoch_iterated = self._iterated
         if not (self.persistent_workers and self.num_workers > 0 and self._iterated):
             self._base_seed = _draw_seed(self.generator)
         self._iterated = True
-        native.start_epoch()
+        native.start_epoch(indices, self._base_seed)
         self._epoch_open = True
         return self._epoch(native)
 
@@ -336,7 +334,11 @@ class DataLoader:
             "native": native.state(),
             "native_seed": self._native_seed,
             "rng": (self._epoch_rng if self._epoch_open else self._rng_state()).clone(),
-            "iterated": self._iterated,
+            # Mid-epoch, as the epoch began: its resumption draws the base seed again, from the
+            # same rng, where this epoch drew it (persistent workers' first epoch).
+            "iterated": self._epoch_iterated if self._epoch_open else self._iterated,
+            # Persistent workers keep their first epoch's base seed: a resumed run keeps it too.
+            "base_seed": self._base_seed,
         }
 
     def load_state_dict(self, state):
@@ -351,6 +353,7 @@ class DataLoader:
         self._loader().load_state(state["native"])
         self._set_rng_state(state["rng"])
         self._iterated = state["iterated"]
+        self._base_seed = state.get("base_seed")
 
     def metrics(self, total=False):
         """Where the current (or last) epoch's time went, as a dict (`total`: every epoch)."""

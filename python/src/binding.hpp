@@ -87,10 +87,10 @@ decltype(auto) call_python(F&& f) {
 /// What Python's DataLoader shim hands the native loader: torch.utils.data.DataLoader's
 /// arguments, already checked and resolved by the shim (samplers into `batches`).
 struct Options {
-  /// Index lists come from this Python iterable factory: called once per epoch (GIL taken on the
-  /// loader's driver), it returns an iterator of index lists. None: `batch_size`/`drop_last` over
-  /// the dataset in order, natively.
-  PyRef batches;
+  /// True: index lists come from Python, an iterator of them given to each start_epoch (pulled
+  /// with the GIL on the loader's driver). False: `batch_size`/`drop_last` over the dataset in
+  /// order, natively.
+  bool batches = false;
   std::optional<std::int64_t> batches_len;
   std::int64_t batch_size = 1;
   bool drop_last = false;
@@ -116,8 +116,10 @@ class Loader {
   virtual ~Loader() = default;
   /// len(loader).
   virtual std::int64_t size() const = 0;
-  /// Starts an epoch (ending one left unfinished).
-  virtual void start_epoch() = 0;
+  /// Starts an epoch (ending one left unfinished). `indices`: the epoch's iterator of index
+  /// lists (None unless Options::batches). `base_seed`: the workers' seeds' base, as torch's
+  /// iterator draws it (None: the loader draws its own).
+  virtual void start_epoch(py::object indices, std::optional<std::uint64_t> base_seed) = 0;
   /// The next batch as a Python object, or None at the epoch's end. Called with the GIL, which
   /// it releases while it waits; KeyboardInterrupt (any signal handler's error) stops the epoch.
   virtual py::object next() = 0;

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <limits>
 #include <mutex>
 #include <span>
 #include <stdexcept>
@@ -173,19 +175,41 @@ struct ShardCollate {
   }
 };
 
+/// The index iterators of the epochs started and not yet begun on the driver, oldest first.
+/// Epochs begin on the driver in the order they started, each asking for its batches once
+/// (even one stopped before it began), so each takes its own: an epoch stopped by the next
+/// iter() cannot take the next epoch's iterator.
+struct EpochIndices {
+  std::mutex mutex;
+  std::deque<PyRef> waiting;
+};
+
 /// Index lists from the Python shim (torch's samplers and batch samplers, or a user's): pulled
 /// one list at a time on the loader's driver, with the GIL.
 struct PyBatches {
-  std::shared_ptr<PyRef> factory;
+  std::shared_ptr<EpochIndices> indices;
   std::optional<std::int64_t> length;
 
   std::optional<std::int64_t> size() const { return length; }
   Generator<std::vector<Index>> batches() {
-    auto f = factory;
+    PyRef it;
+    {
+      std::lock_guard lock(indices->mutex);
+      if (indices->waiting.empty()) {
+        throw LogicError("coload.DataLoader: an epoch began without its index iterator");
+      }
+      it = std::move(indices->waiting.front());
+      indices->waiting.pop_front();
+    }
+    return pull(std::move(it));
+  }
+
+ private:
+  static Generator<std::vector<Index>> pull(PyRef given) {
     PyRef it;
     {
       py::gil_scoped_acquire gil;
-      it = PyRef(py::iter(f->get()()));
+      it = PyRef(py::iter(given.get()));
     }
     for (;;) {
       std::vector<Index> list;
@@ -256,7 +280,8 @@ class LoaderImpl final : public Loader {
   using Batch = typename Native::batch_type;
 
  public:
-  LoaderImpl(D dataset, LoaderOptions<C> options) {
+  LoaderImpl(D dataset, LoaderOptions<C> options, std::shared_ptr<EpochIndices> indices)
+      : indices_(std::move(indices)) {
     py::gil_scoped_release nogil;  // the constructor starts threads that may want the GIL
     loader_ = std::make_unique<Native>(std::move(dataset), std::move(options));
   }
@@ -293,11 +318,31 @@ class LoaderImpl final : public Loader {
     py::gil_scoped_release nogil;
     return n.size();
   }
-  void start_epoch() override {
+  void start_epoch(py::object indices, std::optional<std::uint64_t> base_seed) override {
     open();
+    if (static_cast<bool>(indices_) == indices.is_none()) {
+      throw InvalidArgument(indices_ ? "start_epoch: this loader's epochs need their indices"
+                                     : "start_epoch: this loader orders its own indices");
+    }
+    if (indices_) {
+      std::lock_guard lock(indices_->mutex);
+      indices_->waiting.emplace_back(std::move(indices));
+    }
     py::gil_scoped_release nogil;
     epoch_.reset();
-    epoch_ = std::make_unique<Epoch<Batch>>(loader_->epoch());
+    try {
+      epoch_ =
+          std::make_unique<Epoch<Batch>>(base_seed ? loader_->epoch(*base_seed) : loader_->epoch());
+    } catch (...) {
+      // Not started: no epoch will take the iterator just queued.
+      if (indices_) {
+        PyRef dropped;  // dropped (GIL taken) after the lock
+        std::lock_guard lock(indices_->mutex);
+        dropped = std::move(indices_->waiting.back());
+        indices_->waiting.pop_back();
+      }
+      throw;
+    }
   }
   void stop_epoch() override {
     py::gil_scoped_release nogil;
@@ -394,17 +439,19 @@ class LoaderImpl final : public Loader {
     return const_cast<Native&>(*loader_);
   }
 
+  std::shared_ptr<EpochIndices> indices_;  // null: the loader orders its own indices
   // NOTE: owned through pointers, so that a worker process can leave them unclosed (close()).
   std::unique_ptr<Native> loader_;
   std::unique_ptr<Epoch<Batch>> epoch_;
 };
 
 template <class C>
-LoaderOptions<C> native_options(const Options& o, C collate, std::shared_ptr<PyRef> dataset) {
+LoaderOptions<C> native_options(const Options& o, C collate, std::shared_ptr<PyRef> dataset,
+                                const std::shared_ptr<EpochIndices>& indices) {
   LoaderOptions<C> out;
-  if (o.batches) {
-    out.batch_sampler = AnyBatchSampler(std::make_shared<PyBatches>(
-        PyBatches{std::make_shared<PyRef>(o.batches), o.batches_len}));
+  if (indices) {
+    out.batch_sampler =
+        AnyBatchSampler(std::make_shared<PyBatches>(PyBatches{indices, o.batches_len}));
   } else {
     out.batch_size = o.batch_size;
     out.drop_last = o.drop_last;
@@ -456,8 +503,9 @@ LoaderOptions<C> native_options(const Options& o, C collate, std::shared_ptr<PyR
 template <class D, class C>
 std::unique_ptr<Loader> make(D dataset, const Options& o, C collate,
                              std::shared_ptr<PyRef> pydataset = nullptr) {
-  return std::make_unique<LoaderImpl<D, C>>(std::move(dataset),
-                                            native_options(o, std::move(collate), pydataset));
+  auto indices = o.batches ? std::make_shared<EpochIndices>() : nullptr;
+  return std::make_unique<LoaderImpl<D, C>>(
+      std::move(dataset), native_options(o, std::move(collate), pydataset, indices), indices);
 }
 
 void refuse_native(const Options& o, const char* what) {
@@ -525,17 +573,21 @@ std::unique_ptr<Loader> make_loader(py::object dataset, Options options) {
   auto fn = std::make_shared<PyRef>(options.collate);
   const bool iterable =
       py::isinstance(dataset, py::module_::import("torch.utils.data").attr("IterableDataset"));
+  // A map-style dataset without __len__ is torch's too where a sampler names the indices: its
+  // own __getitem__ then tells an index out of range. Without a sampler, len() raises here as
+  // torch's SequentialSampler does.
+  const auto length = iterable || (options.batches && !py::hasattr(dataset, "__len__"))
+                          ? std::numeric_limits<std::int64_t>::max()
+                          : static_cast<std::int64_t>(py::len(dataset));
   // executor="processes": workers forked by python_fork (as os.fork() forks torch's workers)
   // run the dataset and collate_fn with the GIL, and the batch crosses as a WireBatch.
   if (options.executor == "processes") {
     auto collate = PyWireCollate{fn, ds};
     if (iterable) return make(PyIterableDataset{ds}, options, std::move(collate), ds);
-    const auto length = static_cast<std::int64_t>(py::len(dataset));
     return make(PyMapDataset{ds, length}, options, std::move(collate), ds);
   }
   auto collate = PyCollate{fn, ds};
   if (iterable) return make(PyIterableDataset{ds}, options, std::move(collate), ds);
-  const auto length = static_cast<std::int64_t>(py::len(dataset));
   return make(PyMapDataset{ds, length}, options, std::move(collate), ds);
 }
 

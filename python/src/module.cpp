@@ -286,8 +286,7 @@ PYBIND11_MODULE(_C, m) {
   install_fork();
 
   py::class_<Options> options(m, "Options");
-  for (auto [name, member] : {std::pair{"batches", &Options::batches},
-                              std::pair{"collate", &Options::collate},
+  for (auto [name, member] : {std::pair{"collate", &Options::collate},
                               std::pair{"worker_init_fn", &Options::worker_init_fn}}) {
     // A Python object (None: unset), held as a PyRef that worker threads may drop.
     options.def_property(
@@ -295,6 +294,7 @@ PYBIND11_MODULE(_C, m) {
         [member](Options& o, py::object f) { o.*member = f.is_none() ? PyRef() : PyRef(f); });
   }
   options.def(py::init<>())
+      .def_readwrite("batches", &Options::batches)
       .def_readwrite("batches_len", &Options::batches_len)
       .def_readwrite("batch_size", &Options::batch_size)
       .def_readwrite("drop_last", &Options::drop_last)
@@ -314,7 +314,8 @@ PYBIND11_MODULE(_C, m) {
         return make_loader(std::move(dataset), std::move(options));
       }))
       .def("__len__", &Loader::size)
-      .def("start_epoch", &Loader::start_epoch)
+      .def("start_epoch", &Loader::start_epoch, py::arg("indices") = py::none(),
+           py::arg("base_seed") = py::none())
       .def("next", &Loader::next)
       .def("stop_epoch", &Loader::stop_epoch)
       .def("state", &Loader::state)

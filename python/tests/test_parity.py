@@ -148,3 +148,100 @@ def test_a_sampler_without_len_is_iterated_and_len_is_a_type_error(workers, batc
     for loader in (ours, theirs):
         with pytest.raises(TypeError):
             len(loader)
+
+
+class _Seeds(IndexDataset):
+    """Sample i: (i, the worker's id, the worker's seed) as torch's get_worker_info() tells it."""
+
+    def __getitem__(self, i):
+        info = torch.utils.data.get_worker_info()
+        return (i, info.id, info.seed)
+
+
+def _worker_seeds(loader_cls, n_epochs=3, **kwargs):
+    loader = loader_cls(_Seeds(12), batch_size=3, num_workers=2, collate_fn=lambda s: s, **kwargs)
+    out = []
+    for _ in range(n_epochs):
+        seeds = {}
+        for batch in loader:
+            for _, worker, seed in batch:
+                assert seeds.setdefault(worker, seed) == seed  # one seed a worker an epoch
+        out.append(seeds)
+    return out
+
+
+@pytest.mark.parametrize("executor", ["threads", "processes"])
+@pytest.mark.parametrize("persistent", [False, True])
+def test_worker_seeds_are_torchs(executor, persistent):
+    # Before, the workers' seeds came from a base seed the native loader drew from its own
+    # generator: not torch's, whatever the generator or torch.manual_seed said.
+    def run(loader_cls, **kwargs):
+        return _worker_seeds(loader_cls, persistent_workers=persistent,
+                             generator=torch.Generator().manual_seed(7), **kwargs)
+    def same(ours, theirs):
+        # A worker thread takes whichever batch is next, so one may serve a whole epoch: the
+        # workers seen have torch's seeds for their ids.
+        assert len(ours) == len(theirs)
+        for o, t in zip(ours, theirs):
+            assert o and o.items() <= t.items()
+    ours = run(coload.DataLoader, executor=executor)
+    theirs = run(torch.utils.data.DataLoader)
+    same(ours, theirs)
+    bases = [e[0] for e in theirs]
+    assert theirs[0] == {0: bases[0], 1: bases[0] + 1}
+    assert len(set(bases)) == (1 if persistent else 3)  # drawn once, or each epoch
+
+    torch.manual_seed(11)  # the global generator, when the loader has none
+    ours = _worker_seeds(coload.DataLoader, n_epochs=2, executor=executor)
+    torch.manual_seed(11)
+    same(ours, _worker_seeds(torch.utils.data.DataLoader, n_epochs=2))
+
+
+def test_a_later_iter_stops_the_earlier_iterator_which_then_raises():
+    # Before, epochs started back to back could hand the later epoch's index iterator to the
+    # earlier (stopped) one, the later failing with "'NoneType' object is not iterable"; and an
+    # earlier iterator went on with the later epoch's batches.
+    loader = coload.DataLoader(IndexDataset(20), batch_size=4, num_workers=2,
+                               sampler=torch.utils.data.SequentialSampler(range(20)))
+    expected = [[i, i + 1, i + 2, i + 3] for i in range(0, 20, 4)]
+    stale = []
+    for round in range(40):
+        it = iter(loader)
+        if round % 3 == 0:
+            assert next(it).tolist() == expected[0]
+        stale.append(it)
+    assert [b.tolist() for b in stale.pop()] == expected[1:]  # the last had given its first
+    for it in stale[-3:]:
+        with pytest.raises(RuntimeError, match="stopped by a later iter"):
+            next(it)
+    assert [b.tolist() for b in loader] == expected
+
+
+class _NoLen(torch.utils.data.Dataset):
+    """A map-style dataset without __len__: torch's loader takes it where a sampler names the
+    indices."""
+
+    def __getitem__(self, i):
+        if i >= 100:
+            raise IndexError(f"index {i} out of range")
+        return i * 10
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_dataset_without_len_is_loaded_through_a_sampler(workers):
+    # Before, the native loader took len(dataset) when it was made: TypeError at the first iter().
+    def kwargs():
+        return dict(sampler=[5, 99, 0, 42, 7], batch_size=2)
+    ours = coload.DataLoader(_NoLen(), num_workers=workers, **kwargs())
+    theirs = torch.utils.data.DataLoader(_NoLen(), **kwargs())
+    got = [b.tolist() for b in ours]
+    assert got == [b.tolist() for b in theirs] == [[50, 990], [0, 420], [70]]
+    assert len(ours) == len(theirs) == 3
+    beyond = coload.DataLoader(_NoLen(), sampler=[1, 100], batch_size=1, num_workers=workers)
+    it = iter(beyond)
+    assert next(it).tolist() == [10]
+    with pytest.raises(Exception, match="index 100 out of range"):
+        next(it)
+    without_sampler = coload.DataLoader(_NoLen(), batch_size=2, num_workers=workers)
+    with pytest.raises(TypeError):  # as torch's SequentialSampler, at the first iter()
+        list(without_sampler)

@@ -62,3 +62,32 @@ def test_state_of_another_dataset_size_is_refused():
     other = make(lambda: IndexDataset(11), 3)
     with pytest.raises(ValueError, match="dataset size"):
         other.load_state_dict(state)
+
+
+@pytest.mark.parametrize("stop_epoch,stop_after", [(0, 2), (1, 2), (1, 0)])
+def test_persistent_workers_resume_exactly(stop_epoch, stop_after):
+    # Before, a state saved in the first epoch said the base seed had been drawn: the resumed
+    # epoch drew it no more, and its shuffle came from another point of the generator.
+    def loader(seed_state):
+        return coload.DataLoader(IndexDataset(20), batch_size=3, shuffle=True, num_workers=2,
+                                 persistent_workers=True,
+                                 generator=torch.Generator().manual_seed(seed_state))
+    reference = loader(7)
+    full = [[b.tolist() for b in reference] for _ in range(3)]
+    theirs = torch.utils.data.DataLoader(IndexDataset(20), batch_size=3, shuffle=True,
+                                         num_workers=2, persistent_workers=True,
+                                         generator=torch.Generator().manual_seed(7))
+    assert full == [[b.tolist() for b in theirs] for _ in range(3)]
+
+    first = loader(7)
+    for _ in range(stop_epoch):
+        assert [b.tolist() for b in first] == full[_]
+    it = iter(first)
+    taken = [next(it).tolist() for _ in range(stop_after)]
+    state = first.state_dict()
+    del it, first
+    resumed = loader(12345)
+    resumed.load_state_dict(state)
+    assert taken + [b.tolist() for b in resumed] == full[stop_epoch]
+    for e in range(stop_epoch + 1, 3):
+        assert [b.tolist() for b in resumed] == full[e]
