@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 
@@ -56,11 +58,11 @@ std::string signal_name(int sig) {
 std::string describe_death(int worker, int pid, int status, std::int64_t batch,
                            const std::vector<std::int64_t>& indices);
 
-/// `broke`: why the parent killed it (a worker that broke the protocol), or empty.
+/// `broke`: what the parent adds (why it killed a worker that broke the protocol), or empty.
 std::string describe_death(int worker, int pid, int status, std::int64_t batch,
                            const std::vector<std::int64_t>& indices, const std::string& broke) {
   std::string s = describe_death(worker, pid, status, batch, indices);
-  if (!broke.empty()) s += ", by the parent, which could not use what it sent: " + broke;
+  if (!broke.empty()) s += ", " + broke;
   return s;
 }
 
@@ -135,8 +137,21 @@ class Arena {
   std::span<const std::byte> view(std::int64_t id, std::uint64_t size, std::uint64_t bytes) {
     std::lock_guard lock(mutex_);
     auto& s = slots_[static_cast<std::size_t>(id)];
-    s.size = size;
-    if (bytes > size) throw RuntimeError("coload: a worker's batch overruns its slot");
+    if (size != s.size) {
+      // Told by the child, checked against the memfd: a view past its end would be SIGBUS
+      // here, in the parent.
+      struct stat st {};
+      if (::fstat(s.fd, &st) != 0) throw_errno("coload: fstat of a batch slot", errno);
+      if (size > slot_span || size > static_cast<std::uint64_t>(st.st_size)) {
+        throw RuntimeError("coload: a worker says its slot holds " + std::to_string(size) +
+                           " bytes, but it holds " + std::to_string(st.st_size));
+      }
+      s.size = size;
+    }
+    if (bytes > size) {
+      throw RuntimeError("coload: a worker's batch of " + std::to_string(bytes) +
+                         " bytes overruns its slot of " + std::to_string(size));
+    }
     if (!s.data && size) {
       s.data = map_slot(s.fd);
       // NOTE: workers map the slot themselves: forking the next ones need not copy the page
@@ -198,7 +213,7 @@ struct Worker {
   std::unique_ptr<asio::posix::stream_descriptor> pidfd;
   std::deque<std::shared_ptr<ProcessPool::Pending>> outstanding;
   bool exited = false;
-  std::string broke;  // why the parent killed it: what it sent could not be used
+  std::string broke;  // what the parent adds to its death: why it killed it, or why it guessed
 
   /// Sends `sig` through the pidfd: to this very process, never to another that was given its
   /// pid once it was reaped (a fork-server worker is reaped by the server, whenever it ends).
@@ -354,7 +369,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     try {
       return drain(w);
     } catch (const std::exception& e) {
-      w.broke = e.what();
+      w.broke = std::string("by the parent, which could not use what it sent: ") + e.what();
       w.signal(SIGKILL);
       return false;
     }
@@ -377,13 +392,25 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       ProcessResult result;
       result.worker = w.id;
       result.pid = w.pid;
-      if (reply.status == ProcessReply::Status::batch) {
-        result.bytes = arena->view(p->slot, reply.slot_bytes, reply.offset + reply.bytes);
-        result.lease = std::make_shared<SlotLease>(arena, p->slot);
-      } else {
-        // The slot may have been grown without a batch in it: remember its size.
-        (void)arena->view(p->slot, reply.slot_bytes, 0);
-        arena->give_back(p->slot);
+      try {
+        if (reply.status == ProcessReply::Status::batch) {
+          if (reply.offset > std::numeric_limits<std::uint64_t>::max() - reply.bytes) {
+            throw RuntimeError("coload: a batch's offset and length overflow");
+          }
+          result.bytes = arena->view(p->slot, reply.slot_bytes, reply.offset + reply.bytes);
+          result.lease = std::make_shared<SlotLease>(arena, p->slot);
+        } else {
+          // The slot may have been grown without a batch in it: remember its size.
+          (void)arena->view(p->slot, reply.slot_bytes, 0);
+          arena->give_back(p->slot);
+        }
+      } catch (const std::exception& e) {
+        // Taken off the queue, the batch fails here (its slot given back), or it would never
+        // end: the epoch would wait for it, and the loader's shutdown with it.
+        fail(*p, std::make_exception_ptr(RuntimeError(
+                     "coload: worker " + std::to_string(w.id) + "'s reply to batch " +
+                     std::to_string(p->task.batch) + " could not be taken: " + e.what())));
+        continue;
       }
       p->slot = -1;
       result.reply = std::move(reply);
@@ -408,7 +435,18 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
   void on_exit(const std::shared_ptr<Worker>& w) {
     // Replies it sent before it went are results like any other.
     if (w->socket) drain_or_kill(*w);
-    const int status = reap(w->pid, w->via_server);
+    int status = 0;
+    try {
+      status = reap(w->pid, w->via_server);
+    } catch (const std::exception& e) {
+      // The fork server, which reports its workers' statuses, has gone (its workers go with
+      // it): the death is reported as a kill, saying so, rather than ending the driver.
+      status = SIGKILL;  // as a wait status: killed by SIGKILL
+      if (w->broke.empty()) {
+        w->broke = std::string("as its workers are once the fork server has gone (") + e.what() +
+                   "): its own exit status is unknown";
+      }
+    }
     w->exited = true;
     std::erase(departing, w);
     notify_retired();
@@ -417,7 +455,10 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     w->socket.reset();
     w->pidfd.reset();
     if (w->outstanding.empty()) {
-      if (current && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      // NOTE: a current worker exits only when it dies: one told to stop has departed first.
+      // Code 0 included (user code's exit(0), which the child turns into _exit(0)): ignored,
+      // its batches would have been lost without a word.
+      if (current && !shut) {
         // Died idle: nothing was lost. Under `restart` a new one is forked; under `raise`, or
         // when no new one can be (its restarts spent, or the fork failed), the next batch
         // asked for fails with it, as torch's DataLoader raises for a worker that died
@@ -456,7 +497,16 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       try {
         spawn(w->id);
         auto& fresh = workers[static_cast<std::size_t>(w->id)];
-        for (auto& p : lost) send(*fresh, p);
+        try {
+          for (auto& p : lost) send(*fresh, p);
+        } catch (...) {
+          // The batches fail below, every one: none may stay queued on the new worker too
+          // (its reply would find the batch ended, its slot given back). It is stopped, and
+          // its end reported as a death while idle.
+          fresh->outstanding.clear();
+          fresh->signal(SIGKILL);
+          throw;
+        }
         return;
       } catch (const std::exception& e) {
         // No new worker: the batches fail as under `raise`, saying why.
@@ -498,14 +548,28 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     }
   }
 
+  /// Queues `p` on worker `w`. Throws, with nothing queued and no slot held, when the task
+  /// cannot be sent (the caller fails the batch with that error).
   void send(Worker& w, const std::shared_ptr<Pending>& p) {
+    const bool took = p->slot < 0 && p->task.kind != ProcessTask::Kind::stop;
+    if (took) p->slot = arena->take();
+    try {
+      const auto [fd, size] =
+          p->slot >= 0 ? arena->fd_and_size(p->slot) : std::pair<int, std::uint64_t>{-1, 0};
+      // A worker that is gone reports through its pidfd; its queue is handled there.
+      send_value(w.socket->native_handle(), TaskMessage{p->task, p->slot, size}, {fd});
+    } catch (const std::exception& e) {
+      if (took) {
+        arena->give_back(p->slot);
+        p->slot = -1;
+      }
+      throw RuntimeError("coload: batch " + std::to_string(p->task.batch) + " (" +
+                         std::to_string(p->task.indices.size()) +
+                         " indices) could not be sent to worker " + std::to_string(w.id) +
+                         ": " + e.what());
+    }
     p->worker = w.id;
     w.outstanding.push_back(p);
-    if (p->slot < 0 && p->task.kind != ProcessTask::Kind::stop) p->slot = arena->take();
-    const auto [fd, size] =
-        p->slot >= 0 ? arena->fd_and_size(p->slot) : std::pair<int, std::uint64_t>{-1, 0};
-    // A worker that is gone reports through its pidfd; its queue is handled there.
-    send_value(w.socket->native_handle(), TaskMessage{p->task, p->slot, size}, {fd});
   }
 
   int pick(int wanted) {
@@ -559,11 +623,14 @@ ProcessPool::~ProcessPool() {
   for (auto& w : all) {
     if (w->exited || !w->pidfd) continue;
     pollfd p{w->pidfd->native_handle(), POLLIN, 0};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(0, left.count()))) == 0) {
-      w->signal(SIGKILL);
-    }
+    int ready = -1;
+    do {  // a signal's EINTR is not its end: waitpid below would wait for ever on one that
+          // ignores SIGTERM
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      ready = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(0, left.count())));
+    } while (ready < 0 && errno == EINTR);
+    if (ready <= 0) w->signal(SIGKILL);
   }
   for (auto& w : all) {
     if (w->exited) continue;

@@ -50,6 +50,8 @@ struct Faults {
   std::int64_t exit_at = -1;     // _exit(3)
   std::int64_t block_at = -1;    // waits for a signal, forever
   std::int64_t lie_at = -1;      // answers for another batch than the one it was given
+  std::int64_t overrun_at = -1;  // says its batch runs past the end of its slot
+  int exit0_worker = -1;         // this worker exits with code 0 as it starts
   int kill_times = 1 << 30;
 };
 
@@ -57,6 +59,7 @@ struct Faults {
 struct Shared {
   std::atomic<int> kills{0};
   std::atomic<int> starts{0};
+  std::atomic<std::int64_t> exited_pid{0};  // the exit0_worker's
 };
 
 Shared* shared_page() {
@@ -79,9 +82,13 @@ ChildWork test_work(Faults faults) {
   auto state = std::make_shared<State>();
   Shared* shared = shared_page();
   ChildWork work;
-  work.start = [state, shared](int id) {
+  work.start = [state, shared, faults](int id) {
     state->id = id;
     shared->starts.fetch_add(1);
+    if (id == faults.exit0_worker) {
+      shared->exited_pid = ::getpid();
+      ::_exit(0);
+    }
   };
   work.fetch = [state, faults, shared](const ProcessTask& task, ChildLink& link,
                                        ProcessReply& reply) {
@@ -115,6 +122,7 @@ ChildWork test_work(Faults faults) {
     encode_batch(link, Answer{doubled, ::getpid(), state->id}, reply);
     for (const std::int64_t i : task.indices) {
       if (i == faults.lie_at) reply.batch = task.batch + 1000;
+      if (i == faults.overrun_at) reply.bytes = std::uint64_t{1} << 41;  // past any slot
     }
   };
   work.skipped = [state] { return state->skipped; };
@@ -331,6 +339,89 @@ TEST_SUITE("process pool") {
     CHECK(std::get<0>(answer_of(*other)) == std::vector<std::int64_t>{16});
     CHECK(pool.broken());
     CHECK(gone(pid));
+  }
+
+  TEST_CASE("a reply whose slot the parent cannot read fails its batch, named; the worker goes "
+            "on") {
+    // Before, the batch was taken off the worker's queue before its slot was read: a slot that
+    // could not be read (overrun, mapped or pinned) left the batch unfinished for ever, and
+    // the epoch and the loader's shutdown waiting for it.
+    asio::io_context io;
+    Faults faults;
+    faults.overrun_at = 5;
+    ProcessPool pool(io, pool_options(1), test_work(faults));
+    pool.start();
+    auto overrun = submit(pool, 0, {4, 5}, 2);
+    auto after = submit(pool, 0, {1}, 4);
+    REQUIRE(run_until_done(io, {overrun, after}));
+    REQUIRE(overrun->error);
+    std::string over;
+    try {
+      std::rethrow_exception(overrun->error);
+    } catch (const std::exception& e) {
+      over = e.what();
+    }
+    CHECK(over.starts_with("coload: worker 0's reply to batch 2 could not be taken: coload: a "
+                           "worker's batch of "));
+    CHECK(over.find(" bytes overruns its slot of ") != std::string::npos);
+    CHECK(std::get<0>(answer_of(*after)) == std::vector<std::int64_t>{2});
+    CHECK(!pool.broken());
+  }
+
+  TEST_CASE("a worker that exits with code 0 while idle is a death, reported as one") {
+    // Before, a current worker's exit 0 was taken for a stop it had been told: it was
+    // forgotten, and the batches later sent its way were lost without a word.
+    asio::io_context io;
+    Faults faults;
+    faults.exit0_worker = 1;
+    shared_page()->exited_pid = 0;
+    ProcessPool pool(io, pool_options(2), test_work(faults));
+    pool.start();
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while ((shared_page()->exited_pid == 0 || !gone(shared_page()->exited_pid)) &&
+           std::chrono::steady_clock::now() < deadline) {
+      io.restart();
+      io.run_one_for(100ms);
+    }
+    const std::int64_t pid = shared_page()->exited_pid;
+    REQUIRE(pid > 0);
+    REQUIRE(gone(pid));  // reaped by the pool
+    auto next = submit(pool, 0, {3}, 2);
+    REQUIRE(run_until_done(io, {next}));
+    REQUIRE(next->error);
+    try {
+      std::rethrow_exception(next->error);
+    } catch (const WorkerDied& e) {
+      CHECK(e.worker_id() == 1);
+      CHECK(e.exit_code() == 0);
+      CHECK(std::string(e.what()) == "DataLoader worker 1 (pid " + std::to_string(pid) +
+                                         ") exited with code 0 while idle, between batches");
+    }
+  }
+
+  TEST_CASE("a task that cannot be sent fails its submit, named, and leaves nothing queued") {
+    // Before, the task was queued before it was sent: a send that failed (a task of 40000
+    // indices is larger than a worker's socket takes) left it queued, and the worker's next
+    // reply, to the next batch, was taken for a lie: the worker was killed.
+    asio::io_context io;
+    ProcessPool pool(io, pool_options(1), test_work({}));
+    pool.start();
+    ProcessTask big;
+    big.batch = 5;
+    big.indices.assign(40000, 1);
+    std::string what;
+    try {
+      (void)pool.submit(0, std::move(big));
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    CHECK(what.starts_with(
+        "coload: batch 5 (40000 indices) could not be sent to worker 0: coload: sending to a "
+        "worker: "));
+    auto next = submit(pool, 0, {3}, 6);
+    REQUIRE(run_until_done(io, {next}));
+    CHECK(std::get<0>(answer_of(*next)) == std::vector<std::int64_t>{6});
+    CHECK(!pool.broken());
   }
 
   TEST_CASE("a worker that dies with a task fails that submit with WorkerDied naming it") {
