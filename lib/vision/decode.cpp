@@ -192,10 +192,15 @@ ImageView decode_jpeg(std::span<const std::byte> data, std::vector<std::uint8_t>
     reset_decompressor();
     // NOTE: libjpeg reports damaged entropy-coded data as warnings and still fills the image, as
     // Pillow accepts it; running out of data is the one warning Pillow refuses ("image file is
-    // truncated"), so it is the one that throws here.
+    // truncated"), so it is the one that throws here. TurboJPEG keeps the first warning's text
+    // only: a file that warned of something else first is truncated too when it has no EOI.
     if (fatal) throw DecodeError("corrupt JPEG data: " + message);
     if (message.find("Premature end") != std::string::npos) {
       throw DecodeError("truncated JPEG data: " + message);
+    }
+    if (const auto frame = detail::parse_jpeg_frame(data);
+        frame && !detail::eoi_after(data, frame->entropy_at)) {
+      throw DecodeError("truncated JPEG data: no end of image after " + message);
     }
   }
   if (cmyk) {

@@ -157,13 +157,25 @@ ImageView decode_pnm(std::span<const std::byte> bytes, std::vector<std::uint8_t>
   const std::size_t pixels = static_cast<std::size_t>(h.width) * h.height;
   const unsigned char* body = bytes_of(bytes) + h.data;
   const std::size_t n = bytes.size() - h.data;
+  // The body's length is checked before the pixels are allocated: a 17-byte header must not
+  // cost the 243 MB its 9000x9000 claims. Plain (text) samples take a byte each at least.
+  const std::size_t samples = pixels * (h.kind == '3' || h.kind == '6' ? 3 : 1);
+  if (h.kind == '4' && n < (static_cast<std::size_t>(h.width) + 7) / 8 * h.height) {
+    fail(ImageFormat::pnm, "the body is shorter than its rows");
+  }
+  if ((h.kind == '5' || h.kind == '6') && n < samples * (h.maxval > 255 ? 2 : 1)) {
+    fail(ImageFormat::pnm, "the body is shorter than its samples");
+  }
+  if ((h.kind == '1' || h.kind == '2' || h.kind == '3') && n < samples) {
+    fail(ImageFormat::pnm, "the body's " + std::to_string(n) + " bytes cannot hold its " +
+                               std::to_string(samples) + " samples");
+  }
   grow(out, pixels * 3);
   std::uint8_t* rgb = out.data();
 
   if (h.kind == '1' || h.kind == '4') {  // bilevel: 1 is black
     if (h.kind == '4') {
       const std::size_t row = (static_cast<std::size_t>(h.width) + 7) / 8;
-      if (n < row * h.height) fail(ImageFormat::pnm, "the body is shorter than its rows");
       for (int y = 0; y < h.height; ++y) {
         for (int x = 0; x < h.width; ++x) {
           const bool black = (body[y * row + x / 8] >> (7 - x % 8)) & 1;
@@ -206,8 +218,7 @@ ImageView decode_pnm(std::span<const std::byte> bytes, std::vector<std::uint8_t>
   if (h.kind == '2' || h.kind == '3') {
     plain_samples(body, n, count, h.maxval, put);
   } else {
-    const std::size_t width = h.maxval > 255 ? 2 : 1;
-    if (n < count * width) fail(ImageFormat::pnm, "the body is shorter than its samples");
+    const std::size_t width = h.maxval > 255 ? 2 : 1;  // the body's length was checked above
     for (std::size_t i = 0; i < count; ++i) {
       const std::uint32_t v = width == 1 ? body[i] : (std::uint32_t{body[2 * i]} << 8) | body[2 * i + 1];
       put(i, v);
@@ -381,13 +392,20 @@ ImageView decode_bmp(std::span<const std::byte> bytes, std::vector<std::uint8_t>
   check_image_pixels(h.width, h.height);
   const int width = static_cast<int>(h.width);
   const int height = static_cast<int>(h.height);
+  const bool rle = h.compression == 1 || h.compression == 2;
+  const std::size_t stride = ((static_cast<std::size_t>(width) * h.bits + 31) >> 3) & ~std::size_t{3};
+  const std::size_t row_bytes = (static_cast<std::size_t>(width) * h.bits + 7) / 8;
+  // Measured before the pixels are allocated (RLE data is measured as it is decoded).
+  if (!rle && bytes.size() - h.data < stride * (height - 1) + row_bytes) {
+    fail(ImageFormat::bmp, "the pixel data is shorter than its " + std::to_string(height) + " rows");
+  }
   grow(out, static_cast<std::size_t>(width) * height * 3);
   const unsigned char* p = bytes_of(bytes);
   const auto dst_row = [&](int file_row) {
     const int y = h.top_down ? file_row : height - 1 - file_row;
     return out.data() + static_cast<std::size_t>(y) * width * 3;
   };
-  if (h.compression == 1 || h.compression == 2) {
+  if (rle) {
     const auto palette = bmp_palette(h, bytes);
     thread_local std::vector<std::uint8_t> idx;
     bmp_rle(h, bytes, idx);
@@ -397,11 +415,6 @@ ImageView decode_bmp(std::span<const std::byte> bytes, std::vector<std::uint8_t>
       for (int x = 0; x < width; ++x) std::memcpy(dst + 3 * x, &palette[3 * src[x]], 3);
     }
     return rgb_view(out, width, height);
-  }
-  const std::size_t stride = ((static_cast<std::size_t>(width) * h.bits + 31) >> 3) & ~std::size_t{3};
-  const std::size_t row_bytes = (static_cast<std::size_t>(width) * h.bits + 7) / 8;
-  if (bytes.size() - h.data < stride * (height - 1) + row_bytes) {
-    fail(ImageFormat::bmp, "the pixel data is shorter than its " + std::to_string(height) + " rows");
   }
   const auto palette = h.bits <= 8 ? bmp_palette(h, bytes) : std::array<std::uint8_t, 768>{};
   for (int r = 0; r < height; ++r) {

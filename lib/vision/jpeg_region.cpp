@@ -13,6 +13,7 @@
 #include <csetjmp>
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 // jpeglib.h needs FILE and size_t declared first.
 #include <jpeglib.h>
 #include <jerror.h>
@@ -77,8 +78,8 @@ bool decode_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigne
   if (segments) install_segment_decoder(cinfo, *segments, segment_state(), checkpoints);
   const int image_width = static_cast<int>(cinfo->output_width);
   const int image_height = static_cast<int>(cinfo->output_height);
-  if (top < 0 || left < 0 || height <= 0 || width <= 0 || top + height > image_height ||
-      left + width > image_width) {
+  if (top < 0 || left < 0 || height <= 0 || width <= 0 || height > image_height - top ||
+      width > image_width - left) {
     jpeg_destroy_decompress(cinfo);
     return false;
   }
@@ -146,6 +147,18 @@ std::uint8_t* grow_vector(void* v, std::size_t bytes) {
 
 }  // namespace
 
+bool eoi_after(std::span<const std::byte> data, std::size_t from) {
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+  for (std::size_t i = from; i + 1 < data.size();) {
+    const void* ff = std::memchr(p + i, 0xff, data.size() - 1 - i);
+    if (ff == nullptr) return false;
+    i = static_cast<std::size_t>(static_cast<const unsigned char*>(ff) - p);
+    if (p[i + 1] == 0xd9) return true;
+    ++i;
+  }
+  return false;
+}
+
 std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, int top, int left,
                                              int height, int width,
                                              std::vector<std::uint8_t>& buffer, int denominator) {
@@ -181,6 +194,10 @@ std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, in
             decode_scan_region(data, *frame, top, left, height, width, buffer, denominator)) {
       return region;
     }
+    // libjpeg reads a crop's data only as far as its last row: a file cut off below the crop
+    // would decode without a word, where the whole image's decode (and Pillow's) says it is
+    // truncated. Without the scan's EOI the whole image is decoded, and says so.
+    if (!eoi_after(data, frame->entropy_at)) return std::nullopt;
   }
   return decode_jpeg_region_checked(data, top, left, height, width, buffer, denominator, nullptr);
 }

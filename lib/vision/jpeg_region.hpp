@@ -31,6 +31,11 @@ std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, in
                                              std::vector<std::uint8_t>& buffer,
                                              int denominator = 1);
 
+/// True when an EOI marker follows `from`, the first scan's first byte: within a scan each
+/// 0xFF is followed by 0x00 or an RST marker, so the first 0xFF 0xD9 is the end (bytes after
+/// the EOI, which some cameras append, are not read). False for data cut off before its end.
+bool eoi_after(std::span<const std::byte> data, std::size_t from);
+
 struct RestartSegments;
 struct ScanCheckpoints;
 

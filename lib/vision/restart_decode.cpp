@@ -93,8 +93,8 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
   const int d = denominator;
   const int scaled_w = (f->width + d - 1) / d;
   const int scaled_h = (f->height + d - 1) / d;
-  if (top < 0 || left < 0 || height <= 0 || width <= 0 || top + height > scaled_h ||
-      left + width > scaled_w) {
+  if (top < 0 || left < 0 || height <= 0 || width <= 0 || height > scaled_h - top ||
+      width > scaled_w - left) {
     return std::nullopt;  // the region decoder declines it too, and the full decode says why
   }
   // The crop at full size with a margin, in MCUs widened to whole intervals. The margin: the

@@ -31,7 +31,7 @@ using detail::scaled_crop_axis;
 
 void check_box(const ImageView& src, const CropBox& box) {
   if (box.height <= 0 || box.width <= 0 || box.top < 0 || box.left < 0 ||
-      box.top + box.height > src.height || box.left + box.width > src.width) {
+      box.height > src.height - box.top || box.width > src.width - box.left) {  // no overflow
     throw InvalidArgument(
         "crop box (top " + std::to_string(box.top) + ", left " + std::to_string(box.left) +
         ", height " + std::to_string(box.height) + ", width " + std::to_string(box.width) +
@@ -145,10 +145,14 @@ Image crop(const ImageView& src, const CropBox& box) {
                                 "x" + std::to_string(box.width));
   }
   Image out = Image::zeros(box.width, box.height, src.channels);
+  // NOTE: the box's ends in 64 bits: a box far outside the image must not overflow into it.
   const int x0 = std::max(box.left, 0);
-  const int x1 = std::min(box.left + box.width, src.width);
+  const auto x1 = static_cast<int>(
+      std::min<std::int64_t>(std::int64_t{box.left} + box.width, src.width));
   if (x0 >= x1) return out;
-  for (int y = std::max(box.top, 0); y < std::min(box.top + box.height, src.height); ++y) {
+  const auto y1 = static_cast<int>(
+      std::min<std::int64_t>(std::int64_t{box.top} + box.height, src.height));
+  for (int y = std::max(box.top, 0); y < y1; ++y) {
     std::memcpy(out.pixel(x0 - box.left, y - box.top), src.row(y) + static_cast<std::ptrdiff_t>(x0) * src.channels,
                 static_cast<std::size_t>(x1 - x0) * src.channels);
   }

@@ -313,6 +313,37 @@ TEST_CASE("bad data gives a DecodeError that says what went wrong") {
     // The handle is usable again after the failure.
     CHECK(vision::decode(jpeg).width == 160);
     CHECK_THROWS_WITH_AS(vision::decode(half), doctest::Contains("truncated JPEG data"), DecodeError);
+    // A crop of the rows before the cut: before, it decoded without a word (libjpeg reads no
+    // further than the crop's last row), where the whole image, and Pillow, say truncated.
+    for (int d : {1, 2}) {
+      CAPTURE(d);
+      CHECK_THROWS_WITH_AS(vision::decode_resized_crop(half, CropBox{0, 0, 8, 40}, 8, 8, d),
+                           doctest::Contains("truncated JPEG data"), DecodeError);
+    }
+    CHECK(vision::decode_resized_crop(jpeg, CropBox{0, 0, 8, 40}, 8, 8, 1).width == 8);
+  }
+  SUBCASE("a damaged JPEG cut in half") {
+    // Damage early in the scan is a warning that libjpeg repairs (Pillow loads the file); the
+    // cut's warning came second (or never: libjpeg reads no further than the damage), and
+    // TurboJPEG keeps the first one's text only: before, the cut file decoded without a word.
+    std::vector<std::byte> damaged(jpeg.begin(), jpeg.end());
+    std::size_t sos = 0;
+    for (std::size_t i = 2; i + 1 < damaged.size(); ++i) {
+      if (damaged[i] == std::byte{0xff} && damaged[i + 1] == std::byte{0xda}) {
+        sos = i;
+        break;
+      }
+    }
+    REQUIRE(sos > 0);
+    const auto scan = sos + 2 + (std::to_integer<std::size_t>(damaged[sos + 2]) << 8) +
+                      std::to_integer<std::size_t>(damaged[sos + 3]);
+    // An RST marker in a scan without restart intervals: libjpeg warns "Corrupt JPEG data:
+    // premature end of data segment" and fills the rest of the image.
+    damaged[scan + 20] = std::byte{0xff};
+    damaged[scan + 21] = std::byte{0xd0};
+    CHECK(vision::decode(damaged).width == 160);  // repaired, as Pillow's
+    const auto cut = std::span<const std::byte>(damaged).first(damaged.size() / 2);
+    CHECK_THROWS_WITH_AS(vision::decode(cut), doctest::Contains("truncated JPEG data"), DecodeError);
   }
   SUBCASE("a JPEG cut inside its header") {
     const auto head = std::span(jpeg).first(40);
@@ -706,8 +737,19 @@ TEST_CASE("bad Netpbm, BMP, TIFF and WebP data gives a DecodeError naming the fo
                          DecodeError);
     CHECK_THROWS_WITH_AS(vision::decode(bytes(text_bytes("P2 2 1 9 3 10"))),
                          "corrupt or truncated Netpbm data: sample 10 exceeds maxval 9", DecodeError);
-    CHECK_THROWS_WITH_AS(vision::decode(bytes(text_bytes("P2 2 1 9 3"))),
+    CHECK_THROWS_WITH_AS(vision::decode(bytes(text_bytes("P2 2 1 9 3 "))),
                          "corrupt or truncated Netpbm data: 1 of 2 samples", DecodeError);
+    // Before, a header's pixels were allocated before its body was measured: 243 MB here, for
+    // a file of 21 bytes.
+    std::vector<std::uint8_t> kept;
+    CHECK_THROWS_WITH_AS(vision::decode_into(bytes(text_bytes("P6 9000 9000 255\n\x01\x02")), kept),
+                         "corrupt or truncated Netpbm data: the body is shorter than its samples",
+                         DecodeError);
+    CHECK_THROWS_WITH_AS(vision::decode_into(bytes(text_bytes("P3 9000 9000 255\n1 2 3")), kept),
+                         "corrupt or truncated Netpbm data: the body's 5 bytes cannot hold its "
+                         "243000000 samples",
+                         DecodeError);
+    CHECK(kept.capacity() < 1000);
   }
   SUBCASE("BMP") {
     const Bytes bmp = make_bmp24(img);

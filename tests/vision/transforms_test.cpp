@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -205,6 +206,18 @@ TEST_CASE("resized_crop resizes only the box, as crop then resize does") {
                        "crop box (top 30, left 0, height 20, width 10) does not lie inside the "
                        "50x40 image",
                        std::invalid_argument);
+  // Before, top + height wrapped negative and the box passed: a read far outside the image.
+  const int huge = std::numeric_limits<int>::max() - 1;
+  CHECK_THROWS_WITH_AS(vision::resized_crop(img.view(), CropBox{huge, 0, 5, 5}, 8, 8),
+                       ("crop box (top " + std::to_string(huge) +
+                        ", left 0, height 5, width 5) does not lie inside the 50x40 image")
+                           .c_str(),
+                       std::invalid_argument);
+  CHECK_THROWS_AS(vision::resized_crop(img.view(), CropBox{0, huge, 5, 5}, 8, 8),
+                  std::invalid_argument);
+  // crop() pads a box outside the image with zeros, as torchvision's: all of it, here.
+  const Image outside = vision::crop(img.view(), CropBox{huge, huge, 2, 3});
+  CHECK(outside.data == std::vector<std::uint8_t>(2 * 3 * 3, 0));
 }
 
 TEST_CASE("CenterCrop picks torchvision's box and zero-pads a small image") {
