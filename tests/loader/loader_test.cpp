@@ -642,35 +642,57 @@ TEST_SUITE("loader") {
     }
   }
 
-  TEST_CASE("a worker whose worker_init_fn failed fails every batch it is given, with that error") {
-    // Before, only the first batch failed: the worker served the next ones half set up (torch's
-    // worker fails every fetch after its worker_init_fn has failed).
-    auto inits = std::make_shared<std::atomic<int>>(0);
-    auto loader = make_data_loader(
-        IndexDataset{6}, {.batch_size = 2,
-                          .num_workers = 1,
-                          .worker_init_fn = [inits](const WorkerInfo&) {
-                            ++*inits;
-                            throw std::runtime_error("no GPU here");
-                          }});
-    for (int epoch = 0; epoch < 2; ++epoch) {
-      auto e = loader.epoch();
-      int failed = 0;
-      for (;;) {
-        try {
-          if (!sync_wait(e.next())) break;
-          FAIL("a batch from a worker whose worker_init_fn failed");
-        } catch (const WorkerError& error) {
-          ++failed;
-          const std::string what = error.what();
-          CHECK(what.find("in DataLoader worker 0 while running worker_init_fn") !=
-                std::string::npos);
-          CHECK(what.ends_with(": no GPU here"));
-          CHECK(what.find("batch -1") == std::string::npos);
+  TEST_CASE("a worker whose worker_init_fn failed fails every later batch of the epoch, with that "
+            "error") {
+    // Before, only the first batch failed: the worker served the next ones half set up, as a
+    // worker process did every one after its first (torch's worker fails every fetch of the
+    // epoch after its worker_init_fn has failed; a persistent one serves the next epochs).
+    for (const bool persistent : {false, true}) {
+      for (const Executor executor : {Executor::threads, Executor::processes}) {
+        CAPTURE(persistent);
+        CAPTURE(static_cast<int>(executor));
+        auto inits = std::make_shared<std::atomic<int>>(0);  // the threads' count
+        auto loader = make_data_loader(IndexDataset{6}, {.batch_size = 2,
+                                                         .num_workers = 1,
+                                                         .worker_init_fn =
+                                                             [inits](const WorkerInfo&) {
+                                                               ++*inits;
+                                                               throw std::runtime_error(
+                                                                   "no GPU here");
+                                                             },
+                                                         .persistent_workers = persistent,
+                                                         .executor = executor});
+        for (int epoch = 0; epoch < 2; ++epoch) {
+          CAPTURE(epoch);
+          auto e = loader.epoch();
+          std::vector<std::int64_t> failed;
+          std::int64_t served = 0;
+          for (;;) {
+            try {
+              if (!sync_wait(e.next())) break;
+              ++served;
+            } catch (const WorkerError& error) {
+              failed.push_back(error.batch());
+              const std::string what = error.what();
+              // A worker process adds its pid after its id.
+              CHECK(what.starts_with("Caught std::runtime_error in DataLoader worker 0 "));
+              CHECK(what.ends_with(" while " +
+                                   std::string(failed.size() == 1
+                                                   ? "running worker_init_fn before"
+                                                   : "serving, as its worker_init_fn had failed,") +
+                                   " batch " + std::to_string(error.batch()) + ": no GPU here"));
+            }
+          }
+          if (persistent && epoch == 1) {
+            CHECK(served == 3);  // worker_init_fn runs once; the next epoch is served
+            CHECK(failed.empty());
+          } else {
+            CHECK(failed == std::vector<std::int64_t>{0, 1, 2});
+            CHECK(served == 0);
+          }
+          if (executor == Executor::threads) CHECK(inits->load() == (persistent ? 1 : epoch + 1));
         }
       }
-      CHECK(failed == 3);
-      CHECK(inits->load() == epoch + 1);  // once an epoch, not again for each batch
     }
   }
 

@@ -211,7 +211,8 @@ class LoaderCore {
     }
     check_compatible(saved, loader_identity(fetcher_));
     set_generator_state(generator_, saved.generator);
-    kept_base_ = saved.base_seed;
+    kept_base_ = options().persistent_workers && options().num_workers > 0 ? saved.base_seed
+                                                                             : std::nullopt;
     epochs_started_ = saved.epoch;
     resume_.load(saved, iterable, fetcher_.stream_states_usable());
   }

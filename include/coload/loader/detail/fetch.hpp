@@ -315,26 +315,35 @@ class Fetcher {
   }
 
   /// worker_init_fn, once per worker per epoch (once ever with persistent_workers), before
-  /// batch `batch`. Once it has failed, every batch on that worker fails with its error until
-  /// it runs again, as every fetch of a torch worker whose worker_init_fn failed does (none is
-  /// served by a worker left half set up). Called on worker `info.id`'s thread only.
+  /// batch `batch`. Once it has failed, every later batch of the epoch on that worker fails
+  /// with its error, as every fetch of a torch worker whose worker_init_fn failed does in that
+  /// epoch (none is served by a worker left half set up; torch's persistent worker serves the
+  /// next epochs). Called on worker `info.id`'s thread only, for each batch.
   void init_worker(const WorkerInfo& info, std::int64_t epoch, std::int64_t batch) {
     const auto w = static_cast<std::size_t>(info.id);
     auto& last = worker_init_epoch_[w];
+    auto& failed = worker_init_error_[w];
     if (last >= 0 && (options.persistent_workers || last == epoch)) {
-      if (worker_init_error_[w]) std::rethrow_exception(worker_init_error_[w]);
+      if (failed.error && failed.epoch == epoch) {
+        try {
+          std::rethrow_exception(failed.error);
+        } catch (...) {
+          throw wrap_current_exception(info.id, batch, -1,
+                                       "serving, as its worker_init_fn had failed,");
+        }
+      }
       return;
     }
     last = epoch;
-    worker_init_error_[w] = nullptr;
+    failed = {};
     if (!options.worker_init_fn) return;
     try {
       options.worker_init_fn(info);
     } catch (...) {
-      auto error = wrap_current_exception(
-          info.id, batch, -1, batch >= 0 ? "running worker_init_fn before" : "running worker_init_fn");
-      worker_init_error_[w] = std::make_exception_ptr(error);
-      throw error;
+      failed = {std::current_exception(), epoch};
+      throw wrap_current_exception(info.id, batch, -1,
+                                   batch >= 0 ? "running worker_init_fn before"
+                                              : "running worker_init_fn");
     }
   }
 
@@ -540,7 +549,11 @@ class Fetcher {
   };
 
   std::vector<std::int64_t> worker_init_epoch_;  // element i: worker i's thread only
-  std::vector<std::exception_ptr> worker_init_error_;  // as worker_init_epoch_
+  struct InitFailure {
+    std::exception_ptr error;  // worker_init_fn's own exception
+    std::int64_t epoch = -1;
+  };
+  std::vector<InitFailure> worker_init_error_;  // as worker_init_epoch_
   std::vector<std::shared_ptr<D>> replicas_;     // element i: worker i's thread only
 };
 

@@ -33,7 +33,8 @@ class BatchScheduler final : public Scheduler {
  public:
   /// `started`, where not nullptr, is told when the batch's CPU work is first queued.
   BatchScheduler(ThreadExecutor& pool, const WorkerInfo* workers,
-                 const std::function<void(const WorkerInfo&)>& on_worker, FetchBoard& board,
+                 const std::function<void(const WorkerInfo&, std::int64_t)>& on_worker,
+                 FetchBoard& board,
                  std::int64_t batch, CpuStarted* started = nullptr) noexcept
       : pool_(pool),
         workers_(workers),
@@ -54,13 +55,13 @@ class BatchScheduler final : public Scheduler {
     const WorkerInfo& info = workers_[ThreadExecutor::current_worker_id()];
     set_worker_info(&info);
     board_.note(info.id, batch_, sample);
-    if (on_worker_) on_worker_(info);
+    if (on_worker_) on_worker_(info, batch_);
   }
 
  private:
   ThreadExecutor& pool_;
   const WorkerInfo* workers_;  // indexed by worker id
-  const std::function<void(const WorkerInfo&)>& on_worker_;
+  const std::function<void(const WorkerInfo&, std::int64_t)>& on_worker_;
   FetchBoard& board_;
   const std::int64_t batch_;
   // NOTE: told before the work is queued: once it is, the batch may end and this scheduler go.

@@ -423,7 +423,6 @@ class ProcessBridge final : public Place<D, C> {
     std::optional<asio::io_context> io;
     std::unique_ptr<io::Reader> reader;
     WorkerInfo info;
-    bool initialised = false;
     std::optional<StreamCursor<stream_probe_t>> cursor;
     bool stream_over = false;
     std::uint64_t stream_run = 0;  // the iteration `cursor` streams for
@@ -461,9 +460,9 @@ class ProcessBridge final : public Place<D, C> {
       const int id = st.info.id;
       st.info.seed = task.worker_seed + static_cast<std::uint64_t>(id);
       set_worker_info(&st.info);
-      if (!st.initialised) {
-        st.initialised = true;
-        // Not in the slot: what worker_init_fn makes outlives the task.
+      {
+        // Each task: worker_init_fn runs once (init_worker knows), and once it has failed the
+        // epoch's later tasks fail with it. Not in the slot: what it makes outlives the task.
         BatchAllocatorScope outside_slot(nullptr);
         fetcher.init_worker(st.info, task.epoch, task.batch);
       }

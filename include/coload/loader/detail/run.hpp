@@ -93,7 +93,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   }
   /// What an asynchronous fetch's move to a worker runs there: worker_init_fn, once per
   /// worker per epoch (once ever with persistent_workers).
-  const std::function<void(const WorkerInfo&)>* on_worker() const noexcept {
+  const std::function<void(const WorkerInfo&, std::int64_t)>* on_worker() const noexcept {
     return &on_worker_;
   }
   bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
@@ -250,10 +250,11 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   const DeliveredSet resumed_;
   const std::vector<std::uint8_t> start_generator_;
   const std::shared_ptr<StoppedEpoch> stopped_;
-  const std::function<void(const WorkerInfo&)> on_worker_ = [this](const WorkerInfo& info) {
-    svc_.recorder.bind_thread(info.id);
-    svc_.fetcher.init_worker(info, epoch_, -1);  // the batch is not known here
-  };
+  const std::function<void(const WorkerInfo&, std::int64_t)> on_worker_ =
+      [this](const WorkerInfo& info, std::int64_t batch) {
+        svc_.recorder.bind_thread(info.id);
+        svc_.fetcher.init_worker(info, epoch_, batch);
+      };
   // driver
   std::int64_t dispatched_ = 0;
   // The map-style dispatcher holds the epoch's later batches back until its first has begun
