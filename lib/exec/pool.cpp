@@ -501,10 +501,12 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
           for (auto& p : lost) send(*fresh, p);
         } catch (...) {
           // The batches fail below, every one: none may stay queued on the new worker too
-          // (its reply would find the batch ended, its slot given back). It is stopped, and
-          // its end reported as a death while idle.
-          fresh->outstanding.clear();
-          fresh->signal(SIGKILL);
+          // (its reply would find the batch ended, its slot given back). It departs, killed:
+          // its end is not another death to report.
+          auto gone = std::move(fresh);
+          gone->outstanding.clear();
+          gone->signal(SIGKILL);
+          departing.push_back(std::move(gone));
           throw;
         }
         return;
