@@ -13,7 +13,6 @@
 #include <csetjmp>
 #include <cstddef>
 #include <cstdio>
-#include <cstring>
 // jpeglib.h needs FILE and size_t declared first.
 #include <jpeglib.h>
 #include <jerror.h>
@@ -148,13 +147,10 @@ std::uint8_t* grow_vector(void* v, std::size_t bytes) {
 }  // namespace
 
 bool eoi_after(std::span<const std::byte> data, std::size_t from) {
-  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
-  for (std::size_t i = from; i + 1 < data.size();) {
-    const void* ff = std::memchr(p + i, 0xff, data.size() - 1 - i);
-    if (ff == nullptr) return false;
-    i = static_cast<std::size_t>(static_cast<const unsigned char*>(ff) - p);
-    if (p[i + 1] == 0xd9) return true;
-    ++i;
+  unsigned marker = 0;
+  for (std::size_t at = next_marker(data, from, marker); at < data.size();
+       at = next_marker(data, at + 2, marker)) {
+    if (marker == 0xd9) return true;
   }
   return false;
 }
