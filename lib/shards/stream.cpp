@@ -617,12 +617,15 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
         ended = true;
       } catch (const std::exception& e) {
         // The client gave up on the shard, or its body is no archive (cut short or altered: a
-        // ShardError, which propagates as it is). How many are lost is known when an earlier
+        // ShardError, which propagates as it is), or a local one cannot be opened or read. How many are lost is known when an earlier
         // epoch streamed the shard whole. A resumed stream's first `already` samples were
         // handed out before the state was taken, whether or not they were read again now;
         // the sample held was read whole, and goes out before the error.
         const auto* http_error = dynamic_cast<const io::HttpError*>(&e);
-        if (!http_error && !dynamic_cast<const ShardError*>(&e)) throw;
+        if (!http_error && !dynamic_cast<const ShardError*>(&e) &&
+            !dynamic_cast<const SystemError*>(&e)) {
+          throw;
+        }
         const std::int64_t known = self->learned_->count(s);
         const auto read = static_cast<std::int64_t>(pos.sample + (held ? 1 : 0));
         if (known >= 0 && read >= known) {
@@ -671,10 +674,32 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
     if (pos.sample >= shard.samples.size()) continue;
     // This shard's reader (made ahead while the previous shard was used, when it starts at its
     // first sample), and the next shard's, so that its first reads overlap this one's tail.
+    // What this epoch loses of the shard when it fails for good at sample pos.sample.
+    const auto losing = [&] {
+      const std::int64_t first = data.offsets()[s];
+      return "shard '" + shard.path + "' holds samples " + std::to_string(first) + ".." +
+             std::to_string(first + static_cast<std::int64_t>(shard.samples.size()) - 1) +
+             ", of which " + std::to_string(pos.sample) + " were read and " +
+             std::to_string(shard.samples.size() - pos.sample) + " are lost to this epoch";
+    };
+    // A local shard that cannot be opened or read (gone, cut short since it was indexed, an I/O
+    // error): its error as it is, or with skip, left out and counted as a remote one is.
+    const auto skip_local = [&](const std::exception& e) {
+      coload::detail::warn(std::string("ShardStream: skipped: ") + e.what() + "; " + losing());
+      count_skipped(static_cast<std::int64_t>(shard.samples.size() - pos.sample));
+    };
     std::unique_ptr<ChunkReader> reader = std::move(next_reader);
     if (!reader || next_reader_shard != s || pos.sample != 0) {
-      reader = open_reader(http(), shard, self->options_, data.options().direct,
-                           shard.samples[pos.sample].begin, spare);
+      bool opened = false;
+      try {
+        reader = open_reader(http(), shard, self->options_, data.options().direct,
+                             shard.samples[pos.sample].begin, spare);
+        opened = true;
+      } catch (const SystemError& e) {
+        if (!skip) throw;
+        skip_local(e);
+      }
+      if (!opened) continue;
     }
     next_reader.reset();
     for (std::size_t k = pos.shard_pos + 1; k < order.size(); ++k) {
@@ -708,18 +733,19 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
       } catch (const io::HttpError& e) {
         // The client gave up on the shard: say which samples it held and how many of them were
         // read, so that a caller knows exactly what this epoch is missing.
-        const std::int64_t first = data.offsets()[s];
-        const std::size_t left = shard.samples.size() - pos.sample;
-        io::HttpError named(
-            e.url(), e.status(), e.attempts(),
-            std::string(e.what()) + "; shard '" + shard.path + "' holds samples " +
-                std::to_string(first) + ".." +
-                std::to_string(first + static_cast<std::int64_t>(shard.samples.size()) - 1) +
-                ", of which " + std::to_string(pos.sample) + " were read and " +
-                std::to_string(left) + " are lost to this epoch");
+        io::HttpError named(e.url(), e.status(), e.attempts(),
+                            std::string(e.what()) + "; " + losing());
         if (!skip) throw named;
         coload::detail::warn(std::string("ShardStream: skipped: ") + named.what());
-        count_skipped(static_cast<std::int64_t>(left));
+        count_skipped(static_cast<std::int64_t>(shard.samples.size() - pos.sample));
+        lost = true;
+      } catch (const SystemError& e) {
+        if (!skip) throw;
+        skip_local(e);
+        lost = true;
+      } catch (const ShardError& e) {
+        if (!skip) throw;
+        skip_local(e);
         lost = true;
       }
       if (lost) break;  // on to the next shard, whose reader is already running

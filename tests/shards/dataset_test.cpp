@@ -320,6 +320,46 @@ TEST_CASE("a shard that cannot be opened fails at its turn, naming it, after the
   CHECK(error.find("'" + paths[1] + "'") != std::string::npos);
 }
 
+TEST_CASE("with skip_failed_shards a local shard gone or cut short since indexing is left out and counted") {
+  // Skipping was for shards by URL only: a local one that could not be opened, or ended inside
+  // a sample, ended the stream with its error whatever the option said.
+  for (const bool skip : {false, true}) {
+    CAPTURE(skip);
+    TempDir dir;
+    REQUIRE(write_shards(dir.path, 40, 20000).size() >= 4);
+    shards::ShardStream ordered(dir.path, {.shuffle_shards = false, .skip_failed_shards = skip});
+    const auto& shards = ordered.dataset().shards();
+    const auto& offsets = ordered.dataset().offsets();
+    REQUIRE(shards[2].samples.size() > 2);
+    // Shard 1 gone; shard 2 ends inside its second sample.
+    fs::remove(shards[1].path);
+    fs::resize_file(shards[2].path, shards[2].samples[1].begin + 10);
+    std::vector<std::int64_t> got;
+    std::string error;
+    try {
+      for (auto& sample : ordered.samples(WorkerInfo{.num_workers = 1})) {
+        got.push_back(std::stoll(sample.text("id")));
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    CAPTURE(error);
+    if (!skip) {
+      CHECK(got == iota(offsets[1]));
+      CHECK(error.find("cannot open shard '" + shards[1].path + "'") != std::string::npos);
+      CHECK(ordered.skipped_samples() == 0);
+      continue;
+    }
+    CHECK(error.empty());
+    std::vector<std::int64_t> expected = iota(offsets[1]);
+    expected.push_back(offsets[2]);  // shard 2's first sample, whole before the cut
+    for (std::int64_t i = offsets[3]; i < 40; ++i) expected.push_back(i);
+    CHECK(got == expected);
+    CHECK(ordered.skipped_samples() ==
+          static_cast<std::int64_t>(shards[1].samples.size() + shards[2].samples.size() - 1));
+  }
+}
+
 TEST_CASE("ShardImagePipeline: labels from cls, the same batches for 0, 1 and 3 workers") {
   TempDir dir;
   {

@@ -38,9 +38,11 @@ struct ShardStreamOptions {
   std::size_t read_ahead = 64 << 20;
   /// A remote shard that fails for good (see io::RetryOptions) ends the stream with an
   /// io::HttpError naming its URL, status, attempts and samples, and one without an index whose
-  /// body is no archive (cut short, or altered) with a ShardError naming it; with this set (or the
-  /// loader's `on_error = skip`, see set_error_policy), a warning says so instead, its samples
-  /// not yet read count in skipped_samples(), and the stream goes on with the next shard.
+  /// body is no archive (cut short, or altered) with a ShardError naming it, as a local shard
+  /// that cannot be opened or read (SystemError) or ends inside a sample (ShardError) ends it
+  /// with its error; with this set (or the loader's `on_error = skip`, see set_error_policy), a
+  /// warning says so instead, its samples not yet read count in skipped_samples(), and the
+  /// stream goes on with the next shard.
   bool skip_failed_shards = false;
 };
 
@@ -104,7 +106,7 @@ class ShardStream {
   void load_state(const std::string& state);
 
   /// The loader's `on_error` and its count of skipped samples, given by the loader before it
-  /// starts each stream: with OnError::skip a remote shard that fails for good is skipped as
+  /// starts each stream: with OnError::skip a shard that fails for good is skipped as
   /// with `skip_failed_shards` (its URL and samples in the warning), and its samples not yet
   /// read count in `log` too (DataLoader::skipped()). `log` must outlive the streams.
   void set_error_policy(OnError on_error, coload::detail::SkipLog* log) noexcept {
