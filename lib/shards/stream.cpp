@@ -534,16 +534,26 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
         count_skipped(1);
         continue;
       }
+      const std::string lost_note = "; sample " + std::to_string(g) +
+                                    " of the resumed shuffle buffer is lost to this epoch" +
+                                    (skip ? ", with the buffer's other samples of its shard" : "");
+      std::string lost;  // with skip: why the sample, and its shard's others here, are left out
       try {
         buffer.push_back(co_await read_sample(data, g, http()));
         kept.push_back(g);
       } catch (const io::HttpError& e) {
-        io::HttpError named(e.url(), e.status(), e.attempts(),
-                            std::string(e.what()) + "; sample " + std::to_string(g) +
-                                " of the resumed shuffle buffer is lost to this epoch" +
-                                (skip ? ", with the buffer's other samples of its shard" : ""));
+        io::HttpError named(e.url(), e.status(), e.attempts(), std::string(e.what()) + lost_note);
         if (!skip) throw named;
-        coload::detail::warn(std::string("ShardStream: skipped: ") + named.what());
+        lost = named.what();
+      } catch (const SystemError& e) {  // a local shard gone, or unreadable, since indexed
+        if (!skip) throw;
+        lost = e.what() + lost_note;
+      } catch (const ShardError& e) {  // ... or cut short
+        if (!skip) throw;
+        lost = e.what() + lost_note;
+      }
+      if (!lost.empty()) {
+        coload::detail::warn("ShardStream: skipped: " + lost);
         count_skipped(1);
         failed.push_back(of);
       }

@@ -360,6 +360,44 @@ TEST_CASE("with skip_failed_shards a local shard gone or cut short since indexin
   }
 }
 
+TEST_CASE("with skip a resumed shuffle buffer's samples of a local shard cut short since are left out and counted") {
+  // The buffer's samples are read again one by one on resume; only a remote one's failure was
+  // skipped, a local one's ended the resumed stream whatever the option said.
+  TempDir dir;
+  REQUIRE(write_shards(dir.path, 40, 60000).size() >= 2);
+  const WorkerInfo info{.num_workers = 1, .seed = 3};
+  std::string state;
+  {
+    shards::ShardStream first(dir.path, {.shuffle_shards = false, .shuffle_buffer = 4});
+    REQUIRE(first.dataset().shards()[0].samples.size() > 7);
+    auto samples = first.samples(info);
+    auto it = samples.begin();
+    ++it;  // two handed out: six read, four of them in the buffer
+    state = first.state();
+  }
+  shards::ShardStream resumed(dir.path,
+                              {.shuffle_shards = false, .shuffle_buffer = 4, .skip_failed_shards = true});
+  const auto& shards = resumed.dataset().shards();
+  const auto in_first = static_cast<std::int64_t>(shards[0].samples.size());
+  fs::resize_file(shards[0].path, shards[0].samples[0].begin + 10);
+  resumed.load_state(state);
+  std::vector<std::int64_t> got;
+  std::string error;
+  try {
+    for (auto& sample : resumed.samples(info)) got.push_back(std::stoll(sample.text("id")));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  CAPTURE(error);
+  CHECK(error.empty());
+  std::sort(got.begin(), got.end());
+  std::vector<std::int64_t> rest;
+  for (std::int64_t i = in_first; i < 40; ++i) rest.push_back(i);
+  CHECK(got == rest);
+  // The four buffered, and the shard's samples after the six read.
+  CHECK(resumed.skipped_samples() == 4 + (in_first - 6));
+}
+
 TEST_CASE("ShardImagePipeline: labels from cls, the same batches for 0, 1 and 3 workers") {
   TempDir dir;
   {
