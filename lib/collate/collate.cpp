@@ -12,12 +12,14 @@ namespace coload::detail {
 namespace {
 bool stackable_by_copy(const std::vector<at::Tensor>& samples) {
   const at::Tensor& first = samples.front();
-  if (!first.defined() || !first.device().is_cpu() || first.is_quantized() || first.is_sparse()) {
+  if (!first.defined() || !first.device().is_cpu() || first.is_quantized() || first.is_sparse() ||
+      first.layout() != at::kStrided) {
     return false;
   }
   for (const auto& t : samples) {
     // Conjugate and negative views store bytes that differ from their values: let stack resolve.
-    if (!t.defined() || !t.device().is_cpu() || t.is_conj() || t.is_neg() ||
+    // A sample that requires grad: stack records the graph (the batch's grad_fn), as PyTorch's.
+    if (!t.defined() || !t.device().is_cpu() || t.is_conj() || t.is_neg() || t.requires_grad() ||
         t.scalar_type() != first.scalar_type() ||
         t.sizes() != first.sizes() || t.layout() != first.layout() || t.is_sparse()) {
       return false;

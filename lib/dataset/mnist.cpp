@@ -14,6 +14,9 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "bounds.hpp"
 
 namespace coload {
 namespace {
@@ -101,20 +104,37 @@ at::Tensor read_idx(const fs::path& path, int dims, const char* what) {
                        "-byte IDX header, found " + std::to_string(got) + " bytes");
   }
   std::vector<std::int64_t> shape;
-  std::int64_t count = 1;
+  // Three 32-bit dimensions can multiply past 2^64: the count is exact in 128 bits, and the
+  // body is read before anything of its announced size is allocated.
+  unsigned __int128 count = 1;
   for (int d = 0; d < dims; ++d) {
     shape.push_back(big_endian(header.data() + 4 * (1 + d)));
-    count *= shape.back();
+    count *= static_cast<std::uint64_t>(shape.back());
   }
   std::string layout = std::to_string(shape[0]) + " " + what;
   if (dims == 3) layout += " of " + std::to_string(shape[1]) + "x" + std::to_string(shape[2]);
-  const std::string expected = "expected " + std::to_string(header_bytes + count) + " bytes (a " +
-                               std::to_string(header_bytes) + "-byte header and " + layout + ")";
-
-  at::Tensor data = at::empty(shape, at::kByte);
-  const std::size_t body =
-      file.read(data.data_ptr<std::uint8_t>(), static_cast<std::size_t>(count));
-  if (body < static_cast<std::size_t>(count)) {
+  // Counts past 2^62 cannot be a file here (and would not print as a uint64).
+  const bool absurd = count > (static_cast<unsigned __int128>(1) << 62);
+  const std::string expected =
+      "expected " +
+      (absurd ? std::string("more than 2^62")
+              : std::to_string(header_bytes + static_cast<std::uint64_t>(count))) +
+      " bytes (a " + std::to_string(header_bytes) + "-byte header and " + layout + ")";
+  // Read in pieces into memory that grows with what arrives: a header's word alone allocates
+  // nothing (a 16-byte file announcing 10^11 bytes is a truncated file, not an allocation).
+  std::vector<std::uint8_t> bytes;
+  const std::uint64_t want = absurd ? ~std::uint64_t{0} : static_cast<std::uint64_t>(count);
+  constexpr std::size_t piece = 4 << 20;
+  while (bytes.size() < want) {
+    const std::size_t at = bytes.size();
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(want - at, piece));
+    bytes.resize(at + n);
+    const std::size_t got_now = file.read(bytes.data() + at, n);
+    bytes.resize(at + got_now);
+    if (got_now < n) break;
+  }
+  const std::size_t body = bytes.size();
+  if (body < want) {
     throw RuntimeError(path.string() + ": truncated: " + expected + ", found " +
                        std::to_string(header_bytes + body));
   }
@@ -122,6 +142,8 @@ at::Tensor read_idx(const fs::path& path, int dims, const char* what) {
     throw RuntimeError(path.string() + ": too long: " + expected + ", found " +
                        std::to_string(header_bytes + body + extra));
   }
+  at::Tensor data = at::empty(shape, at::kByte);
+  if (body > 0) std::memcpy(data.data_ptr<std::uint8_t>(), bytes.data(), body);
   return data;
 }
 
@@ -171,6 +193,7 @@ std::pair<at::Tensor, std::int64_t> MNIST::get(Index index) const {
 }
 
 std::pair<at::Tensor, at::Tensor> MNIST::get_batch(std::span<const Index> indices) const {
+  detail::check_batch_indices(indices, size());
   // NOTE: from_blob borrows the caller's indices; index_select copies out before we return.
   at::Tensor idx = at::from_blob(const_cast<Index*>(indices.data()),
                                  {static_cast<std::int64_t>(indices.size())}, at::kLong);

@@ -49,7 +49,7 @@ std::vector<std::int64_t> from_fractions(std::int64_t size, std::span<const doub
 }
 
 void check_sum(std::int64_t size, std::span<const std::int64_t> lengths) {
-  std::int64_t sum = 0;
+  __int128 sum = 0;  // lengths near INT64_MAX must not wrap around to the size
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] < 0) {
       throw InvalidArgument("Length of split at index " + std::to_string(i) + " is negative (" +
@@ -82,6 +82,17 @@ std::vector<std::int64_t> split_lengths(std::int64_t size, std::span<const doubl
                               ") is neither a whole number nor part of fractions summing "
                               "to 1");
       }
+      // A whole number outside [0, size] cannot be one of lengths summing to size: refused
+      // before the cast (of 1e19, undefined).
+      if (lengths[i] < 0) {
+        throw InvalidArgument("Length of split at index " + std::to_string(i) +
+                              " is negative (" + std::to_string(lengths[i]) + ")");
+      }
+      if (lengths[i] > static_cast<double>(size)) {
+        throw InvalidArgument("Length of split at index " + std::to_string(i) + " (" +
+                              std::to_string(lengths[i]) + ") exceeds the dataset's length " +
+                              std::to_string(size));
+      }
       out.push_back(static_cast<std::int64_t>(lengths[i]));
     }
   }
@@ -90,7 +101,7 @@ std::vector<std::int64_t> split_lengths(std::int64_t size, std::span<const doubl
 }
 
 std::vector<std::int64_t> split_lengths(std::int64_t size, std::span<const std::int64_t> lengths) {
-  std::int64_t sum = 0;
+  __int128 sum = 0;
   for (std::int64_t l : lengths) sum += l;
   if (sum == 1) {
     // PyTorch reads any lengths summing to 1 as fractions: [0, 1] means "everything in the

@@ -10,7 +10,9 @@
 #include <optional>
 #include <string>
 
+#include "bounds.hpp"
 #include "coload/core/error.hpp"
+#include "coload/dataset/sample_context.hpp"
 
 namespace coload {
 
@@ -44,6 +46,7 @@ std::vector<at::Tensor> TensorDataset::get(Index index) const {
 }
 
 std::vector<at::Tensor> TensorDataset::get_batch(std::span<const Index> indices) const {
+  detail::check_batch_indices(indices, size_);
   // NOTE: from_blob borrows the caller's indices; index_select copies out before we return.
   at::Tensor idx = at::from_blob(const_cast<Index*>(indices.data()),
                                  {static_cast<std::int64_t>(indices.size())}, at::kLong);
@@ -55,6 +58,16 @@ std::vector<at::Tensor> TensorDataset::get_batch(std::span<const Index> indices)
   batch.reserve(tensors_.size());
   for (const auto& t : tensors_) batch.push_back(t.index_select(0, idx));
   return batch;
+}
+
+void detail::check_batch_indices(std::span<const Index> indices, std::int64_t size) {
+  for (const Index i : indices) {
+    if (i < -size || i >= size) {
+      throw SampleError(i, "index " + std::to_string(i) +
+                               " is out of bounds for dimension 0 with size " +
+                               std::to_string(size));
+    }
+  }
 }
 
 }  // namespace coload

@@ -80,6 +80,10 @@ DistributedSampler::DistributedSampler(std::int64_t dataset_size,
       shuffle_(shuffle),
       seed_(seed),
       drop_last_(drop_last) {
+  if (num_replicas_ <= 0) {
+    throw InvalidArgument("num_replicas should be a positive integer value, but got num_replicas=" +
+                          std::to_string(num_replicas_));
+  }
   if (rank_ >= num_replicas_ || rank_ < 0) {
     throw InvalidArgument("Invalid rank " + std::to_string(rank_) +
                           ", rank should be in the interval [0, " +
@@ -95,7 +99,8 @@ DistributedSampler::DistributedSampler(std::int64_t dataset_size,
     // math.ceil((len - num_replicas) / num_replicas): the largest multiple that fits.
     num_samples_ = dataset_size_ / num_replicas_;
   } else {
-    num_samples_ = (dataset_size_ + num_replicas_ - 1) / num_replicas_;
+    // The ceiling, without the overflow of (size + replicas - 1) near INT64_MAX.
+    num_samples_ = dataset_size_ / num_replicas_ + (dataset_size_ % num_replicas_ != 0 ? 1 : 0);
   }
 }
 

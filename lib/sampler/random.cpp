@@ -33,9 +33,19 @@ RandomSampler::RandomSampler(std::int64_t size, bool replacement,
       replacement_(replacement),
       num_samples_(num_samples.value_or(size)),
       generator_(std::move(generator)) {
+  if (size_ < 0) {
+    throw InvalidArgument("RandomSampler: the dataset size is negative (" +
+                          std::to_string(size_) + ")");
+  }
   if (num_samples_ <= 0) {
     throw InvalidArgument("num_samples should be a positive integer value, but got num_samples=" +
                           std::to_string(num_samples_));
+  }
+  if (size_ == 0) {
+    // PyTorch fails only when iterated (a ZeroDivisionError, or randint's empty range); the
+    // division by zero here would kill the process.
+    throw InvalidArgument("RandomSampler: cannot draw num_samples=" + std::to_string(num_samples_) +
+                          " from an empty dataset");
   }
 }
 

@@ -124,6 +124,17 @@ TEST_SUITE("collate") {
     CHECK(same(b, floats({3, 4}, {2})));
   }
 
+  TEST_CASE("a sample that requires grad collates into a batch with its graph, as torch.stack") {
+    // The byte-copy fast path made a batch without grad_fn: the graph was lost.
+    at::Tensor a = floats({1, 2}, {2}).requires_grad_();
+    at::Tensor b = floats({3, 4}, {2});
+    at::Tensor batch = default_collate(std::vector<at::Tensor>{a, b});
+    REQUIRE(batch.requires_grad());
+    CHECK(batch.grad_fn() != nullptr);
+    batch.sum().backward();
+    CHECK(same(a.grad(), floats({1, 1}, {2})));
+  }
+
   TEST_CASE("tensors of different shapes are refused with at::stack's message") {
     std::vector<at::Tensor> samples{at::zeros({2}), at::zeros({3})};
     CHECK_THROWS_WITH_AS(default_collate(samples),

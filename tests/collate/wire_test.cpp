@@ -380,6 +380,19 @@ TEST_SUITE("collate/wire") {
                          doctest::Contains("must be aligned to 64 bytes"), wire::FormatError);
   }
 
+  TEST_CASE("a vector's corrupt count reserves no more than the message's bytes") {
+    // The reserve was bounded by the bytes left counted as elements: one 512 KiB element's
+    // message reserved 512 Ki elements of 512 KiB (bad_alloc, not the FormatError).
+    using Big = std::array<double, 65536>;
+    std::vector<Big> one(1);
+    one[0][65535] = 2.5;
+    Region region = encoded(one);
+    CHECK(wire::decode<std::vector<Big>>(region.bytes(), nullptr)[0][65535] == 2.5);
+    set_at(region.bytes(), 17, std::numeric_limits<std::uint64_t>::max());  // after the tag
+    CHECK_THROWS_WITH_AS(wire::decode<std::vector<Big>>(region.bytes(), nullptr),
+                         doctest::Contains("goes past its end at byte"), wire::FormatError);
+  }
+
   TEST_CASE("a value read as another type names the tag it found and where") {
     Region region = encoded(std::tuple<at::Tensor, std::int64_t>{at::ones({2}), 1});
     // Header (16 bytes), the tuple's tag (byte 16) and count (17..20), then the first element.

@@ -1091,6 +1091,70 @@ TEST_SUITE("dataset") {
     const std::string message = message_of<std::runtime_error>([&] { MNIST m(dir.path); });
     CHECK(message.rfind(gz.string() + ": truncated", 0) == 0);
   }
+
+  TEST_CASE("sizes only told: an IDX header's dimensions allocate nothing, and sums and "
+            "indices near INT64's ends are refused by name") {
+    TempDir dir;
+    const fs::path images = dir.path / "train-images-idx3-ubyte";
+    const std::string p = images.string();
+    write_plain(dir.path / "train-labels-idx1-ubyte", labels_file({7, 0, 9}));
+    // 100000 images of 1000x1000 announced in 16 bytes: a truncated file (the tensor of 10^11
+    // bytes was allocated before the body was read), and 2^96 bytes (the count overflowed).
+    write_plain(images, idx_bytes(0x803, {100000, 1000, 1000}, {}));
+    CHECK(message_of<std::runtime_error>([&] { MNIST::read_images(images); }) ==
+          p + ": truncated: expected 100000000016 bytes (a 16-byte header and 100000 images of "
+              "1000x1000), found 16");
+    write_plain(images, idx_bytes(0x803, {0xffffffffu, 0xffffffffu, 0xffffffffu}, {1, 2, 3}));
+    CHECK(message_of<std::runtime_error>([&] { MNIST::read_images(images); }) ==
+          p + ": truncated: expected more than 2^62 bytes (a 16-byte header and 4294967295 images "
+              "of 4294967295x4294967295), found 19");
+    // The real thing still reads, larger than one 4 MiB piece.
+    write_plain(images, images_file(6000));
+    CHECK(MNIST::read_images(images).sizes() == at::IntArrayRef{6000, 28, 28});
+    CHECK(same(MNIST::read_images(images)[5999], expected_image(5999)));
+
+    // get_batch names the index out of range, in PyTorch's words (index_select named none).
+    TensorDataset ds = make_dataset();
+    for (const Index bad : {Index{5}, Index{-6}}) {
+      const std::vector<Index> indices{1, bad, 2};
+      try {
+        ds.get_batch(indices);
+        FAIL("no error for index " << bad);
+      } catch (const SampleError& e) {
+        CHECK(e.index() == bad);
+        CHECK(std::string(e.what()) == "index " + std::to_string(bad) +
+                                           " is out of bounds for dimension 0 with size 5");
+      }
+    }
+
+    // ConcatDataset: -INT64_MIN overflowed in the check of a negative index.
+    ConcatDataset<Range> cat({Range{0, 2}, Range{200, 3}});
+    CHECK(message_of<std::invalid_argument>([&] { cat.get(INT64_MIN); }) ==
+          "absolute value of index should not exceed dataset length");
+
+    // random_split: lengths whose int64 sum wraps around to the size, and a float length past
+    // INT64_MAX whose sum with the others is the size.
+    const std::string sum = "Sum of input lengths does not equal the length of the input dataset!";
+    constexpr std::int64_t big = std::int64_t{1} << 62;
+    CHECK(message_of<std::invalid_argument>([&] {
+            random_split(Range{0, 2}, std::vector<std::int64_t>{4, big, big, big, big - 2});
+          }) == sum);
+    CHECK(message_of<std::invalid_argument>([] {
+            random_split(Range{0, 2}, {1e19, -1e19, 2.0});
+          }) == "Length of split at index 0 (10000000000000000000.000000) exceeds the dataset's "
+                "length 2");
+
+    // Rng::randint over the whole int64 range (high - low overflowed) lands on both sides of 0.
+    Rng rng = Rng::for_sample(1, 0, 0);
+    bool negative = false, positive = false;
+    for (int i = 0; i < 64; ++i) {
+      const std::int64_t v = rng.randint(INT64_MIN, INT64_MAX);
+      negative = negative || v < 0;
+      positive = positive || v > 0;
+    }
+    CHECK(negative);
+    CHECK(positive);
+  }
 }
 
 namespace {

@@ -405,6 +405,14 @@ TEST_SUITE("sampler") {
     CHECK(invalid_argument_of([] { RandomSampler s(5, true, -3); }) ==
           "num_samples should be a positive integer value, but got num_samples=-3");
     CHECK(invalid_argument_of([] { RandomSampler s(5, true, 1); }) == "");
+    // An empty dataset with num_samples set divided by zero when drawn (PyTorch: a
+    // ZeroDivisionError when iterated); a negative size was reported as num_samples.
+    CHECK(invalid_argument_of([] { RandomSampler s(0, false, 5); }) ==
+          "RandomSampler: cannot draw num_samples=5 from an empty dataset");
+    CHECK(invalid_argument_of([] { RandomSampler s(0, true, 5); }) ==
+          "RandomSampler: cannot draw num_samples=5 from an empty dataset");
+    CHECK(invalid_argument_of([] { RandomSampler s(-5); }) ==
+          "RandomSampler: the dataset size is negative (-5)");
   }
 
   TEST_CASE("BatchSampler groups a sequential sampler, keeping or dropping the last batch") {
@@ -712,9 +720,16 @@ TEST_SUITE("sampler") {
           "Invalid rank 3, rank should be in the interval [0, 2]");
     CHECK(invalid_argument_of([] { DistributedSampler s(4, 3, -1); }) ==
           "Invalid rank -1, rank should be in the interval [0, 2]");
+    // PyTorch says "Invalid rank 0, rank should be in the interval [0, -1]" for no replicas;
+    // coload names the option (and INT64_MIN replicas overflowed in that message).
     CHECK(invalid_argument_of([] { DistributedSampler s(4, 0, 0); }) ==
-          "Invalid rank 0, rank should be in the interval [0, -1]");
+          "num_replicas should be a positive integer value, but got num_replicas=0");
+    CHECK(invalid_argument_of([] { DistributedSampler s(4, INT64_MIN, 0); }) ==
+          "num_replicas should be a positive integer value, but got num_replicas=" +
+              std::to_string(INT64_MIN));
     CHECK(invalid_argument_of([] { DistributedSampler s(4, 3, 2); }) == "");
+    // The share of a size near INT64_MAX: (size + replicas - 1) overflowed to a negative.
+    CHECK(DistributedSampler(INT64_MAX, 2, 0, false).size() == (INT64_MAX / 2) + 1);
   }
 
   TEST_CASE("DistributedSampler reads num_replicas and rank from torchrun's environment") {

@@ -459,9 +459,11 @@ struct Wire<std::vector<T>> {
     r.expect_tag(tag::vector, "a vector");
     const std::uint64_t n = r.u64();
     std::vector<T> v;
-    // NOTE: every element takes at least its tag byte, so a corrupt count cannot reserve more
-    // than the message could hold; a count larger than that fails on reading past the end.
-    v.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(n, r.remaining())));
+    // NOTE: every element takes at least its tag byte, and the reserve at most the message's
+    // bytes (not its bytes' worth of elements, sizeof(T) each): a corrupt count cannot
+    // reserve more than the message could hold; a count larger than that fails on reading
+    // past the end.
+    v.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(n, r.remaining() / sizeof(T))));
     for (std::uint64_t i = 0; i < n; ++i) v.push_back(Wire<T>::read(r));
     return v;
   }

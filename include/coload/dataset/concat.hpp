@@ -61,7 +61,7 @@ class ConcatDataset {
   /// -size() and std::out_of_range for an index at or past size().
   std::pair<std::size_t, Index> locate(Index index) const {
     if (index < 0) {
-      if (-index > size()) {
+      if (index < -size()) {  // not -index > size(): -INT64_MIN overflows
         throw InvalidArgument("absolute value of index should not exceed dataset length");
       }
       index += size();

@@ -51,9 +51,11 @@ class Rng {
   double uniform() noexcept { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
   /// An integer uniform in [low, high); requires low < high.
   std::int64_t randint(std::int64_t low, std::int64_t high) noexcept {
-    const auto span = static_cast<std::uint64_t>(high - low);
-    return low + static_cast<std::int64_t>(
-                     static_cast<unsigned __int128>(next_u64()) * span >> 64);
+    // In unsigned arithmetic: high - low overflows for ranges wider than INT64_MAX.
+    const std::uint64_t span = static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(low);
+    return static_cast<std::int64_t>(
+        static_cast<std::uint64_t>(low) +
+        static_cast<std::uint64_t>(static_cast<unsigned __int128>(next_u64()) * span >> 64));
   }
   /// A CPU at::Generator seeded from this stream, for ATen's random functions.
   at::Generator torch_generator();
