@@ -6,6 +6,8 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <vector>
 #include <span>
 #include <string>
@@ -77,5 +79,33 @@ using coload::detail::round_up;
 inline std::size_t first_read_size(const ReaderOptions& options) noexcept {
   return round_up(options.first_read == 0 ? 1 : options.first_read, Buffer::alignment);
 }
+
+/// The bytes read_file's follow-up asks for once `total` bytes filled every read so far, the
+/// file's size saying `size`: the rest and one byte more, to see the end (rounded up for
+/// O_DIRECT); none where the size says the end was reached. (A /proc file says 0, and its
+/// reads come a page at a time: read_file is for regular files, and gives its first page.)
+inline std::optional<std::size_t> rest_to_read(std::uint64_t size, std::size_t total) noexcept {
+  if (size <= total) return std::nullopt;
+  return static_cast<std::size_t>(round_up(size - total + 1, Buffer::alignment));
+}
+
+/// Makes room in `buffer` for `needed` bytes, its data kept: once for a file's whole rest, the
+/// reads of 1 GiB that fill it reusing the room. False where the memory is not to be had (a
+/// file, or a size that lies, of terabytes): the read fails with ENOMEM, naming the file,
+/// rather than std::bad_alloc naming nothing (or ending a pread thread, and the process).
+inline bool grow_for(Buffer& buffer, std::size_t needed) noexcept {
+  if (buffer.capacity() >= needed) return true;
+  try {
+    Buffer grown(buffer.size(), needed);
+    if (buffer.size() != 0) std::memcpy(grown.data(), buffer.data(), buffer.size());
+    buffer = std::move(grown);
+    return true;
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+}
+
+/// grow_for's failure, as IoError's detail.
+inline constexpr const char* too_large = "the file's size is more than memory can hold";
 
 }  // namespace coload::io::detail

@@ -72,12 +72,15 @@ int open_read_only(const char* path, int& flags) {
 ssize_t read_fully(int fd, std::byte* buf, std::size_t len, std::uint64_t offset) {
   std::size_t done = 0;
   while (done < len) {
-    const ssize_t n = ::pread(fd, buf + done, len - done, static_cast<off_t>(offset + done));
+    // At most 1 GiB a call: the kernel returns at most 2 GiB - 4 KiB from one, which the
+    // check below would take for the end of the file (a file over 2 GiB came back cut short).
+    const std::size_t ask = std::min<std::size_t>(len - done, std::size_t{1} << 30);
+    const ssize_t n = ::pread(fd, buf + done, ask, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       return -1;
     }
-    const std::size_t asked = len - done;
+    const std::size_t asked = ask;
     done += static_cast<std::size_t>(n);
     // A short read is the end of a regular file (and O_DIRECT may not read on from there).
     if (static_cast<std::size_t>(n) < asked) break;
@@ -123,13 +126,20 @@ void run_read_file(Job& job, Buffer& staging) {
       job.fail("stat", errno);
       break;
     }
-    const auto size = static_cast<std::uint64_t>(st.st_size);
+    // A device that reads like a file (/dev/zero) filled the first read: refused by name.
+    if (const char* what = not_regular(st.st_mode)) {
+      job.fail("read", EINVAL, what);
+      break;
+    }
     const std::size_t total = buffer.size();
-    if (size <= total) break;
-    want = round_up(size - total + 1, Buffer::alignment);
-    Buffer grown(total, total + want);
-    std::memcpy(grown.data(), buffer.data(), total);
-    buffer = std::move(grown);
+    const std::optional<std::size_t> rest =
+        rest_to_read(static_cast<std::uint64_t>(st.st_size), total);
+    if (!rest) break;
+    want = *rest;
+    if (!grow_for(buffer, total + want)) {
+      job.fail("read", ENOMEM, too_large);
+      break;
+    }
     const ssize_t n = read_fully(fd, buffer.data() + total, want, total);
     if (n < 0) {
       job.fail("read", errno);
@@ -308,10 +318,15 @@ class PreadBackend final : public ReaderBackend {
         job = queue_.front();
         queue_.pop_front();
       }
-      switch (job->kind) {
-        case Job::Kind::read_file: run_read_file(*job, staging); break;
-        case Job::Kind::open: run_open(*job); break;
-        case Job::Kind::read_at: run_read_at(*job); break;
+      try {
+        switch (job->kind) {
+          case Job::Kind::read_file: run_read_file(*job, staging); break;
+          case Job::Kind::open: run_open(*job); break;
+          case Job::Kind::read_at: run_read_at(*job); break;
+        }
+      } catch (const std::bad_alloc&) {
+        // Not out of this thread (std::terminate): the job fails, naming its file.
+        job->fail(job->kind == Job::Kind::open ? "open" : "read", ENOMEM);
       }
       complete(job);
     }

@@ -9,6 +9,7 @@
 
 #include "backend.hpp"
 #include "coload/config.hpp"
+#include "coload/core/error.hpp"
 #include "coload/core/warning.hpp"
 #include "coload/io/reader.hpp"
 
@@ -44,6 +45,12 @@ void say_once(const std::string& why) {
 }  // namespace
 
 Reader::Reader(asio::io_context& ctx, ReaderOptions options) : ctx_(&ctx) {
+  // One read's length: io_uring's is 32 bits (4 GiB wrapped to 0, 3 GiB read as a negative
+  // count and the file's rest dropped), and the kernel caps one read near 2 GiB.
+  if (options.first_read > (std::size_t{1} << 30)) {
+    throw InvalidArgument("ReaderOptions::first_read is " + std::to_string(options.first_read) +
+                          " bytes: at most 1 GiB (2^30), the size of one read");
+  }
   std::string why = uring_refused(options);
 #if COLOAD_HAVE_IO_URING
   if (why.empty()) {

@@ -513,12 +513,16 @@ Task<Buffer> UringBackend::read_file(std::string path) {
     if (const int rc = co_await stat(path.c_str(), stx); rc < 0) {
       throw IoError(std::move(path), "stat", -rc);
     }
-    const std::uint64_t total = buffer.size();
-    if (stx.stx_size <= total) break;
-    const std::size_t want = round_up(stx.stx_size - total + 1, Buffer::alignment);
-    Buffer grown(total, total + want);
-    if (total != 0) std::memcpy(grown.data(), buffer.data(), total);
-    buffer = std::move(grown);
+    // A device that reads like a file (/dev/zero) filled the first read, and a FIFO with a
+    // writer answered EAGAIN: refused by name, as an empty read of one is above.
+    if (const char* what = not_regular(stx.stx_mode)) {
+      throw IoError(std::move(path), "read", EINVAL, what);
+    }
+    const std::size_t total = buffer.size();
+    const std::optional<std::size_t> to_read = rest_to_read(stx.stx_size, total);
+    if (!to_read) break;
+    const std::size_t want = *to_read;
+    if (!grow_for(buffer, total + want)) throw IoError(std::move(path), "read", ENOMEM, too_large);
 
     Request rest;
     rest.kind = Request::Kind::chain;

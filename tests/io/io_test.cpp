@@ -648,4 +648,55 @@ TEST_CASE("a FIFO is refused at once as no regular file, naming the path (both b
   }
 }
 
+TEST_CASE("a device that reads like a file, a FIFO with a writer and a size past memory (both backends)") {
+  // The type was checked only when nothing was read: /dev/zero filled the first read and came
+  // back as 128 KiB of a file. A size of a terabyte was allocated whole (a pread thread's
+  // bad_alloc ended the process; io_uring's named no file), and a first_read of 4 GiB wrapped
+  // to 0 in io_uring's 32-bit length.
+  TempDir dir;
+  const std::string fifo = (dir.path / "fifo").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const int writer = ::open(fifo.c_str(), O_RDWR | O_NONBLOCK);  // a writer, nothing written
+  REQUIRE(writer >= 0);
+  const std::string huge = (dir.path / "huge.jpg").string();
+  {
+    const int fd = ::open(huge.c_str(), O_CREAT | O_WRONLY, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, off_t{1} << 40) == 0);  // sparse: a terabyte of zeros, said
+    ::close(fd);
+  }
+  for (const io::Backend backend : kBackends) {
+    CAPTURE(name(backend));
+    IoThread io;
+    ReaderOn reader(io, with_backend(backend));
+    const auto error_of = [&](const std::string& path) -> std::string {
+      try {
+        (void)coload::sync_wait(reader->read_file(path));
+        return "no error";
+      } catch (const io::IoError& e) {
+        return e.what();
+      }
+    };
+    CHECK(error_of("/dev/zero") ==
+          "cannot read '/dev/zero' (a character device, not a regular file): Invalid argument");
+    CHECK(error_of(fifo) ==
+          "cannot read '" + fifo + "' (a FIFO, not a regular file): Invalid argument");
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    // (A sanitizer's allocator aborts on a terabyte rather than failing it.) Overcommit
+    // "always" would hand it out.
+    if (std::ifstream("/proc/sys/vm/overcommit_memory").get() != '1') {
+      CHECK(error_of(huge) == "cannot read '" + huge +
+                                  "' (the file's size is more than memory can hold): Cannot "
+                                  "allocate memory");
+    }
+#endif
+  }
+  ::close(writer);
+  IoThread io;
+  CHECK_THROWS_WITH_AS(io::Reader(io.ctx, io::ReaderOptions{.first_read = std::size_t{4} << 30}),
+                       "ReaderOptions::first_read is 4294967296 bytes: at most 1 GiB (2^30), the "
+                       "size of one read",
+                       coload::InvalidArgument);
+}
+
 }  // TEST_SUITE
