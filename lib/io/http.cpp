@@ -284,7 +284,23 @@ std::optional<ContentRange> parse_content_range(const std::string& value) {
   return ContentRange{a, b, got == 3 ? std::optional<std::uint64_t>(total) : std::nullopt};
 }
 
-std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
+/// What a callback that threw (bad_alloc, mostly) leaves for finished(): the transfer fails at
+/// once with it, rather than the exception unwinding through libcurl's C frames.
+void fail_in_callback(BodyStream::Transfer& t, const char* which) noexcept {
+  try {
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      t.fatal = std::string(which) + " failed: " + e.what();
+    } catch (...) {
+      t.fatal = std::string(which) + " failed";
+    }
+  } catch (...) {
+    t.fatal = "out of memory";  // short enough for the string's own buffer
+  }
+}
+
+std::size_t on_header_of(char* p, std::size_t size, std::size_t n, void* user) {
   auto* t = static_cast<BodyStream::Transfer*>(user);
   std::string_view line(p, size * n);
   if (line.starts_with("HTTP/")) {
@@ -592,7 +608,16 @@ bool usable_response(BodyStream::Transfer& t, bool http) {
   return !http || same_version(t);
 }
 
-std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
+std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
+  try {
+    return on_header_of(p, size, n, user);
+  } catch (...) {
+    fail_in_callback(*static_cast<BodyStream::Transfer*>(user), "reading a response header");
+    return 0;
+  }
+}
+
+std::size_t on_body_of(char* p, std::size_t size, std::size_t n, void* user) {
   auto* t = static_cast<BodyStream::Transfer*>(user);
   const std::size_t bytes = size * n;
   if (t->scatter) return on_scatter(*t, p, bytes);
@@ -655,6 +680,15 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
   // taken whole, so the transfer ends cleanly and curl keeps the connection for the next
   // request (stopping it there aborted it, and each ranged GET paid a new connection).
   return bytes - used > take ? 0 : bytes;
+}
+
+std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
+  try {
+    return on_body_of(p, size, n, user);
+  } catch (...) {
+    fail_in_callback(*static_cast<BodyStream::Transfer*>(user), "receiving the body");
+    return 0;
+  }
 }
 
 /// `code`: an S3-style error's Code. S3 answers a request it gave up waiting on with 400
@@ -750,6 +784,11 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   // it says; finished() fails the answer by its status.
   curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);
+  // Debian's libcurl 7.88 follows without end (the limit of 30 came in 8.3), and to ftp://: a
+  // server redirecting to itself would be asked again until the stall timeout, then retried.
+  // CURLE_TOO_MANY_REDIRECTS is not retryable: it fails at once, naming the URL.
+  curl_easy_setopt(easy, CURLOPT_MAXREDIRS, 10L);
+  curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, 256L << 10);
   // A windowed stream over HTTP/1.1: a paused HTTP/2 stream may go on receiving up to its
   // flow-control window inside libcurl (MiBs a stream, outside read_ahead_bytes()), where a
@@ -869,7 +908,10 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
   // A host name not resolved may be a resolver's passing fault (botocore retries it): one more
   // try, not the whole budget, since a resolver that times out costs up to connect_timeout a
   // try, and a mistyped name should fail soon.
-  const bool resolve_again = result == CURLE_COULDNT_RESOLVE_HOST && t.attempts < 2;
+  // Counted in a row: a stream's later attempt (after a reset, or a capped 206) gets its one
+  // more try too.
+  t.resolve_failures = result == CURLE_COULDNT_RESOLVE_HOST ? t.resolve_failures + 1 : 0;
+  const bool resolve_again = t.resolve_failures == 1;
   if (!t.fatal.empty() || !(retryable(result, t.status, said.code) || resolve_again) ||
       t.failures >= t.retry.attempts) {
     fail(t, where);

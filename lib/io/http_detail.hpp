@@ -84,6 +84,7 @@ struct BodyStream::Transfer : std::enable_shared_from_this<BodyStream::Transfer>
   bool checked = false;  // this response's status and range checked
   long status = 0;
   int attempts = 0, failures = 0;  // in all; in a row without a byte gained
+  int resolve_failures = 0;         // host names not resolved, in a row
   std::string fatal;               // why the response cannot be used (no retry)
   // A 4xx or 5xx answer's first bytes (up to error_body_limit): an S3 or S3-like server's
   // <Error> there says its Code and Message, which the error names and retryable() reads.

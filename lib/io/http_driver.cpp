@@ -31,10 +31,18 @@ int on_socket(CURL*, curl_socket_t fd, int what, void* user, void*) {
     }
     return 0;
   }
-  auto& s = d->sockets[fd];
-  if (!s) s = std::make_shared<Driver::Socket>(*d->ctx, fd);
-  s->want = what;
-  d->arm(s);
+  try {
+    auto& s = d->sockets[fd];
+    if (!s) s = std::make_shared<Driver::Socket>(*d->ctx, fd);
+    s->want = what;
+    d->arm(s);
+  } catch (...) {
+    // No watch to be had (epoll_ctl's ENOSPC or ENOMEM, bad_alloc): not unwound through
+    // libcurl. The transfer sees no readiness and ends by its stall timeout, retried as one;
+    // no null entry is left for close_socket to find.
+    d->sockets.erase(fd);
+    return -1;
+  }
   return 0;
 }
 

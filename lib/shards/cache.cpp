@@ -27,6 +27,7 @@
 
 #include "checksum.hpp"
 #include "coload/core/warning.hpp"
+#include "coload/io/http.hpp"
 
 namespace coload::shards::detail {
 
@@ -52,8 +53,14 @@ std::string entry_name(const ShardIndex& shard) {
   }
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  const auto slash = url.find_last_of('/');
-  return std::string(hex) + "-" + url.substr(slash == std::string::npos ? 0 : slash + 1);
+  // The readable part: the path's last name, without an http(s) URL's query (a token of
+  // hundreds of bytes made a name past NAME_MAX, and the cache refused every shard), at most
+  // 64 bytes. The hash above still covers the whole URL.
+  std::string_view name = url;
+  if (io::scheme_of(url) != io::Scheme::s3) name = name.substr(0, name.find_first_of("?#"));
+  const auto slash = name.find_last_of('/');
+  if (slash != std::string_view::npos) name.remove_prefix(slash + 1);
+  return std::string(hex) + "-" + std::string(name.substr(0, 64));
 }
 
 std::int64_t ns(const struct timespec& t) {

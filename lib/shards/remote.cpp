@@ -42,11 +42,15 @@ std::vector<std::string> alternatives(std::string_view body, std::string_view pa
                             std::string(body) + "} goes down or names over " +
                             std::to_string(max_names) + " shards");
     }
-    const bool pad = (a.size() > 1 && a[0] == '0') || a.size() == b.size();
+    // As bash and braceexpand (WebDataset's): when either end has a leading zero ("0" alone
+    // has none), every name is padded to the wider end's width: {1..010} is 001 .. 010.
+    const auto leading_zero = [](std::string_view s) { return s.size() > 1 && s[0] == '0'; };
+    const std::size_t width =
+        leading_zero(a) || leading_zero(b) ? std::max(a.size(), b.size()) : 0;
     std::vector<std::string> out;
     for (std::uint64_t k = lo; k <= hi; ++k) {
       std::string n = std::to_string(k);
-      if (pad && n.size() < a.size()) n.insert(0, a.size() - n.size(), '0');
+      if (n.size() < width) n.insert(0, width - n.size(), '0');
       out.push_back(std::move(n));
     }
     return out;
@@ -177,6 +181,7 @@ bool is_remote(std::string_view name) noexcept {
 std::string file_url_path(std::string_view url) {
   std::string_view rest = url.substr(7);
   if (rest.substr(0, 9) == "localhost") rest.remove_prefix(9);
+  const auto skipped = static_cast<std::size_t>(rest.data() - url.data());  // for positions
   if (rest.empty() || rest[0] != '/') {
     throw InvalidArgument("'" + std::string(url) +
                           "': a file:// URL names a local path (file:///path)");
@@ -193,7 +198,7 @@ std::string file_url_path(std::string_view url) {
     unsigned byte = 0;
     const char* digits = rest.data() + i + 1;
     if (i + 2 >= rest.size() || std::from_chars(digits, digits + 2, byte, 16).ptr != digits + 2) {
-      throw InvalidArgument("'" + std::string(url) + "': '%' at " + std::to_string(i + 7) +
+      throw InvalidArgument("'" + std::string(url) + "': '%' at " + std::to_string(skipped + i) +
                             " is not followed by two hex digits (a file:// URL's path is "
                             "percent-encoded: '%' is %25)");
     }
@@ -201,7 +206,7 @@ std::string file_url_path(std::string_view url) {
     if (c == '\0' || c == '/') {
       // A NUL would end the path early; a '/' inside a name is no name a file can have.
       throw InvalidArgument("'" + std::string(url) + "': " + std::string(rest.substr(i, 3)) +
-                            " at " + std::to_string(i + 7) + " names no byte a path's name "
+                            " at " + std::to_string(skipped + i) + " names no byte a path's name "
                             "can hold");
     }
     path += c;

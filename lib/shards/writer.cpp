@@ -122,6 +122,13 @@ void Writer::write(std::string_view key, std::span<const WriteField> fields) {
     throw InvalidArgument("shards::Writer: invalid key '" + std::string(key) +
                           "' (empty, or a dot in its base name)");
   }
+  // A tar name ends at its first NUL: "a\0b.jpg" reads back as "a", a member without a field.
+  if (key.find('\0') != key.npos) {
+    throw InvalidArgument(
+        "shards::Writer: the key of " +
+        (last_key_.empty() ? std::string("the first sample") : "the sample after '" + last_key_ + "'") +
+        " holds a NUL byte, where a tar member's name would end");
+  }
   // What a reader would not give back as this sample: its members skipped as webdataset's
   // metadata (below), or joined with the sample before (readers group consecutive members by
   // key).
@@ -139,6 +146,10 @@ void Writer::write(std::string_view key, std::span<const WriteField> fields) {
     std::string lower = f.name;
     std::transform(lower.begin(), lower.end(), lower.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (f.name.find('\0') != std::string::npos) {
+      throw InvalidArgument("shards::Writer: a field name of sample '" + std::string(key) +
+                            "' holds a NUL byte, where a tar member's name would end");
+    }
     if (f.name.empty() || f.name.find('/') != std::string::npos || !names.insert(lower).second) {
       throw InvalidArgument("shards::Writer: invalid or repeated field '" + f.name +
                             "' in sample '" + std::string(key) +

@@ -79,6 +79,14 @@ TEST_CASE("brace patterns expand as WebDataset's do, and bad ones are named") {
   CHECK((shards::expand_braces("{a,b}-{1..2}") ==
          std::vector<std::string>{"a-1", "a-2", "b-1", "b-2"}));
   CHECK(shards::expand_braces("plain.tar") == std::vector<std::string>{"plain.tar"});
+  // Padded to the wider end when either end has a leading zero, as bash and braceexpand do:
+  // coload padded only by the left end ({1..010} gave s-1 .. s-10, names nothing serves).
+  CHECK((shards::expand_braces("s-{1..010}.tar").front() == "s-001.tar"));
+  CHECK((shards::expand_braces("s-{1..010}.tar").back() == "s-010.tar"));
+  CHECK((shards::expand_braces("{08..100}").front() == "008"));
+  CHECK((shards::expand_braces("{08..100}").back() == "100"));
+  CHECK((shards::expand_braces("{0..10}").front() == "0"));  // "0" alone is no leading zero
+  CHECK((shards::expand_braces("{9..10}") == std::vector<std::string>{"9", "10"}));
   CHECK_THROWS_WITH_AS(shards::expand_braces("x-{1..3.tar"), doctest::Contains("is not closed"),
                        InvalidArgument);
   CHECK_THROWS_WITH_AS(shards::expand_braces("x-{5..3}.tar"), doctest::Contains("goes down"),
@@ -157,6 +165,13 @@ TEST_CASE("a folder URL, a brace pattern and file:// stream the local epoch, sam
   CHECK(epoch(local_braces, info) == local);
   CHECK_THROWS_WITH_AS(shards::ShardDataset("file://" + (*root).string() + "/my%2shards"),
                        doctest::Contains("is not followed by two hex digits"), InvalidArgument);
+  // The position is the '%''s in the URL, with or without "localhost" (which it left out).
+  for (const std::string host : {"", "localhost"}) {
+    const std::string bad = "file://" + host + (*root).string() + "/my%zz";
+    CHECK_THROWS_WITH_AS(shards::ShardDataset{bad},
+                         doctest::Contains(("'%' at " + std::to_string(bad.find('%')) + " is not").c_str()),
+                         InvalidArgument);
+  }
   for (const char* bad : {"%00", "%2F", "%2f"}) {
     CHECK_THROWS_WITH_AS(shards::ShardDataset("file://" + (*root).string() + "/my" + bad + "shards"),
                          doctest::Contains((std::string(bad) + " at ").c_str()), InvalidArgument);
@@ -448,6 +463,34 @@ TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, en
     std::ifstream in(small.path / name, std::ios::binary);
     CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == mine);
   }
+}
+
+TEST_CASE("shard URLs with a long token in their query are cached: the entry's name leaves the query out") {
+  // The name kept the URL's last part whole, query included: a token of 300 bytes made it
+  // longer than a file name may be, and the cache refused every shard ("is not used").
+  const std::string mode = "ok,longtoken";
+  const auto requests = [&] { return requests_made(mode); };
+  shards_test::TempDir cache;
+  shards::ShardStreamOptions o = stream_options();
+  o.shards.cache_dir = cache.path.string();
+  o.shards.cache_bytes = 1ull << 30;
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 21};
+  shards::ShardStream remote(url(mode) + "?token=" + std::string(300, 't'), o);
+  const std::size_t n = remote.dataset().shards().size();
+  CHECK(epoch(remote, info) == local_epoch(info));
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(cache.path)) names.insert(e.path().filename());
+  CHECK(names.size() == n);
+  for (const auto& name : names) {
+    CAPTURE(name);
+    CHECK(name.size() == 17 + std::string("shard-000000.tar").size());
+    CHECK(name.find('?') == std::string::npos);
+  }
+  // The second epoch reads every shard from disk.
+  const int cached = requests();
+  CHECK(epoch(remote, WorkerInfo{.id = 0, .num_workers = 1, .seed = 22}) ==
+        local_epoch(WorkerInfo{.id = 0, .num_workers = 1, .seed = 22}));
+  CHECK(requests() == cached);
 }
 
 TEST_CASE("the cache's bound holds while shards download: room is made as a fetch starts, the unfinished entry counted whole") {
@@ -1871,6 +1914,18 @@ TEST_CASE("a redirect with nowhere to go fails at once; a host name not resolved
     CHECK(std::string(e.what()).find("the server answered HTTP 301 with no Location to follow, "
                                      "not the object") != std::string::npos);
   }
+  // A redirect to itself: followed 10 times, then failed at once, naming the URL (Debian's
+  // libcurl followed it forever, until the stall timeout, and then retried it).
+  try {
+    (void)io::HttpClient::shared()->get(url("loop,all") + "shard-000000.tar.idx");
+    FAIL("no error");
+  } catch (const io::HttpError& e) {
+    CHECK(e.attempts() == 1);
+    CHECK(std::string(e.what()).find(url("loop,all") + "shard-000000.tar.idx") !=
+          std::string::npos);
+    CHECK(std::string(e.what()).find("redirects") != std::string::npos);
+  }
+  CHECK(requests_made("loop,all") == 11);
   shards::ShardStream moved(url("moved"), {.shuffle_shards = false});
   CHECK_THROWS_WITH_AS(
       [&] { for (auto& s : moved.samples(WorkerInfo{.num_workers = 1})) (void)s; }(),

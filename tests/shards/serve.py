@@ -36,6 +36,7 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
                 request: to be retried)
   bigbody       503s (503x, always503) carry a 20 KiB S3 <Error> body (Code SlowDown)
   moved         answers 301 with a body and no Location (a redirect with nowhere to go)
+  loop          answers 302 with Location: the same target (a redirect to itself, forever)
   norange       forwards requests without their Range header: nginx answers each with its
                 whole body (200), as a server that ignores ranges does
   onerange      forwards a request for several ranges as one for the range that covers them
@@ -229,6 +230,11 @@ class Proxy:
                     "or written to within the timeout period.")
             cw.write(f"HTTP/1.1 {code}\r\nContent-Type: application/xml\r\n"
                      f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            await cw.drain()
+            return True
+        if faulty and "loop" in tokens:
+            cw.write(b"HTTP/1.1 302 Found\r\nLocation: %s\r\nContent-Length: 0\r\n\r\n"
+                     % target.encode())
             await cw.drain()
             return True
         if faulty and "moved" in tokens:

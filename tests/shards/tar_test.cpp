@@ -154,6 +154,16 @@ TEST_CASE("the writer's shards round-trip through the index, tar -tf and Python'
                        coload::InvalidArgument);
   CHECK_THROWS_WITH_AS(writer.write("empty", {}),
                        "shards::Writer: sample 'empty' has no field", coload::InvalidArgument);
+  // A NUL ends a tar name: "a\0b.cls" read back as "a", a member with no field, skipped.
+  CHECK_THROWS_WITH_AS(writer.write(std::string_view("a\0b", 3), cls_only),
+                       "shards::Writer: the key of the sample after 'sample0006' holds a NUL "
+                       "byte, where a tar member's name would end",
+                       coload::InvalidArgument);
+  const shards::WriteField nul_field[] = {{std::string("c\0ls", 4), bytes_of(one)}};
+  CHECK_THROWS_WITH_AS(writer.write("sample0008", nul_field),
+                       "shards::Writer: a field name of sample 'sample0008' holds a NUL byte, "
+                       "where a tar member's name would end",
+                       coload::InvalidArgument);
   CHECK(writer.samples() == 7);
   {
     // "__k__.cls" is no metadata name (its name is not __x__): read back under key "__k__".
