@@ -116,6 +116,11 @@ SubmittedCopy submit_copy(const std::shared_ptr<DeviceBackend>& backend,
   return out;
 }
 
+void abandon_copy(DeviceBackend& backend, std::shared_ptr<PendingCopy> pending) {
+  backend.on_done(backend.copy_stream(),
+                  [p = std::move(pending)]() mutable { complete(std::move(p)); });
+}
+
 CopyAwaiter::~CopyAwaiter() {
   if (!pending) return;
   // NOTE: runs after the resumption too (harmless), or when the suspended coroutine is

@@ -138,6 +138,37 @@ struct Specialised {
 };
 }  // namespace
 
+namespace {
+/// A batch whose map throws after its first tensor (a TensorMap whose map and visit disagree).
+struct Throwing {
+  at::Tensor x, y;
+};
+}  // namespace
+
+template <>
+struct coload::TensorMap<Throwing> {
+  template <class M>
+  static Throwing map(Throwing b, M& m) {
+    b.x = m(std::move(b.x));
+    throw std::runtime_error("the batch's map failed");
+  }
+  template <class V>
+  static void visit(const Throwing& b, V& v) {
+    v(b.x);
+    v(b.y);
+  }
+};
+
+namespace {
+Job throwing_copy_job(DeviceStage& stage, Throwing batch, std::string& error) {
+  try {
+    (void)co_await stage.copy(std::move(batch));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+}
+}  // namespace
+
 template <>
 struct coload::Pin<Specialised> {
   static Specialised pin(Specialised v, Pinner& p) {
@@ -408,6 +439,31 @@ TEST_CASE("DeviceStage: a slab is recycled only after the copy that read it has 
   CHECK(pool.stats().slabs_in_use == 0);
   CHECK(pool.stats().slabs_recycled == 1);
   CHECK(at::equal(results.batches[0].batch.first, expected_batch(3).first));
+}
+
+TEST_CASE("DeviceStage: a batch whose map throws keeps its sources until its queued copies ran") {
+  // The copy's pending state (its sources) was dropped with the exception: the slab went back
+  // to the pool while the paused stream's copies still had to read it, and in_flight stayed 1.
+  Fixture f;
+  PinnedPool pool(f.backend, 4);
+  DeviceStage stage(f.backend, f.ctx);
+  f.backend->pause(f.backend->copy_stream());
+  std::string error;
+  {
+    Pair p = make_batch(pool, 3);
+    Job job = throwing_copy_job(stage, Throwing{p.first, p.second}, error);
+    CHECK(job.done());
+  }
+  CHECK(error == "the batch's map failed");
+  CHECK(f.backend->queued(f.backend->copy_stream()) == 3);  // two copies, the abandon
+  CHECK(pool.stats().slabs_in_use == 1);                    // still read by them
+  f.backend->resume(f.backend->copy_stream());
+  settle(*f.backend, f.ctx);
+  CHECK(f.backend->copies_executed() == 2);
+  CHECK(stage.in_flight() == 0);
+  CHECK(pool.stats().slabs_in_use == 0);
+  settle(*f.backend, f.ctx);  // the device memory's free, queued on the stream as it was let go
+  CHECK(f.backend->live_device_allocations() == 0);
 }
 
 TEST_CASE("DeviceStage: a slow copy stream holds back completions; a bounded submitter stays within the hint") {

@@ -78,6 +78,28 @@ SubmittedCopy submit_copy(const std::shared_ptr<DeviceBackend>& backend,
                           const std::shared_ptr<StageShared>& stage,
                           std::vector<at::Tensor> sources);
 
+/// Hands a submitted copy that will not be awaited (its batch's map threw) to its stream: the
+/// sources stay held until the copies queued have run, and it leaves in_flight as a completed
+/// one does.
+void abandon_copy(DeviceBackend& backend, std::shared_ptr<PendingCopy> pending);
+
+/// The batch with its CPU tensors replaced by `submitted`'s device tensors, in visiting order.
+/// A map that throws (a TensorMap whose map and visit disagree, user code) abandons the copy
+/// rather than dropping the sources its queued copies still read.
+template <class B>
+B map_to_device(B batch, SubmittedCopy& submitted, DeviceBackend& backend) {
+  try {
+    std::size_t next = 0;
+    return map_tensors(std::move(batch), [&submitted, &next](at::Tensor t) {
+      if (!t.defined() || !t.device().is_cpu()) return t;
+      return submitted.device_tensors.at(next++);
+    });
+  } catch (...) {
+    abandon_copy(backend, std::move(submitted.pending));
+    throw;
+  }
+}
+
 /// Suspends until the copy stream has run what was queued before; resumes on the driver. If
 /// the suspended coroutine is destroyed instead, its resumption is cancelled.
 struct CopyAwaiter {
@@ -203,11 +225,7 @@ Task<DeviceBatch<B>> DeviceStage::copy(B batch) {
     if (t.defined() && t.device().is_cpu()) sources.push_back(t);
   });
   detail::SubmittedCopy submitted = detail::submit_copy(backend_, shared_, std::move(sources));
-  std::size_t next = 0;
-  B out = map_tensors(std::move(batch), [&submitted, &next](at::Tensor t) {
-    if (!t.defined() || !t.device().is_cpu()) return t;
-    return submitted.device_tensors.at(next++);
-  });
+  B out = detail::map_to_device(std::move(batch), submitted, *backend_);
   std::shared_ptr<detail::DeviceBatchState> state = submitted.pending->device;
   submitted.device_tensors.clear();
   // NOTE: no braced initialisers in this body (GCC 12 miscompiles some in coroutines).
