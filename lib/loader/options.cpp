@@ -40,6 +40,10 @@ void check_worker_number(int num_workers, bool processes) {
                 "necessary.");
 }
 
+namespace {
+constexpr int max_prefetch_factor = 1024;
+}  // namespace
+
 void validate_options(std::optional<std::int64_t> batch_size, bool shuffle, bool has_sampler,
                       bool has_batch_sampler, int num_workers, bool drop_last, double timeout,
                       std::optional<int> prefetch_factor, bool persistent_workers,
@@ -50,6 +54,12 @@ void validate_options(std::optional<std::int64_t> batch_size, bool shuffle, bool
         "multiprocessing.");
   }
   if (timeout < 0) throw InvalidArgument("timeout option should be non-negative");
+  // As a steady_clock duration in nanoseconds: past about 9.2e9 s (and inf, NaN) the cast is
+  // undefined, and on x86-64 the timer fired at once, "waiting inf seconds".
+  if (!(timeout <= 1e9)) {
+    throw InvalidArgument("timeout option should be a finite number of seconds, at most 1e9 "
+                          "(0 waits for ever), but got " + std::to_string(timeout));
+  }
   if (num_workers == 0 && prefetch_factor) {
     throw InvalidArgument(
         "prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 "
@@ -58,6 +68,14 @@ void validate_options(std::optional<std::int64_t> batch_size, bool shuffle, bool
   if (prefetch_factor && *prefetch_factor <= 0) {
     throw InvalidArgument("prefetch_factor option should be positive, but got " +
                           std::to_string(*prefetch_factor));
+  }
+  // coload's own bound: each batch in flight has a slot of the reorder ring, allocated with
+  // it (INT_MAX x 2 workers asked for 4.3e9 slots at the first epoch).
+  if (prefetch_factor && *prefetch_factor > max_prefetch_factor) {
+    throw InvalidArgument("prefetch_factor option should be at most " +
+                          std::to_string(max_prefetch_factor) +
+                          " (batches in flight a worker, each holding a slot of the reorder "
+                          "ring), but got " + std::to_string(*prefetch_factor));
   }
   if (persistent_workers && num_workers == 0) {
     throw InvalidArgument("persistent_workers option needs num_workers > 0");
@@ -127,7 +145,7 @@ RankSpec resolve_rank(std::optional<int> rank, std::optional<int> world_size) {
   if (r.world_size < 1 || r.rank < 0 || r.rank >= r.world_size) {
     throw InvalidArgument("Invalid rank " + std::to_string(r.rank) +
                           ", rank should be in the interval [0, " +
-                          std::to_string(r.world_size - 1) + "]");
+                          std::to_string(std::int64_t{r.world_size} - 1) + "]");
   }
   return r;
 }

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <climits>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -195,6 +196,20 @@ TEST_SUITE("loader") {
     CHECK(refusal(LoaderOptions{.batch_size = 0}) ==
           "batch_size should be a positive integer value, but got batch_size=0");
     CHECK(refusal(LoaderOptions{.num_workers = 1, .prefetch_factor = 2}) == "accepted");
+    // coload's bounds: a prefetch_factor sized the reorder ring (INT_MAX asked for 4.3e9
+    // slots), and a timeout of inf or 1e10 s fired at once (its nanoseconds overflowed).
+    CHECK(refusal(LoaderOptions{.num_workers = 2, .prefetch_factor = INT_MAX}) ==
+          "prefetch_factor option should be at most 1024 (batches in flight a worker, each "
+          "holding a slot of the reorder ring), but got 2147483647");
+    CHECK(refusal(LoaderOptions{.num_workers = 2, .prefetch_factor = 1024}) == "accepted");
+    for (const double t : {1e10, std::numeric_limits<double>::infinity(),
+                           std::numeric_limits<double>::quiet_NaN()}) {
+      CAPTURE(t);
+      CHECK(refusal(LoaderOptions{.num_workers = 1, .timeout = t}).starts_with(
+          "timeout option should be a finite number of seconds, at most 1e9 (0 waits for ever), "
+          "but got "));
+    }
+    CHECK(refusal(LoaderOptions{.num_workers = 1, .timeout = 1e9}) == "accepted");
   }
 
   TEST_CASE("size() counts batches per epoch as len(DataLoader), honouring drop_last") {
