@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -438,6 +439,14 @@ void check_range(const std::array<double, 2>& r, const char* name, std::string& 
   if (error.empty() && !(r[0] <= r[1])) {
     error = std::string(name) + " should be a range (min, max), got (" + py_float(r[0]) + ", " +
             py_float(r[1]) + ")";
+  }
+  // Drawn in float32 by ATen: an infinite end failed every sample's draw.
+  const auto finite = [](double v) {
+    return std::isfinite(v) && std::fabs(v) <= std::numeric_limits<float>::max();
+  };
+  if (error.empty() && !(finite(r[0]) && finite(r[1]))) {
+    error = std::string(name) + " must be finite float32 numbers, got (" + py_float(r[0]) +
+            ", " + py_float(r[1]) + ")";
   }
 }
 

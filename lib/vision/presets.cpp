@@ -31,9 +31,11 @@ Recipe train(const std::string& name) {
     // state-of-the-art models"): --train-crop-size 176 --auto-augment ta_wide
     // --random-erase 0.1 --mixup-alpha 0.2 --cutmix-alpha 1.0 (train.py picks one of MixUp and
     // CutMix per batch, with equal odds). Its classes are the pipeline's (num_classes 0).
+    // TrivialAugmentWide warps bilinearly there (train.py's --interpolation, passed on by
+    // presets.py), not with the class's own default, nearest.
     return Recipe{RandomResizedCrop{176},
                   RandomHorizontalFlip{},
-                  TrivialAugmentWide{},
+                  TrivialAugmentWide{31, Interpolation::bilinear, {}},
                   ToDtype{at::kFloat, true},
                   imagenet_normalize(),
                   RandomErasing{0.1},

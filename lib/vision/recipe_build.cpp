@@ -10,6 +10,9 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
+#include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -58,6 +61,21 @@ void check_p(std::size_t k, const RecipeOp& op, double p) {
   }
 }
 
+/// Whether `v` is a finite number float32 holds (ATen draws the recipe's ranges in float32).
+bool finite_float(double v) noexcept {
+  return std::isfinite(v) && std::fabs(v) <= std::numeric_limits<float>::max();
+}
+
+/// Refuses a range with an end that is not a finite float32 number: the draws of every sample
+/// would fail (ATen's "to is out of bounds for float"), each blamed on its image.
+void check_finite(std::size_t k, const RecipeOp& op, const char* name,
+                  const std::array<double, 2>& r) {
+  if (!finite_float(r[0]) || !finite_float(r[1])) {
+    refuse(k, op, std::string(name) + " must be finite float32 numbers, got (" +
+                      detail::py_float(r[0]) + ", " + detail::py_float(r[1]) + ")");
+  }
+}
+
 void check_jitter(std::size_t k, const RecipeOp& op, const ColorJitter& j) {
   const std::pair<const char*, double> values[] = {
       {"brightness", j.brightness}, {"contrast", j.contrast}, {"saturation", j.saturation},
@@ -65,6 +83,11 @@ void check_jitter(std::size_t k, const RecipeOp& op, const ColorJitter& j) {
   for (const auto& [name, v] : values) {
     // NOTE: torchvision's _check_input wording, for its single-number form.
     if (!(v >= 0)) refuse(k, op, std::string("If ") + name + " is a single number, it must be non negative.");
+    // Drawn as float32 by ATen's uniform_, which refuses bounds past float's range at every
+    // sample (blamed on the image file, or skipped, every one).
+    if (!finite_float(v)) {
+      refuse(k, op, std::string(name) + " must be a finite float32 number, got " + detail::py_float(v));
+    }
   }
   if (j.hue > 0.5) {
     refuse(k, op, "hue values should be between (-0.5, 0.5), but got [" + detail::py_float(-j.hue) + ", " +
@@ -114,6 +137,13 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
     }
     if (!(rrc->scale[0] >= 0.0) || !(rrc->ratio[0] > 0.0)) {
       refuse(0, ops[0], "scale must be non-negative and ratio positive");
+    }
+    check_finite(0, ops[0], "scale", rrc->scale);
+    check_finite(0, ops[0], "ratio", rrc->ratio);
+    // Its log is drawn from: a ratio that rounds to float32's 0 (1e-50) gives -inf.
+    if (rrc->ratio[0] < std::numeric_limits<float>::min()) {
+      refuse(0, ops[0], "ratio must be at least float32's smallest normal number, got " +
+                            detail::py_float(rrc->ratio[0]));
     }
     plan->random_crop = true;
     plan->crop = *rrc;
@@ -297,6 +327,7 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
       if (!(0.0 < b->sigma[0] && b->sigma[0] <= b->sigma[1])) {
         refuse(k, op, "sigma values should be positive and of the form (min, max).");
       }
+      check_finite(k, op, "sigma", b->sigma);
       if (b->kernel_x / 2 >= plan->out_width || ky / 2 >= plan->out_height) {
         refuse(k, op, "the kernel's half (" + std::to_string(b->kernel_x / 2) + "x" +
                           std::to_string(ky / 2) + ", torchvision's reflect padding) must be "
@@ -318,10 +349,15 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
       if (e->scale[0] > e->scale[1] || e->ratio[0] > e->ratio[1]) {
         refuse(k, op, "Scale and ratio should be of kind (min, max)");
       }
-      if (!(e->scale[0] >= 0.0) || e->scale[1] > 1.0) {
+      if (!(e->scale[0] >= 0.0) || !(e->scale[1] <= 1.0)) {  // NaN too
         refuse(k, op, "Scale should be between 0 and 1");
       }
       if (!(e->ratio[0] > 0.0)) refuse(k, op, "ratio must be positive");
+      check_finite(k, op, "ratio", e->ratio);
+      if (e->ratio[0] < std::numeric_limits<float>::min()) {
+        refuse(k, op, "ratio must be at least float32's smallest normal number, got " +
+                          detail::py_float(e->ratio[0]));
+      }
       if (e->value.size() != 1 && e->value.size() != 3) {
         refuse(k, op, "If value is a sequence, it should have either a single value or 3 (number "
                       "of input channels)");
@@ -431,8 +467,16 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
                             std::to_string(rc->p.size()) + " != " +
                             std::to_string(rc->transforms.size()));
         }
+        double sum = 0;
         for (double w : rc->p) {
           if (!(w >= 0)) refuse(k, op, "p's weights must be non-negative");
+          if (!std::isfinite(w)) refuse(k, op, "p's weights must be finite, got " + detail::py_float(w));
+          sum += w;
+        }
+        // Normalised by their sum for each batch's draw: a sum of 0 (or inf) made every
+        // batch's multinomial fail. torchvision's RandomChoice divides by it when made.
+        if (!rc->p.empty() && !(sum > 0 && std::isfinite(sum))) {
+          refuse(k, op, "p's weights must have a positive, finite sum, got " + detail::py_float(sum));
         }
         choices = rc->transforms;
         plan->batch_p = rc->p.empty() ? std::vector<double>(choices.size(), 1.0) : rc->p;
@@ -441,6 +485,8 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
         const double alpha = std::visit([](const auto& m) { return m.alpha; }, choice);
         const int classes = std::visit([](const auto& m) { return m.num_classes; }, choice);
         if (!(alpha > 0)) refuse(k, op, "alpha must be greater than 0, got " + detail::py_float(alpha));
+        // Beta(inf, inf) drew lam = 0 for every batch: each silently swapped for its neighbour.
+        if (!std::isfinite(alpha)) refuse(k, op, "alpha must be finite, got " + detail::py_float(alpha));
         if (classes < 0) {
           refuse(k, op, "num_classes must be positive (or 0 for the pipeline's class count), "
                         "got " + std::to_string(classes));

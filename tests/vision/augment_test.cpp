@@ -444,6 +444,9 @@ TEST_CASE("augment: the resnet50 preset is torchvision's ResNet-50 recipe, and r
   CHECK(std::get<vision::RandomResizedCrop>(ops[0]).height == 176);
   CHECK(std::holds_alternative<vision::RandomHorizontalFlip>(ops[1]));
   CHECK(std::get<vision::TrivialAugmentWide>(ops[2]).num_magnitude_bins == 31);
+  // train.py's --interpolation (bilinear), which presets.py passes to TrivialAugmentWide.
+  CHECK(std::get<vision::TrivialAugmentWide>(ops[2]).interpolation ==
+        vision::Interpolation::bilinear);
   CHECK(std::get<vision::ToDtype>(ops[3]).scale);
   CHECK(std::get<vision::RandomErasing>(ops[5]).p == 0.1);
   const auto& choice = std::get<vision::RandomChoice>(ops[6]);

@@ -622,6 +622,27 @@ TEST_CASE("recipe: bad parameters and unsupported orders are refused when it is 
   CHECK(refusal({RandomResizedCrop{224}, ToTensor{}, RandomErasing{}, imagenet()}) ==
         "Recipe: op 3 (Normalize): Normalize after RandomErasing is not supported in a recipe "
         "yet: erase after normalising, as torchvision's reference recipes do");
+  // Not finite, or past float32 (ATen draws in float32): every sample's draw failed, each
+  // blamed on its image; MixUp's alpha = inf gave lam = 0, every batch swapped unseen.
+  CHECK(refusal({RandomResizedCrop{224, 0, {0.08, NAN}}, ToTensor{}}) ==
+        "Recipe: op 0 (RandomResizedCrop): scale must be finite float32 numbers, got (0.08, nan)");
+  CHECK(refusal({RandomResizedCrop{224, 0, {0.08, 1.0}, {0.75, INFINITY}}, ToTensor{}}) ==
+        "Recipe: op 0 (RandomResizedCrop): ratio must be finite float32 numbers, got (0.75, inf)");
+  CHECK(refusal({RandomResizedCrop{224, 0, {0.08, 1.0}, {1e-50, 1.0}}, ToTensor{}}) ==
+        "Recipe: op 0 (RandomResizedCrop): ratio must be at least float32's smallest normal "
+        "number, got 1e-50");
+  CHECK(refusal({RandomResizedCrop{224}, ColorJitter{1e39}, ToTensor{}}) ==
+        "Recipe: op 1 (ColorJitter): brightness must be a finite float32 number, got 1e+39");
+  CHECK(refusal({RandomResizedCrop{224}, GaussianBlur{3, 0, {0.1, INFINITY}}, ToTensor{}}) ==
+        "Recipe: op 1 (GaussianBlur): sigma must be finite float32 numbers, got (0.1, inf)");
+  CHECK(refusal({RandomResizedCrop{224}, ToTensor{}, RandomErasing{0.5, {0.02, NAN}}}) ==
+        "Recipe: op 2 (RandomErasing): Scale should be between 0 and 1");
+  CHECK(refusal({RandomResizedCrop{32}, ToTensor{}, MixUp{INFINITY}}) ==
+        "Recipe: op 2 (MixUp): alpha must be finite, got inf");
+  CHECK(refusal({RandomResizedCrop{32}, ToTensor{}, RandomChoice{{MixUp{}, CutMix{}}, {0.0, 0.0}}}) ==
+        "Recipe: op 2 (RandomChoice): p's weights must have a positive, finite sum, got 0.0");
+  CHECK(refusal({RandomResizedCrop{32}, RandomRotation{{-INFINITY, 10.0}}, ToTensor{}})
+            .ends_with("degrees must be finite float32 numbers, got (-inf, 10.0)"));
   CHECK_THROWS_WITH_AS(vision::presets::train("resnet9"),
                        "unknown recipe preset 'resnet9'; the presets are: classic, resnet50",
                        std::invalid_argument);
