@@ -83,7 +83,7 @@ Args parse_args(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--workers", args.workers, "loader worker threads per rank")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1024}))
       ->capture_default_str();
   app.add_option("--batch-size", args.batch_size, "samples per batch")
       ->check(CLI::PositiveNumber)

@@ -42,7 +42,7 @@ inline Args parse_args(int argc, char** argv, const std::string& description,
       ->capture_default_str();
   app.add_option("--workers", args.workers,
                  "loader worker threads, 0 fetches on the driver")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1024}))
       ->capture_default_str();
   app.add_option("--batch-size", args.batch_size, "samples per batch")
       ->check(CLI::PositiveNumber)

@@ -48,6 +48,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -137,9 +138,10 @@ Args parse_args(int argc, char** argv) {
   app.add_option("--batch-size", args.batch_size, "images per batch")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  // A count an int holds: 4294967296 was cast to 0 workers.
   app.add_option("--workers", args.workers,
                  "loader workers; 0 decodes on the loader's own thread")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1024}))
       ->capture_default_str();
   app.add_option("--executor", args.executor, "where the workers run")
       ->check(CLI::IsMember({"threads", "processes"}))
@@ -153,6 +155,14 @@ Args parse_args(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--val-fraction", args.val_fraction,
                  "held out for validation (eval transform); 0: no validation")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            // CLI11's Range lets "nan" through (its comparisons are false).
+            return std::isfinite(std::strtod(s.c_str(), nullptr))
+                       ? std::string()
+                       : "Value " + s + " is not a finite number";
+          },
+          "FINITE"))
       ->check(CLI::Range(0.0, 0.9))
       ->capture_default_str();
   app.add_option("--limit", args.limit, "use only the first N images of the folder")

@@ -230,6 +230,22 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
                       "CenterCrop, or Resize and then CenterCrop), which the fused pipeline folds "
                       "into the decode");
   }
+  // A side past 16384 pixels: the warps' offsets (row x width x 3, in int) and the padded
+  // sizes would overflow, and a sample would take gigabytes.
+  constexpr int max_side = 16384;
+  if (plan->out_height > max_side || plan->out_width > max_side) {
+    refuse(0, ops[0], "the output size " + std::to_string(plan->out_height) + "x" +
+                          std::to_string(plan->out_width) + " is over " + std::to_string(max_side) +
+                          " pixels a side");
+  }
+  if (plan->pad_crop && !plan->center_only) {
+    for (const int p : plan->pad.padding) {
+      if (p > max_side) {
+        refuse(0, ops[0], "padding must be at most " + std::to_string(max_side) + ", got " +
+                              std::to_string(p));
+      }
+    }
+  }
   // The ops on the crop, then the conversion to float and the normalisations.
   bool is_float = false;
   // ToTensor divides by 255 (torchvision's, every version); transforms.v2's ToDtype(float32,
@@ -253,11 +269,24 @@ std::shared_ptr<Recipe::Plan> detail::build_plan(std::vector<RecipeOp> ops) {
                       "pixels only, so put it before ToDtype/ToTensor");
       }
     };
+    // The flips are done on the uint8 crop, or as the float output is written: before the ops
+    // on the float output, wherever they stand. After one of those, torchvision's flip would
+    // mirror what it did (the erased box), this one would not.
+    const auto before_float_ops = [&] {
+      if (erased || float_custom) {
+        refuse(k, op, std::string("a flip after ") +
+                          (erased ? "RandomErasing" : "a Custom op on the float output") +
+                          " is not supported in a recipe yet: the fused pipeline flips before "
+                          "the ops on the float output, so put it before them");
+      }
+    };
     if (const auto* f = std::get_if<RandomHorizontalFlip>(&op)) {
       check_p(k, op, f->p);
+      before_float_ops();
       plan->steps.push_back({Kind::hflip, f->p, k});
     } else if (const auto* v = std::get_if<RandomVerticalFlip>(&op)) {
       check_p(k, op, v->p);
+      before_float_ops();
       plan->steps.push_back({Kind::vflip, v->p, k});
     } else if (const auto* g = std::get_if<Grayscale>(&op)) {
       if (g->num_output_channels != 1 && g->num_output_channels != 3) {

@@ -22,6 +22,13 @@ def main() -> int:
             print(f"skipped: {exe} not built")
             return 77
     failures = []
+    # Flags refused before ROOT is looked at (exit 2, naming the flag): a worker count past an
+    # int was cast (4294967296 gave 0 workers), and "nan" passed --val-fraction's range.
+    for flag, value in (("--workers", "4294967296"), ("--val-fraction", "nan")):
+        r = subprocess.run([image_folder, "/nonexistent", flag, value], capture_output=True,
+                           text=True)
+        if r.returncode != 2 or flag not in r.stderr:
+            failures.append(f"{flag} {value}: exit {r.returncode}, stderr {r.stderr!r}")
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "not", "yet", "there")
         run = subprocess.run([make_image_folder, root, "--classes", "10", "--per-class", "60",

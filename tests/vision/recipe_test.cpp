@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <array>
+#include <climits>
 #include <cmath>
 #include <fstream>
 #include <cstdio>
@@ -643,6 +644,22 @@ TEST_CASE("recipe: bad parameters and unsupported orders are refused when it is 
         "Recipe: op 2 (RandomChoice): p's weights must have a positive, finite sum, got 0.0");
   CHECK(refusal({RandomResizedCrop{32}, RandomRotation{{-INFINITY, 10.0}}, ToTensor{}})
             .ends_with("degrees must be finite float32 numbers, got (-inf, 10.0)"));
+  // Sizes whose int arithmetic overflowed (padded sizes, the warps' offsets).
+  CHECK(refusal({RandomCrop{32, 0, {0, INT_MAX, 0, 0}}, ToTensor{}}) ==
+        "Recipe: op 0 (RandomCrop): padding must be at most 16384, got 2147483647");
+  CHECK(refusal({RandomResizedCrop{100000}, ToTensor{}}) ==
+        "Recipe: op 0 (RandomResizedCrop): the output size 100000x100000 is over 16384 pixels a "
+        "side");
+  CHECK(refusal({RandomResizedCrop{16384, 8}, ToTensor{}}) == "(built)");
+  // A flip after the float ops ran before them (the erased box not mirrored).
+  CHECK(refusal({RandomResizedCrop{64}, ToTensor{}, RandomErasing{1.0}, RandomHorizontalFlip{1.0}}) ==
+        "Recipe: op 3 (RandomHorizontalFlip): a flip after RandomErasing is not supported in a "
+        "recipe yet: the fused pipeline flips before the ops on the float output, so put it "
+        "before them");
+  CHECK(refusal({RandomResizedCrop{64}, ToTensor{}, RandomErasing{1.0}, RandomVerticalFlip{}}) ==
+        "Recipe: op 3 (RandomVerticalFlip): a flip after RandomErasing is not supported in a "
+        "recipe yet: the fused pipeline flips before the ops on the float output, so put it "
+        "before them");
   CHECK_THROWS_WITH_AS(vision::presets::train("resnet9"),
                        "unknown recipe preset 'resnet9'; the presets are: classic, resnet50",
                        std::invalid_argument);
