@@ -82,13 +82,13 @@ std::vector<std::int64_t> split_lengths(std::int64_t size, std::span<const doubl
                               ") is neither a whole number nor part of fractions summing "
                               "to 1");
       }
-      // A whole number outside [0, size] cannot be one of lengths summing to size: refused
-      // before the cast (of 1e19, undefined).
-      if (lengths[i] < 0) {
+      // Past int64's range the cast is undefined (1e19): refused before it. Others are cast,
+      // and check_sum words them as it does int lengths.
+      if (lengths[i] < -0x1p63) {
         throw InvalidArgument("Length of split at index " + std::to_string(i) +
                               " is negative (" + std::to_string(lengths[i]) + ")");
       }
-      if (lengths[i] > static_cast<double>(size)) {
+      if (lengths[i] >= 0x1p63) {
         throw InvalidArgument("Length of split at index " + std::to_string(i) + " (" +
                               std::to_string(lengths[i]) + ") exceeds the dataset's length " +
                               std::to_string(size));

@@ -117,8 +117,17 @@ SubmittedCopy submit_copy(const std::shared_ptr<DeviceBackend>& backend,
 }
 
 void abandon_copy(DeviceBackend& backend, std::shared_ptr<PendingCopy> pending) {
-  backend.on_done(backend.copy_stream(),
-                  [p = std::move(pending)]() mutable { complete(std::move(p)); });
+  try {
+    backend.on_done(backend.copy_stream(), [p = pending]() mutable { complete(std::move(p)); });
+  } catch (...) {
+    // The stream cannot hold them: the copies are waited for here, so that the sources are
+    // let go of only once nothing reads them (the map's own error is the one thrown on).
+    try {
+      backend.synchronize(backend.copy_stream());
+    } catch (...) {
+    }
+    pending->stage->in_flight.fetch_sub(1, std::memory_order_relaxed);
+  }
 }
 
 CopyAwaiter::~CopyAwaiter() {

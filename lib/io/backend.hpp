@@ -83,7 +83,8 @@ inline std::size_t first_read_size(const ReaderOptions& options) noexcept {
 /// The bytes read_file's follow-up asks for once `total` bytes filled every read so far, the
 /// file's size saying `size`: the rest and one byte more, to see the end (rounded up for
 /// O_DIRECT); none where the size says the end was reached. (A /proc file says 0, and its
-/// reads come a page at a time: read_file is for regular files, and gives its first page.)
+/// reads come a page at a time: read_file is for regular files, and gives what its first
+/// read brought.)
 inline std::optional<std::size_t> rest_to_read(std::uint64_t size, std::size_t total) noexcept {
   if (size <= total) return std::nullopt;
   return static_cast<std::size_t>(round_up(size - total + 1, Buffer::alignment));

@@ -38,10 +38,17 @@ int on_socket(CURL*, curl_socket_t fd, int what, void* user, void*) {
     d->arm(s);
   } catch (...) {
     // No watch to be had (epoll_ctl's ENOSPC or ENOMEM, bad_alloc): not unwound through
-    // libcurl. The transfer sees no readiness and ends by its stall timeout, retried as one;
-    // no null entry is left for close_socket to find.
-    d->sockets.erase(fd);
-    return -1;
+    // libcurl, nor told with -1 (which marks the whole multi handle dead, every transfer
+    // aborted for good). The transfer sees no readiness and ends by its stall timeout, retried
+    // as one. The socket stays curl's (released, not closed), and no null entry is left for
+    // close_socket to find.
+    if (const auto it = d->sockets.find(fd); it != d->sockets.end()) {
+      if (it->second) {
+        it->second->gone = true;
+        it->second->sd.release();
+      }
+      d->sockets.erase(it);
+    }
   }
   return 0;
 }
@@ -65,7 +72,7 @@ int close_socket(void* user, curl_socket_t fd) {
 
 namespace {
 
-int on_timer(CURLM*, long ms, void* user) {
+int on_timer_of(CURLM*, long ms, void* user) {
   auto* d = static_cast<Driver*>(user);
   if (!d->timer) return 0;  // closing
   d->timer->cancel();
@@ -92,6 +99,16 @@ int on_timer(CURLM*, long ms, void* user) {
     if (!ec && !d->closing) d->action(CURL_SOCKET_TIMEOUT, 0);
   });
   return 0;
+}
+
+int on_timer(CURLM* multi, long ms, void* user) {
+  try {
+    return on_timer_of(multi, ms, user);
+  } catch (...) {
+    // Not unwound through libcurl (a post's or the timer's bad_alloc): curl is asked again
+    // at its next socket event; -1 would mark the multi handle dead.
+    return 0;
+  }
 }
 
 /// Whether `fd` has bytes to read now. Asio waits edge-triggered (epoll's EPOLLET): a socket

@@ -114,7 +114,14 @@ void run_read_file(Job& job, Buffer& staging) {
     ::close(fd);
     return;
   }
-  Buffer buffer(static_cast<std::size_t>(first));
+  // Not Buffer's throwing constructor: the fd is open here.
+  Buffer buffer;
+  if (!grow_for(buffer, static_cast<std::size_t>(first))) {
+    job.fail("read", ENOMEM);
+    ::close(fd);
+    return;
+  }
+  buffer.resize(static_cast<std::size_t>(first));
   if (first > 0) std::memcpy(buffer.data(), staging.data(), buffer.size());
   std::size_t want = staging.capacity();
   std::size_t last = static_cast<std::size_t>(first);

@@ -60,6 +60,9 @@ std::string entry_name(const ShardIndex& shard) {
   if (io::scheme_of(url) != io::Scheme::s3) name = name.substr(0, name.find_first_of("?#"));
   const auto slash = name.find_last_of('/');
   if (slash != std::string_view::npos) name.remove_prefix(slash + 1);
+  // A URL ending in '/' before its query names nothing readable: "shard" stands in (the name
+  // must not end at the dash, where is_cache_file would not know it, nor evict it).
+  if (name.empty()) name = "shard";
   return std::string(hex) + "-" + std::string(name.substr(0, 64));
 }
 

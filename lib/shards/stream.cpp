@@ -546,7 +546,8 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
         if (!skip) throw named;
         lost = named.what();
       } catch (const SystemError& e) {  // a local shard gone, or unreadable, since indexed
-        if (!skip) throw;
+        const int code = e.code().value();
+        if (!skip || code == EMFILE || code == ENFILE || code == ENOMEM) throw;
         lost = e.what() + lost_note;
       } catch (const ShardError& e) {  // ... or cut short
         if (!skip) throw;
@@ -627,15 +628,12 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
         ended = true;
       } catch (const std::exception& e) {
         // The client gave up on the shard, or its body is no archive (cut short or altered: a
-        // ShardError, which propagates as it is), or a local one cannot be opened or read. How many are lost is known when an earlier
+        // ShardError, which propagates as it is). How many are lost is known when an earlier
         // epoch streamed the shard whole. A resumed stream's first `already` samples were
         // handed out before the state was taken, whether or not they were read again now;
         // the sample held was read whole, and goes out before the error.
         const auto* http_error = dynamic_cast<const io::HttpError*>(&e);
-        if (!http_error && !dynamic_cast<const ShardError*>(&e) &&
-            !dynamic_cast<const SystemError*>(&e)) {
-          throw;
-        }
+        if (!http_error && !dynamic_cast<const ShardError*>(&e)) throw;
         const std::int64_t known = self->learned_->count(s);
         const auto read = static_cast<std::int64_t>(pos.sample + (held ? 1 : 0));
         if (known >= 0 && read >= known) {
@@ -693,7 +691,12 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
              std::to_string(shard.samples.size() - pos.sample) + " are lost to this epoch";
     };
     // A local shard that cannot be opened or read (gone, cut short since it was indexed, an I/O
-    // error): its error as it is, or with skip, left out and counted as a remote one is.
+    // error): its error as it is, or with skip, left out and counted as a remote one is. Not
+    // for want of fds or memory, which is no fault of the shard's (the next would fail alike).
+    const auto skippable = [&](const SystemError& e) {
+      const int code = e.code().value();
+      return skip && code != EMFILE && code != ENFILE && code != ENOMEM;
+    };
     const auto skip_local = [&](const std::exception& e) {
       coload::detail::warn(std::string("ShardStream: skipped: ") + e.what() + "; " + losing());
       count_skipped(static_cast<std::int64_t>(shard.samples.size() - pos.sample));
@@ -706,7 +709,7 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
                              shard.samples[pos.sample].begin, spare);
         opened = true;
       } catch (const SystemError& e) {
-        if (!skip) throw;
+        if (!skippable(e)) throw;
         skip_local(e);
       }
       if (!opened) continue;
@@ -750,7 +753,7 @@ AsyncGenerator<ShardSample> ShardStream::run(ShardStream* self, WorkerInfo info)
         count_skipped(static_cast<std::int64_t>(shard.samples.size() - pos.sample));
         lost = true;
       } catch (const SystemError& e) {
-        if (!skip) throw;
+        if (!skippable(e)) throw;
         skip_local(e);
         lost = true;
       } catch (const ShardError& e) {

@@ -51,13 +51,21 @@ def test_classic_composed_equals_preset(folder):
 
 
 def test_resnet50_composed_equals_preset(folder):
-    composed = T.Compose([
-        T.RandomResizedCrop(176), T.RandomHorizontalFlip(), T.TrivialAugmentWide(),
-        T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD), T.RandomErasing(0.1),
-        T.RandomChoice([T.MixUp(alpha=0.2), T.CutMix(alpha=1.0)])])
+    def composed_with(interpolation):
+        return T.Compose([
+            T.RandomResizedCrop(176), T.RandomHorizontalFlip(),
+            T.TrivialAugmentWide(interpolation=interpolation),
+            T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD), T.RandomErasing(0.1),
+            T.RandomChoice([T.MixUp(alpha=0.2), T.CutMix(alpha=1.0)])])
+    # Bilinear, as torchvision's train.py passes its --interpolation to TrivialAugmentWide.
+    composed = composed_with("bilinear")
     a = batches(folder, composed, num_workers=2)
     b = batches(folder, "resnet50", num_workers=2)
     assert same(a, b)
+    # Seed 7 draws geometric ops, where the interpolation shows (seed 5's draw none).
+    preset = batches(folder, "resnet50", seed=7)
+    assert same(batches(folder, composed, seed=7), preset)
+    assert not same(batches(folder, composed_with("nearest"), seed=7), preset)
     images, labels = a[0]
     assert images.shape == (6, 3, 176, 176) and labels.shape == (6, 3)  # soft labels, 3 classes
     assert torch.allclose(labels.sum(1), torch.ones(6))

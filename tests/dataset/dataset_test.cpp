@@ -1139,6 +1139,9 @@ TEST_SUITE("dataset") {
     CHECK(message_of<std::invalid_argument>([&] {
             random_split(Range{0, 2}, std::vector<std::int64_t>{4, big, big, big, big - 2});
           }) == sum);
+    // Whole float lengths inside int64 are worded as int ones are.
+    CHECK(message_of<std::invalid_argument>([] { random_split(Range{0, 10}, {12.0, -2.0}); }) ==
+          "Length of split at index 1 is negative (-2)");
     CHECK(message_of<std::invalid_argument>([] {
             random_split(Range{0, 2}, {1e19, -1e19, 2.0});
           }) == "Length of split at index 0 (10000000000000000000.000000) exceeds the dataset's "

@@ -31,7 +31,7 @@ struct ReaderOptions {
   /// refuses O_DIRECT for a file (EINVAL) gets that file read buffered instead.
   bool direct = false;
   /// Bytes read_file asks for in its first read; larger files take a follow-up read.
-  /// Rounded up to Buffer::alignment. Buffered io_uring reads land in recycled buffers of this
+  /// Rounded up to Buffer::alignment; at most 1 GiB (one read's size: InvalidArgument). Buffered io_uring reads land in recycled buffers of this
   /// size (a file under half of it is copied into a snug Buffer); direct reads and the pread
   /// pool use a staging buffer of this size per file slot or thread.
   std::size_t first_read = 128 * 1024;

@@ -39,7 +39,8 @@ struct RandomSamplerOptions {
 /// ATen's default generator, so `at::manual_seed` makes it reproducible.
 class RandomSampler {
  public:
-  /// Refuses a non-positive `num_samples` with PyTorch's message.
+  /// Refuses a non-positive `num_samples` with PyTorch's message, and a negative size, or an
+  /// empty dataset to draw from (PyTorch fails only when iterated), in coload's words.
   explicit RandomSampler(std::int64_t size, bool replacement = false,
                          std::optional<std::int64_t> num_samples = std::nullopt,
                          std::optional<at::Generator> generator = std::nullopt);

@@ -56,7 +56,9 @@ def main():
                          f"CutMix: 0.16 and later), needed for --recipe resnet50: {e}")
         transform = v2.Compose([
             v2.RandomResizedCrop(176, antialias=True), v2.RandomHorizontalFlip(),
-            v2.TrivialAugmentWide(), v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
+            # train.py's --interpolation (bilinear), as presets.py passes it on.
+            v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR),
+            v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
             v2.Normalize(peerlib.MEAN, peerlib.STD), v2.RandomErasing(0.1)])
         classes = len(torchvision.datasets.ImageFolder(a.root).classes)
         mix = v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=classes),

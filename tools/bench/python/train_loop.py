@@ -83,7 +83,9 @@ def torch_recipe(a, torch, v2):
     pil = [v2.PILToTensor()] if a.torch_pipeline == "pil" else []
     return v2.Compose([
         v2.RandomResizedCrop(176, antialias=True), v2.RandomHorizontalFlip(),
-        v2.TrivialAugmentWide()] + pil + [v2.ToDtype(torch.float32, scale=True),
+        # train.py's --interpolation (bilinear), as presets.py passes it on.
+        v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR)] + pil + [
+        v2.ToDtype(torch.float32, scale=True),
         v2.Normalize(MEAN, STD), v2.RandomErasing(0.1)]), collate
 
 
