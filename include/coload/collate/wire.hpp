@@ -482,9 +482,17 @@ struct Wire<std::array<T, N>> {
     const std::size_t at = r.offset();
     const std::uint64_t n = r.u64();
     if (n != N) detail::throw_count_mismatch("an array", N, n, at);
-    return [&r]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::array<T, N>{((void)I, Wire<T>::read(r))...};
-    }(std::make_index_sequence<N>{});
+    // NOTE: a loop where T has a default value: an index pack of N reads takes the compiler
+    // minutes past a few thousand elements (std::array<double, 65536> took over ten).
+    if constexpr (std::is_default_constructible_v<T>) {
+      std::array<T, N> a{};
+      for (auto& e : a) e = Wire<T>::read(r);
+      return a;
+    } else {
+      return [&r]<std::size_t... I>(std::index_sequence<I...>) {
+        return std::array<T, N>{((void)I, Wire<T>::read(r))...};
+      }(std::make_index_sequence<N>{});
+    }
   }
 };
 
