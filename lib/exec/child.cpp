@@ -80,16 +80,25 @@ ChildLink::~ChildLink() {
 std::optional<ProcessTask> ChildLink::next() {
   MessageBuffer buffer(max_message);
   int fd = -1;
-  const ssize_t n = receive_message(socket_, buffer, &fd, false);
+  int index_fd = -1;
+  const ssize_t n = receive_message(socket_, buffer, &fd, false, &index_fd);
   if (n <= 0) return std::nullopt;
   TaskMessage message;
   try {
     message = decode_value<TaskMessage>(buffer);
+    const std::uint64_t in_file = std::get<3>(message);
+    if (in_file > 0 && index_fd < 0) {
+      throw wire::FormatError("wire: a worker task of " + std::to_string(in_file) +
+                              " indices in a file came without the file");
+    }
+    if (in_file > 0) std::get<0>(message).indices = read_index_file(index_fd, in_file);
   } catch (...) {
     if (fd >= 0) ::close(fd);
+    if (index_fd >= 0) ::close(index_fd);
     throw;
   }
-  auto& [t, slot_id, slot_bytes] = message;
+  if (index_fd >= 0) ::close(index_fd);
+  auto& [t, slot_id, slot_bytes, in_file] = message;
   slot_id_ = slot_id;
   slot_bytes_ = slot_bytes;
   used_ = 0;

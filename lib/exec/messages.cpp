@@ -2,7 +2,9 @@
 
 #include "messages.hpp"
 
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -147,6 +149,52 @@ bool send_message(int socket, std::span<const std::byte> bytes, std::initializer
     if (errno == EPIPE || errno == ECONNRESET) return false;
     throw_errno("coload: sending to a worker", errno);
   }
+}
+
+int make_index_file(std::span<const std::int64_t> indices) {
+  const std::string what =
+      "coload: writing a task's " + std::to_string(indices.size()) + " indices to a memfd";
+  const int fd = ::memfd_create("coload-task-indices", MFD_CLOEXEC);
+  if (fd < 0) throw_errno(what, errno);
+  const auto* p = reinterpret_cast<const char*>(indices.data());
+  std::size_t left = indices.size_bytes();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      throw_errno(what, err);
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  return fd;
+}
+
+std::vector<std::int64_t> read_index_file(int fd, std::uint64_t count) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw_errno("coload: reading a task's index file", errno);
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (size % sizeof(std::int64_t) != 0 || size / sizeof(std::int64_t) != count) {
+    throw wire::FormatError("wire: a worker task of " + std::to_string(count) +
+                            " indices came with an index file of " + std::to_string(size) +
+                            " bytes");
+  }
+  std::vector<std::int64_t> indices(static_cast<std::size_t>(count));
+  auto* p = reinterpret_cast<char*>(indices.data());
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, p + done, size - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_errno("coload: reading a task's index file", errno);
+    if (n == 0) {
+      throw wire::FormatError("wire: a worker task's index file ended at byte " +
+                              std::to_string(done) + " of " + std::to_string(size));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return indices;
 }
 
 ssize_t receive_message(int socket, MessageBuffer& buffer, int* fd, bool dont_wait,

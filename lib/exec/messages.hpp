@@ -3,8 +3,9 @@
 //
 // Every message is one SOCK_SEQPACKET record holding one wire message (coload/collate/wire.hpp:
 // header, then one value). A task is the tuple (ProcessTask, i64 slot id or -1, u64 the slot's
-// size as the parent knows it), with the slot's memfd attached as SCM_RIGHTS; a reply is a
-// ProcessReply. After their tags (wire::tag::worker_task, wire::tag::worker_reply) their fields
+// size as the parent knows it, u64 the indices in an index file), with the slot's memfd attached
+// as SCM_RIGHTS, and after it, for a task of more than inline_indices indices, a memfd holding
+// them (the task's own list is then empty); a reply is a ProcessReply. After their tags (wire::tag::worker_task, wire::tag::worker_reply) their fields
 // are written without tags, in this order:
 //
 //     ProcessTask    u32 kind (1 fetch, 2 stream, 3 stop), i64 batch, i64 epoch,
@@ -27,6 +28,7 @@
 #include <new>
 #include <span>
 #include <tuple>
+#include <vector>
 
 #include "coload/collate/wire.hpp"
 #include "coload/exec/process.hpp"
@@ -53,8 +55,23 @@ namespace coload::detail {
 inline constexpr std::size_t max_message = 256 * 1024;
 
 /// What goes down a worker's socket with a task: the task, the slot its batch goes in (-1 for a
-/// stop) and that slot's size.
-using TaskMessage = std::tuple<ProcessTask, std::int64_t, std::uint64_t>;
+/// stop), that slot's size, and how many indices the attached index file holds (0: none, the
+/// task's list holds them).
+using TaskMessage = std::tuple<ProcessTask, std::int64_t, std::uint64_t, std::uint64_t>;
+
+/// The most indices a task carries in its message; a longer list goes in an index file.
+/// NOTE: a SOCK_SEQPACKET record must fit the socket's send buffer (net.core.wmem_default,
+/// 208 KiB on most systems, about 26000 indices): a batch_sampler's batch of 40000 could not be
+/// sent at all (EMSGSIZE). 8192 indices (64 KiB) stay well under any default.
+inline constexpr std::size_t inline_indices = 8192;
+
+/// A memfd holding `indices` (i64 each, in order), to attach to a task. Throws
+/// SystemError naming the count when it cannot be made.
+int make_index_file(std::span<const std::int64_t> indices);
+
+/// The `count` indices of an index file; wire::FormatError when the file does not hold exactly
+/// that many (checked before anything is allocated), SystemError when it cannot be read.
+std::vector<std::int64_t> read_index_file(int fd, std::uint64_t count);
 
 /// Bytes for one message, aligned as the wire format wants a region.
 class MessageBuffer {

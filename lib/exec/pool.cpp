@@ -260,7 +260,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       ProcessTask stop;
       stop.kind = ProcessTask::Kind::stop;
       // NOTE: the stop is not a task that is answered: it is not queued as outstanding.
-      send_value(w->socket->native_handle(), TaskMessage{stop, -1, 0});
+      send_value(w->socket->native_handle(), TaskMessage{stop, -1, 0, 0});
       departing.push_back(std::move(w));
       w.reset();
     }
@@ -559,7 +559,25 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       const auto [fd, size] =
           p->slot >= 0 ? arena->fd_and_size(p->slot) : std::pair<int, std::uint64_t>{-1, 0};
       // A worker that is gone reports through its pidfd; its queue is handled there.
-      send_value(w.socket->native_handle(), TaskMessage{p->task, p->slot, size}, {fd});
+      if (p->task.indices.size() <= inline_indices || fd < 0) {
+        send_value(w.socket->native_handle(), TaskMessage{p->task, p->slot, size, 0}, {fd});
+      } else {
+        // A long list goes in an index file after the slot's memfd; the task keeps its list
+        // (a restarted worker is sent it again).
+        ProcessTask head;
+        std::vector<std::int64_t> indices = std::move(p->task.indices);
+        head = p->task;
+        p->task.indices = std::move(indices);
+        const int index_fd = make_index_file(p->task.indices);
+        try {
+          send_value(w.socket->native_handle(),
+                     TaskMessage{head, p->slot, size, p->task.indices.size()}, {fd, index_fd});
+        } catch (...) {
+          ::close(index_fd);
+          throw;
+        }
+        ::close(index_fd);
+      }
     } catch (const std::exception& e) {
       if (took) {
         arena->give_back(p->slot);

@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <asio/io_context.hpp>
@@ -399,25 +400,68 @@ TEST_SUITE("process pool") {
     }
   }
 
+  TEST_CASE("a task of 40000 or 100000 indices goes in an index file and is answered in order") {
+    // Before, a task of more than about 26000 indices was larger than a worker's socket takes
+    // (EMSGSIZE): a batch_sampler's large batch could not reach a worker process at all.
+    asio::io_context io;
+    ProcessPool pool(io, pool_options(2), test_work({}));
+    pool.start();
+    std::vector<std::int64_t> big(40000), bigger(100000);
+    for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::int64_t>(i) * 7 % 40000;
+    for (std::size_t i = 0; i < bigger.size(); ++i) bigger[i] = 99999 - static_cast<std::int64_t>(i);
+    const std::vector<std::int64_t> small(inline_indices, 3);  // the most a message carries
+    auto a = submit(pool, 0, big, 5);
+    auto b = submit(pool, 1, bigger, 6);
+    auto c = submit(pool, 0, small, 7);
+    auto d = submit(pool, 1, {4}, 8);
+    REQUIRE(run_until_done(io, {a, b, c, d}));
+    const auto doubled = [](std::vector<std::int64_t> v) {
+      for (auto& x : v) x *= 2;
+      return v;
+    };
+    CHECK(std::get<0>(answer_of(*a)) == doubled(big));
+    CHECK(std::get<0>(answer_of(*b)) == doubled(bigger));
+    CHECK(std::get<0>(answer_of(*c)) == doubled(small));
+    CHECK(std::get<0>(answer_of(*d)) == std::vector<std::int64_t>{8});
+    CHECK(!pool.broken());
+  }
+
   TEST_CASE("a task that cannot be sent fails its submit, named, and leaves nothing queued") {
-    // Before, the task was queued before it was sent: a send that failed (a task of 40000
-    // indices is larger than a worker's socket takes) left it queued, and the worker's next
-    // reply, to the next batch, was taken for a lie: the worker was killed.
+    // Before, the task was queued before it was sent: a send that failed left it queued, and
+    // the worker's next reply, to the next batch, was taken for a lie: the worker was killed.
+    // Here the index file cannot be made: no file descriptor is left under RLIMIT_NOFILE.
     asio::io_context io;
     ProcessPool pool(io, pool_options(1), test_work({}));
     pool.start();
+    {
+      // A batch answered and let go: its slot is free, so the big task takes no new memfd.
+      auto first = submit(pool, 0, {2}, 4);
+      REQUIRE(run_until_done(io, {first}));
+      CHECK(std::get<0>(answer_of(*first)) == std::vector<std::int64_t>{4});
+    }
     ProcessTask big;
     big.batch = 5;
     big.indices.assign(40000, 1);
     std::string what;
-    try {
-      (void)pool.submit(0, std::move(big));
-    } catch (const std::exception& e) {
-      what = e.what();
+    {
+      rlimit saved{};
+      REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+      const int lowest_free = ::dup(0);
+      REQUIRE(lowest_free >= 0);
+      ::close(lowest_free);
+      rlimit tight = saved;
+      tight.rlim_cur = static_cast<rlim_t>(lowest_free);
+      REQUIRE(::setrlimit(RLIMIT_NOFILE, &tight) == 0);
+      try {
+        (void)pool.submit(0, std::move(big));
+      } catch (const std::exception& e) {
+        what = e.what();
+      }
+      REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
     }
-    CHECK(what.starts_with(
-        "coload: batch 5 (40000 indices) could not be sent to worker 0: coload: sending to a "
-        "worker: "));
+    CHECK(what ==
+          "coload: batch 5 (40000 indices) could not be sent to worker 0: coload: writing a "
+          "task's 40000 indices to a memfd: Too many open files");
     auto next = submit(pool, 0, {3}, 6);
     REQUIRE(run_until_done(io, {next}));
     CHECK(std::get<0>(answer_of(*next)) == std::vector<std::int64_t>{6});
@@ -608,8 +652,8 @@ TEST_SUITE("process pool messages") {
     task.want = 4;
     task.indices = {5, 6, 7};
     MessageBuffer buffer(max_message);
-    buffer.resize(wire::encode(TaskMessage{task, 3, 4096}, buffer.whole()));
-    const auto [back, slot, slot_bytes] = decode_value<TaskMessage>(buffer);
+    buffer.resize(wire::encode(TaskMessage{task, 3, 4096, 0}, buffer.whole()));
+    const auto [back, slot, slot_bytes, in_file] = decode_value<TaskMessage>(buffer);
     CHECK(back.kind == task.kind);
     CHECK(back.batch == 7);
     CHECK(back.epoch == 2);
@@ -619,6 +663,7 @@ TEST_SUITE("process pool messages") {
     CHECK(back.indices == task.indices);
     CHECK(slot == 3);
     CHECK(slot_bytes == 4096);
+    CHECK(in_file == 0);
 
     ProcessReply reply;
     reply.status = ProcessReply::Status::error;
@@ -639,6 +684,23 @@ TEST_SUITE("process pool messages") {
     CHECK(r.error_message == "boom");
   }
 
+  TEST_CASE("an index file gives back its indices, and one of another size is a FormatError") {
+    const std::vector<std::int64_t> indices{9, -1, 1ll << 40};
+    const int fd = make_index_file(indices);
+    REQUIRE(fd >= 0);
+    CHECK(read_index_file(fd, 3) == indices);
+    CHECK(read_index_file(fd, 3) == indices);  // read by position: again the same
+    CHECK_THROWS_WITH_AS(read_index_file(fd, 4),
+                         "wire: a worker task of 4 indices came with an index file of 24 bytes",
+                         wire::FormatError);
+    // A count no file holds is refused before anything is sized by it.
+    CHECK_THROWS_WITH_AS(read_index_file(fd, std::uint64_t{1} << 61),
+                         "wire: a worker task of 2305843009213693952 indices came with an index "
+                         "file of 24 bytes",
+                         wire::FormatError);
+    ::close(fd);
+  }
+
   TEST_CASE("a malformed message is a named FormatError, never an allocation of a claimed size") {
     ProcessReply reply;
     reply.status = ProcessReply::Status::empty;
@@ -653,7 +715,7 @@ TEST_SUITE("process pool messages") {
 
     // A task where a reply was expected: the tag says so.
     ProcessTask task;
-    buffer.resize(wire::encode(TaskMessage{task, -1, 0}, buffer.whole()));
+    buffer.resize(wire::encode(TaskMessage{task, -1, 0, 0}, buffer.whole()));
     CHECK_THROWS_WITH_AS(decode_value<ProcessReply>(buffer),
                          "wire: expected a worker reply, found tag 17 at byte 16 (a tuple)",
                          wire::FormatError);
@@ -676,7 +738,7 @@ TEST_SUITE("process pool messages") {
 
     // A task claiming 2^61 indices: refused before the vector is sized.
     task.indices = {1, 2};
-    buffer.resize(wire::encode(TaskMessage{task, -1, 0}, buffer.whole()));
+    buffer.resize(wire::encode(TaskMessage{task, -1, 0, 0}, buffer.whole()));
     // header, tuple tag and count, task tag, kind, six 8-byte fields: the count follows
     const std::size_t count_at = wire::header_size + 1 + 4 + 1 + 4 + 6 * 8;
     const std::uint64_t many = std::uint64_t{1} << 61;

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -229,6 +230,44 @@ TEST_SUITE("loader") {
     // Every worker's seed is the epoch's base seed plus its id: one base seed for all.
     CHECK(seeds.size() == 1);
     CHECK(child_count() == children_before);  // the epoch's processes went with it
+  }
+
+  TEST_CASE("a batch of 27000 samples reaches a worker process, the same as with threads") {
+    // Before, its index list was larger than a worker's socket takes (EMSGSIZE, about 26000
+    // indices): the batch failed with "could not be sent to worker 0". Now the list goes in an
+    // index file attached to the task.
+    Probe probe;
+    probe.n = 54000;
+    auto reference_options = process_options(2);
+    reference_options.executor = Executor::threads;
+    reference_options.batch_size = 27000;
+    reference_options.shuffle = true;
+    reference_options.seed = 5;
+    auto options = reference_options;
+    options.executor = Executor::processes;
+    std::vector<std::vector<std::int64_t>> expected;
+    {
+      auto threads = make_data_loader(probe, reference_options);
+      for (auto& b : threads) expected.push_back(ints(std::get<1>(b)));
+    }
+    REQUIRE(expected.size() == 2);
+    auto loader = make_data_loader(probe, options);
+    std::vector<std::vector<std::int64_t>> got;
+    std::set<std::int64_t> pids;
+    for (auto& b : loader) {
+      got.push_back(ints(std::get<1>(b)));
+      // Each sample's tensor came with it: the first element of sample k is its index.
+      CHECK(ints(std::get<0>(b).select(1, 0).select(1, 0).to(at::kLong)) == got.back());
+      for (auto p : ints(std::get<2>(b))) pids.insert(p);
+    }
+    CHECK(got == expected);
+    CHECK(pids.count(::getpid()) == 0);
+    std::vector<std::int64_t> all;
+    for (const auto& g : got) all.insert(all.end(), g.begin(), g.end());
+    std::sort(all.begin(), all.end());
+    std::vector<std::int64_t> every(54000);
+    std::iota(every.begin(), every.end(), 0);
+    CHECK(all == every);
   }
 
   TEST_CASE("a batch from a worker process lies in the shared arena, not copied") {
