@@ -134,6 +134,18 @@ std::vector<std::int64_t> ints(const at::Tensor& t) {
   return {c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel()};
 }
 
+// The index lists of the batches `probe` gives with `options` through worker threads: what
+// process workers must give with the same options.
+template <class Dataset>
+std::vector<std::vector<std::int64_t>> batches_with_threads(const Dataset& probe,
+                                                            LoaderOptions<> options) {
+  options.executor = Executor::threads;
+  std::vector<std::vector<std::int64_t>> out;
+  auto loader = make_data_loader(probe, options);
+  for (auto& b : loader) out.push_back(ints(std::get<1>(b)));
+  return out;
+}
+
 LoaderOptions<> process_options(int workers) {
   LoaderOptions<> o;
   o.batch_size = 4;
@@ -195,18 +207,10 @@ TEST_SUITE("loader") {
     const int children_before = child_count();
     Probe probe;
     probe.use_aten = true;
-    auto reference_options = process_options(3);
-    reference_options.executor = Executor::threads;
-    reference_options.shuffle = true;
-    reference_options.seed = 11;
-    auto options = reference_options;
-    options.executor = Executor::processes;
-
-    std::vector<std::vector<std::int64_t>> expected;
-    {
-      auto threads = make_data_loader(probe, reference_options);
-      for (auto& b : threads) expected.push_back(ints(std::get<1>(b)));
-    }
+    auto options = process_options(3);
+    options.shuffle = true;
+    options.seed = 11;
+    const auto expected = batches_with_threads(probe, options);
     auto loader = make_data_loader(probe, options);
     std::vector<std::vector<std::int64_t>> got;
     std::set<std::int64_t> pids, workers, seeds;
@@ -238,18 +242,11 @@ TEST_SUITE("loader") {
     // index file attached to the task.
     Probe probe;
     probe.n = 54000;
-    auto reference_options = process_options(2);
-    reference_options.executor = Executor::threads;
-    reference_options.batch_size = 27000;
-    reference_options.shuffle = true;
-    reference_options.seed = 5;
-    auto options = reference_options;
-    options.executor = Executor::processes;
-    std::vector<std::vector<std::int64_t>> expected;
-    {
-      auto threads = make_data_loader(probe, reference_options);
-      for (auto& b : threads) expected.push_back(ints(std::get<1>(b)));
-    }
+    auto options = process_options(2);
+    options.batch_size = 27000;
+    options.shuffle = true;
+    options.seed = 5;
+    const auto expected = batches_with_threads(probe, options);
     REQUIRE(expected.size() == 2);
     auto loader = make_data_loader(probe, options);
     std::vector<std::vector<std::int64_t>> got;
