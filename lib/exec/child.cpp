@@ -91,6 +91,9 @@ std::optional<ProcessTask> ChildLink::next() {
       throw wire::FormatError("wire: a worker task of " + std::to_string(in_file) +
                               " indices in a file came without the file");
     }
+    if (in_file > 0 && !std::get<0>(message).indices.empty()) {
+      throw wire::FormatError("wire: a worker task with indices in a file and in the message");
+    }
     if (in_file > 0) std::get<0>(message).indices = read_index_file(index_fd, in_file);
   } catch (...) {
     if (fd >= 0) ::close(fd);

@@ -5,8 +5,9 @@
 // header, then one value). A task is the tuple (ProcessTask, i64 slot id or -1, u64 the slot's
 // size as the parent knows it, u64 the indices in an index file), with the slot's memfd attached
 // as SCM_RIGHTS, and after it, for a task of more than inline_indices indices, a memfd holding
-// them (the task's own list is then empty); a reply is a ProcessReply. After their tags (wire::tag::worker_task, wire::tag::worker_reply) their fields
-// are written without tags, in this order:
+// them (the task's own list is then empty); a reply is a ProcessReply. After their tags
+// (wire::tag::worker_task, wire::tag::worker_reply) their fields are written without tags, in
+// this order:
 //
 //     ProcessTask    u32 kind (1 fetch, 2 stream, 3 stop), i64 batch, i64 epoch,
 //                    u64 worker_seed, u64 sample_seed, i64 want, u64 index count, the indices
@@ -62,8 +63,10 @@ using TaskMessage = std::tuple<ProcessTask, std::int64_t, std::uint64_t, std::ui
 /// The most indices a task carries in its message; a longer list goes in an index file.
 /// NOTE: a SOCK_SEQPACKET record must fit the socket's send buffer (net.core.wmem_default,
 /// 208 KiB on most systems, about 26000 indices): a batch_sampler's batch of 40000 could not be
-/// sent at all (EMSGSIZE). 8192 indices (64 KiB) stay well under any default.
-inline constexpr std::size_t inline_indices = 8192;
+/// sent at all (EMSGSIZE). The tasks queued for a worker share that buffer too, and the
+/// parent's end does not wait (EAGAIN fails the batch): at 1024 indices (8 KiB) a record, a
+/// dozen fit, so prefetch_factor's queue stays within it up to about 12.
+inline constexpr std::size_t inline_indices = 1024;
 
 /// A memfd holding `indices` (i64 each, in order), to attach to a task. Throws
 /// SystemError naming the count when it cannot be made.

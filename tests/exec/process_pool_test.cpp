@@ -2,6 +2,7 @@
 // deaths named, restarts, shutdown leaving no child behind, and malformed messages refused.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -407,8 +408,12 @@ TEST_SUITE("process pool") {
     ProcessPool pool(io, pool_options(2), test_work({}));
     pool.start();
     std::vector<std::int64_t> big(40000), bigger(100000);
-    for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::int64_t>(i) * 7 % 40000;
-    for (std::size_t i = 0; i < bigger.size(); ++i) bigger[i] = 99999 - static_cast<std::int64_t>(i);
+    for (std::size_t i = 0; i < big.size(); ++i) {
+      big[i] = static_cast<std::int64_t>(i) * 7 % 40000;
+    }
+    for (std::size_t i = 0; i < bigger.size(); ++i) {
+      bigger[i] = 99999 - static_cast<std::int64_t>(i);
+    }
     const std::vector<std::int64_t> small(inline_indices, 3);  // the most a message carries
     auto a = submit(pool, 0, big, 5);
     auto b = submit(pool, 1, bigger, 6);
@@ -446,7 +451,7 @@ TEST_SUITE("process pool") {
     {
       rlimit saved{};
       REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
-      const int lowest_free = ::dup(0);
+      const int lowest_free = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
       REQUIRE(lowest_free >= 0);
       ::close(lowest_free);
       rlimit tight = saved;
@@ -602,6 +607,31 @@ TEST_SUITE("process pool") {
     CHECK(warnings.messages()[0] == "DataLoader worker 1 (pid " + std::to_string(pid) +
                                   ") was killed by signal SIGKILL (Killed) while fetching batch "
                                   "4 (indices 13); restarting it (restart 1 of 3)");
+  }
+
+  TEST_CASE("on_death = restart: a lost task whose indices went in an index file is sent again "
+            "with them") {
+    asio::io_context io;
+    Faults faults;
+    faults.kill_at = 13;
+    faults.kill_times = 1;
+    shared_page()->kills = 0;
+    shared_page()->starts = 0;
+    Warnings warnings;
+    ProcessPool pool(io, pool_options(1, OnWorkerDeath::restart), test_work(faults));
+    pool.start();
+    std::vector<std::int64_t> big(3 * inline_indices);
+    for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::int64_t>(i) + 13;
+    auto lost = submit(pool, 0, big, 4);
+    REQUIRE(run_until_done(io, {lost}));
+    std::vector<std::int64_t> doubled = big;
+    for (auto& x : doubled) x *= 2;
+    CHECK(std::get<0>(answer_of(*lost)) == doubled);
+    CHECK(shared_page()->starts.load() == 2);  // the worker, and the one that replaced it
+    CHECK(shared_page()->kills.load() >= 1);
+    REQUIRE(warnings.messages().size() == 1);
+    CHECK(warnings.messages()[0].find("while fetching batch 4") != std::string::npos);
+    CHECK(!pool.broken());
   }
 
   TEST_CASE("shutdown fails pending tasks with the cancellation given, and leaves no child") {

@@ -236,14 +236,15 @@ TEST_SUITE("loader") {
     CHECK(child_count() == children_before);  // the epoch's processes went with it
   }
 
-  TEST_CASE("a batch of 27000 samples reaches a worker process, the same as with threads") {
+  TEST_CASE("a batch of 40000 samples reaches a worker process, the same as with threads") {
     // Before, its index list was larger than a worker's socket takes (EMSGSIZE, about 26000
-    // indices): the batch failed with "could not be sent to worker 0". Now the list goes in an
-    // index file attached to the task.
+    // indices, and over the 256 KiB a worker receives whatever the socket takes): the batch
+    // failed with "could not be sent to worker 0". Now the list goes in an index file attached
+    // to the task.
     Probe probe;
-    probe.n = 54000;
+    probe.n = 80000;
     auto options = process_options(2);
-    options.batch_size = 27000;
+    options.batch_size = 40000;
     options.shuffle = true;
     options.seed = 5;
     const auto expected = batches_with_threads(probe, options);
@@ -262,7 +263,7 @@ TEST_SUITE("loader") {
     std::vector<std::int64_t> all;
     for (const auto& g : got) all.insert(all.end(), g.begin(), g.end());
     std::sort(all.begin(), all.end());
-    std::vector<std::int64_t> every(54000);
+    std::vector<std::int64_t> every(80000);
     std::iota(every.begin(), every.end(), 0);
     CHECK(all == every);
   }
