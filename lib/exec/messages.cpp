@@ -123,6 +123,13 @@ coload::detail::ProcessReply Wire<coload::detail::ProcessReply>::read(Reader& r)
 namespace coload::detail {
 
 bool send_message(int socket, std::span<const std::byte> bytes, std::initializer_list<int> fds) {
+  const SendOutcome outcome = try_send_message(socket, bytes, fds);
+  if (outcome == SendOutcome::full) throw_errno("coload: sending to a worker", EAGAIN);
+  return outcome == SendOutcome::sent;
+}
+
+SendOutcome try_send_message(int socket, std::span<const std::byte> bytes,
+                             std::initializer_list<int> fds) {
   iovec iov{const_cast<std::byte*>(bytes.data()), bytes.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -144,9 +151,10 @@ bool send_message(int socket, std::span<const std::byte> bytes, std::initializer
   }
   for (;;) {
     const ssize_t n = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
-    if (n >= 0) return true;
+    if (n >= 0) return SendOutcome::sent;
     if (errno == EINTR) continue;
-    if (errno == EPIPE || errno == ECONNRESET) return false;
+    if (errno == EPIPE || errno == ECONNRESET) return SendOutcome::peer_gone;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return SendOutcome::full;
     throw_errno("coload: sending to a worker", errno);
   }
 }

@@ -63,9 +63,8 @@ using TaskMessage = std::tuple<ProcessTask, std::int64_t, std::uint64_t, std::ui
 /// The most indices a task carries in its message; a longer list goes in an index file.
 /// NOTE: a SOCK_SEQPACKET record must fit the socket's send buffer (net.core.wmem_default,
 /// 208 KiB on most systems, about 26000 indices): a batch_sampler's batch of 40000 could not be
-/// sent at all (EMSGSIZE). The tasks queued for a worker share that buffer too, and the
-/// parent's end does not wait (EAGAIN fails the batch): at 1024 indices (8 KiB) a record, a
-/// dozen fit, so prefetch_factor's queue stays within it up to about 12.
+/// sent at all (EMSGSIZE). The tasks queued for a worker share that buffer too: the parent
+/// holds back what finds it full until the worker has read some (ProcessPool's send).
 inline constexpr std::size_t inline_indices = 1024;
 
 /// A memfd holding `indices` (i64 each, in order), to attach to a task. Throws
@@ -98,9 +97,18 @@ class MessageBuffer {
   std::size_t size_ = 0;
 };
 
+/// What a send came to: sent, the peer gone, or (a socket that does not wait) no room yet.
+enum class SendOutcome { sent, peer_gone, full };
+
 /// Sends one message, with the fds in `fds` that are not -1 attached (three at most, in order:
-/// the receiver tells them apart by position, so only trailing ones may be -1). False when
-/// the peer is gone.
+/// the receiver tells them apart by position, so only trailing ones may be -1). `full` when
+/// the socket does not wait and its buffer has no room for it (EAGAIN); throws SystemError on
+/// any other failure.
+SendOutcome try_send_message(int socket, std::span<const std::byte> bytes,
+                             std::initializer_list<int> fds);
+
+/// try_send_message on a socket that waits (or where no room is an error): false when the peer
+/// is gone.
 bool send_message(int socket, std::span<const std::byte> bytes, std::initializer_list<int> fds);
 
 /// Receives one message into `buffer` (which holds max_message bytes), and up to three attached
@@ -108,6 +116,14 @@ bool send_message(int socket, std::span<const std::byte> bytes, std::initializer
 /// null). 0 at the peer's end; -1 when `dont_wait` and nothing is queued.
 ssize_t receive_message(int socket, MessageBuffer& buffer, int* fd, bool dont_wait,
                         int* second_fd = nullptr, int* third_fd = nullptr);
+
+/// Encodes `value` as one wire message and sends it (see try_send_message).
+template <wire::Wireable T>
+SendOutcome try_send_value(int socket, const T& value, std::initializer_list<int> fds = {}) {
+  MessageBuffer buffer(wire::encoded_size(value));
+  buffer.resize(wire::encode(value, buffer.whole()));
+  return try_send_message(socket, buffer.bytes(), fds);
+}
 
 /// Encodes `value` as one wire message and sends it (see send_message).
 template <wire::Wireable T>

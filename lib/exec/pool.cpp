@@ -204,7 +204,7 @@ struct ProcessPool::Pending {
 };
 
 namespace {
-struct Worker {
+struct Worker : std::enable_shared_from_this<Worker> {
   int id = 0;
   int pid = -1;
   std::int64_t generation = 0;  // the start() that forked it (ProcessPool::start)
@@ -212,6 +212,12 @@ struct Worker {
   std::unique_ptr<asio::posix::stream_descriptor> socket;
   std::unique_ptr<asio::posix::stream_descriptor> pidfd;
   std::deque<std::shared_ptr<ProcessPool::Pending>> outstanding;
+  // The last `unsent` of `outstanding` wait to be sent: the socket was full (each task is a
+  // record in its buffer until the worker reads it). They go in order as it drains, and the
+  // stop after them where one was asked for meanwhile.
+  std::size_t unsent = 0;
+  bool stop_unsent = false;
+  bool write_armed = false;  // a wait for room is pending
   bool exited = false;
   std::string broke;  // what the parent adds to its death: why it killed it, or why it guessed
 
@@ -257,10 +263,9 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
   void stop_workers(std::int64_t up_to) {
     for (auto& w : workers) {
       if (!w || w->generation > up_to) continue;
-      ProcessTask stop;
-      stop.kind = ProcessTask::Kind::stop;
       // NOTE: the stop is not a task that is answered: it is not queued as outstanding.
-      send_value(w->socket->native_handle(), TaskMessage{stop, -1, 0, 0});
+      w->stop_unsent = true;
+      if (w->unsent == 0) flush(*w);
       departing.push_back(std::move(w));
       w.reset();
     }
@@ -345,6 +350,41 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     return status;
   }
 
+  /// Sends `w`'s tasks held back and then its stop, where asked for, in order, while the
+  /// socket takes them; waits for room for the rest. A send that fails otherwise kills the
+  /// worker, whose death reports (or, restarted, sends again) its batches.
+  void flush(Worker& w) {
+    if (!w.socket || !w.broke.empty()) return;
+    try {
+      while (w.unsent > 0) {
+        Pending& p = *w.outstanding[w.outstanding.size() - w.unsent];
+        if (send_task(w, p) == SendOutcome::full) return wait_for_room(w);
+        --w.unsent;
+      }
+      if (w.stop_unsent) {
+        ProcessTask stop;
+        stop.kind = ProcessTask::Kind::stop;
+        const auto outcome =
+            try_send_value(w.socket->native_handle(), TaskMessage{stop, -1, 0, 0});
+        if (outcome == SendOutcome::full) return wait_for_room(w);
+        w.stop_unsent = false;
+      }
+    } catch (const std::exception& e) {
+      w.broke = std::string("by the parent, which could not send it a task: ") + e.what();
+      w.signal(SIGKILL);
+    }
+  }
+  void wait_for_room(Worker& w) {
+    if (w.write_armed) return;
+    w.write_armed = true;
+    w.socket->async_wait(asio::posix::stream_descriptor::wait_write,
+                         [self = shared_from_this(), w = w.shared_from_this()](std::error_code ec) {
+                           w->write_armed = false;
+                           if (ec || self->shut) return;
+                           self->flush(*w);
+                         });
+  }
+
   void watch_socket(const std::shared_ptr<Worker>& w) {
     w->socket->async_wait(asio::posix::stream_descriptor::wait_read,
                           [self = shared_from_this(), w](std::error_code ec) {
@@ -383,7 +423,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       if (n < 0) return true;
       if (n == 0) return false;
       ProcessReply reply = decode_value<ProcessReply>(buffer);
-      if (w.outstanding.empty() || w.outstanding.front()->task.batch != reply.batch) {
+      if (w.outstanding.size() == w.unsent || w.outstanding.front()->task.batch != reply.batch) {
         throw RuntimeError("coload: worker " + std::to_string(w.id) +
                                  " answered a batch it was not given");
       }
@@ -478,6 +518,8 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       return;
     }
     auto lost = std::move(w->outstanding);
+    w->outstanding.clear();
+    w->unsent = 0;
     if (!current) {
       // A departing worker: its tasks are those of an epoch that has ended or was broken off
       // (dropped there). No restart, which would take the slot of this epoch's worker, and no
@@ -505,6 +547,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
           // its end is not another death to report.
           auto gone = std::move(fresh);
           gone->outstanding.clear();
+          gone->unsent = 0;
           gone->signal(SIGKILL);
           departing.push_back(std::move(gone));
           throw;
@@ -555,29 +598,10 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
   void send(Worker& w, const std::shared_ptr<Pending>& p) {
     const bool took = p->slot < 0 && p->task.kind != ProcessTask::Kind::stop;
     if (took) p->slot = arena->take();
+    bool sent = false;
     try {
-      const auto [fd, size] =
-          p->slot >= 0 ? arena->fd_and_size(p->slot) : std::pair<int, std::uint64_t>{-1, 0};
-      // A worker that is gone reports through its pidfd; its queue is handled there.
-      if (p->task.indices.size() <= inline_indices || fd < 0) {
-        send_value(w.socket->native_handle(), TaskMessage{p->task, p->slot, size, 0}, {fd});
-      } else {
-        // A long list goes in an index file after the slot's memfd; the task keeps its list
-        // (a restarted worker is sent it again).
-        ProcessTask head;
-        std::vector<std::int64_t> indices = std::move(p->task.indices);
-        head = p->task;
-        p->task.indices = std::move(indices);
-        const int index_fd = make_index_file(p->task.indices);
-        try {
-          send_value(w.socket->native_handle(),
-                     TaskMessage{head, p->slot, size, p->task.indices.size()}, {fd, index_fd});
-        } catch (...) {
-          ::close(index_fd);
-          throw;
-        }
-        ::close(index_fd);
-      }
+      // Behind tasks held back, it waits its turn.
+      sent = w.unsent == 0 && send_task(w, *p) != SendOutcome::full;
     } catch (const std::exception& e) {
       if (took) {
         arena->give_back(p->slot);
@@ -590,6 +614,40 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     }
     p->worker = w.id;
     w.outstanding.push_back(p);
+    if (!sent) {
+      // NOTE: torch's queues take any number of tasks; a worker's socket holds about 200 KiB
+      // of them (a prefetch_factor of 16 with batches of 1000 indices failed with EAGAIN).
+      ++w.unsent;
+      wait_for_room(w);
+    }
+  }
+
+  /// Sends `p`'s task to `w`, its slot's memfd attached. A worker that is gone reports through
+  /// its pidfd (its queue is handled there): that counts as sent.
+  SendOutcome send_task(Worker& w, Pending& p) {
+    const auto [fd, size] =
+        p.slot >= 0 ? arena->fd_and_size(p.slot) : std::pair<int, std::uint64_t>{-1, 0};
+    const int socket = w.socket->native_handle();
+    if (p.task.indices.size() <= inline_indices || fd < 0) {
+      return try_send_value(socket, TaskMessage{p.task, p.slot, size, 0}, {fd});
+    }
+    // A long list goes in an index file after the slot's memfd; the task keeps its list (a
+    // restarted worker is sent it again).
+    ProcessTask head;
+    std::vector<std::int64_t> indices = std::move(p.task.indices);
+    head = p.task;
+    p.task.indices = std::move(indices);
+    const int index_fd = make_index_file(p.task.indices);
+    SendOutcome outcome = SendOutcome::sent;
+    try {
+      outcome = try_send_value(socket, TaskMessage{head, p.slot, size, p.task.indices.size()},
+                               {fd, index_fd});
+    } catch (...) {
+      ::close(index_fd);
+      throw;
+    }
+    ::close(index_fd);
+    return outcome;
   }
 
   int pick(int wanted) {
@@ -709,6 +767,8 @@ void ProcessPool::shutdown(std::exception_ptr cancelled) {
     if (w->socket) w->socket->cancel();
     if (w->pidfd) w->pidfd->cancel();
     auto lost = std::move(w->outstanding);
+    w->outstanding.clear();
+    w->unsent = 0;
     for (auto& p : lost) s.fail(*p, cancelled);
   }
   s.notify_retired();

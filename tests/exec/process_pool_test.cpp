@@ -53,6 +53,8 @@ struct Faults {
   std::int64_t block_at = -1;    // waits for a signal, forever
   std::int64_t lie_at = -1;      // answers for another batch than the one it was given
   std::int64_t overrun_at = -1;  // says its batch runs past the end of its slot
+  std::int64_t gate_at = -1;     // reads a byte from `gate_fd` (a pipe) first: held till then
+  int gate_fd = -1;
   int exit0_worker = -1;         // this worker exits with code 0 as it starts
   int kill_times = 1 << 30;
 };
@@ -111,6 +113,11 @@ ChildWork test_work(Faults faults) {
         ::raise(SIGKILL);
       }
       if (i == faults.exit_at) ::_exit(3);
+      if (i == faults.gate_at) {
+        char byte = 0;
+        while (::read(faults.gate_fd, &byte, 1) < 0 && errno == EINTR) {
+        }
+      }
       if (i == faults.block_at) {
         for (;;) ::pause();
       }
@@ -429,6 +436,47 @@ TEST_SUITE("process pool") {
     CHECK(std::get<0>(answer_of(*c)) == doubled(small));
     CHECK(std::get<0>(answer_of(*d)) == std::vector<std::int64_t>{8});
     CHECK(!pool.broken());
+  }
+
+  TEST_CASE("tasks past what a worker's socket holds wait for it to read, and go in order") {
+    // Before, a send that found the socket full (EAGAIN) failed its batch: prefetch_factor 16
+    // with batches of 1000 indices failed "could not be sent to worker 0: ... Resource
+    // temporarily unavailable". Here the worker is held at its first task while 30 tasks of
+    // 1024 indices (8 KiB records, about 360 KiB with the kernel's share) are queued.
+    int gate[2];
+    REQUIRE(::pipe(gate) == 0);
+    Faults faults;
+    faults.gate_at = -7;
+    faults.gate_fd = gate[0];
+    asio::io_context io;
+    {
+      ProcessPool pool(io, pool_options(1), test_work(faults));
+      pool.start();
+      std::vector<std::shared_ptr<Outcome>> outs{submit(pool, 0, {-7}, 0)};
+      std::vector<std::vector<std::int64_t>> sent{{-7}};
+      for (std::int64_t b = 1; b <= 30; ++b) {
+        std::vector<std::int64_t> indices(inline_indices);
+        for (std::size_t i = 0; i < indices.size(); ++i) {
+          indices[i] = b * 10000 + static_cast<std::int64_t>(i);
+        }
+        sent.push_back(indices);
+        outs.push_back(submit(pool, 0, indices, b));
+      }
+      // Then a stop: it waits behind them too.
+      pool.retire(pool.start(false), [] {});
+      const char open = 1;
+      REQUIRE(::write(gate[1], &open, 1) == 1);
+      REQUIRE(run_until_done(io, outs));
+      for (std::size_t b = 0; b < outs.size(); ++b) {
+        CAPTURE(b);
+        auto want = sent[b];
+        for (auto& x : want) x *= 2;
+        CHECK(std::get<0>(answer_of(*outs[b])) == want);
+      }
+      CHECK(!pool.broken());
+    }
+    ::close(gate[0]);
+    ::close(gate[1]);
   }
 
   TEST_CASE("a task that cannot be sent fails its submit, named, and leaves nothing queued") {
