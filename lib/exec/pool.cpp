@@ -355,10 +355,24 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
   /// worker, whose death reports (or, restarted, sends again) its batches.
   void flush(Worker& w) {
     if (!w.socket || !w.broke.empty()) return;
+    // A task that cannot be sent fails alone, as in send(), once the queue is settled (failing
+    // it resumes its consumer, which may submit again).
+    std::vector<std::pair<std::shared_ptr<Pending>, std::exception_ptr>> failed;
+    const auto fail_those = [&] {
+      for (auto& [p, e] : failed) fail(*p, e);
+    };
     try {
       while (w.unsent > 0) {
-        Pending& p = *w.outstanding[w.outstanding.size() - w.unsent];
-        if (send_task(w, p) == SendOutcome::full) return wait_for_room(w);
+        const auto at = w.outstanding.end() - static_cast<std::ptrdiff_t>(w.unsent);
+        try {
+          if (send_task(w, **at) == SendOutcome::full) {
+            wait_for_room(w);
+            return fail_those();
+          }
+        } catch (const std::exception& e) {
+          failed.emplace_back(*at, std::make_exception_ptr(not_sent(w, **at, e)));
+          w.outstanding.erase(at);
+        }
         --w.unsent;
       }
       if (w.stop_unsent) {
@@ -366,23 +380,36 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
         stop.kind = ProcessTask::Kind::stop;
         const auto outcome =
             try_send_value(w.socket->native_handle(), TaskMessage{stop, -1, 0, 0});
-        if (outcome == SendOutcome::full) return wait_for_room(w);
+        if (outcome == SendOutcome::full) {
+          wait_for_room(w);
+          return fail_those();
+        }
         w.stop_unsent = false;
       }
     } catch (const std::exception& e) {
-      w.broke = std::string("by the parent, which could not send it a task: ") + e.what();
+      // The stop could not be sent: the worker is let go of by force.
+      w.broke = std::string("by the parent, which could not send it its stop: ") + e.what();
       w.signal(SIGKILL);
     }
+    fail_those();
   }
   void wait_for_room(Worker& w) {
     if (w.write_armed) return;
     w.write_armed = true;
-    w.socket->async_wait(asio::posix::stream_descriptor::wait_write,
-                         [self = shared_from_this(), w = w.shared_from_this()](std::error_code ec) {
-                           w->write_armed = false;
-                           if (ec || self->shut) return;
-                           self->flush(*w);
-                         });
+    w.socket->async_wait(
+        asio::posix::stream_descriptor::wait_write,
+        [self = shared_from_this(), w = w.shared_from_this()](std::error_code ec) {
+          w->write_armed = false;
+          if (self->shut || !w->socket) return;
+          if (ec == asio::error::operation_aborted) return;
+          if (ec) {
+            // Its held-back tasks would wait for ever: it dies, and its death reports them.
+            w->broke = "by the parent, whose wait to send it a task failed: " + ec.message();
+            w->signal(SIGKILL);
+            return;
+          }
+          self->flush(*w);
+        });
   }
 
   void watch_socket(const std::shared_ptr<Worker>& w) {
@@ -607,10 +634,7 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
         arena->give_back(p->slot);
         p->slot = -1;
       }
-      throw RuntimeError("coload: batch " + std::to_string(p->task.batch) + " (" +
-                         std::to_string(p->task.indices.size()) +
-                         " indices) could not be sent to worker " + std::to_string(w.id) +
-                         ": " + e.what());
+      throw not_sent(w, *p, e);
     }
     p->worker = w.id;
     w.outstanding.push_back(p);
@@ -620,6 +644,13 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       ++w.unsent;
       wait_for_room(w);
     }
+  }
+
+  static RuntimeError not_sent(const Worker& w, const Pending& p, const std::exception& e) {
+    return RuntimeError("coload: batch " + std::to_string(p.task.batch) + " (" +
+                        std::to_string(p.task.indices.size()) +
+                        " indices) could not be sent to worker " + std::to_string(w.id) + ": " +
+                        e.what());
   }
 
   /// Sends `p`'s task to `w`, its slot's memfd attached. A worker that is gone reports through

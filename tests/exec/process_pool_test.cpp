@@ -10,6 +10,8 @@
 #include <unistd.h>
 #include <asio/io_context.hpp>
 
+#include <fstream>
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -441,8 +443,12 @@ TEST_SUITE("process pool") {
   TEST_CASE("tasks past what a worker's socket holds wait for it to read, and go in order") {
     // Before, a send that found the socket full (EAGAIN) failed its batch: prefetch_factor 16
     // with batches of 1000 indices failed "could not be sent to worker 0: ... Resource
-    // temporarily unavailable". Here the worker is held at its first task while 30 tasks of
-    // 1024 indices (8 KiB records, about 360 KiB with the kernel's share) are queued.
+    // temporarily unavailable". Here the worker is held at its first task while tasks of 1024
+    // indices are queued: 8 KiB records, about 16 KiB each of the socket's buffer, twice as
+    // many as its default size (net.core.wmem_default) takes.
+    std::int64_t buffer = 212992;
+    std::ifstream("/proc/sys/net/core/wmem_default") >> buffer;
+    const std::int64_t tasks = std::clamp<std::int64_t>(buffer / 8192 + 4, 30, 256);
     int gate[2];
     REQUIRE(::pipe(gate) == 0);
     Faults faults;
@@ -451,10 +457,10 @@ TEST_SUITE("process pool") {
     asio::io_context io;
     {
       ProcessPool pool(io, pool_options(1), test_work(faults));
-      pool.start();
+      const std::int64_t generation = pool.start();
       std::vector<std::shared_ptr<Outcome>> outs{submit(pool, 0, {-7}, 0)};
       std::vector<std::vector<std::int64_t>> sent{{-7}};
-      for (std::int64_t b = 1; b <= 30; ++b) {
+      for (std::int64_t b = 1; b <= tasks; ++b) {
         std::vector<std::int64_t> indices(inline_indices);
         for (std::size_t i = 0; i < indices.size(); ++i) {
           indices[i] = b * 10000 + static_cast<std::int64_t>(i);
@@ -462,8 +468,9 @@ TEST_SUITE("process pool") {
         sent.push_back(indices);
         outs.push_back(submit(pool, 0, indices, b));
       }
-      // Then a stop: it waits behind them too.
-      pool.retire(pool.start(false), [] {});
+      // Then the worker's stop: it waits behind them too, and the worker leaves after the last.
+      bool retired = false;
+      pool.retire(generation, [&retired] { retired = true; });
       const char open = 1;
       REQUIRE(::write(gate[1], &open, 1) == 1);
       REQUIRE(run_until_done(io, outs));
@@ -473,6 +480,12 @@ TEST_SUITE("process pool") {
         for (auto& x : want) x *= 2;
         CHECK(std::get<0>(answer_of(*outs[b])) == want);
       }
+      const auto deadline = std::chrono::steady_clock::now() + 60s;
+      while (!retired && std::chrono::steady_clock::now() < deadline) {
+        io.restart();
+        io.run_one_for(1s);
+      }
+      CHECK(retired);
       CHECK(!pool.broken());
     }
     ::close(gate[0]);
