@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "coload/core/error.hpp"
+#include "cpu_quota.hpp"
 
 namespace coload::detail {
 
@@ -121,8 +122,13 @@ WorkerTuning WorkerTuner::tuning() const noexcept {
 int usable_cpus() noexcept {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int allowed = sched_getaffinity(0, sizeof(set), &set) == 0
+                          ? CPU_COUNT(&set)
+                          : static_cast<int>(std::thread::hardware_concurrency());
+  // A CPU quota (a container's --cpus) gives less time than the CPUs the process may run on:
+  // twice those CPUs' threads would take turns on the quota's share.
+  const int quota = cgroup_cpu_limit();
+  return std::max(1, quota > 0 && (allowed <= 0 || quota < allowed) ? quota : allowed);
 }
 
 int max_auto_workers() noexcept { return 2 * usable_cpus(); }

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -17,6 +19,8 @@
 #include "coload/coload.hpp"
 #include "coload/collate/digest.hpp"
 #include "coload/loader/detail/worker_count.hpp"
+// The library's own reader of cgroup CPU quotas (not a public header).
+#include "../../lib/loader/cpu_quota.hpp"
 
 using namespace coload;
 using coload::detail::TuningWindow;
@@ -409,5 +413,66 @@ TEST_SUITE("auto_workers") {
             "multiprocessing.");
     }
     CHECK(auto_workers > 0);
+  }
+
+  TEST_CASE("a cgroup CPU quota bounds the usable CPUs: the smallest on the cgroup's path, "
+            "rounded up, in cgroup v2 and v1") {
+    namespace fs = std::filesystem;
+    const fs::path root = fs::temp_directory_path() /
+                          ("coload_cpu_quota_" + std::to_string(::getpid()));
+    fs::remove_all(root);
+    const auto put = [&](const fs::path& file, const std::string& text) {
+      fs::create_directories(file.parent_path());
+      std::ofstream(file) << text << "\n";
+    };
+    // A v2 hierarchy mounted at a path with a space (mountinfo writes it as \040), a v1 cpu
+    // hierarchy whose mount shows a container's cgroup (root /docker/c1), and a v1 hierarchy
+    // of another controller, whose files must not count.
+    const std::string v2 = (root / "unified dir").string();
+    const std::string v1 = (root / "cpu,cpuacct").string();
+    const std::string memory = (root / "memory").string();
+    const std::string mountinfo =
+        "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+        "40 31 0:40 / " + (root / "unified\\040dir").string() +
+        " rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n"
+        "41 31 0:41 /docker/c1 " + v1 + " rw,relatime shared:10 - cgroup cgroup rw,cpu,cpuacct\n"
+        "42 31 0:42 / " + memory + " rw,relatime - cgroup cgroup rw,memory\n";
+    const auto limit = [&](const std::string& cgroup) {
+      return coload::detail::cgroup_cpu_limit(cgroup, mountinfo);
+    };
+    // No quota files at all, or no cgroup lines: no limit.
+    CHECK(limit("0::/a/b\n") == 0);
+    CHECK(limit("") == 0);
+    // v2: the leaf says max, its parent 1.5 CPUs (rounded up to 2), the root is not read
+    // beyond the mount point's own file.
+    put(fs::path(v2) / "a" / "b" / "cpu.max", "max 100000");
+    put(fs::path(v2) / "a" / "cpu.max", "150000 100000");
+    CHECK(limit("0::/a/b\n") == 2);
+    CHECK(limit("0::/a/b/\n") == 2);  // a trailing slash names the same cgroup
+    // A tighter quota below a looser one binds.
+    put(fs::path(v2) / "a" / "b" / "cpu.max", "50000 100000");
+    CHECK(limit("0::/a/b\n") == 1);
+    // A sibling's quota does not.
+    CHECK(limit("0::/a/c\n") == 2);
+    // Malformed files are ignored, not taken for a quota.
+    put(fs::path(v2) / "x" / "cpu.max", "banana 100000");
+    put(fs::path(v2) / "x" / "y" / "cpu.max", "100000 0");
+    CHECK(limit("0::/x/y\n") == 0);
+    // v1: the process's cgroup /docker/c1/inner is the mount's root plus /inner; quota -1
+    // means none; 3.2 CPUs round up to 4. The memory hierarchy's quota-like files are not read.
+    put(fs::path(v1) / "inner" / "cpu.cfs_quota_us", "-1");
+    put(fs::path(v1) / "inner" / "cpu.cfs_period_us", "100000");
+    put(fs::path(v1) / "cpu.cfs_quota_us", "320000");
+    put(fs::path(v1) / "cpu.cfs_period_us", "100000");
+    put(fs::path(memory) / "cpu.cfs_quota_us", "10000");
+    put(fs::path(memory) / "cpu.cfs_period_us", "100000");
+    CHECK(limit("5:memory:/\n4:cpu,cpuacct:/docker/c1/inner\n") == 4);
+    // A path outside the mount's root is read at the mount point only.
+    CHECK(limit("4:cpuacct,cpu:/elsewhere\n") == 4);
+    // Both hierarchies: the smaller limit.
+    CHECK(limit("4:cpu,cpuacct:/docker/c1\n0::/a/b\n") == 1);
+    // This process's own files: whatever they say, at least one CPU is usable.
+    CHECK(coload::detail::usable_cpus() >= 1);
+    fs::remove_all(root);
   }
 }
