@@ -467,7 +467,8 @@ void cache_forget_verified() {
 }
 
 std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const ShardIndex& shard,
-                                        CacheRefusal* why, std::int64_t keep_used_since) {
+                                        CacheRefusal* why, std::int64_t keep_used_since,
+                                        bool room) {
   CacheRefusal ignored;
   CacheRefusal& refusal = why ? *why : ignored;
   refusal = CacheRefusal::never;
@@ -532,32 +533,42 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
     return nullptr;  // the destructor only lets go of the name
   }
   e->fd_ = fd;
-  // Room for the whole entry, made before a byte is fetched and held by the part's size (see
+  if (room && !e->make_room(&refusal)) return nullptr;  // the destructor removes the part
+  refusal = CacheRefusal::none;
+  return e;
+}
+
+bool CacheEntry::make_room(CacheRefusal* why) {
+  CacheRefusal ignored;
+  CacheRefusal& refusal = why ? *why : ignored;
+  refusal = CacheRefusal::never;
+  if (fd_ < 0) return false;
+  // Room for the whole entry, made before a byte is written and held by the part's size (see
   // reserve): the folder's cache files, unfinished ones included, stay within the bound while
   // shards download, not only once they are committed. Where other writers' unfinished
   // entries hold the room, the shard is not cached this time (the destructor removes the part).
-  FolderLock folder(options.cache_dir);
-  if (folder.busy(options.cache_dir, shard.path)) {
+  FolderLock folder(dir_);
+  if (folder.busy(dir_, url_)) {
     refusal = CacheRefusal::later;
-    return nullptr;
+    return false;
   }
-  switch (evict_for(options.cache_dir, e->tmp_, size, options.cache_bytes, keep_used_since)) {
+  switch (evict_for(dir_, tmp_, size_, bound_, keep_used_since_)) {
     case Room::made:
       break;
     case Room::held:
       refusal = CacheRefusal::later;
-      return nullptr;
+      return false;
     case Room::kept:
-      return nullptr;
+      return false;
   }
-  if (const int err = reserve(fd, size)) {
-    unusable(options.cache_dir, "cannot reserve " + std::to_string(size) + " bytes for '" +
-                                    e->tmp_ + "' (shard '" + shard.path + "')",
+  if (const int err = reserve(fd_, size_)) {
+    unusable(dir_, "cannot reserve " + std::to_string(size_) + " bytes for '" + tmp_ +
+                       "' (shard '" + url_ + "')",
              err);
-    return nullptr;
+    return false;
   }
   refusal = CacheRefusal::none;
-  return e;
+  return true;
 }
 
 CacheEntry::~CacheEntry() {
@@ -772,12 +783,17 @@ CacheFiller::Fill CacheFiller::fill(io::HttpClient& client, const ShardIndex& sh
   CacheRefusal refusal{};
   // Entries used from a little before it was made on are kept: a use within a second of the
   // last does not move an entry's atime (see touch), and a file system may keep it coarsely.
-  auto entry = cache_start(options_, shard, &refusal, started_ - 2'000'000'000);
-  if (refusal == CacheRefusal::busy) return Fill::busy;
-  if (refusal == CacheRefusal::later) return Fill::failed;  // asked again by a later read
-  // The cache is off for it: too large, the folder unusable, or only entries in use could
-  // make its room.
-  if (!entry) return Fill::done;
+  // Its room is made once the first bytes have come (below).
+  auto entry = cache_start(options_, shard, &refusal, started_ - 2'000'000'000, false);
+  // What a refusal means, for cache_start's and for make_room's.
+  const auto refused = [&] {
+    if (refusal == CacheRefusal::busy) return Fill::busy;
+    if (refusal == CacheRefusal::later) return Fill::failed;  // asked again by a later read
+    // The cache is off for it: too large, the folder unusable, or only entries in use could
+    // make its room.
+    return Fill::done;
+  };
+  if (!entry) return refused();
   const std::uint64_t end = cached_size(shard);
   // One GET of the whole entry, at most 4 MiB of it held ahead of the writes here.
   auto body = client.stream(shard.path, 0, end, std::size_t{4} << 20, shard.file_size,
@@ -798,9 +814,14 @@ CacheFiller::Fill CacheFiller::fill(io::HttpClient& client, const ShardIndex& sh
   std::vector<std::byte> chunk(std::size_t{1} << 20);
   std::uint64_t done = 0;
   while (done < end) {
+    // The first read is of one byte: the client hands over none before the answer's size
+    // matches the index's, and only then is the entry's room made (so that a stale or bogus
+    // index evicts nothing), before the rest arrives (so that the bound counts it whole).
     const std::size_t n = body->read_up_to(
-        chunk.data(), static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), end - done)));
+        chunk.data(),
+        done == 0 ? 1 : static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), end - done)));
     if (n == 0) return Fill::failed;  // the body ended early: nothing kept
+    if (done == 0 && !entry->make_room(&refusal)) return refused();
     entry->write(chunk.data(), n);
     done += n;
   }

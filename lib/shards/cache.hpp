@@ -69,6 +69,12 @@ class CacheEntry {
   ~CacheEntry();
   /// Appends bytes; a failed write (a full disk) gives the entry up, and the stream goes on.
   void write(const std::byte* data, std::size_t n);
+  /// Makes the entry's room under the bound (the least recently used entries evicted) and
+  /// gives its file the entry's full size; for an entry cache_start made with `room = false`,
+  /// once the server's answer has confirmed the shard's size (a stale or bogus index then
+  /// evicts nothing). False, and why in `*why`, where there is no room (`later` or `never`,
+  /// as for cache_start); the entry is then to be dropped.
+  [[nodiscard]] bool make_room(CacheRefusal* why = nullptr);
   /// Puts the entry in place; false where it was not kept for a passing cause (the folder's
   /// lock stayed held by another process, the rename failed), so that fetching it again may
   /// keep it. True also where it is not kept for good reason (a failed write, a checksum
@@ -77,7 +83,7 @@ class CacheEntry {
 
  private:
   friend std::unique_ptr<CacheEntry> cache_start(const ShardOptions&, const ShardIndex&,
-                                                 CacheRefusal*, std::int64_t);
+                                                 CacheRefusal*, std::int64_t, bool);
   CacheEntry() = default;
   std::string dir_, tmp_, final_, url_;
   std::uint64_t bound_ = 0, size_ = 0, written_ = 0;
@@ -95,10 +101,11 @@ class CacheEntry {
 /// An entry for `shard`, room made for it under the bound (the least recently used entries
 /// evicted), or nothing, and why in `*why` where given (a warning, once, when the folder's
 /// lock stayed held). Entries used at or after `keep_used_since` (CLOCK_REALTIME ns; 0: no
-/// such rule) are not evicted for it.
+/// such rule) are not evicted for it. With `room = false` the room is left for make_room,
+/// and the entry only holds the shard's fetch lock and an empty file.
 std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const ShardIndex& shard,
                                         CacheRefusal* why = nullptr,
-                                        std::int64_t keep_used_since = 0);
+                                        std::int64_t keep_used_since = 0, bool room = true);
 
 /// Fetches whole shards into the cache behind map-style reads, which fetch samples alone: a
 /// shard asked for is queued once, and a thread of its own (started at the first) streams the

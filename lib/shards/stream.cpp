@@ -206,18 +206,20 @@ class LocalReader final : public ChunkReader {
 /// Reads a shard named by URL with one GET from `from` to its last sample's end (the
 /// end-of-archive blocks are not fetched), at most `window` bytes received ahead of the
 /// samples copied out; faults are retried by the client, resuming from the byte reached.
-/// With a cache entry (`tee`), the GET starts at byte 0 and every byte is also written to it;
-/// the entry is committed when the last sample's end is reached. The GET starts when the
-/// reader is made (the next shard's, while this one is used), and copy_async waits for its
-/// bytes without holding a thread.
+/// With `cache` (the dataset's options, where the shard may be cached), the GET starts at
+/// byte 0, a cache entry (`tee`) is started once the answer's first byte has come, and every
+/// byte is also written to it; the entry is committed when the last sample's end is reached.
+/// The GET starts when the reader is made (the next shard's, while this one is used), and
+/// copy_async waits for its bytes without holding a thread.
 class RemoteReader final : public ChunkReader {
  public:
   RemoteReader(io::HttpClient& client, const ShardIndex& shard, std::size_t window,
-               std::uint64_t from, std::unique_ptr<detail::CacheEntry> tee,
-               const io::RetryOptions& retry)
-      : end_(shard.samples.back().end),
-        tee_(std::move(tee)),
-        body_(client.stream(shard.path, tee_ ? 0 : from, end_, window, shard.file_size, retry)) {}
+               std::uint64_t from, const ShardOptions* cache, const io::RetryOptions& retry)
+      : shard_(shard),
+        end_(shard.samples.back().end),
+        cache_(cache),
+        body_(client.stream(shard.path, cache_ ? 0 : from, end_, window, shard.file_size,
+                            retry)) {}
   void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst,
             const std::string& key) override {
     sync_wait(copy_async(begin, end, dst, key));
@@ -239,6 +241,14 @@ class RemoteReader final : public ChunkReader {
   }
   Task<void> copy_async(std::uint64_t begin, std::uint64_t end, std::byte* dst,
                         const std::string& key) override {
+    if (const ShardOptions* cache = std::exchange(cache_, nullptr);
+        cache && body_->position() == 0) {
+      // The client hands over no byte before the answer's size matches the index's: the
+      // entry, and the room it evicts others for, wait for the first one, so that a stale or
+      // bogus index evicts nothing. (A failed GET brings none: the read below says why.)
+      co_await body_->wait_for(1);
+      if (body_->available() > 0) tee_ = detail::cache_start(*cache, shard_);
+    }
     if (begin < body_->position()) {
       throw ShardError(body_->url(), key, begin, "the index goes back before bytes already read");
     }
@@ -277,7 +287,9 @@ class RemoteReader final : public ChunkReader {
     }
   }
 
+  const ShardIndex& shard_;
   std::uint64_t end_;
+  const ShardOptions* cache_;  // until the first copy: where the entry is to be started
   std::unique_ptr<detail::CacheEntry> tee_;
   std::unique_ptr<io::BodyStream> body_;
   bool confirmed_ = false;
@@ -346,11 +358,13 @@ std::unique_ptr<ChunkReader> open_reader(io::HttpClient& client, const ShardInde
         // Evicted by another process since it was found: from the server after all.
       }
     }
-    // Only a shard streamed from its first sample is cached (a resumed one is not whole).
-    auto tee = from == shard.samples.front().begin ? detail::cache_start(o.shards, shard)
-                                                   : nullptr;
-    return std::make_unique<RemoteReader>(client, shard, window, from, std::move(tee),
-                                          o.shards.retry);
+    // Only a shard streamed from its first sample is cached (a resumed one is not whole), and
+    // only where the cache could take it (its entry is started with the first byte).
+    const bool cache = from == shard.samples.front().begin && !o.shards.cache_dir.empty() &&
+                       o.shards.cache_bytes > 0 &&
+                       detail::cached_size(shard) <= o.shards.cache_bytes;
+    return std::make_unique<RemoteReader>(client, shard, window, from,
+                                          cache ? &o.shards : nullptr, o.shards.retry);
   }
   return std::make_unique<LocalReader>(shard, direct, o.read_size, from, spare);
 }

@@ -576,6 +576,50 @@ TEST_CASE("the cache's bound holds while shards download: room is made as a fetc
   CHECK(kept.bytes <= o.shards.cache_bytes);
 }
 
+TEST_CASE("a stale index evicts nothing: a cache entry's room is made once the server has confirmed the shard's size") {
+  // Shards indexed, then written again shorter: every GET's answer disagrees with the index.
+  // Before, each shard's entry made its room (the index's size) before the answer came, so
+  // the cache's entries were evicted for shards that were then never kept.
+  Warnings warned;
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 21};
+  const fs::path folder = *root / "stale";
+  write_shards(folder);
+  shards_test::TempDir cache;
+  shards::ShardStreamOptions o = stream_options();
+  o.skip_failed_shards = true;
+  o.shards.retry = {.attempts = 2, .backoff = std::chrono::milliseconds(1)};
+  o.shards.cache_dir = cache.path.string();
+  o.shards.cache_bytes = 2 * 60000;  // two shards' bytes
+  const auto entries = [&] {
+    std::vector<std::pair<std::string, std::uintmax_t>> out;
+    for (const auto& e : fs::directory_iterator(cache.path)) {
+      out.emplace_back(e.path().filename().string(), e.file_size());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  // The cache holds the last shards of a good epoch.
+  shards::ShardStream good(url("ok,stale"), o);
+  CHECK(epoch(good, info) == local_epoch(info));
+  const auto kept = entries();
+  REQUIRE(!kept.empty());
+  // Streamed, and read map-style with the cache filler behind the reads.
+  shards::ShardStream stream(url("ok,stale", "stale/"), o);
+  const shards::ShardDataset ds(url("ok,stale", "stale/"), o.shards);
+  const std::size_t n = stream.dataset().shards().size();
+  for (const auto& shard : stream.dataset().shards()) {
+    const fs::path file = folder / fs::path(shard.path).filename();
+    fs::resize_file(file, fs::file_size(file) / 2);
+  }
+  for (Index i = 0; i < total; i += 10) CHECK_THROWS_AS((void)ds.read(i), io::HttpError);
+  ds.cache_wait();
+  CHECK(entries() == kept);
+  CHECK(epoch(stream, info).empty());
+  CHECK(stream.skipped_samples() == static_cast<std::int64_t>(total));
+  CHECK(entries() == kept);
+  CHECK(warned.messages().size() >= n);
+}
+
 TEST_CASE("a ShardStream's cached copy that fails mid-shard: the shard is read on from its URL, nothing lost") {
   Warnings warned;
   // One shard of all the samples (about 550 KB), read in 64 KiB chunks: the copy is cut while
