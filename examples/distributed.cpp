@@ -33,6 +33,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -44,6 +45,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -131,7 +133,16 @@ c10::intrusive_ptr<c10d::Store> make_store(const coload::DistributedEnv& env) {
                              " but MASTER_ADDR or MASTER_PORT is unset: run under torchrun");
   }
   c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(std::stoi(port));
+  // A port, whole: stoi took "29500x" for 29500 and "70000" wrapped to 4464.
+  std::uint16_t port_number = 0;
+  const std::string_view port_text(port);
+  const auto [end, ec] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port_number);
+  if (ec != std::errc{} || end != port_text.data() + port_text.size() || port_number == 0) {
+    throw std::runtime_error("MASTER_PORT='" + std::string(port_text) +
+                             "' is not a port number (1-65535)");
+  }
+  options.port = port_number;
   options.numWorkers = static_cast<std::size_t>(env.world_size);
   options.timeout = std::chrono::seconds(60);
   if (env_or("TORCHELASTIC_USE_AGENT_STORE", "") == "True") {
@@ -357,6 +368,17 @@ int run_shards(const Args& args, const coload::DistributedEnv& env, c10d::Proces
       const auto* idx = ids.data_ptr<std::int64_t>();
       for (std::int64_t k = 0; k < ids.numel(); ++k, ++loaded) {
         if (std::exchange(drop_next, false)) continue;
+        // Shards not packed by this example (--shards names a folder that held some) may
+        // carry any id: one outside the samples is a failure, not a write past the counts.
+        if (idx[k] < 0 || idx[k] >= size) {
+          if (failures.size() < 10) {
+            failures.push_back("rank " + std::to_string(env.rank) + " epoch " +
+                               std::to_string(epoch) + ": a sample has id " +
+                               std::to_string(idx[k]) + ", outside 0.." +
+                               std::to_string(size - 1));
+          }
+          continue;
+        }
         ++c[idx[k]];
       }
     }
@@ -375,7 +397,11 @@ int run_shards(const Args& args, const coload::DistributedEnv& env, c10d::Proces
               static_cast<long long>(args.epochs));
   std::fflush(stdout);
   group.barrier()->wait();
-  if (env.rank != 0) return 0;
+  if (env.rank != 0) {
+    // Its own failures (ids outside the samples): rank 0's sums say only what was missed.
+    for (const auto& f : failures) std::fprintf(stderr, "%s\n", f.c_str());
+    return failures.empty() ? 0 : 1;
+  }
   std::printf(failures.empty() ? "coverage: exactly once\n" : "coverage: FAILED\n");
   for (const auto& f : failures) std::printf("  %s\n", f.c_str());
   return failures.empty() ? 0 : 1;
