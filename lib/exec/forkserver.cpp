@@ -13,6 +13,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,10 +39,11 @@ struct ForkServer {
   pid_t pid = -1;
   std::map<int, int> statuses;  // pid → wait status, reported and not yet asked for
 
-  /// Reads one message from the server (blocking): a status is kept, a spawn reply returned.
-  std::optional<std::int64_t> read_one() {
+  /// Reads one message from the server (blocking): a status is kept, a spawn reply returned
+  /// (its worker's pidfd, if any, to `pidfd`; closed where null).
+  std::optional<std::int64_t> read_one(int* pidfd = nullptr) {
     MessageBuffer buffer(max_message);
-    const ssize_t n = receive_message(control, buffer, nullptr, false);
+    const ssize_t n = receive_message(control, buffer, pidfd, false);
     if (n <= 0) throw RuntimeError("coload: the fork server has gone");
     ServerReport report;
     try {
@@ -97,32 +99,64 @@ ForkServer g_server;
       const auto id = std::get<1>(request);
       const pid_t pid = ::fork();
       if (pid == 0) {
-        ::close(control);
-        ::close(sfd);
-        prepare_worker(self);
-        run_worker(id, [&] { entry(socket, id, payload, metrics); });
+        // NOTE: nothing thrown in the worker may unwind out of serve(): it would go on as main.
+        try {
+          ::close(control);
+          ::close(sfd);
+          prepare_worker(self);
+          run_worker(id, [&] { entry(socket, id, payload, metrics); });
+        } catch (...) {
+        }
+        ::_exit(70);
       }
-      const int err = errno;
+      int err = errno;
+      // NOTE: opened here, before this loop can reap the worker: main cannot open it by pid,
+      // which is no longer the worker's once reaped (pidfd_open: ESRCH, or another process).
+      int pidfd = -1;
+      if (pid > 0) {
+        pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+        if (pidfd < 0) {
+          err = errno;
+          ::kill(pid, SIGKILL);  // our own child, not reaped yet: the pid is still its own
+          while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+          }
+        }
+      }
       if (socket >= 0) ::close(socket);
       if (payload >= 0) ::close(payload);
       if (metrics >= 0) ::close(metrics);
-      if (!send_value(control, ServerReport{report_spawned, pid < 0 ? -err : pid, 0})) ::_exit(0);
+      const std::int64_t value = pid < 0 || pidfd < 0 ? -err : pid;
+      const bool sent = send_value(control, ServerReport{report_spawned, value, 0}, {pidfd});
+      if (pidfd >= 0) ::close(pidfd);
+      if (!sent) ::_exit(0);
     }
   }
 }
 
 }  // namespace
 
-pid_t forkserver_spawn(ForkserverEntry entry, int id, int socket, int payload, int metrics) {
+pid_t forkserver_spawn(ForkserverEntry entry, int id, int socket, int payload, int metrics,
+                       int& pidfd) {
   std::lock_guard lock(g_server.mutex);
   const SpawnRequest request{reinterpret_cast<std::uint64_t>(entry), id};
   if (!send_value(g_server.control, request, {socket, payload, metrics})) {
     throw RuntimeError("coload: the fork server has gone");
   }
   for (;;) {
-    if (auto r = g_server.read_one()) {
-      if (*r < 0) throw_errno("coload: the fork server's fork for worker " + std::to_string(id),
-                              static_cast<int>(-*r));
+    int fd = -1;
+    if (auto r = g_server.read_one(&fd)) {
+      if (*r < 0) {
+        if (fd >= 0) ::close(fd);
+        throw_errno("coload: the fork server's fork for worker " + std::to_string(id),
+                    static_cast<int>(-*r));
+      }
+      if (fd < 0) {
+        // NOTE: the server always sends it; none came when this process is out of fds
+        // (MSG_CTRUNC). The worker ends at its first read, once the caller closes its socket.
+        throw RuntimeError("coload: no pidfd came with fork-server worker " +
+                           std::to_string(id) + " (out of file descriptors?)");
+      }
+      pidfd = fd;
       return static_cast<pid_t>(*r);
     }
   }

@@ -290,9 +290,10 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
     }
     const pid_t parent = ::getpid();
     pid_t pid = -1;
+    int pidfd = -1;
     if (options.entry) {
       try {
-        pid = forkserver_spawn(options.entry, id, sv[1], options.payload, options.metrics);
+        pid = forkserver_spawn(options.entry, id, sv[1], options.payload, options.metrics, pidfd);
       } catch (...) {
         ::close(sv[0]);
         ::close(sv[1]);
@@ -309,33 +310,62 @@ struct ProcessPool::State : std::enable_shared_from_this<ProcessPool::State> {
       throw_errno("coload: fork for worker " + std::to_string(id), err);
     }
     if (pid == 0) {
-      // The child: never returns.
-      ::close(sv[0]);
-      prepare_worker(parent);
-      run_worker(id, [&] {
-        ChildLink link(sv[1]);
-        main(link, id);
-      });
+      // The child: never returns, nor unwinds into the driver's code that called spawn().
+      try {
+        ::close(sv[0]);
+        prepare_worker(parent);
+        run_worker(id, [&] {
+          ChildLink link(sv[1]);
+          main(link, id);
+        });
+      } catch (...) {
+      }
+      ::_exit(70);
     }
     ::close(sv[1]);
-    // NOTE: a fork-server worker is the server's child: its pidfd still says at once when it
-    // ends, and the server reports its wait status.
+    // NOTE: a fork-server worker is the server's child: the server opened its pidfd (which
+    // says at once when it ends) before it could reap it, and reports its wait status.
     // NOTE: glibc 2.36's <sys/pidfd.h> lacks extern "C" for C++; the system call is direct.
-    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    if (pidfd < 0) {
-      const int err = errno;
-      ::kill(pid, SIGKILL);
-      reap(pid, options.entry != nullptr);
-      ::close(sv[0]);
-      throw_errno("coload: pidfd_open for worker " + std::to_string(id), err);
+    if (!options.entry) {
+      pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+      if (pidfd < 0) {
+        const int err = errno;
+        ::kill(pid, SIGKILL);  // our own child, not reaped yet: the pid is still its own
+        reap(pid, false);
+        ::close(sv[0]);
+        throw_errno("coload: pidfd_open for worker " + std::to_string(id), err);
+      }
     }
-    auto w = std::make_shared<Worker>();
-    w->id = id;
-    w->pid = pid;
-    w->generation = generation;
-    w->via_server = options.entry != nullptr;
-    w->socket = std::make_unique<asio::posix::stream_descriptor>(driver, sv[0]);
-    w->pidfd = std::make_unique<asio::posix::stream_descriptor>(driver, pidfd);
+    std::shared_ptr<Worker> w;
+    try {
+      w = std::make_shared<Worker>();
+      w->id = id;
+      w->pid = pid;
+      w->generation = generation;
+      w->via_server = options.entry != nullptr;
+      // NOTE: registering a descriptor with the reactor may fail (epoll_ctl: ENOSPC, ENOMEM);
+      // the fd is then still ours.
+      w->socket = std::make_unique<asio::posix::stream_descriptor>(driver, sv[0]);
+      sv[0] = -1;
+      w->pidfd = std::make_unique<asio::posix::stream_descriptor>(driver, pidfd);
+      pidfd = -1;
+    } catch (...) {
+      // The child runs, and nothing would watch it, send it a task or reap it: it goes now.
+      if (w) w->socket.reset();
+      if (sv[0] >= 0) ::close(sv[0]);
+      if (::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0) != 0) {
+        // Refused (seccomp): by pid, as Worker::signal, while the pid is still the child's.
+        pollfd ended{pidfd, POLLIN, 0};
+        if (!options.entry || ::poll(&ended, 1, 0) == 0) ::kill(pid, SIGKILL);
+      }
+      try {
+        (void)reap(pid, options.entry != nullptr);
+      } catch (...) {
+        // The fork server has gone, and its workers with it.
+      }
+      ::close(pidfd);
+      throw;
+    }
     workers[static_cast<std::size_t>(id)] = w;
     watch_socket(w);
     watch_pid(w);

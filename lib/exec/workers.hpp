@@ -37,8 +37,10 @@ void prepare_worker(pid_t parent);
 [[noreturn]] void run_worker(int id, const std::function<void()>& body);
 
 /// Asks the fork server for a worker running `entry`; returns its pid (a child of the server,
-/// not of ours).
-pid_t forkserver_spawn(ForkserverEntry entry, int id, int socket, int payload, int metrics);
+/// not of ours) and, in `pidfd`, the pidfd the server opened before it could reap it: the only
+/// safe handle on it (its pid may be reaped, and reused, before the caller looks).
+pid_t forkserver_spawn(ForkserverEntry entry, int id, int socket, int payload, int metrics,
+                       int& pidfd);
 
 /// The wait status of fork-server worker `pid`, once the server has reaped it (blocking).
 int forkserver_status(pid_t pid);

@@ -2,13 +2,19 @@
 // deaths named, restarts, shutdown leaving no child behind, and malformed messages refused.
 #include <doctest/doctest.h>
 
+#include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <asio/io_context.hpp>
+#include <asio/posix/stream_descriptor.hpp>
 
 #include <fstream>
 #include <algorithm>
@@ -34,6 +40,7 @@
 #include "coload/loader/errors.hpp"
 #include "../support/warnings.hpp"
 #include "exec/messages.hpp"  // lib/exec: the messages, for the malformed-message cases
+#include "exec/workers.hpp"   // lib/exec: forkserver_spawn, forkserver_status
 
 using namespace coload;
 using namespace coload::detail;
@@ -217,7 +224,43 @@ ProcessPool::Options pool_options(int workers, OnWorkerDeath on_death = OnWorker
 
 using coload::test::Warnings;
 
+/// EPOLL_CTL_ADDs let through before one fails with ENOSPC (fs.epoll.max_user_watches
+/// reached); -1: none fails. Read by the epoll_ctl below.
+std::atomic<int> epoll_adds_before_failure{-1};
+
+/// Open fds of this process.
+int open_fds() {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d)) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+/// A fork-server worker's whole body: it exits at once.
+void exit_at_once(int, int, int, int) { ::_exit(0); }
+
 }  // namespace
+
+// Stands in for libc's (asio's reactor calls it, in libcoload as here: the executable's
+// definition comes first): the failure of a descriptor's registration, on demand.
+extern "C" int epoll_ctl(int epfd, int op, int fd, epoll_event* event) noexcept {
+  if (op == EPOLL_CTL_ADD) {
+    const int left = epoll_adds_before_failure.load();
+    if (left >= 0) {
+      epoll_adds_before_failure.store(left - 1);
+      if (left == 0) {
+        errno = ENOSPC;
+        return -1;
+      }
+    }
+  }
+  // The next definition: libc's, or a sanitizer's interceptor in front of it.
+  using EpollCtl = int (*)(int, int, int, epoll_event*);
+  static const auto next = reinterpret_cast<EpollCtl>(::dlsym(RTLD_NEXT, "epoll_ctl"));
+  return next(epfd, op, fd, event);
+}
 
 TEST_SUITE("process pool") {
   TEST_CASE("a pool of 2 workers answers each task with its batch, from the worker it went to") {
@@ -727,8 +770,115 @@ TEST_SUITE("process pool") {
     // The destructor has killed and reaped both workers: no process, no zombie.
     for (auto p : pids) CHECK(gone(p));
     int status = 0;
-    CHECK(::waitpid(-1, &status, WNOHANG) == -1);
-    CHECK(errno == ECHILD);
+    const pid_t reaped = ::waitpid(-1, &status, WNOHANG);
+    const int err = errno;  // before a CHECK's report (-s) overwrites it
+    CHECK(reaped == -1);
+    CHECK(err == ECHILD);
+  }
+}
+
+TEST_SUITE("process pool") {
+  TEST_CASE("a worker whose socket or pidfd cannot be watched is killed and reaped as start() "
+            "throws: no child, no fd left") {
+    asio::io_context io;
+    {
+      // The reactor registers its own descriptors the first time: before any failure.
+      int p[2];
+      REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+      asio::posix::stream_descriptor warm(io, p[0]);
+      ::close(p[1]);
+    }
+    for (const int before : {0, 1}) {  // the socket's registration fails, then the pidfd's
+      CAPTURE(before);
+      const int fds = open_fds();
+      {
+        ProcessPool pool(io, pool_options(1), test_work(Faults{}));
+        epoll_adds_before_failure = before;
+        CHECK_THROWS_WITH_AS(pool.start(), doctest::Contains("No space left on device"),
+                             std::system_error);
+        epoll_adds_before_failure = -1;
+      }
+      // Before: the child runs on, blocked on a socket nothing reads, and never reaped.
+      int status = 0;
+      const pid_t reaped = ::waitpid(-1, &status, WNOHANG);
+      const int err = errno;  // before a CHECK's report (-s) overwrites it
+      CHECK(reaped == -1);
+      CHECK(err == ECHILD);
+      CHECK(open_fds() == fds);  // before: its socket and pidfd stay open
+    }
+  }
+
+  TEST_CASE("a fork-server worker reaped by the server before its parent looks is still the "
+            "process its pidfd names") {
+    // In a process of its own: its fork server goes with it, and no other case sees it.
+    const pid_t tester = ::fork();
+    REQUIRE(tester >= 0);
+    if (tester == 0) {
+      int code = 0;
+      try {
+        start_forkserver();
+        int pidfd = -1;
+        const pid_t pid = forkserver_spawn(&exit_at_once, 0, -1, -1, -1, pidfd);
+        // Once this returns the server has reaped it: its pid is free for any process.
+        // (Before: spawn() ran pidfd_open(pid) here, and got ESRCH, or another process.)
+        const int status = forkserver_status(pid);
+        pollfd ended{pidfd, POLLIN, 0};
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+          code = 2;
+        } else if (::poll(&ended, 1, 0) != 1) {
+          code = 3;  // its end is seen through the pidfd
+        } else if (::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0 || errno != ESRCH) {
+          code = 4;  // and the pidfd names that very process, never the pid's next owner
+        }
+      } catch (...) {
+        code = 1;
+      }
+      ::_exit(code);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(tester, &status, 0) == tester);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+
+  TEST_CASE("fork-server workers that exit at once are deaths, named, never a failed start()") {
+    const pid_t tester = ::fork();
+    REQUIRE(tester >= 0);
+    if (tester == 0) {
+      int code = 0;
+      try {
+        start_forkserver();
+        for (int round = 0; round < 100 && code == 0; ++round) {
+          asio::io_context io;
+          auto options = pool_options(4);
+          options.entry = &exit_at_once;
+          ProcessPool pool(io, options, ChildWork{});
+          // Before: now and then SystemError "pidfd_open for worker N: No such process".
+          pool.start();
+          auto out = submit(pool, -1, {1}, 0);
+          if (!run_until_done(io, {out})) {
+            code = 2;
+          } else if (!out->error) {
+            code = 5;
+          } else {
+            try {
+              std::rethrow_exception(out->error);
+            } catch (const WorkerDied& e) {
+              if (std::string(e.what()).find("exited with code 0") == std::string::npos) code = 3;
+            } catch (...) {
+              code = 4;
+            }
+          }
+        }
+      } catch (...) {
+        code = 1;  // start() threw
+      }
+      ::_exit(code);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(tester, &status, 0) == tester);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
   }
 }
 
