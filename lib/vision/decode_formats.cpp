@@ -341,14 +341,15 @@ std::array<std::uint8_t, 768> bmp_palette(const BmpHeader& h, std::span<const st
   return rgb;
 }
 
-// RLE8/RLE4 to one index per pixel, rows in file order; Pillow's decoder's behaviour for runs
-// past a row's end (cut) and its word alignment by file position.
-void bmp_rle(const BmpHeader& h, std::span<const std::byte> bytes, std::vector<std::uint8_t>& idx) {
+// RLE8/RLE4 to one index per pixel, rows in file order, into `idx` (width × height entries, zeroed
+// by the caller); Pillow's decoder's behaviour for runs past a row's end (cut) and its word
+// alignment by file position. With `idx` null the stream is only measured, writing nothing: one
+// that does not cover the image is refused before anything is allocated for the image.
+void bmp_rle(const BmpHeader& h, std::span<const std::byte> bytes, std::uint8_t* idx) {
   const unsigned char* p = bytes_of(bytes);
   const std::size_t n = bytes.size();
   const auto w = static_cast<std::size_t>(h.width);
   const std::size_t total = w * static_cast<std::size_t>(h.height);
-  idx.assign(total, 0);
   std::size_t out = 0;
   std::size_t x = 0;
   std::size_t pos = h.data;
@@ -359,9 +360,10 @@ void bmp_rle(const BmpHeader& h, std::span<const std::byte> bytes, std::vector<s
     pos += 2;
     if (count != 0) {
       count = std::min(count, x < w ? w - x : 0);
-      for (std::size_t i = 0; i < count && out < total; ++i) {
-        idx[out++] = rle4 ? (i % 2 == 0 ? value >> 4 : value & 15) : value;
+      for (std::size_t i = 0; idx && i < count && out + i < total; ++i) {
+        idx[out + i] = rle4 ? (i % 2 == 0 ? value >> 4 : value & 15) : value;
       }
+      out = std::min(total, out + count);
       x += count;
     } else if (value == 0) {  // end of line
       out = std::min(total, (out + w - 1) / w * w);
@@ -376,15 +378,17 @@ void bmp_rle(const BmpHeader& h, std::span<const std::byte> bytes, std::vector<s
     } else {  // an absolute run of `value` pixels, padded to a word
       const std::size_t run_bytes = rle4 ? (value + 1) / 2 : value;
       if (pos + run_bytes > n) fail(ImageFormat::bmp, "an RLE run is cut short");
-      for (std::size_t i = 0; i < value && out < total; ++i) {
-        idx[out++] = rle4 ? (i % 2 == 0 ? p[pos + i / 2] >> 4 : p[pos + i / 2] & 15) : p[pos + i];
+      for (std::size_t i = 0; idx && i < value && out + i < total; ++i) {
+        idx[out + i] = rle4 ? (i % 2 == 0 ? p[pos + i / 2] >> 4 : p[pos + i / 2] & 15) : p[pos + i];
       }
+      out = std::min(total, out + value);
       x += value;
       pos += run_bytes;
       if (pos % 2 != 0) ++pos;
     }
   }
-  if (out < total && pos + 2 > n) fail(ImageFormat::bmp, "the RLE data ends before the image does");
+  // An end of bitmap before the last pixel too: Pillow's "not enough image data".
+  if (out < total) fail(ImageFormat::bmp, "the RLE data ends before the image does");
 }
 
 ImageView decode_bmp(std::span<const std::byte> bytes, std::vector<std::uint8_t>& out) {
@@ -395,10 +399,12 @@ ImageView decode_bmp(std::span<const std::byte> bytes, std::vector<std::uint8_t>
   const bool rle = h.compression == 1 || h.compression == 2;
   const std::size_t stride = ((static_cast<std::size_t>(width) * h.bits + 31) >> 3) & ~std::size_t{3};
   const std::size_t row_bytes = (static_cast<std::size_t>(width) * h.bits + 7) / 8;
-  // Measured before the pixels are allocated (RLE data is measured as it is decoded).
+  // Measured before the pixels are allocated; RLE data by a first pass that writes nothing (a
+  // 58-byte header claiming 9459x9459 cost 358 MB before its missing data was noticed).
   if (!rle && bytes.size() - h.data < stride * (height - 1) + row_bytes) {
     fail(ImageFormat::bmp, "the pixel data is shorter than its " + std::to_string(height) + " rows");
   }
+  if (rle) bmp_rle(h, bytes, nullptr);
   grow(out, static_cast<std::size_t>(width) * height * 3);
   const unsigned char* p = bytes_of(bytes);
   const auto dst_row = [&](int file_row) {
@@ -408,7 +414,8 @@ ImageView decode_bmp(std::span<const std::byte> bytes, std::vector<std::uint8_t>
   if (rle) {
     const auto palette = bmp_palette(h, bytes);
     thread_local std::vector<std::uint8_t> idx;
-    bmp_rle(h, bytes, idx);
+    idx.assign(static_cast<std::size_t>(width) * height, 0);
+    bmp_rle(h, bytes, idx.data());
     for (int r = 0; r < height; ++r) {
       std::uint8_t* dst = dst_row(r);
       const std::uint8_t* src = idx.data() + static_cast<std::size_t>(r) * width;
@@ -603,11 +610,50 @@ std::pair<int, int> oriented_source(int orientation, int x, int y, int sw, int s
   }
 }
 
+// Every strip or tile TIFFRGBAImageGet reads is checked to be in the file before the raster is
+// allocated: libtiff notices a missing one only when it reads it (a 110-byte file claiming
+// 9459x9459 cost 358 MB first). A compressed one is its byte count at its offset; an uncompressed
+// one is read whole from its offset whatever its byte count says (as Pillow reads it), so that
+// much must be there. Old-style JPEG may find its data through JPEGInterchangeFormat instead.
+void check_tiff_striles(TIFF* tif, std::size_t file_size) {
+  std::uint16_t compression = COMPRESSION_NONE;
+  TIFFGetFieldDefaulted(tif, TIFFTAG_COMPRESSION, &compression);
+  if (compression == COMPRESSION_OJPEG) return;
+  const bool tiled = TIFFIsTiled(tif) != 0;
+  const std::uint32_t count = tiled ? TIFFNumberOfTiles(tif) : TIFFNumberOfStrips(tif);
+  std::uint32_t length = 0;
+  std::uint32_t rows_per_strip = 0;
+  TIFFGetField(tif, TIFFTAG_IMAGELENGTH, &length);
+  TIFFGetFieldDefaulted(tif, TIFFTAG_ROWSPERSTRIP, &rows_per_strip);
+  rows_per_strip = std::clamp<std::uint32_t>(rows_per_strip, 1, length);  // length < 2^31
+  const std::uint32_t per_plane = (length + rows_per_strip - 1) / rows_per_strip;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    int err = 0;
+    const std::uint64_t offset = TIFFGetStrileOffsetWithErr(tif, i, &err);
+    const std::uint64_t size = err ? 0 : TIFFGetStrileByteCountWithErr(tif, i, &err);
+    std::uint64_t need = size;
+    if (compression == COMPRESSION_NONE) {
+      need = tiled ? TIFFTileSize64(tif)
+                   : TIFFVStripSize64(tif, std::min(rows_per_strip,
+                                                    length - i % per_plane * rows_per_strip));
+    }
+    const std::string which =
+        (tiled ? "tile " : "strip ") + std::to_string(i) + " of " + std::to_string(count);
+    if (err || size == 0) fail(ImageFormat::tiff, which + " has no data (its byte count is 0)");
+    if (offset > file_size || need > file_size - offset) {
+      fail(ImageFormat::tiff, which + " (" + std::to_string(need) + " bytes at offset " +
+                                  std::to_string(offset) + ") is not inside the file's " +
+                                  std::to_string(file_size) + " bytes");
+    }
+  }
+}
+
 ImageView decode_tiff(std::span<const std::byte> bytes, std::vector<std::uint8_t>& out) {
   TiffSource source{bytes, 0, {}};
   const auto tif = open_tiff(source);
   const auto [sw, sh] = tiff_stored_size(tif.get(), source);
   check_image_pixels(sw, sh);
+  check_tiff_striles(tif.get(), bytes.size());
   // Pillow's convert('RGB') drops alpha as stored, where libtiff's RGBA interface would
   // premultiply unassociated alpha into the colours: call every extra sample unspecified.
   std::uint16_t extra_count = 0;
@@ -619,7 +665,9 @@ ImageView decode_tiff(std::span<const std::byte> bytes, std::vector<std::uint8_t
   char message[1024] = {};
   if (!TIFFRGBAImageOK(tif.get(), message)) throw DecodeError(std::string("unsupported TIFF: ") + message);
   TIFFRGBAImage img{};
-  if (!TIFFRGBAImageBegin(&img, tif.get(), 0, message)) {
+  // Stop at the first strip or tile that does not read (as Pillow does): with 0, libtiff goes on
+  // with the previous one's pixels in its buffer and the decode succeeds.
+  if (!TIFFRGBAImageBegin(&img, tif.get(), 1, message)) {
     throw DecodeError(std::string("unsupported TIFF: ") + message);
   }
   const std::unique_ptr<TIFFRGBAImage, RgbaImageEnd> end(&img);

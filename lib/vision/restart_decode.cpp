@@ -81,6 +81,13 @@ std::optional<JpegRegion> decode_restart_region(std::span<const std::byte> data,
   }
   const auto f = parse_jpeg_frame(data);
   if (!f || !f->huffman_sequential) mismatch("its headers are not those of a baseline JPEG");
+  // A bomb is refused by the whole-image decode the caller falls back to, as decode_scan_region
+  // and the region decoder refuse it: the SOF edited below would show that decoder only the
+  // region's size, and a crop of an image over the limit would decode.
+  if (const std::int64_t limit = max_image_pixels();
+      limit > 0 && std::int64_t{f->width} * f->height > limit) {
+    return std::nullopt;
+  }
   if (f->restart_interval != layout.interval) {
     mismatch("its DRI says " + std::to_string(f->restart_interval) +
              " MCUs a restart interval, the index " + std::to_string(layout.interval));

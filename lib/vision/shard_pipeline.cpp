@@ -15,6 +15,7 @@
 #include "coload/core/error.hpp"
 #include "coload/core/metrics.hpp"
 #include "coload/io/reader.hpp"
+#include "coload/vision/decode.hpp"
 #include "jpeg_restart.hpp"
 #include "slab_pool.hpp"
 
@@ -93,6 +94,9 @@ void ShardImagePipeline::transform_into(const shards::ShardSample& sample, Rng& 
   try {
     const auto encoded = image_field(sample);
     fused_apply(transform_, encoded, rng, dst);
+  } catch (const DecompressionBombError& e) {
+    // As ImagePipeline: the bomb keeps its type, naming the sample where a folder's names its file.
+    throw e.with_path("sample '" + sample.key + "' in shard '" + sample.shard + "'");
   } catch (const std::exception& e) {
     throw RuntimeError("cannot load image of sample '" + sample.key + "' in shard '" +
                        sample.shard + "': " + e.what());

@@ -398,6 +398,31 @@ TEST_CASE("with skip a resumed shuffle buffer's samples of a local shard cut sho
   CHECK(resumed.skipped_samples() == 4 + (in_first - 6));
 }
 
+TEST_CASE("ShardImagePipeline: a decompression bomb keeps its type, naming its sample and shard") {
+  // Before, it became a RuntimeError, where the folder pipelines keep DecompressionBombError.
+  TempDir dir;
+  {
+    shards::Writer writer(dir.path, {.shard_size = 30000});
+    const auto jpg = vision::test::bomb_jpeg(60000, 60000);
+    const std::string cls = "0";
+    const shards::WriteField fields[] = {{"jpg", jpg}, {"cls", bytes_of(cls)}};
+    writer.write("bomb0", fields);
+    writer.finish();
+  }
+  vision::ShardImagePipeline pipe(shards::ShardDataset(dir.path),
+                                  vision::TrainTransform{.size = 32});
+  const std::string where =
+      "sample 'bomb0' in shard '" + shards::ShardDataset(dir.path).shards()[0].path + "'";
+  SampleContext ctx;
+  try {
+    (void)pipe.get(0, ctx);
+    FAIL("a bomb was decoded");
+  } catch (const vision::DecompressionBombError& e) {
+    CHECK(e.path() == where);
+    CHECK(std::string(e.what()).starts_with(where + ": image size 60000x60000"));
+  }
+}
+
 TEST_CASE("ShardImagePipeline: labels from cls, the same batches for 0, 1 and 3 workers") {
   TempDir dir;
   {

@@ -767,9 +767,58 @@ TEST_CASE("bad Netpbm, BMP, TIFF and WebP data gives a DecodeError naming the fo
     rle.pixels = {2, 0, 0, 5, 1};  // an absolute run of 5 with one byte left
     CHECK_THROWS_WITH_AS(vision::decode(bytes(make_bmp(rle))),
                          "corrupt or truncated BMP data: an RLE run is cut short", DecodeError);
+    // An RLE header's raster is allocated only once its data covers it (before: 243 MB of
+    // `kept`, and 81 MB of indices, for a file of 58 bytes).
+    std::vector<std::uint8_t> kept;
+    BmpSpec huge{.width = 9000, .height = 9000, .bits = 8, .compression = 1, .palette = {0}};
+    for (const Bytes& data : {Bytes{}, Bytes{0, 0, 0, 0}, Bytes{0, 1, 0, 0}}) {
+      // no data; two ends of line; an end of bitmap, then two bytes
+      huge.pixels = data;
+      CHECK_THROWS_WITH_AS(vision::decode_into(bytes(make_bmp(huge)), kept),
+                           "corrupt or truncated BMP data: the RLE data ends before the image does",
+                           DecodeError);
+    }
+    huge.bits = 4;
+    huge.compression = 2;
+    huge.pixels = {};
+    CHECK_THROWS_WITH_AS(vision::decode_into(bytes(make_bmp(huge)), kept),
+                         "corrupt or truncated BMP data: the RLE data ends before the image does",
+                         DecodeError);
+    CHECK(kept.capacity() < 1000);
+    // An end of bitmap before the last pixel is refused, as Pillow 9.4 refuses it ("not enough
+    // image data"); it decoded before, the rest of the image black.
+    BmpSpec early{.width = 4, .height = 2, .bits = 8, .compression = 1, .palette = {0}};
+    early.pixels = {1, 5, 0, 1, 0, 0};
+    CHECK_THROWS_WITH_AS(vision::decode(bytes(make_bmp(early))),
+                         "corrupt or truncated BMP data: the RLE data ends before the image does",
+                         DecodeError);
   }
   SUBCASE("TIFF and WebP cut short") {
     const Bytes tiff = make_tiff(img);
+    // make_tiff: 8x6 RGB, one strip; directory entry k's value at byte 10 + 12k + 8.
+    const auto set32 = [](Bytes& b, std::size_t at, std::uint32_t v) {
+      for (int i = 0; i < 4; ++i) b[at + i] = static_cast<std::uint8_t>(v >> (8 * i));
+    };
+    // A strip outside the file is named before the raster is allocated (before: libtiff's
+    // "Read error at scanline 4294967295", after 4 bytes a pixel of raster).
+    Bytes past = tiff;
+    set32(past, 10 + 5 * 12 + 8, 100000);  // StripOffsets
+    CHECK_THROWS_WITH_AS(vision::decode(bytes(past)),
+                         ("corrupt or truncated TIFF data: strip 0 of 1 (144 bytes at offset "
+                          "100000) is not inside the file's " +
+                          std::to_string(past.size()) + " bytes")
+                             .c_str(),
+                         DecodeError);
+    // 9000x9000 claimed over the 8x6 image's one strip: refused, nothing allocated for it.
+    Bytes big = tiff;
+    set32(big, 18, 9000);
+    set32(big, 30, 9000);
+    set32(big, 10 + 7 * 12 + 8, 9000);  // RowsPerStrip
+    std::vector<std::uint8_t> kept;
+    CHECK_THROWS_WITH_AS(vision::decode_into(bytes(big), kept),
+                         doctest::Contains("corrupt or truncated TIFF data: strip 0 of "),
+                         DecodeError);
+    CHECK(kept.capacity() < 1000);
     CHECK_THROWS_WITH_AS(vision::decode(std::as_bytes(std::span(tiff).first(tiff.size() / 2))),
                          doctest::Contains("corrupt or truncated TIFF data: "), DecodeError);
     CHECK_THROWS_WITH_AS(vision::decode(std::as_bytes(std::span(tiff).first(20))),

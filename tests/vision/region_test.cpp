@@ -1233,6 +1233,41 @@ TEST_CASE("normalize_row writes write_normalized_row's floats, mirrored or not, 
   vision::detail::set_simd_level(level);
 }
 
+TEST_CASE("a crop of a JPEG with restart markers over the pixel limit is refused as a bomb") {
+  // The restart-interval path rewrote the frame's size to the region's before the region
+  // decoder checked it: a crop of an image over the limit decoded (decode_resized_crop,
+  // TrainTransform::apply and Recipe::apply on a --fast-crop member).
+  const vision::Image src = vision::test::synthetic_image(259, 203, 8);
+  std::vector<std::byte> marked;
+  REQUIRE(vision::detail::add_restart_markers(encode(src, TJSAMP_420), 1, marked) ==
+          vision::detail::RestartOutcome::marked);
+  const auto layout = vision::detail::scan_restart_layout(marked);
+  REQUIRE(layout.has_value());
+  struct Restore {
+    ~Restore() { vision::set_max_image_pixels(vision::default_max_image_pixels); }
+  } restore;
+  vision::set_max_image_pixels(259 * 203 - 1);
+  const auto bomb =
+      doctest::Contains("image size 259x203 (52577 pixels) exceeds the limit of 52576 pixels");
+  const std::uint64_t before = vision::detail::restart_region_decodes();
+  for (const int d : {1, 8}) {
+    CAPTURE(d);
+    CHECK_THROWS_WITH_AS(
+        (void)vision::decode_resized_crop(marked, vision::CropBox{0, 0, 40, 40}, 10, 10, d), bomb,
+        vision::DecompressionBombError);
+  }
+  std::vector<std::uint8_t> buffer;
+  CHECK_FALSE(
+      vision::detail::decode_restart_region(marked, *layout, 0, 0, 40, 40, buffer, 1).has_value());
+  CHECK(buffer.empty());
+  CHECK(vision::detail::restart_region_decodes() == before);
+  // At the limit, the crop decodes through the intervals.
+  vision::set_max_image_pixels(259 * 203);
+  CHECK(vision::detail::decode_restart_region(marked, *layout, 0, 0, 40, 40, buffer, 1)
+            .has_value());
+}
+
 }  // TEST_SUITE
 
 }  // namespace coload
+
