@@ -219,6 +219,24 @@ struct SpngDeleter {
                     "): " + spng_strerror(err));
 }
 
+// The bytes of the file's compressed image data (its IDAT chunks, as far as they are there).
+std::uint64_t png_idat_bytes(std::span<const std::byte> data) {
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+  std::uint64_t total = 0;
+  std::size_t at = 8;  // after the signature
+  while (at <= data.size() && data.size() - at >= 8) {
+    const std::uint64_t length = std::uint64_t{p[at]} << 24 | std::uint64_t{p[at + 1]} << 16 |
+                                 std::uint64_t{p[at + 2]} << 8 | p[at + 3];
+    const bool idat = std::memcmp(p + at + 4, "IDAT", 4) == 0;
+    const std::uint64_t here = std::min<std::uint64_t>(length, data.size() - at - 8);
+    if (idat) total += here;
+    if (std::memcmp(p + at + 4, "IEND", 4) == 0 || here < length) break;
+    if (data.size() - at - 8 - here < 4) break;  // no room for the CRC
+    at += static_cast<std::size_t>(8 + length + 4);
+  }
+  return total;
+}
+
 ImageView decode_png(std::span<const std::byte> data, std::vector<std::uint8_t>& out) {
   std::unique_ptr<spng_ctx, SpngDeleter> ctx(spng_ctx_new(0));
   if (!ctx) throw std::bad_alloc();
@@ -231,6 +249,24 @@ ImageView decode_png(std::span<const std::byte> data, std::vector<std::uint8_t>&
   const int width = static_cast<int>(ihdr.width);
   const int height = static_cast<int>(ihdr.height);
   const std::size_t pixels = static_cast<std::size_t>(width) * height;
+  {
+    // Before the pixels are allocated: deflate makes at most 1032 bytes of 1 (a 258-byte match
+    // in two 1-bit codes), so image data too short for the rows its header claims is refused
+    // here (a 45-byte file claiming 9000x9000 allocated 243 MB before libspng found no data).
+    const int channels = ihdr.color_type == SPNG_COLOR_TYPE_TRUECOLOR          ? 3
+                         : ihdr.color_type == SPNG_COLOR_TYPE_TRUECOLOR_ALPHA  ? 4
+                         : ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA ? 2
+                                                                               : 1;
+    const std::uint64_t row_bytes =
+        (std::uint64_t{ihdr.width} * channels * ihdr.bit_depth + 7) / 8;
+    const std::uint64_t rows = row_bytes * ihdr.height;  // without the filter bytes
+    const std::uint64_t compressed = png_idat_bytes(data);
+    if (rows > compressed * 1032 + 1024) {
+      throw DecodeError("corrupt or truncated PNG data: its " + std::to_string(compressed) +
+                        " bytes of image data cannot hold " + std::to_string(ihdr.width) + "x" +
+                        std::to_string(ihdr.height) + " pixels");
+    }
+  }
 
   if (ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE && ihdr.bit_depth == 16) {
     // NOTE: Pillow opens 16-bit grayscale as mode "I" (32-bit integers) and convert('RGB')

@@ -364,6 +364,21 @@ TEST_CASE("bad data gives a DecodeError that says what went wrong") {
     CHECK_THROWS_WITH_AS(vision::decode(std::as_bytes(cut)),
                          doctest::Contains("corrupt or truncated PNG data"), DecodeError);
   }
+  SUBCASE("a PNG whose image data cannot hold its pixels is refused before they are allocated") {
+    // Before: 243 MB allocated for a file of about 60 bytes, then libspng found no data.
+    std::vector<std::uint8_t> kept;
+    CHECK_THROWS_WITH_AS(vision::decode_into(bytes(vision::test::bomb_png(9000, 9000)), kept),
+                         doctest::Contains("bytes of image data cannot hold 9000x9000 pixels"),
+                         DecodeError);
+    CHECK(kept.capacity() < 1000);
+    // A well compressed image is not: 2000x2000 of one grey compresses about 1000:1.
+    const auto flat = vision::test::make_png(
+        2000, 2000, 8, 0, std::vector(2000, std::vector<std::uint8_t>(2000, 77)));
+    CHECK(flat.size() < 2000 * 2000 / 200);
+    const auto image = vision::decode(bytes(flat));
+    CHECK(image.width == 2000);
+    CHECK(image.data[3 * (2000 * 1999 + 1999)] == 77);
+  }
   SUBCASE("a PNG with a damaged checksum") {
     auto png = vision::test::make_png(4, 4, 8, 0, std::vector(4, std::vector<std::uint8_t>(4, 9)));
     png[30] ^= 0xff;  // inside IHDR's CRC
