@@ -601,6 +601,51 @@ Bytes make_tiff(const Image& rgb) {
   return concat(b, rgb.data);
 }
 
+// A 64x64 grey TIFF of 8 deflate strips of 8 rows (row r is grey 4r); strip `bad`'s bytes, if
+// any, replaced by as many bytes of garbage.
+Bytes make_deflate_tiff(int bad = -1) {
+  const int width = 64, rows = 8, strips = 8;
+  std::vector<Bytes> data;
+  for (int s = 0; s < strips; ++s) {
+    Bytes raw;
+    for (int i = 0; i < width * rows; ++i) raw.push_back(static_cast<std::uint8_t>((s * rows + i / width) * 4));
+    uLongf n = compressBound(static_cast<uLong>(raw.size()));
+    Bytes z(n);
+    REQUIRE(compress(z.data(), &n, raw.data(), static_cast<uLong>(raw.size())) == Z_OK);
+    z.resize(n);
+    if (s == bad) std::fill(z.begin(), z.end(), std::uint8_t{0x5a});
+    data.push_back(std::move(z));
+  }
+  Bytes b = {'I', 'I', 42, 0};
+  put32(b, 8);
+  const std::uint32_t entries = 8;
+  const std::uint32_t offsets_at = 8 + 2 + entries * 12 + 4, counts_at = offsets_at + 4 * strips;
+  put16(b, entries);
+  const auto entry = [&](unsigned tag, unsigned type, std::uint32_t count, std::uint32_t value) {
+    put16(b, tag);
+    put16(b, type);
+    put32(b, count);
+    put32(b, value);
+  };
+  entry(256, 4, 1, width);
+  entry(257, 4, 1, rows * strips);
+  entry(258, 3, 1, 8);
+  entry(259, 3, 1, 8);  // deflate
+  entry(262, 3, 1, 1);  // black is zero
+  entry(273, 4, strips, offsets_at);
+  entry(278, 4, 1, rows);
+  entry(279, 4, strips, counts_at);
+  put32(b, 0);
+  std::uint32_t at = counts_at + 4 * strips;
+  for (const Bytes& z : data) {
+    put32(b, at);
+    at += static_cast<std::uint32_t>(z.size());
+  }
+  for (const Bytes& z : data) put32(b, static_cast<std::uint32_t>(z.size()));
+  for (const Bytes& z : data) b.insert(b.end(), z.begin(), z.end());
+  return b;
+}
+
 Bytes make_webp_lossless(const Image& rgb) {
   std::uint8_t* out = nullptr;
   const std::size_t n = WebPEncodeLosslessRGB(rgb.data.data(), rgb.width, rgb.height, rgb.width * 3, &out);
@@ -834,6 +879,12 @@ TEST_CASE("bad Netpbm, BMP, TIFF and WebP data gives a DecodeError naming the fo
                          doctest::Contains("corrupt or truncated TIFF data: strip 0 of "),
                          DecodeError);
     CHECK(kept.capacity() < 1000);
+    // A strip that does not decode stops the decode, as in Pillow; before, libtiff went on and
+    // the image came back with the strip before's rows in its place.
+    const auto good = vision::decode(bytes(make_deflate_tiff()));
+    CHECK(good.data[3 * 64 * 40] == 160);
+    CHECK_THROWS_WITH_AS(vision::decode(bytes(make_deflate_tiff(5))),
+                         doctest::Contains("corrupt or truncated TIFF data: "), DecodeError);
     CHECK_THROWS_WITH_AS(vision::decode(std::as_bytes(std::span(tiff).first(tiff.size() / 2))),
                          doctest::Contains("corrupt or truncated TIFF data: "), DecodeError);
     CHECK_THROWS_WITH_AS(vision::decode(std::as_bytes(std::span(tiff).first(20))),
