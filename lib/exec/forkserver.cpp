@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <map>
+#include <set>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -38,6 +39,9 @@ struct ForkServer {
   int control = -1;
   pid_t pid = -1;
   std::map<int, int> statuses;  // pid → wait status, reported and not yet asked for
+  // Workers given up at their spawn (no pidfd came): their statuses are not kept, or a later
+  // worker given the same pid would be answered with this one's.
+  std::set<int> abandoned;
 
   /// Reads one message from the server (blocking): a status is kept, a spawn reply returned
   /// (its worker's pidfd, if any, to `pidfd`; closed where null).
@@ -53,7 +57,7 @@ struct ForkServer {
     }
     const auto [kind, value, status] = report;
     if (kind == report_reaped) {
-      statuses[static_cast<int>(value)] = status;
+      if (abandoned.erase(static_cast<int>(value)) == 0) statuses[static_cast<int>(value)] = status;
       return std::nullopt;
     }
     if (kind != report_spawned) throw RuntimeError("coload: the fork server is confused");
@@ -153,6 +157,7 @@ pid_t forkserver_spawn(ForkserverEntry entry, int id, int socket, int payload, i
       if (fd < 0) {
         // NOTE: the server always sends it; none came when this process is out of fds
         // (MSG_CTRUNC). The worker ends at its first read, once the caller closes its socket.
+        g_server.abandoned.insert(static_cast<int>(*r));
         throw RuntimeError("coload: no pidfd came with fork-server worker " +
                            std::to_string(id) + " (out of file descriptors?)");
       }
@@ -235,7 +240,13 @@ void start_forkserver() {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(0);
     ::prctl(PR_SET_NAME, "coload-forksrv");
-    detail::serve(sv[1]);
+    try {
+      detail::serve(sv[1]);
+    } catch (...) {
+      // Its loop failed (out of memory, a broken socket): the server ends, never unwinding
+      // into the program that started it; its parent finds it gone.
+    }
+    ::_exit(1);
   }
   ::close(sv[1]);
   server.control = sv[0];

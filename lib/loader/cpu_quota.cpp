@@ -95,8 +95,16 @@ struct Mount {
   std::string point;  // where it is mounted
 };
 
-// The mount of the v2 hierarchy, or of the v1 one that holds the cpu controller.
-std::optional<Mount> find_mount(std::string_view mountinfo, bool v2) {
+// Whether `path` is `root` or below it.
+bool below_root(const std::string& path, const std::string& root) {
+  return root == "/" || path == root ||
+         (path.starts_with(root) && path.size() > root.size() && path[root.size()] == '/');
+}
+
+// The mount of the v2 hierarchy, or of the v1 one that holds the cpu controller: of several
+// (bind mounts, nested containers), the first whose root holds `path`, else the first.
+std::optional<Mount> find_mount(std::string_view mountinfo, bool v2, const std::string& path) {
+  std::optional<Mount> first;
   for (const auto line : split(mountinfo, '\n')) {
     const auto fields = split(line, ' ');
     const auto dash = std::find(fields.begin(), fields.end(), std::string_view("-"));
@@ -111,9 +119,11 @@ std::optional<Mount> find_mount(std::string_view mountinfo, bool v2) {
         continue;
       }
     }
-    return Mount{.root = unescape(fields[3]), .point = unescape(fields[4])};
+    Mount m{.root = unescape(fields[3]), .point = unescape(fields[4])};
+    if (below_root(path, m.root)) return m;
+    if (!first) first = std::move(m);
   }
-  return std::nullopt;
+  return first;
 }
 
 }  // namespace
@@ -140,16 +150,15 @@ int cgroup_cpu_limit(std::string_view proc_cgroup, std::string_view mountinfo) {
   }
   int limit = 0;
   for (const Hierarchy& h : hierarchies) {
-    const auto mount = find_mount(mountinfo, h.v2);
+    const auto mount = find_mount(mountinfo, h.v2, h.path);
     if (!mount) continue;
     // The process's cgroup below the mount's root; one outside it (a container that sees the
-    // host's path) is read at the mount point only.
+    // host's path, a path that climbs with "..", one not absolute) is read at the mount point
+    // only.
     std::string below;
-    if (mount->root == "/") {
-      below = h.path;
-    } else if (h.path == mount->root ||
-               (h.path.starts_with(mount->root) && h.path[mount->root.size()] == '/')) {
-      below = h.path.substr(mount->root.size());
+    const bool plain = h.path.starts_with('/') && h.path.find("/..") == std::string::npos;
+    if (plain && below_root(h.path, mount->root)) {
+      below = mount->root == "/" ? h.path : h.path.substr(mount->root.size());
     }
     while (!below.empty() && below.back() == '/') below.pop_back();
     // From the process's cgroup up to the mount point.

@@ -639,7 +639,10 @@ void check_tiff_striles(TIFF* tif, std::size_t file_size) {
     }
     const std::string which =
         (tiled ? "tile " : "strip ") + std::to_string(i) + " of " + std::to_string(count);
-    if (err || size == 0) fail(ImageFormat::tiff, which + " has no data (its byte count is 0)");
+    // An uncompressed one is read by its rows whatever its byte count says (0 included).
+    if (err || (size == 0 && compression != COMPRESSION_NONE)) {
+      fail(ImageFormat::tiff, which + " has no data (its byte count is 0)");
+    }
     if (offset > file_size || need > file_size - offset) {
       fail(ImageFormat::tiff, which + " (" + std::to_string(need) + " bytes at offset " +
                                   std::to_string(offset) + ") is not inside the file's " +
@@ -665,8 +668,10 @@ ImageView decode_tiff(std::span<const std::byte> bytes, std::vector<std::uint8_t
   char message[1024] = {};
   if (!TIFFRGBAImageOK(tif.get(), message)) throw DecodeError(std::string("unsupported TIFF: ") + message);
   TIFFRGBAImage img{};
-  // Stop at the first strip or tile that does not read (as Pillow does): with 0, libtiff goes on
-  // with the previous one's pixels in its buffer and the decode succeeds.
+  // Stop at the first strip or tile that does not read: with 0, libtiff goes on with the
+  // previous one's pixels in its buffer and the decode succeeds (Pillow's decoder raises for a
+  // compressed strip that fails; a file whose byte counts libtiff must estimate may now be
+  // refused where Pillow's raw reader decodes it, where before it decoded with wrong rows).
   if (!TIFFRGBAImageBegin(&img, tif.get(), 1, message)) {
     throw DecodeError(std::string("unsupported TIFF: ") + message);
   }

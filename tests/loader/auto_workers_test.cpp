@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <string>
@@ -431,12 +432,30 @@ TEST_SUITE("auto_workers") {
     const std::string v2 = (root / "unified dir").string();
     const std::string v1 = (root / "cpu,cpuacct").string();
     const std::string memory = (root / "memory").string();
+    // As mountinfo writes a path: a space, tab, newline or backslash as \ and three octal
+    // digits (the temporary folder's name may hold one too).
+    const auto escaped = [](const std::string& path) {
+      std::string out;
+      for (const char c : path) {
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\\') {
+          char octal[5];
+          std::snprintf(octal, sizeof octal, "\\%03o", static_cast<unsigned char>(c));
+          out += octal;
+        } else {
+          out += c;
+        }
+      }
+      return out;
+    };
+    // A bind mount of the v1 hierarchy's root, listed first, which the process's cgroup is
+    // not under: the mount whose root holds it is read.
     const std::string mountinfo =
         "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
-        "40 31 0:40 / " + (root / "unified\\040dir").string() +
-        " rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n"
-        "41 31 0:41 /docker/c1 " + v1 + " rw,relatime shared:10 - cgroup cgroup rw,cpu,cpuacct\n"
-        "42 31 0:42 / " + memory + " rw,relatime - cgroup cgroup rw,memory\n";
+        "40 31 0:40 / " + escaped(v2) + " rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n"
+        "43 31 0:41 /other " + escaped(memory) + " rw - cgroup cgroup rw,cpu,cpuacct\n"
+        "41 31 0:41 /docker/c1 " + escaped(v1) +
+        " rw,relatime shared:10 - cgroup cgroup rw,cpu,cpuacct\n"
+        "42 31 0:42 / " + escaped(memory) + " rw,relatime - cgroup cgroup rw,memory\n";
     const auto limit = [&](const std::string& cgroup) {
       return coload::detail::cgroup_cpu_limit(cgroup, mountinfo);
     };
@@ -467,12 +486,14 @@ TEST_SUITE("auto_workers") {
     put(fs::path(memory) / "cpu.cfs_quota_us", "10000");
     put(fs::path(memory) / "cpu.cfs_period_us", "100000");
     CHECK(limit("5:memory:/\n4:cpu,cpuacct:/docker/c1/inner\n") == 4);
-    // A path outside the mount's root is read at the mount point only.
-    CHECK(limit("4:cpuacct,cpu:/elsewhere\n") == 4);
+    // A path outside the mount's root is read at the first such mount's point only (here the
+    // memory folder, whose cfs files say 1), as is one that climbs out or is not absolute.
+    CHECK(limit("4:cpuacct,cpu:/elsewhere\n") == 1);
+    put(fs::path(v2) / "cpu.max", "300000 100000");
+    CHECK(limit("0::/../a/b\n") == 3);
+    CHECK(limit("0::a/b\n") == 3);
     // Both hierarchies: the smaller limit.
     CHECK(limit("4:cpu,cpuacct:/docker/c1\n0::/a/b\n") == 1);
-    // This process's own files: whatever they say, at least one CPU is usable.
-    CHECK(coload::detail::usable_cpus() >= 1);
     fs::remove_all(root);
   }
 }
