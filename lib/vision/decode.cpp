@@ -219,14 +219,18 @@ struct SpngDeleter {
                     "): " + spng_strerror(err));
 }
 
+std::uint32_t big_endian32(const unsigned char* p) noexcept {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+         std::uint32_t{p[3]};
+}
+
 // The bytes of the file's compressed image data (its IDAT chunks, as far as they are there).
 std::uint64_t png_idat_bytes(std::span<const std::byte> data) {
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());
   std::uint64_t total = 0;
   std::size_t at = 8;  // after the signature
   while (at <= data.size() && data.size() - at >= 8) {
-    const std::uint64_t length = std::uint64_t{p[at]} << 24 | std::uint64_t{p[at + 1]} << 16 |
-                                 std::uint64_t{p[at + 2]} << 8 | p[at + 3];
+    const std::uint64_t length = big_endian32(p + at);
     const bool idat = std::memcmp(p + at + 4, "IDAT", 4) == 0;
     const std::uint64_t here = std::min<std::uint64_t>(length, data.size() - at - 8);
     if (idat) total += here;
@@ -296,11 +300,6 @@ ImageView decode_png(std::span<const std::byte> data, std::vector<std::uint8_t>&
     }
   }
   return ImageView{out.data(), width, height, 3, static_cast<std::ptrdiff_t>(width) * 3};
-}
-
-std::uint32_t big_endian32(const unsigned char* p) noexcept {
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
-         std::uint32_t{p[3]};
 }
 
 }  // namespace

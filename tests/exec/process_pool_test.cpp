@@ -241,6 +241,24 @@ int open_fds() {
 /// A fork-server worker's whole body: it exits at once.
 void exit_at_once(int, int, int, int) { ::_exit(0); }
 
+/// Runs `body` in a process of its own (its fork server goes with it, and no other case sees
+/// it); its wait status: exited with body's code, or 1 where body threw.
+int status_in_own_process(const std::function<int()>& body) {
+  const pid_t tester = ::fork();
+  REQUIRE(tester >= 0);
+  if (tester == 0) {
+    int code = 1;
+    try {
+      code = body();
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(tester, &status, 0) == tester);
+  return status;
+}
+
 }  // namespace
 
 // Stands in for libc's (asio's reactor calls it, in libcoload as here: the executable's
@@ -810,73 +828,48 @@ TEST_SUITE("process pool") {
 
   TEST_CASE("a fork-server worker reaped by the server before its parent looks is still the "
             "process its pidfd names") {
-    // In a process of its own: its fork server goes with it, and no other case sees it.
-    const pid_t tester = ::fork();
-    REQUIRE(tester >= 0);
-    if (tester == 0) {
-      int code = 0;
-      try {
-        start_forkserver();
-        int pidfd = -1;
-        const pid_t pid = forkserver_spawn(&exit_at_once, 0, -1, -1, -1, pidfd);
-        // Once this returns the server has reaped it: its pid is free for any process.
-        // (Before: spawn() ran pidfd_open(pid) here, and got ESRCH, or another process.)
-        const int status = forkserver_status(pid);
-        pollfd ended{pidfd, POLLIN, 0};
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-          code = 2;
-        } else if (::poll(&ended, 1, 0) != 1) {
-          code = 3;  // its end is seen through the pidfd
-        } else if (::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0 || errno != ESRCH) {
-          code = 4;  // and the pidfd names that very process, never the pid's next owner
-        }
-      } catch (...) {
-        code = 1;
-      }
-      ::_exit(code);
-    }
-    int status = 0;
-    REQUIRE(::waitpid(tester, &status, 0) == tester);
+    const int status = status_in_own_process([] {
+      start_forkserver();
+      int pidfd = -1;
+      const pid_t pid = forkserver_spawn(&exit_at_once, 0, -1, -1, -1, pidfd);
+      // Once this returns the server has reaped it: its pid is free for any process.
+      // (Before: spawn() ran pidfd_open(pid) here, and got ESRCH, or another process.)
+      const int worker = forkserver_status(pid);
+      pollfd ended{pidfd, POLLIN, 0};
+      if (!WIFEXITED(worker) || WEXITSTATUS(worker) != 0) return 2;
+      if (::poll(&ended, 1, 0) != 1) return 3;  // its end is seen through the pidfd
+      // and the pidfd names that very process, never the pid's next owner
+      if (::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0 || errno != ESRCH) return 4;
+      return 0;
+    });
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
   }
 
   TEST_CASE("fork-server workers that exit at once are deaths, named, never a failed start()") {
-    const pid_t tester = ::fork();
-    REQUIRE(tester >= 0);
-    if (tester == 0) {
-      int code = 0;
-      try {
-        start_forkserver();
-        for (int round = 0; round < 100 && code == 0; ++round) {
-          asio::io_context io;
-          auto options = pool_options(4);
-          options.entry = &exit_at_once;
-          ProcessPool pool(io, options, ChildWork{});
-          // Before: now and then SystemError "pidfd_open for worker N: No such process".
-          pool.start();
-          auto out = submit(pool, -1, {1}, 0);
-          if (!run_until_done(io, {out})) {
-            code = 2;
-          } else if (!out->error) {
-            code = 5;
-          } else {
-            try {
-              std::rethrow_exception(out->error);
-            } catch (const WorkerDied& e) {
-              if (std::string(e.what()).find("exited with code 0") == std::string::npos) code = 3;
-            } catch (...) {
-              code = 4;
-            }
-          }
+    const int status = status_in_own_process([] {
+      start_forkserver();
+      for (int round = 0; round < 100; ++round) {
+        asio::io_context io;
+        auto options = pool_options(4);
+        options.entry = &exit_at_once;
+        ProcessPool pool(io, options, ChildWork{});
+        // Before: now and then SystemError "pidfd_open for worker N: No such process" (the
+        // process then exits with 1).
+        pool.start();
+        auto out = submit(pool, -1, {1}, 0);
+        if (!run_until_done(io, {out})) return 2;
+        if (!out->error) return 5;
+        try {
+          std::rethrow_exception(out->error);
+        } catch (const WorkerDied& e) {
+          if (std::string(e.what()).find("exited with code 0") == std::string::npos) return 3;
+        } catch (...) {
+          return 4;
         }
-      } catch (...) {
-        code = 1;  // start() threw
       }
-      ::_exit(code);
-    }
-    int status = 0;
-    REQUIRE(::waitpid(tester, &status, 0) == tester);
+      return 0;
+    });
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
   }

@@ -572,6 +572,14 @@ Bytes make_bmp(const BmpSpec& s) {
   return concat(concat(file, info), s.pixels);
 }
 
+// A little-endian TIFF directory entry.
+void tiff_entry(Bytes& b, unsigned tag, unsigned type, std::uint32_t count, std::uint32_t value) {
+  put16(b, tag);
+  put16(b, type);
+  put32(b, count);
+  put32(b, value);
+}
+
 // An uncompressed, one-strip RGB TIFF, little-endian.
 Bytes make_tiff(const Image& rgb) {
   Bytes b = {'I', 'I', 42, 0};
@@ -580,22 +588,16 @@ Bytes make_tiff(const Image& rgb) {
   const std::uint32_t bits_at = 8 + 2 + entries * 12 + 4;
   const std::uint32_t data_at = bits_at + 6;
   put16(b, entries);
-  const auto entry = [&](unsigned tag, unsigned type, std::uint32_t count, std::uint32_t value) {
-    put16(b, tag);
-    put16(b, type);
-    put32(b, count);
-    put32(b, value);
-  };
   const std::uint32_t size = static_cast<std::uint32_t>(rgb.data.size());
-  entry(256, 4, 1, rgb.width);
-  entry(257, 4, 1, rgb.height);
-  entry(258, 3, 3, bits_at);
-  entry(259, 3, 1, 1);
-  entry(262, 3, 1, 2);
-  entry(273, 4, 1, data_at);
-  entry(277, 3, 1, 3);
-  entry(278, 4, 1, rgb.height);
-  entry(279, 4, 1, size);
+  tiff_entry(b, 256, 4, 1, rgb.width);
+  tiff_entry(b, 257, 4, 1, rgb.height);
+  tiff_entry(b, 258, 3, 3, bits_at);
+  tiff_entry(b, 259, 3, 1, 1);
+  tiff_entry(b, 262, 3, 1, 2);
+  tiff_entry(b, 273, 4, 1, data_at);
+  tiff_entry(b, 277, 3, 1, 3);
+  tiff_entry(b, 278, 4, 1, rgb.height);
+  tiff_entry(b, 279, 4, 1, size);
   put32(b, 0);
   for (int i = 0; i < 3; ++i) put16(b, 8);
   return concat(b, rgb.data);
@@ -621,20 +623,14 @@ Bytes make_deflate_tiff(int bad = -1) {
   const std::uint32_t entries = 8;
   const std::uint32_t offsets_at = 8 + 2 + entries * 12 + 4, counts_at = offsets_at + 4 * strips;
   put16(b, entries);
-  const auto entry = [&](unsigned tag, unsigned type, std::uint32_t count, std::uint32_t value) {
-    put16(b, tag);
-    put16(b, type);
-    put32(b, count);
-    put32(b, value);
-  };
-  entry(256, 4, 1, width);
-  entry(257, 4, 1, rows * strips);
-  entry(258, 3, 1, 8);
-  entry(259, 3, 1, 8);  // deflate
-  entry(262, 3, 1, 1);  // black is zero
-  entry(273, 4, strips, offsets_at);
-  entry(278, 4, 1, rows);
-  entry(279, 4, strips, counts_at);
+  tiff_entry(b, 256, 4, 1, width);
+  tiff_entry(b, 257, 4, 1, rows * strips);
+  tiff_entry(b, 258, 3, 1, 8);
+  tiff_entry(b, 259, 3, 1, 8);  // deflate
+  tiff_entry(b, 262, 3, 1, 1);  // black is zero
+  tiff_entry(b, 273, 4, strips, offsets_at);
+  tiff_entry(b, 278, 4, 1, rows);
+  tiff_entry(b, 279, 4, strips, counts_at);
   put32(b, 0);
   std::uint32_t at = counts_at + 4 * strips;
   for (const Bytes& z : data) {
