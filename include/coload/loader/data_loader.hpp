@@ -151,6 +151,12 @@ class DataLoader {
   /// Loads a state written by save_state().
   void load_state(const std::filesystem::path& path) { load_state(LoaderState::load(path)); }
 
+  /// Waits until the epoch last stopped early (a destroyed Epoch, a range-for left by `break`)
+  /// has let go of its sampler, whose call past the last batch may still be drawing from the
+  /// generator (consumer's thread). epoch() and load_state() wait for it themselves; a front
+  /// end that reads or draws the generator on its own before epoch() calls this first.
+  void wait_stopped_epoch() { core_->wait_for_dispatcher(); }
+
   /// Starts the next epoch. Throws std::logic_error while another epoch is in progress.
   Epoch<batch_type> epoch() { return Epoch<batch_type>(core_->start_epoch()); }
   /// Starts the next epoch with its workers' seeds based on `base_seed` (worker i's

@@ -163,6 +163,7 @@ class LoaderCore {
       throw LogicError("DataLoader: epoch " + std::to_string(run->epoch()) +
                        " is still in progress; finish or destroy it before starting another");
     }
+    wait_for_dispatcher();
     // As PyTorch's iterator: the base seed is drawn before the sampler's first draw, from the
     // loader's generator (`seed`) or ATen's default one.
     // A base seed given by the caller replaces the draw, which is made all the same: the
@@ -188,6 +189,34 @@ class LoaderCore {
     return run;
   }
 
+  /// Waits until a stopped map-style epoch's dispatcher has ended (consumer's thread). It may
+  /// still be inside the sampler, in the call past the last batch where RandomSampler draws
+  /// its trailing permutation from the loader's generator: the generator state that the next
+  /// epoch records and load_state sets must not move under it (else a resumed epoch replays
+  /// another order). A driver that runs inline runs its work here meanwhile (the stop's own
+  /// handler ends a dispatcher waiting for room), and looks every 10 ms for a dispatcher that
+  /// a sampler resumed on another thread. On the driver itself nothing is waited for: it
+  /// would wait on itself (a synchronous sampler's call has returned there, and only an
+  /// asynchronous one suspended inside it could still draw).
+  void wait_for_dispatcher() {
+    if constexpr (!iterable) {
+      const auto run = current_.lock();
+      if (!run || run->dispatch_ended() || driver_.on_driver_thread()) return;
+      if (!driver_.runs_inline()) {
+        run->wait_dispatch_ended();
+        return;
+      }
+      AsDriver binding(window_->recorder());
+      Driver::Inline here(driver_);
+      // NOTE: noexcept, as drive()'s pump: a handler that throws ends the process.
+      [&]() noexcept {
+        while (!run->dispatch_ended()) {
+          driver_.context().run_one_for(std::chrono::milliseconds(10));
+        }
+      }();
+    }
+  }
+
   /// Where the loader stands: mid-epoch while the current epoch's consumer has not seen its
   /// end (even if the epoch was abandoned), else at the start of the next epoch.
   LoaderState state() const {
@@ -210,6 +239,7 @@ class LoaderCore {
                        " is in progress");
     }
     check_compatible(saved, loader_identity(fetcher_));
+    wait_for_dispatcher();
     set_generator_state(generator_, saved.generator);
     kept_base_ = options().persistent_workers && options().num_workers > 0 ? saved.base_seed
                                                                              : std::nullopt;

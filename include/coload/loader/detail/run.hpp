@@ -97,6 +97,13 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     return &on_worker_;
   }
   bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
+  /// Any thread: the dispatcher has ended, and reads the sampler (and through it the loader's
+  /// generator) no more.
+  bool dispatch_ended() const noexcept { return dispatch_ended_.load(std::memory_order_acquire); }
+  /// Waits for dispatch_ended() (never on the driver, which ends it).
+  void wait_dispatch_ended() const noexcept {
+    dispatch_ended_.wait(false, std::memory_order_acquire);
+  }
   /// Driver: the epoch's later batches wait for its first (see WorkerCount::first_batch_bound).
   bool holding() const noexcept { return hold_first_; }
   /// Any thread: the first batch's CPU work has begun, so its bytes have arrived. Where they
@@ -237,6 +244,8 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   void dispatch_done(std::exception_ptr error) {
     dispatch_error_ = std::move(error);
     dispatch_done_ = true;
+    dispatch_ended_.store(true, std::memory_order_release);
+    dispatch_ended_.notify_all();
     maybe_finish();
   }
 
@@ -416,6 +425,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   }
 
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> dispatch_ended_{false};  // dispatch_done_, for the consumer's thread
   std::atomic<bool> closed_{false};  // consumer-side entry points do nothing (entry_mutex_)
   std::mutex entry_mutex_;
   mutable std::mutex timeout_mutex_;
