@@ -306,9 +306,9 @@ class DataLoader:
     def __iter__(self):
         native = self._loader()
         self._epochs += 1  # the current iterator's epoch stops here, if unfinished
-        if self._epoch_open:
-            # Before this epoch's draws: a stopped epoch's driver must not draw meanwhile.
-            native.stop_epoch()
+        # Before this epoch's draws: a stopped epoch's driver may still be in its index
+        # iterator's last call (the sampler's trailing permutation); stop_epoch waits for it.
+        native.stop_epoch()
         self._epoch_open = False
         self._epoch_rng = self._rng_state()
         # As torch's iterator: the sampler's iterator first, then the base seed (its draws come

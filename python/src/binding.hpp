@@ -123,7 +123,8 @@ class Loader {
   /// The next batch as a Python object, or None at the epoch's end. Called with the GIL, which
   /// it releases while it waits; KeyboardInterrupt (any signal handler's error) stops the epoch.
   virtual py::object next() = 0;
-  /// Stops the epoch in progress, if any (a `break` out of the loop).
+  /// Stops the epoch in progress, if any (a `break` out of the loop), and waits until the
+  /// last stopped epoch has let go of its index iterator.
   virtual void stop_epoch() = 0;
   virtual std::string state() const = 0;
   virtual void load_state(const std::string& text) = 0;

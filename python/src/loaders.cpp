@@ -347,6 +347,10 @@ class LoaderImpl final : public Loader {
   void stop_epoch() override {
     py::gil_scoped_release nogil;
     epoch_.reset();
+    // The stopped epoch's driver may still be in the index iterator's last call (torch's
+    // RandomSampler draws its trailing permutation there): the front end reads the generator
+    // next.
+    if (loader_) loader_->wait_stopped_epoch();
   }
 
   py::object next() override {

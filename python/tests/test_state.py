@@ -1,4 +1,6 @@
 """state_dict()/load_state_dict(): exact mid-epoch resume into a fresh loader."""
+import threading
+
 import pytest
 import torch
 
@@ -91,3 +93,43 @@ def test_persistent_workers_resume_exactly(stop_epoch, stop_after):
     assert taken + [b.tolist() for b in resumed] == full[stop_epoch]
     for e in range(stop_epoch + 1, 3):
         assert [b.tolist() for b in resumed] == full[e]
+
+
+
+
+def test_iter_after_a_break_waits_for_the_stopped_epochs_index_iterator():
+    # The index iterator's call past its last batch runs on the driver, and torch's
+    # RandomSampler draws its trailing permutation there. iter() right after a break reads the
+    # generator (the state's "rng") and draws the base seed, so it must wait for that call.
+    # This sampler's call waits (at most 0.5 s) for iter() to return, then draws: before the
+    # fix iter() read the generator before that draw; now the call ends by its timeout, first.
+    g = torch.Generator().manual_seed(3)
+    in_tail = threading.Event()
+    returned = threading.Event()
+    ends = []
+
+    class HeldTail(torch.utils.data.Sampler):
+        def __init__(self):
+            pass
+
+        def __len__(self):
+            return 8
+
+        def __iter__(self):
+            yield from range(8)
+            in_tail.set()
+            returned.wait(0.5)
+            torch.randperm(8, generator=g)
+            ends.append(("after iter()" if returned.is_set() else "first", g.get_state()))
+
+    # In-flight bound 6: the driver reaches the call past the last batch with nothing consumed.
+    loader = coload.DataLoader(coload.TensorDataset(torch.arange(8)), batch_size=2,
+                               sampler=HeldTail(), num_workers=2, prefetch_factor=3, generator=g)
+    it = iter(loader)
+    assert in_tail.wait(60)
+    it = iter(loader)  # stops the first epoch, while its driver is inside the sampler
+    returned.set()
+    rng = loader.state_dict()["rng"]
+    assert [b[0].tolist() for b in it] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert [end for end, _ in ends] == ["first", "after iter()"]  # and the next epoch's own
+    assert torch.equal(rng, ends[0][1])  # the state the new epoch's draws began from
