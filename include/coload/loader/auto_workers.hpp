@@ -9,7 +9,7 @@ namespace coload {
 /// `num_workers = coload::auto_workers`: the loader picks the number of worker threads itself
 /// and keeps adjusting it (map-style datasets with thread workers; iterable datasets and
 /// worker processes are refused, naming the option). It starts with one worker and may use up
-/// to twice the CPUs this process may run on (sched_getaffinity; more threads than CPUs help
+/// to twice the CPUs this process may run on (usable_cpus(); more threads than CPUs help
 /// when workers wait on reads or the batches in flight are what limits, see max_auto_workers);
 /// all those threads start with the loader, and those not in use sleep. While the consumer
 /// waits for batches it tries one more worker and keeps it only if batches arrive faster;
@@ -124,8 +124,9 @@ class WorkerTuner {
 /// in-memory samples (+15%), where the batches in flight, not the CPUs, limit.
 int max_auto_workers() noexcept;
 
-/// The CPUs this process may run on (sched_getaffinity; hardware_concurrency where that
-/// fails), at least one.
+/// The CPUs this process may run on: its affinity mask (sched_getaffinity; hardware_concurrency
+/// where that fails), lowered to its cgroup's CPU quota rounded up (cgroup v2 cpu.max or v1
+/// cfs_quota_us / cfs_period_us, the least along its cgroup path), at least one.
 int usable_cpus() noexcept;
 
 /// Refuses auto_workers where it does not apply, naming the option: an iterable dataset (each
