@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <numeric>
@@ -540,6 +542,64 @@ TEST_SUITE("loader") {
     const auto c = pids_of_epoch(kept);
     const auto d = pids_of_epoch(kept);
     CHECK(c == d);
+  }
+
+  TEST_CASE("an epoch stopped before its dispatcher asked for workers forks none") {
+    // Before, the dispatcher started (forked) the epoch's workers before it looked whether the
+    // epoch had been stopped: two processes forked only to be told to go, and the next
+    // epoch(), which waits for that dispatcher, waited for the forks too.
+    struct Gate {
+      std::mutex mutex;
+      std::condition_variable cv;
+      bool entered = false;
+      bool released = false;
+    };
+    struct GatedSampler {
+      std::shared_ptr<Gate> gate;
+      std::int64_t size() const { return 2; }
+      // The dispatcher's first call: held here until the test has stopped the epoch.
+      Generator<std::vector<Index>> batches() {
+        std::unique_lock lock(gate->mutex);
+        gate->entered = true;
+        gate->cv.notify_all();
+        gate->cv.wait(lock, [this] { return gate->released; });
+        return lists();
+      }
+      static Generator<std::vector<Index>> lists() {
+        for (Index first : {0, 4}) {
+          std::vector<Index> list;
+          for (Index i = first; i < std::min<Index>(first + 4, 6); ++i) list.push_back(i);
+          co_yield list;
+        }
+      }
+    };
+    auto gate = std::make_shared<Gate>();
+    auto options = process_options(2);
+    options.batch_size = 1;  // a batch_sampler takes batch_size's place
+    options.batch_sampler = GatedSampler{gate};
+    auto loader = make_data_loader(Probe{}, options);
+    const int children_before = child_count();
+    {
+      auto epoch = loader.epoch();
+      std::unique_lock lock(gate->mutex);
+      gate->cv.wait(lock, [&] { return gate->entered; });
+    }  // stopped while its dispatcher is in the sampler, before any worker started
+    {
+      std::lock_guard lock(gate->mutex);
+      gate->released = true;
+      gate->cv.notify_all();
+    }
+    loader.wait_stopped_epoch();
+    CHECK(child_count() == children_before);
+    // The next epoch forks its own two and has every batch.
+    std::vector<std::vector<std::int64_t>> got;
+    std::set<std::int64_t> pids;
+    for (auto& b : loader) {
+      got.push_back(ints(std::get<1>(b)));
+      for (auto p : ints(std::get<2>(b))) pids.insert(p);
+    }
+    CHECK(got == std::vector<std::vector<std::int64_t>>{{0, 1, 2, 3}, {4, 5}});
+    CHECK(pids.count(::getpid()) == 0);
   }
 
   TEST_CASE("destroying a loader mid-epoch leaves no process, fd or mapping behind") {

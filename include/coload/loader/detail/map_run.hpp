@@ -40,7 +40,9 @@ class MapRun final : public RunBase<D, C> {
       BatchSource& source = *svc.batches;
       source.sampler.set_epoch(self->epoch_);
       auto batches = source.sampler.batches();
-      self->placement_generation_ = svc.placement.start();
+      // An epoch stopped before it ran starts no workers: worker processes would fork only to
+      // go (and the next epoch, which waits for this dispatcher, would wait for the forks).
+      if (!self->cancelled()) self->placement_generation_ = svc.placement.start();
       self->hold_first_ = true;
       // NOTE: each epoch, as the sampler's: a dataset may grow between epochs.
       const auto size = static_cast<std::int64_t>(svc.fetcher.dataset.size());

@@ -194,7 +194,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
     // auto_workers: the tuner judges its measurements now and then; a worker added raises the
     // in-flight bound, so a dispatcher waiting at it may go on.
     // NOTE: the consumer's wait is read (under the hand-off's lock) only under auto_workers.
-    const bool grew = !dispatch_done_ && svc_.workers.tuned() &&
+    const bool grew = !dispatch_ended() && svc_.workers.tuned() &&
                       svc_.workers.tune(epoch_, this->handoff.wait_nanoseconds()) > 0;
     if (cancelled() || dropped) {
       maybe_finish();
@@ -243,7 +243,6 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   /// Driver: nothing more will be dispatched (after an error, if any, from the dispatcher).
   void dispatch_done(std::exception_ptr error) {
     dispatch_error_ = std::move(error);
-    dispatch_done_ = true;
     dispatch_ended_.store(true, std::memory_order_release);
     dispatch_ended_.notify_all();
     maybe_finish();
@@ -349,7 +348,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   }
 
   void maybe_finish() {
-    if (finished_ || !dispatch_done_ || staging_ > 0) return;
+    if (finished_ || !dispatch_ended() || staging_ > 0) return;
     if (cancelled() ? completed_ != dispatched_ : delivered_ != dispatched_) return;
     finished_ = true;
     // Nothing of the driver is needed any more: drop the timer (it lives on the driver's
@@ -425,7 +424,7 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   }
 
   std::atomic<bool> cancelled_{false};
-  std::atomic<bool> dispatch_ended_{false};  // dispatch_done_, for the consumer's thread
+  std::atomic<bool> dispatch_ended_{false};  // set on the driver, read on any thread
   std::atomic<bool> closed_{false};  // consumer-side entry points do nothing (entry_mutex_)
   std::mutex entry_mutex_;
   mutable std::mutex timeout_mutex_;
@@ -437,7 +436,6 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   std::int64_t delivered_ = 0;
   std::int64_t skipped_ = 0;
   std::int64_t staging_ = 0;  // batches on their way to the device
-  bool dispatch_done_ = false;
   bool finished_ = false;
   std::exception_ptr dispatch_error_;
   ReorderRing<Outcome<Batch>> reorder_;
