@@ -72,9 +72,10 @@ class _EpochIterator:
     """One epoch, as torch's _BaseDataLoaderIter: an iterator (not a generator, which an
     exception would close), so that after a batch's error the epoch goes on with the next.
 
-    A coload.DataLoader runs one epoch at a time: a later iter() stops this one's epoch, and this
-    iterator then raises RuntimeError rather than hand out the later epoch's batches (torch's
-    iterators, each with workers of its own, would go on independently)."""
+    A coload.DataLoader runs one epoch at a time: a later iter() (or load_state_dict()) stops
+    this one's epoch, and this iterator then raises RuntimeError rather than hand out the later
+    epoch's batches (torch's iterators, each with workers of its own, would go on
+    independently)."""
 
     def __init__(self, loader, native):
         self._loader = loader
@@ -95,8 +96,8 @@ class _EpochIterator:
         if self._loader._epochs != self._serial:
             self._native = None
             raise RuntimeError("this coload.DataLoader iterator's epoch was stopped by a later "
-                               "iter() over the same loader, which runs one epoch at a time "
-                               "(copy.copy(loader) makes a loader of its own)")
+                               "iter() or load_state_dict() on the same loader, which runs one "
+                               "epoch at a time (copy.copy(loader) makes a loader of its own)")
         batch = self._native.next()
         if batch is None:
             self._native = None
@@ -345,15 +346,33 @@ class DataLoader:
         }
 
     def load_state_dict(self, state):
+        """Makes the next iter() resume where `state` was taken. An epoch in progress stops
+        (its iterator raises RuntimeError from then on), as torchdata's StatefulDataLoader."""
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"coload.DataLoader state version {state.get('version')!r} is not "
                              f"{_STATE_VERSION}")
         if self._epoch_open:
-            raise RuntimeError("load_state_dict while an epoch is in progress")
+            # As torchdata's StatefulDataLoader: the state replaces the epoch in progress (one
+            # broken off, or still being iterated, whose iterator raises from now on, as after
+            # a later iter()). Until the state is taken, that epoch stays the one state_dict()
+            # describes: a state refused leaves the loader where it was.
+            self._epochs += 1
+            if self._native is not None:
+                self._native.stop_epoch()
         if self._native is None or state["native_seed"] != self._native_seed:
-            self._native = None
+            own_seed = self._native_seed
             self._native_seed = state["native_seed"]
-        self._loader().load_state(state["native"])
+            try:
+                native = self._make_native()
+                native.load_state(state["native"])
+            except BaseException:
+                self._native_seed = own_seed
+                raise
+            self._native = native
+            _LIVE.add(native)
+        else:
+            self._native.load_state(state["native"])
+        self._epoch_open = False
         self._set_rng_state(state["rng"])
         self._iterated = state["iterated"]
         self._base_seed = state.get("base_seed")

@@ -97,6 +97,53 @@ def test_persistent_workers_resume_exactly(stop_epoch, stop_after):
 
 
 
+def test_load_state_dict_replaces_the_epoch_in_progress_on_the_same_loader():
+    # Before, load_state_dict raised "while an epoch is in progress" after any break out of an
+    # epoch (the C++ loader takes a state once the epoch is stopped). As torchdata's
+    # StatefulDataLoader, it now stops that epoch and the state decides the next.
+    reference = make(lambda: IndexDataset(20), 7)
+    full = [[b.tolist() for b in reference] for _ in range(2)]
+    assert len(full[0]) == 7
+
+    loader = make(lambda: IndexDataset(20), 7)
+    it = iter(loader)
+    assert [next(it).tolist() for _ in range(2)] == full[0][:2]
+    state = loader.state_dict()
+    assert [next(it).tolist() for _ in range(2)] == full[0][2:4]
+    loader.load_state_dict(state)  # while `it` is still held
+    with pytest.raises(RuntimeError, match=r"stopped by a later iter\(\) or load_state_dict\(\)"):
+        next(it)
+    assert [b.tolist() for b in loader] == full[0][2:]
+    assert [b.tolist() for b in loader] == full[1]
+
+    # A range-for broken off, then its own state loaded again: the epoch from where it was.
+    loader = make(lambda: IndexDataset(20), 7)
+    for i, b in enumerate(loader):
+        if i == 3:
+            state = loader.state_dict()
+        if i == 5:
+            break
+    loader.load_state_dict(state)
+    assert [b.tolist() for b in loader] == full[0][4:]
+    assert [b.tolist() for b in loader] == full[1]
+
+    # A state refused leaves the epoch it would have replaced as state_dict() describes it.
+    other = make(lambda: IndexDataset(11), 7).state_dict()
+    loader = make(lambda: IndexDataset(20), 7)
+    it = iter(loader)
+    assert [next(it).tolist() for _ in range(2)] == full[0][:2]
+    before = loader.state_dict()
+    with pytest.raises(ValueError, match="dataset size"):
+        loader.load_state_dict(other)
+    after = loader.state_dict()
+    assert after["native"] == before["native"]
+    assert torch.equal(after["rng"], before["rng"])
+    assert after["iterated"] == before["iterated"]
+    loader = make(lambda: IndexDataset(20), 0)
+    loader.load_state_dict(after)
+    assert [b.tolist() for b in loader] == full[0][2:]
+
+
 def test_iter_after_a_break_waits_for_the_stopped_epochs_index_iterator():
     # The index iterator's call past its last batch runs on the driver, and torch's
     # RandomSampler draws its trailing permutation there. iter() right after a break reads the
