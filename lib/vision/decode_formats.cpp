@@ -566,11 +566,23 @@ std::unique_ptr<TIFF, TiffCloser> open_tiff(TiffSource& source) {
     TIFFOpenOptionsSetMaxSingleMemAlloc(options.get(),
                                         static_cast<tmsize_t>(std::max<std::int64_t>(limit * 8, 64 << 20)));
   }
-  std::unique_ptr<TIFF, TiffCloser> tif(TIFFClientOpenExt(
-      "memory", "rm", &source, tiff_read, tiff_write, tiff_seek, tiff_close, tiff_size, tiff_map,
-      tiff_unmap, options.get()));
-  if (!tif) fail(ImageFormat::tiff, source.error.empty() ? "libtiff cannot open it" : source.error);
-  return tif;
+  const auto open = [&](const char* mode) {
+    source.pos = 0;
+    std::unique_ptr<TIFF, TiffCloser> tif(TIFFClientOpenExt("memory", mode, &source, tiff_read,
+                                                            tiff_write, tiff_seek, tiff_close,
+                                                            tiff_size, tiff_map, tiff_unmap,
+                                                            options.get()));
+    if (!tif) fail(ImageFormat::tiff, source.error.empty() ? "libtiff cannot open it" : source.error);
+    return tif;
+  };
+  // NOTE: strips unmapped ("rm"): there libtiff reads an uncompressed strip by its rows, as
+  // Pillow does, where a mapped read holds it to its byte count (check_tiff_striles relies on
+  // this). Tiles mapped ("r"): libtiff 4.5's unmapped read of an uncompressed tile refuses any
+  // tile under 1024 bytes ("Invalid tile byte count"), so 16x16 RGB tiles did not decode.
+  auto tif = open("rm");
+  if (!TIFFIsTiled(tif.get())) return tif;
+  tif.reset();
+  return open("r");
 }
 
 // Width and height as stored (before the Orientation tag turns them).
@@ -613,8 +625,8 @@ std::pair<int, int> oriented_source(int orientation, int x, int y, int sw, int s
 // Every strip or tile TIFFRGBAImageGet reads is checked to be in the file before the raster is
 // allocated: libtiff notices a missing one only when it reads it (a 110-byte file claiming
 // 9459x9459 cost 358 MB first). A compressed one is its byte count at its offset; an uncompressed
-// one is read whole from its offset whatever its byte count says (as Pillow reads it), so that
-// much must be there. Old-style JPEG may find its data through JPEGInterchangeFormat instead.
+// strip is read whole from its offset whatever its byte count says (as Pillow reads it), so that
+// much must be there (an uncompressed tile, read mapped, is held to its byte count as well). Old-style JPEG may find its data through JPEGInterchangeFormat instead.
 void check_tiff_striles(TIFF* tif, std::size_t file_size) {
   std::uint16_t compression = COMPRESSION_NONE;
   TIFFGetFieldDefaulted(tif, TIFFTAG_COMPRESSION, &compression);

@@ -603,6 +603,51 @@ Bytes make_tiff(const Image& rgb) {
   return concat(b, rgb.data);
 }
 
+// An uncompressed RGB TIFF of `tile` x `tile` tiles, little-endian; the tiles past the image's
+// edge padded with zeros, as libtiff's TIFFWriteTile writes them.
+Bytes make_tiled_tiff(const Image& rgb, int tile) {
+  const int across = (rgb.width + tile - 1) / tile, down = (rgb.height + tile - 1) / tile;
+  const auto tiles = static_cast<std::uint32_t>(across * down);
+  const auto tile_bytes = static_cast<std::uint32_t>(tile * tile * 3);
+  Bytes b = {'I', 'I', 42, 0};
+  put32(b, 8);
+  const std::uint32_t entries = 10;
+  const std::uint32_t bits_at = 8 + 2 + entries * 12 + 4;
+  // One tile's offset and byte count lie in their entries themselves, as TIFF says of a value
+  // of 4 bytes or fewer; more go in arrays after the bits per sample.
+  const std::uint32_t arrays = tiles > 1 ? tiles : 0;
+  const std::uint32_t offsets_at = bits_at + 6, counts_at = offsets_at + 4 * arrays;
+  const std::uint32_t data_at = counts_at + 4 * arrays;
+  put16(b, entries);
+  tiff_entry(b, 256, 4, 1, static_cast<std::uint32_t>(rgb.width));
+  tiff_entry(b, 257, 4, 1, static_cast<std::uint32_t>(rgb.height));
+  tiff_entry(b, 258, 3, 3, bits_at);
+  tiff_entry(b, 259, 3, 1, 1);
+  tiff_entry(b, 262, 3, 1, 2);
+  tiff_entry(b, 277, 3, 1, 3);
+  tiff_entry(b, 322, 4, 1, static_cast<std::uint32_t>(tile));
+  tiff_entry(b, 323, 4, 1, static_cast<std::uint32_t>(tile));
+  tiff_entry(b, 324, 4, tiles, tiles > 1 ? offsets_at : data_at);
+  tiff_entry(b, 325, 4, tiles, tiles > 1 ? counts_at : tile_bytes);
+  put32(b, 0);
+  for (int i = 0; i < 3; ++i) put16(b, 8);
+  for (std::uint32_t t = 0; t < arrays; ++t) put32(b, data_at + t * tile_bytes);
+  for (std::uint32_t t = 0; t < arrays; ++t) put32(b, tile_bytes);
+  for (int ty = 0; ty < down; ++ty) {
+    for (int tx = 0; tx < across; ++tx) {
+      for (int y = ty * tile; y < (ty + 1) * tile; ++y) {
+        for (int x = tx * tile; x < (tx + 1) * tile; ++x) {
+          for (int c = 0; c < 3; ++c) {
+            const bool inside = x < rgb.width && y < rgb.height;
+            b.push_back(inside ? rgb.data[static_cast<std::size_t>((y * rgb.width + x) * 3 + c)] : 0);
+          }
+        }
+      }
+    }
+  }
+  return b;
+}
+
 // A 64x64 grey TIFF of 8 deflate strips of 8 rows (row r is grey 4r); strip `bad`'s bytes, if
 // any, replaced by as many bytes of garbage.
 Bytes make_deflate_tiff(int bad = -1) {
@@ -910,6 +955,22 @@ TEST_CASE("bad Netpbm, BMP, TIFF and WebP data gives a DecodeError naming the fo
   }
 }
 
+TEST_CASE("an uncompressed tiled TIFF decodes, whatever its tiles' size") {
+  // Before, libtiff was told not to map the bytes ("rm"), and its unmapped read of an
+  // uncompressed tile refused every tile under 1024 bytes ("Invalid tile byte count for tile
+  // 0. Expected 768, got 1024."): libtiff's own 16x16 RGB tiles did not decode. A tiled TIFF
+  // is now read mapped (a striped one still is not: see open_tiff).
+  const Image img = vision::test::synthetic_image(20, 18, 5);
+  for (const int tile : {16, 32}) {
+    CAPTURE(tile);
+    const Bytes file = make_tiled_tiff(img, tile);
+    const auto size = vision::peek(bytes(file));
+    CHECK(size.width == 20);
+    CHECK(size.height == 18);
+    CHECK(decoded(file) == img.data);
+  }
+}
+
 TEST_CASE("every prefix and every one-byte change of a Netpbm, BMP, TIFF or WebP file decodes or "
           "throws DecodeError") {
   // Run under ASan by CI's sanitizer stage: the hand-written readers must stay in bounds.
@@ -926,6 +987,7 @@ TEST_CASE("every prefix and every one-byte change of a Netpbm, BMP, TIFF or WebP
       {"rle", make_bmp(rle)},
       {"palette", make_bmp(pal)},
       {"tiff", make_tiff(img)},
+      {"tiled tiff", make_tiled_tiff(img, 16)},
       {"webp", make_webp_lossless(img)}};
   std::vector<std::uint8_t> buffer;
   for (const auto& [name, file] : files) {
