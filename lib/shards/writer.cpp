@@ -57,11 +57,32 @@ Writer::Writer(std::filesystem::path folder, WriterOptions options)
 }
 
 Writer::~Writer() {
+  if (!finished_ && std::uncaught_exceptions() > uncaught_) {
+    abandon();
+    return;
+  }
   try {
     if (!finished_) finish();
   } catch (...) {
     if (fd_ >= 0) ::close(fd_);
   }
+}
+
+void Writer::abandon() noexcept {
+  finished_ = true;
+  if (complete_) return;
+  if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+  try {
+    // The open shard, or one whose close failed (close_current lets go of fd_ first).
+    if (!current_.empty()) ::unlink((current_ + ".tmp").c_str());
+    for (const std::string& shard : written_) {
+      ::unlink(shard.c_str());
+      ::unlink(index_path(shard).c_str());
+    }
+    ::unlink(manifest_tmp().c_str());
+  } catch (...) {  // a path's allocation: what is left stays
+  }
+  written_.clear();
 }
 
 void Writer::open_next() {
@@ -197,16 +218,22 @@ std::vector<std::string> Writer::finish() {
     finished_ = true;
     close_current();
     if (options_.write_index) write_manifest();
+    complete_ = true;
   }
   return written_;
+}
+
+std::filesystem::path Writer::manifest_tmp() const {
+  std::filesystem::path tmp = folder_ / shard_list_name;
+  tmp += ".tmp" + std::to_string(::getpid());
+  return tmp;
 }
 
 void Writer::write_manifest() {
   // Written whole under a temporary name and renamed, like the shards: a reader listing the
   // folder by URL never sees half a list.
   const std::filesystem::path list = folder_ / shard_list_name;
-  std::filesystem::path tmp = list;
-  tmp += ".tmp" + std::to_string(::getpid());
+  const std::filesystem::path tmp = manifest_tmp();
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     for (const std::string& s : written_) out << std::filesystem::path(s).filename().string() << '\n';
@@ -231,8 +258,13 @@ std::vector<std::int64_t> pack_order(std::int64_t n, std::optional<std::uint64_t
 
 std::vector<std::string> pack(std::int64_t n, std::optional<std::uint64_t> seed, Writer& writer,
                               const std::function<void(std::int64_t, Writer&)>& write_one) {
-  for (std::int64_t i : pack_order(n, seed)) write_one(i, writer);
-  return writer.finish();
+  try {
+    for (std::int64_t i : pack_order(n, seed)) write_one(i, writer);
+    return writer.finish();
+  } catch (...) {
+    writer.abandon();
+    throw;
+  }
 }
 
 }  // namespace coload::shards

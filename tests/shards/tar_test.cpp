@@ -6,12 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -443,6 +445,68 @@ TEST_CASE("the index file: rebuilt when the shard changes, ignored when corrupt"
   two.samples[1].begin = 0;
   two.members[1].offset = 0;
   CHECK_FALSE(shards::parse_index(shards::format_index(two), 100, back));
+}
+
+TEST_CASE("a pack that fails leaves none of its shards, index files or shard list") {
+  // Before, a sample that threw mid-pack unwound through ~Writer, which finished the open shard
+  // and wrote shards.txt: the folder read as a whole dataset of the samples before the fault.
+  TempDir dir;
+  const auto files = [&](const std::filesystem::path& folder) {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(folder)) {
+      names.push_back(e.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const auto write_sample = [](std::int64_t k, shards::Writer& w) {
+    if (k == 9) throw std::runtime_error("cannot read sample 9");
+    const std::string data(1500, 'x');
+    const shards::WriteField fields[] = {{"jpg", bytes_of(data)}};
+    w.write("s" + std::to_string(k), fields);
+  };
+  {
+    std::filesystem::create_directories(dir.path / "out");
+    std::ofstream(dir.path / "out" / "classes.txt") << "kept\n";  // not the writer's
+    shards::Writer writer(dir.path / "out", {.shard_size = 4096});
+    CHECK_THROWS_WITH_AS(shards::pack(12, std::nullopt, writer, write_sample),
+                         "cannot read sample 9", std::runtime_error);
+    CHECK(writer.finish().empty());
+    CHECK_THROWS_AS(writer.write("s20", {}), coload::LogicError);
+  }
+  CHECK(files(dir.path / "out") == std::vector<std::string>{"classes.txt"});
+
+  // A writer unwound by an exception from its owner's own loop (not pack()'s) abandons too.
+  try {
+    shards::Writer writer(dir.path / "unwound", {.shard_size = 4096});
+    for (std::int64_t k = 0; k < 9; ++k) write_sample(k, writer);
+    REQUIRE(files(dir.path / "unwound").size() > 2);  // shards closed, one open
+    throw std::runtime_error("unwinding");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK(files(dir.path / "unwound").empty());
+
+  // Destroyed in the ordinary way, it finishes: every sample, and the shard list; a writer
+  // finished already abandons nothing (pack() given one fails at its first write).
+  {
+    shards::Writer writer(dir.path / "kept", {.shard_size = 4096});
+    for (std::int64_t k = 0; k < 9; ++k) write_sample(k, writer);
+  }
+  {
+    shards::Writer writer(dir.path / "kept", {.shard_size = 4096});
+    for (std::int64_t k = 0; k < 9; ++k) write_sample(k, writer);
+    writer.finish();
+    CHECK_THROWS_AS(shards::pack(1, std::nullopt, writer, write_sample), coload::LogicError);
+  }
+  const auto kept = files(dir.path / "kept");
+  CHECK(std::count(kept.begin(), kept.end(), std::string(shards::shard_list_name)) == 1);
+  std::int64_t samples = 0;
+  for (const auto& name : kept) {
+    if (name.ends_with(".tar")) {
+      samples += static_cast<std::int64_t>(shards::load_index(dir.path / "kept" / name).samples.size());
+    }
+  }
+  CHECK(samples == 9);
 }
 
 TEST_CASE("pack_order is a seeded permutation") {

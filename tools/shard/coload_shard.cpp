@@ -124,6 +124,7 @@ int main(int argc, char** argv) {
         });
     std::ofstream classes(std::filesystem::path(outdir) / "classes.txt");
     for (const auto& c : index.classes) classes << c << '\n';
+    if (!classes.flush()) throw std::runtime_error("cannot write '" + outdir + "/classes.txt'");
     std::cout << "packed " << index.samples.size() << " images (" << total / (1 << 20)
               << " MiB) of " << index.classes.size() << " classes into " << shards.size()
               << " shards in " << outdir << '\n';

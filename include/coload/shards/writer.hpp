@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -53,6 +54,7 @@ class Writer {
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
   /// Finishes the open shard (see finish); errors are swallowed here, so call finish().
+  /// Destroyed by an exception's unwinding, it abandons instead (see abandon).
   ~Writer();
 
   /// Appends one sample: a member "<key>.<field>" per field, in the order given. Throws
@@ -65,6 +67,12 @@ class Writer {
   /// Closes the open shard (end-of-archive blocks, rename, index file), writes `shards.txt`
   /// (with write_index) and returns the paths of every shard written. Nothing may be written after.
   std::vector<std::string> finish();
+  /// Unless finish() has succeeded: removes what this writer wrote (its shards, their index
+  /// files, the open shard, a shard list half written) and writes no shard list, so that a
+  /// pack that failed leaves no folder that reads as a whole dataset (pack() abandons when a
+  /// sample fails). Nothing may be written after; finish() then returns no shard. What cannot
+  /// be removed stays.
+  void abandon() noexcept;
 
   /// Samples written so far.
   std::int64_t samples() const noexcept { return samples_; }
@@ -73,6 +81,8 @@ class Writer {
   void open_next();
   void close_current();
   void write_manifest();
+  /// Where write_manifest writes the shard list before its rename.
+  std::filesystem::path manifest_tmp() const;
 
   std::filesystem::path folder_;
   WriterOptions options_;
@@ -87,6 +97,9 @@ class Writer {
   std::int64_t samples_ = 0;
   std::string last_key_;  // the key of the sample written last
   bool finished_ = false;
+  bool complete_ = false;  // finish() succeeded
+  // Exceptions in flight when this was made: more at its destruction means it is unwinding.
+  int uncaught_ = std::uncaught_exceptions();
 };
 
 /// The order pack() writes `n` samples in: 0..n-1, or a permutation drawn from `seed`
@@ -95,7 +108,8 @@ std::vector<std::int64_t> pack_order(std::int64_t n, std::optional<std::uint64_t
 
 /// Packs `n` samples: for each index of pack_order(n, seed), `write_one(index, writer)` writes
 /// that sample (any map-style dataset: get it and hand its fields to writer.write). Returns
-/// the shards, after writer.finish().
+/// the shards, after writer.finish(). Where a sample (or the finish) throws, abandons the
+/// writer (Writer::abandon) and rethrows: a failed pack leaves none of its shards.
 std::vector<std::string> pack(std::int64_t n, std::optional<std::uint64_t> seed, Writer& writer,
                               const std::function<void(std::int64_t, Writer&)>& write_one);
 
