@@ -8,6 +8,7 @@ epoch. Fetching, decoding and collating run on coload's worker threads (native d
 the GIL; Python datasets take it for their own code).
 """
 import atexit
+import itertools
 import json
 import math
 import os
@@ -45,6 +46,13 @@ class _PerSample:
 
     def __call__(self, samples):
         return self.collate_fn(samples[0])
+
+
+def _primed(indices):
+    """`indices` with its first item already taken (an exception from it raised here)."""
+    for first in indices:
+        return itertools.chain((first,), indices)
+    return iter(())
 
 
 class _Through:
@@ -148,6 +156,10 @@ class DataLoader:
             if batch_sampler is not None:
                 raise ValueError("DataLoader with IterableDataset: expected unspecified "
                                  f"batch_sampler option, but got batch_sampler={batch_sampler}")
+            if batch_size is not None:
+                # torch batches an IterableDataset through a BatchSampler too, whose checks
+                # (batch_size a positive int, drop_last a bool) and messages these are.
+                BatchSampler(range(0), batch_size, drop_last)
         shuffle = bool(shuffle)
         if sampler is not None and shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
@@ -226,6 +238,16 @@ class DataLoader:
         self._epoch_open = False
         self._epoch_rng = None
         self._base_seed = None
+        self._initialized = True
+
+    def __setattr__(self, attr, val):
+        # As torch's DataLoader: what shapes the batches is fixed once it is made.
+        if self.__dict__.get("_initialized") and attr in (
+                "batch_size", "batch_sampler", "sampler", "drop_last", "dataset",
+                "persistent_workers"):
+            raise ValueError(f"{attr} attribute should not be set after "
+                             f"{self.__class__.__name__} is initialized")
+        super().__setattr__(attr, val)
 
     def __copy__(self):
         # A copy makes its own native loader, starting where a fresh one would: the original's
@@ -259,10 +281,7 @@ class DataLoader:
         o.num_workers = self.num_workers
         o.auto_workers = bool(self.auto_workers)
         if not self._native_dataset:
-            collate = self.collate_fn
-            if self.batch_size is None and self.batch_sampler is None:
-                collate = _PerSample(collate or default_convert)
-            self._collate = collate or default_collate
+            self._resolve_collate()
             o.collate = _Through(self, "_collate")
         o.pin_memory = bool(self.pin_memory) and self._native_dataset
         o.timeout = float(self.timeout)
@@ -282,6 +301,14 @@ class DataLoader:
             self._native = self._make_native()
             _LIVE.add(self._native)
         return self._native
+
+    def _resolve_collate(self):
+        # What the native loader's collate calls: collate_fn as it is when an epoch starts (as
+        # torch's iterator takes it), or torch's default.
+        collate = self.collate_fn
+        if self.batch_size is None and self.batch_sampler is None:
+            collate = _PerSample(collate or default_convert)
+        self._collate = collate or default_collate
 
     def _rng_state(self):
         return self.generator.get_state() if self.generator is not None else torch.get_rng_state()
@@ -320,6 +347,13 @@ class DataLoader:
         if not (self.persistent_workers and self.num_workers > 0 and self._iterated):
             self._base_seed = _draw_seed(self.generator)
         self._iterated = True
+        if indices is not None and self.num_workers > 0:
+            # torch's iterator with workers takes its first index lists within iter(), after the
+            # base seed: RandomSampler's draw from the global generator (generator=None) is
+            # made there, not on the driver later, racing the caller's own draws.
+            indices = _primed(indices)
+        if not self._native_dataset:
+            self._resolve_collate()
         native.start_epoch(indices, self._base_seed)
         self._epoch_open = True
         return self._epoch(native)

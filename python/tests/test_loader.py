@@ -117,6 +117,43 @@ def test_iterable_refuses_shuffle_and_samplers():
         coload.DataLoader(Shards(4), sampler=[0, 1])
 
 
+@pytest.mark.parametrize("kwargs", [dict(batch_size=2, drop_last=1), dict(batch_size=0),
+                                    dict(batch_size=True)])
+def test_iterable_batch_size_and_drop_last_are_checked_as_torchs(kwargs):
+    # Before, an IterableDataset's batch_size and drop_last were taken unchecked (torch checks
+    # them through the BatchSampler it builds for any dataset).
+    with pytest.raises(ValueError) as theirs:
+        torch.utils.data.DataLoader(Shards(4), **kwargs)
+    with pytest.raises(ValueError) as ours:
+        coload.DataLoader(Shards(4), **kwargs)
+    assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("attr", ["batch_size", "batch_sampler", "sampler", "drop_last",
+                                  "dataset", "persistent_workers"])
+def test_what_shapes_the_batches_cannot_be_set_after_init_as_in_torch(attr):
+    # Before, coload took such an assignment and went on with the old value.
+    theirs = torch.utils.data.DataLoader(IndexDataset(4), batch_size=2)
+    ours = coload.DataLoader(IndexDataset(4), batch_size=2)
+    with pytest.raises(ValueError) as expected:
+        setattr(theirs, attr, getattr(theirs, attr))
+    with pytest.raises(ValueError) as got:
+        setattr(ours, attr, getattr(ours, attr))
+    assert str(got.value) == str(expected.value) == (
+        f"{attr} attribute should not be set after DataLoader is initialized")
+    ours.num_workers = 2  # what torch lets change still can
+    assert [b.tolist() for b in ours] == [[0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_collate_fn_set_between_epochs_collates_the_next_epoch(workers):
+    # Before, the collate of the first epoch stayed (torch's iterator takes collate_fn anew).
+    loader = coload.DataLoader(IndexDataset(6), batch_size=3, num_workers=workers)
+    assert [b.tolist() for b in loader] == [[0, 1, 2], [3, 4, 5]]
+    loader.collate_fn = lambda samples: sum(int(s) for s in samples)
+    assert list(loader) == [3, 12]
+
+
 @pytest.mark.parametrize("kwargs,message", [
     ({"num_workers": -1}, "num_workers option should be non-negative"),
     ({"timeout": -1}, "timeout option should be non-negative"),

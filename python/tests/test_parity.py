@@ -197,6 +197,24 @@ def test_worker_seeds_are_torchs(executor, persistent):
     same(ours, _worker_seeds(torch.utils.data.DataLoader, n_epochs=2))
 
 
+def test_iter_with_workers_draws_the_shuffles_seed_before_it_returns():
+    # torch's iterator with workers takes its first index lists within iter(): RandomSampler
+    # without a generator draws its seed from the global generator there. Before, coload's
+    # driver drew it later, so the caller's own draws right after iter() raced it (the order
+    # and the caller's numbers changed from run to run).
+    torch.manual_seed(0)
+    theirs = torch.utils.data.DataLoader(IndexDataset(10), batch_size=5, shuffle=True,
+                                         num_workers=2)
+    it = iter(theirs)
+    expected = (torch.randint(1000, (4,)).tolist(), [b.tolist() for b in it])
+    for round in range(20):
+        torch.manual_seed(0)
+        ours = coload.DataLoader(IndexDataset(10), batch_size=5, shuffle=True, num_workers=2)
+        it = iter(ours)
+        got = (torch.randint(1000, (4,)).tolist(), [b.tolist() for b in it])
+        assert got == expected, round
+
+
 def test_a_later_iter_stops_the_earlier_iterator_which_then_raises():
     # Before, epochs started back to back could hand the later epoch's index iterator to the
     # earlier (stopped) one, the later failing with "'NoneType' object is not iterable"; and an
