@@ -823,6 +823,8 @@ CacheFiller::Fill CacheFiller::fill(io::HttpClient& client, const ShardIndex& sh
     if (n == 0) return Fill::failed;  // the body ended early: nothing kept
     if (done == 0 && !entry->make_room(&refusal)) return refused();
     entry->write(chunk.data(), n);
+    // A write failed (said there): the rest of the shard would be fetched for nothing.
+    if (!entry->alive()) return Fill::done;
     done += n;
   }
   // Not kept for a passing cause (the folder stayed locked, the rename failed): fetched again

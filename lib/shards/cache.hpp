@@ -69,6 +69,9 @@ class CacheEntry {
   ~CacheEntry();
   /// Appends bytes; a failed write (a full disk) gives the entry up, and the stream goes on.
   void write(const std::byte* data, std::size_t n);
+  /// False once a write failed: nothing more is kept, so drop the entry (which lets go of its
+  /// fetch lock, so that other writers need not wait for the rest of the shard).
+  bool alive() const noexcept { return fd_ >= 0; }
   /// Makes the entry's room under the bound (the least recently used entries evicted) and
   /// gives its file the entry's full size; for an entry cache_start made with `room = false`,
   /// once the server's answer has confirmed the shard's size (a stale or bogus index then

@@ -542,7 +542,11 @@ Task<std::vector<std::optional<ShardSample>>> ShardDataset::prefetch_async(
   std::vector<const IndexSample*> samples;
   std::vector<io::RangePart> parts;
   std::uint64_t claimed = 0;
-  for (const Location& l : at) claimed += shard.samples[l.sample].end - shard.samples[l.sample].begin;
+  for (const Location& l : at) {
+    // Saturated: a lying index's sizes must not wrap round below what the server confirms.
+    const std::uint64_t n = shard.samples[l.sample].end - shard.samples[l.sample].begin;
+    claimed = n > UINT64_MAX - claimed ? UINT64_MAX : claimed + n;
+  }
   // A size the server does not confirm costs this group its request, as any fault here:
   // read_async then reads each sample, and its error names the sample's URL.
   bool confirmed = true;

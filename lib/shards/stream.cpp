@@ -263,19 +263,25 @@ class RemoteReader final : public ChunkReader {
           const auto n = static_cast<std::size_t>(
               std::min<std::uint64_t>(begin - body_->position(), gap.size()));
           co_await read_exactly(gap.data(), n);
-          tee_->write(gap.data(), n);
+          tee(gap.data(), n);
         }
       }
     }
     co_await read_exactly(dst, static_cast<std::size_t>(end - begin));
-    if (tee_) {
-      tee_->write(dst, static_cast<std::size_t>(end - begin));
-      // Not kept this time (the folder stayed locked): a later epoch streams it again.
-      if (body_->position() == end_) (void)std::exchange(tee_, nullptr)->commit();
-    }
+    tee(dst, static_cast<std::size_t>(end - begin));
+    // Not kept this time (the folder stayed locked): a later epoch streams it again.
+    if (tee_ && body_->position() == end_) (void)std::exchange(tee_, nullptr)->commit();
   }
 
  private:
+  // Copies read bytes to the cache entry, if any; an entry whose write failed is dropped at
+  // once, letting go of its fetch lock (other streams and fillers wait for it no longer).
+  void tee(const std::byte* data, std::size_t n) {
+    if (!tee_) return;
+    tee_->write(data, n);
+    if (!tee_->alive()) tee_.reset();
+  }
+
   Task<void> read_exactly(std::byte* dst, std::size_t n) {
     const std::uint64_t at = body_->position();
     if (co_await body_->read_async(dst, n) != n) {
