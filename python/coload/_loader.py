@@ -381,7 +381,9 @@ class DataLoader:
 
     def load_state_dict(self, state):
         """Makes the next iter() resume where `state` was taken. An epoch in progress stops
-        (its iterator raises RuntimeError from then on), as torchdata's StatefulDataLoader."""
+        (its iterator raises RuntimeError from then on), as torchdata's StatefulDataLoader.
+        The state's generator is set: the loader's `generator`, or without one torch's global
+        generator (whose draws the shuffle and the base seed take, as in torch)."""
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"coload.DataLoader state version {state.get('version')!r} is not "
                              f"{_STATE_VERSION}")
