@@ -57,7 +57,8 @@ Writer::Writer(std::filesystem::path folder, WriterOptions options)
 }
 
 Writer::~Writer() {
-  if (!finished_ && std::uncaught_exceptions() > uncaught_) {
+  // Unwinding from a finish() that threw (finished_ set, complete_ not) abandons too.
+  if (!complete_ && std::uncaught_exceptions() > uncaught_) {
     abandon();
     return;
   }

@@ -486,6 +486,17 @@ TEST_CASE("a pack that fails leaves none of its shards, index files or shard lis
   }
   CHECK(files(dir.path / "unwound").empty());
 
+  // A finish() that throws (its shard list cannot take its name) abandons as it unwinds.
+  std::filesystem::create_directories(dir.path / "stuck" / shards::shard_list_name / "held");
+  try {
+    shards::Writer writer(dir.path / "stuck", {.shard_size = 4096});
+    for (std::int64_t k = 0; k < 9; ++k) write_sample(k, writer);
+    writer.finish();
+    FAIL("finish() renamed its list over a folder that is not empty");
+  } catch (const std::filesystem::filesystem_error&) {
+  }
+  CHECK(files(dir.path / "stuck") == std::vector<std::string>{std::string(shards::shard_list_name)});
+
   // Destroyed in the ordinary way, it finishes: every sample, and the shard list; a writer
   // finished already abandons nothing (pack() given one fails at its first write).
   {
