@@ -48,13 +48,6 @@ class _PerSample:
         return self.collate_fn(samples[0])
 
 
-def _primed(indices):
-    """`indices` with its first item already taken (an exception from it raised here)."""
-    for first in indices:
-        return itertools.chain((first,), indices)
-    return iter(())
-
-
 class _Through:
     """What the native loader calls in place of the DataLoader's collate or `worker_init_fn`:
     the DataLoader's own, reached through a weak reference. Held by C++ directly, a bound method
@@ -343,15 +336,18 @@ class DataLoader:
         # at the first next(), after it), which seeds the workers (worker i's seed is base + i);
         # persistent workers draw it once.
         indices = None if self._own_order else self._index_iter()
-        self._epoch_iterated = self._iterated
         if not (self.persistent_workers and self.num_workers > 0 and self._iterated):
             self._base_seed = _draw_seed(self.generator)
-        self._iterated = True
         if indices is not None and self.num_workers > 0:
-            # torch's iterator with workers takes its first index lists within iter(), after the
-            # base seed: RandomSampler's draw from the global generator (generator=None) is
-            # made there, not on the driver later, racing the caller's own draws.
-            indices = _primed(indices)
+            # torch's iterator with workers takes its first prefetch_factor x num_workers index
+            # lists within iter(), after the base seed: a sampler's draws from the global
+            # generator (RandomSampler's seed, without a generator) are made there, not on the
+            # driver later, racing the caller's own. One that raises raises here, as torch's,
+            # and the next iter() draws the base seed again (its iterator was never made).
+            head = list(itertools.islice(indices, (self.prefetch_factor or 2) * self.num_workers))
+            indices = itertools.chain(head, indices)
+        self._epoch_iterated = self._iterated
+        self._iterated = True
         if not self._native_dataset:
             self._resolve_collate()
         native.start_epoch(indices, self._base_seed)
@@ -387,6 +383,11 @@ class DataLoader:
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"coload.DataLoader state version {state.get('version')!r} is not "
                              f"{_STATE_VERSION}")
+        # What could refuse the state, before the epoch in progress is stopped for it.
+        missing = [k for k in ("native", "native_seed", "rng", "iterated") if k not in state]
+        if missing:
+            raise ValueError(f"coload.DataLoader state without {', '.join(missing)}")
+        torch.Generator().set_state(state["rng"])  # a RuntimeError for a state that is none
         if self._epoch_open:
             # As torchdata's StatefulDataLoader: the state replaces the epoch in progress (one
             # broken off, or still being iterated, whose iterator raises from now on, as after

@@ -141,7 +141,7 @@ def test_what_shapes_the_batches_cannot_be_set_after_init_as_in_torch(attr):
         setattr(ours, attr, getattr(ours, attr))
     assert str(got.value) == str(expected.value) == (
         f"{attr} attribute should not be set after DataLoader is initialized")
-    ours.num_workers = 2  # what torch lets change still can
+    ours.num_workers = 2  # what torch lets change still can (before the first epoch here)
     assert [b.tolist() for b in ours] == [[0, 1], [2, 3]]
 
 

@@ -215,6 +215,65 @@ def test_iter_with_workers_draws_the_shuffles_seed_before_it_returns():
         assert got == expected, round
 
 
+def test_iter_with_workers_takes_torchs_prefetch_of_index_lists():
+    # torch takes prefetch_factor x num_workers index lists within iter(): a batch sampler that
+    # draws from the global generator for each batch makes those draws before iter() returns.
+    class Drawing(torch.utils.data.Sampler):
+        def __init__(self):
+            pass
+
+        def __len__(self):
+            return 4
+
+        def __iter__(self):
+            for b in range(4):
+                yield [2 * b + int(torch.randint(2, ()))]
+
+    def run(cls):
+        torch.manual_seed(5)
+        it = iter(cls(IndexDataset(8), batch_sampler=Drawing(), num_workers=2))
+        return torch.randint(1000, (4,)).tolist(), [b.tolist() for b in it]
+
+    expected = run(torch.utils.data.DataLoader)
+    for round in range(10):
+        assert run(coload.DataLoader) == expected, round
+
+
+def test_a_sampler_that_fails_in_iter_leaves_persistent_workers_to_draw_the_base_seed_again():
+    # torch never made the iterator whose sampler raised: the next iter() draws a base seed
+    # anew. Before, coload kept the failed call's seed for its persistent workers.
+    class FailsOnce(torch.utils.data.Sampler):
+        def __init__(self):
+            self.calls = 0
+
+        def __len__(self):
+            return 4
+
+        def __iter__(self):
+            self.calls += 1
+            if self.calls == 1:
+                raise KeyError("not yet")
+            return iter(range(4))
+
+    class Seeds(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return torch.utils.data.get_worker_info().seed
+
+    def run(cls):
+        loader = cls(Seeds(), batch_size=2, sampler=FailsOnce(), num_workers=2,
+                     persistent_workers=True, generator=torch.Generator().manual_seed(1))
+        with pytest.raises(KeyError, match="not yet"):
+            iter(loader)
+        return sorted({int(s) for b in loader for s in b})
+
+    theirs = run(torch.utils.data.DataLoader)
+    assert len(theirs) == 2
+    assert run(coload.DataLoader) == theirs
+
+
 def test_a_later_iter_stops_the_earlier_iterator_which_then_raises():
     # Before, epochs started back to back could hand the later epoch's index iterator to the
     # earlier (stopped) one, the later failing with "'NoneType' object is not iterable"; and an

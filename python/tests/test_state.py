@@ -143,6 +143,17 @@ def test_load_state_dict_replaces_the_epoch_in_progress_on_the_same_loader():
     loader.load_state_dict(after)
     assert [b.tolist() for b in loader] == full[0][2:]
 
+    # A state that is not one is refused before the epoch in progress is stopped for it.
+    loader = make(lambda: IndexDataset(20), 7)
+    it = iter(loader)
+    assert next(it).tolist() == full[0][0]
+    good = loader.state_dict()
+    with pytest.raises(ValueError, match="state without rng"):
+        loader.load_state_dict({k: v for k, v in good.items() if k != "rng"})
+    with pytest.raises(RuntimeError):
+        loader.load_state_dict(dict(good, rng=torch.zeros(3, dtype=torch.uint8)))
+    assert [b.tolist() for b in it] == full[0][1:]
+
 
 def test_iter_after_a_break_waits_for_the_stopped_epochs_index_iterator():
     # The index iterator's call past its last batch runs on the driver, and torch's
@@ -160,23 +171,26 @@ def test_iter_after_a_break_waits_for_the_stopped_epochs_index_iterator():
             pass
 
         def __len__(self):
-            return 8
+            return 16
 
         def __iter__(self):
-            yield from range(8)
+            yield from range(16)
             in_tail.set()
             returned.wait(0.5)
             torch.randperm(8, generator=g)
             ends.append(("after iter()" if returned.is_set() else "first", g.get_state()))
 
-    # In-flight bound 6: the driver reaches the call past the last batch with nothing consumed.
-    loader = coload.DataLoader(coload.TensorDataset(torch.arange(8)), batch_size=2,
+    # iter() takes the first 6 index lists itself (prefetch_factor x num_workers, as torch's);
+    # the driver takes the other 2 and reaches the call past the last once 3 batches are
+    # consumed (the in-flight bound is 6).
+    loader = coload.DataLoader(coload.TensorDataset(torch.arange(16)), batch_size=2,
                                sampler=HeldTail(), num_workers=2, prefetch_factor=3, generator=g)
     it = iter(loader)
+    assert [next(it)[0].tolist() for _ in range(3)] == [[0, 1], [2, 3], [4, 5]]
     assert in_tail.wait(60)
     it = iter(loader)  # stops the first epoch, while its driver is inside the sampler
     returned.set()
     rng = loader.state_dict()["rng"]
-    assert [b[0].tolist() for b in it] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert [b[0].tolist() for b in it] == [[2 * i, 2 * i + 1] for i in range(8)]
     assert [end for end, _ in ends] == ["first", "after iter()"]  # and the next epoch's own
     assert torch.equal(rng, ends[0][1])  # the state the new epoch's draws began from
