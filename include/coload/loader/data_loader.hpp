@@ -167,6 +167,16 @@ class DataLoader {
     return Epoch<batch_type>(core_->start_epoch(base_seed));
   }
 
+  /// Waits on the calling thread for `epoch`'s next batch, as the range-for does: empty at the
+  /// epoch's end; the batch's error rethrown. While fetches_here(), the fetches run here, in
+  /// this wait, and none runs ahead of it: the dataset is called on the consumer's thread, one
+  /// batch per call, as PyTorch's loader calls it with num_workers = 0.
+  std::optional<batch_type> next(Epoch<batch_type>& epoch) { return next_on(*core_, epoch); }
+  /// True while next() fetches on its caller's thread: no workers (detail::drives_inline) and
+  /// no driver thread started yet (async_next, get_executor or a wait outside next() starts
+  /// one, for good). Any thread.
+  bool fetches_here() const noexcept { return core_->driver().runs_inline(); }
+
   /// The range-for adapter: each range-for over the loader is one epoch.
   class iterator {
    public:
@@ -185,12 +195,7 @@ class DataLoader {
       // worker process's slot, or the allocator's block) serves the batch fetched meanwhile,
       // not one more. A copy the body kept keeps its storage alive, as ever.
       current_.reset();
-      // With no workers the consumer fetches here, while it waits (detail::drives_inline).
-      if (core_ && core_->driver().runs_inline()) {
-        current_ = core_->drive(epoch_.next());
-      } else {
-        current_ = sync_wait(epoch_.next());
-      }
+      current_ = next_on(*core_, epoch_);
       return *this;
     }
     void operator++(int) { ++*this; }
@@ -200,7 +205,7 @@ class DataLoader {
 
    private:
     Epoch<batch_type> epoch_{nullptr};
-    Core* core_ = nullptr;
+    Core* core_ = nullptr;  // not the DataLoader: a loader moved mid-loop keeps its core
     std::optional<batch_type> current_;
   };
   /// Starts an epoch and waits for its first batch.
@@ -222,6 +227,11 @@ class DataLoader {
   }
 
  private:
+  static std::optional<batch_type> next_on(Core& core, Epoch<batch_type>& epoch) {
+    if (core.driver().runs_inline()) return core.drive(epoch.next());
+    return sync_wait(epoch.next());
+  }
+
   template <class Handler>
   void initiate_next(Handler handler) {
     // The previous implicit epoch is over once its end has been delivered: start the next.

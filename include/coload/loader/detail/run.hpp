@@ -235,8 +235,12 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
   /// bound follows the worker count under auto_workers; the reorder ring's size is the most it
   /// can be).
   bool full() const noexcept {
-    const std::int64_t bound =
-        hold_first_ ? svc_.workers.first_batch_bound() : svc_.workers.bound();
+    // A driver that runs inside the consumer's wait fetches the batch waited for and none
+    // ahead of it, as PyTorch's loader without workers fetches in next(): the dataset's calls
+    // then keep their turn with the consumer's (a draw from a global generator, say).
+    const std::int64_t bound = svc_.driver.runs_inline() ? 1
+                               : hold_first_            ? svc_.workers.first_batch_bound()
+                                                        : svc_.workers.bound();
     return dispatched_ - consumed_.load() - skipped_ >= bound;
   }
 

@@ -40,8 +40,9 @@ class WorkerCount {
   /// At most this many batches between dispatch and the consumer now: prefetch_factor per
   /// worker in use.
   std::int64_t bound() const noexcept;
-  /// The most bound() can be: prefetch_factor per worker started; two without workers (the
-  /// driver still fetches up to two batches ahead of the consumer).
+  /// The most bound() can be: prefetch_factor per worker started; two without workers (a
+  /// driver with a thread of its own still fetches up to two batches ahead of the consumer;
+  /// one that runs inside the consumer's wait fetches one, RunBase::full).
   std::int64_t capacity() const noexcept;
   /// The bound of a map-style epoch until its first batch is done, so that the first batch is
   /// not made alongside the ones after it (time to first batch; each batch's fresh buffer also
