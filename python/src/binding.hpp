@@ -74,12 +74,18 @@ void enter_python();
 /// exception object itself cannot cross).
 [[noreturn]] void rethrow_python(py::error_already_set& e);
 
+/// Keeps `e` (GIL held) for the consumer that fetches on its own thread (a loader without
+/// workers) when it is no error of the dataset's but Python's own stop (KeyboardInterrupt,
+/// SystemExit: not an Exception): the loader would make it a sample error, or skip it.
+void note_interrupt(const py::error_already_set& e);
+
 /// Calls `f` (GIL held), its Python exceptions rethrown by rethrow_python.
 template <class F>
 decltype(auto) call_python(F&& f) {
   try {
     return std::forward<F>(f)();
   } catch (py::error_already_set& e) {
+    note_interrupt(e);
     rethrow_python(e);
   }
 }

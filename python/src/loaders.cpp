@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -77,9 +78,17 @@ pid_t python_fork() {
 struct PyMapDataset {
   using sample_type = PyRef;
   std::shared_ptr<PyRef> dataset;
-  std::int64_t length = 0;
+  /// len(dataset), read again as each epoch starts and by each len(loader), as torch's
+  /// samplers read it (a dataset may grow between epochs); the most an Index can be where the
+  /// dataset's own __getitem__ tells what is out of range (`sized` false).
+  std::shared_ptr<std::atomic<std::int64_t>> length;
+  bool sized = false;
 
-  std::int64_t size() const noexcept { return length; }
+  std::int64_t size() const noexcept { return length->load(std::memory_order_relaxed); }
+  /// Reads len(dataset) again (GIL held).
+  void refresh() const {
+    if (sized) length->store(static_cast<std::int64_t>(py::len(dataset->get())));
+  }
   PyRef get(Index index) const {
     enter_python();
     py::gil_scoped_acquire gil;
@@ -134,11 +143,13 @@ struct PyCollate {
     enter_python();
     py::gil_scoped_acquire gil;
     DatasetScope scope(dataset->get().ptr());
-    py::list list(samples.size());
-    for (std::size_t i = 0; i < samples.size(); ++i) {
-      list[i] = samples[i].take();
-    }
-    return PyRef(fn->get()(list));
+    return call_python([&] {
+      py::list list(samples.size());
+      for (std::size_t i = 0; i < samples.size(); ++i) {
+        list[i] = samples[i].take();
+      }
+      return PyRef(fn->get()(list));
+    });
   }
 };
 
@@ -184,6 +195,11 @@ struct EpochIndices {
   std::deque<PyRef> waiting;
 };
 
+/// Reads a Python dataset's length again (GIL held); a native dataset's size is its own.
+template <class D>
+void refresh_size(const D& /*dataset*/) {}
+void refresh_size(const PyMapDataset& dataset) { dataset.refresh(); }
+
 /// Index lists from the Python shim (torch's samplers and batch samplers, or a user's): pulled
 /// one list at a time on the loader's driver, with the GIL.
 struct PyBatches {
@@ -215,13 +231,17 @@ struct PyBatches {
       std::vector<Index> list;
       {
         py::gil_scoped_acquire gil;
-        PyObject* next = PyIter_Next(it.get().ptr());
-        if (next == nullptr) {
-          if (PyErr_Occurred() != nullptr) throw py::error_already_set();
-          break;
-        }
-        auto batch = py::reinterpret_steal<py::object>(next);
-        for (auto index : batch) list.push_back(index.cast<Index>());
+        const bool more = call_python([&] {
+          PyObject* next = PyIter_Next(it.get().ptr());
+          if (next == nullptr) {
+            if (PyErr_Occurred() != nullptr) throw py::error_already_set();
+            return false;
+          }
+          auto batch = py::reinterpret_steal<py::object>(next);
+          for (auto index : batch) list.push_back(index.cast<Index>());
+          return true;
+        });
+        if (!more) break;
       }
       co_yield std::move(list);
     }
@@ -263,6 +283,23 @@ py::object to_python(std::vector<shards::ShardSample>&& batch) {
   }
   return out;
 }
+
+/// Where note_interrupt keeps an interrupt on this thread: set while it fetches for its own
+/// next() (LoaderImpl::next_here).
+thread_local std::optional<py::error_already_set>* interrupt_slot = nullptr;
+
+/// Sets interrupt_slot for its lifetime (nests).
+class InterruptSlot {
+ public:
+  explicit InterruptSlot(std::optional<py::error_already_set>& slot) noexcept
+      : previous_(std::exchange(interrupt_slot, &slot)) {}
+  InterruptSlot(const InterruptSlot&) = delete;
+  InterruptSlot& operator=(const InterruptSlot&) = delete;
+  ~InterruptSlot() { interrupt_slot = previous_; }
+
+ private:
+  std::optional<py::error_already_set>* previous_;
+};
 
 /// What a waiting consumer shares with the loader's hand-off: owned jointly, so that a wait
 /// abandoned by Ctrl-C leaves the slot alive until the loader lets go of it.
@@ -315,11 +352,12 @@ class LoaderImpl final : public Loader {
 
   std::int64_t size() const override {
     Native& n = open();
+    refresh_size(n.dataset());
     py::gil_scoped_release nogil;
     return n.size();
   }
   void start_epoch(py::object indices, std::optional<std::uint64_t> base_seed) override {
-    open();
+    refresh_size(open().dataset());
     if (static_cast<bool>(indices_) == indices.is_none()) {
       throw InvalidArgument(indices_ ? "start_epoch: this loader's epochs need their indices"
                                      : "start_epoch: this loader orders its own indices");
@@ -354,8 +392,9 @@ class LoaderImpl final : public Loader {
   }
 
   py::object next() override {
-    open();
+    Native& n = open();
     if (!epoch_) return py::none();
+    if (n.fetches_here()) return next_here(n);
     auto channel = epoch_->channel();
     auto wait = std::make_shared<Wait<Batch>>();
     bool interrupted = false;
@@ -399,6 +438,32 @@ class LoaderImpl final : public Loader {
       py::gil_scoped_release nogil;
       batch = detail::take_outcome(*channel, wait->slot);  // rethrows the batch's error
       if (!batch) epoch_.reset();
+    }
+    if (!batch) return py::none();
+    return to_python(std::move(*batch));
+  }
+
+  /// next() of a loader without workers (DataLoader::fetches_here): the batch is fetched on
+  /// this thread, Python's, in this call and not before it, as torch's num_workers=0 fetches.
+  /// The dataset then sees the caller's thread-local state (grad mode, a sqlite connection)
+  /// and draws from the global generators in turn with the training loop. Ctrl-C raises
+  /// KeyboardInterrupt in the dataset's code, here: it stops the epoch and is raised as it is,
+  /// as the wait of a loader with workers raises it.
+  py::object next_here(Native& n) {
+    std::optional<py::error_already_set> interrupt;
+    InterruptSlot slot(interrupt);
+    std::optional<Batch> batch;
+    try {
+      py::gil_scoped_release nogil;
+      batch = n.next(*epoch_);  // rethrows the batch's error
+      if (!batch) epoch_.reset();
+    } catch (...) {
+      if (!interrupt) throw;  // else the loader's SampleError of the interrupt: dropped
+    }
+    if (interrupt) {
+      stop_epoch();
+      interrupt->restore();
+      throw py::error_already_set();
     }
     if (!batch) return py::none();
     return to_python(std::move(*batch));
@@ -528,6 +593,12 @@ void enter_python() {
   }
 }
 
+void note_interrupt(const py::error_already_set& e) {
+  if (interrupt_slot != nullptr && !*interrupt_slot && !e.matches(PyExc_Exception)) {
+    *interrupt_slot = e;
+  }
+}
+
 void rethrow_python(py::error_already_set& e) {
   if (!in_worker_process) throw;
   std::string text;
@@ -580,19 +651,20 @@ std::unique_ptr<Loader> make_loader(py::object dataset, Options options) {
   // A map-style dataset without __len__ is torch's too where a sampler names the indices: its
   // own __getitem__ then tells an index out of range. Without a sampler, len() raises here as
   // torch's SequentialSampler does.
-  const auto length = iterable || (options.batches && !py::hasattr(dataset, "__len__"))
-                          ? std::numeric_limits<std::int64_t>::max()
-                          : static_cast<std::int64_t>(py::len(dataset));
+  const bool sized = !iterable && !(options.batches && !py::hasattr(dataset, "__len__"));
+  const auto length = std::make_shared<std::atomic<std::int64_t>>(
+      sized ? static_cast<std::int64_t>(py::len(dataset))
+            : std::numeric_limits<std::int64_t>::max());
   // executor="processes": workers forked by python_fork (as os.fork() forks torch's workers)
   // run the dataset and collate_fn with the GIL, and the batch crosses as a WireBatch.
   if (options.executor == "processes") {
     auto collate = PyWireCollate{fn, ds};
     if (iterable) return make(PyIterableDataset{ds}, options, std::move(collate), ds);
-    return make(PyMapDataset{ds, length}, options, std::move(collate), ds);
+    return make(PyMapDataset{ds, length, sized}, options, std::move(collate), ds);
   }
   auto collate = PyCollate{fn, ds};
   if (iterable) return make(PyIterableDataset{ds}, options, std::move(collate), ds);
-  return make(PyMapDataset{ds, length}, options, std::move(collate), ds);
+  return make(PyMapDataset{ds, length, sized}, options, std::move(collate), ds);
 }
 
 }  // namespace coload::python

@@ -49,6 +49,84 @@ def test_python_dataset_default_collate(workers):
     assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 
+class Recording(IndexDataset):
+    """Records, for each sample, the thread, grad mode, a draw from torch's global generator
+    and how many batches the loop had taken."""
+
+    def __init__(self, n):
+        super().__init__(n)
+        self.calls = []
+        self.taken = 0
+
+    def __getitem__(self, i):
+        self.calls.append((i, threading.get_ident(), torch.is_grad_enabled(),
+                           torch.rand(1).item(), self.taken))
+        return i
+
+
+def test_without_workers_the_dataset_runs_in_next_on_the_callers_thread_as_torchs():
+    # torch's num_workers=0 calls the dataset inside next(), on the caller's thread, a batch
+    # per call: the caller's thread-local state holds (no_grad here), and the dataset draws
+    # from the global generator in turn with the loop. A loader that fetched ahead, or on a
+    # thread of its own, would draw other numbers.
+    def run(make):
+        torch.manual_seed(5)
+        dataset = Recording(7)
+        loop = []
+        with torch.no_grad():
+            for b in make(dataset, batch_size=2, shuffle=True):
+                loop.append((b.tolist(), torch.rand(1).item()))
+                dataset.taken += 1
+        return dataset.calls, loop
+
+    got = run(coload.DataLoader)
+    expected = run(torch.utils.data.DataLoader)
+    assert got == expected
+    calls, loop = got
+    me = threading.get_ident()
+    assert [c[1:3] for c in calls] == [(me, False)] * 7
+    assert [c[4] for c in calls] == [0, 0, 1, 1, 2, 2, 3]
+    assert len(loop) == 4
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_without_workers_an_interrupt_in_the_dataset_is_raised_as_it_is(on_error):
+    # Ctrl-C raises KeyboardInterrupt in whatever Python code runs: without workers that may be
+    # the dataset's. It is no sample error: raised as it is (not skipped), it stops the epoch.
+    class Interrupted(IndexDataset):
+        def __getitem__(self, i):
+            if i == 3 and self.armed:
+                self.armed = False
+                raise KeyboardInterrupt
+            return i
+
+    dataset = Interrupted(8)
+    dataset.armed = True
+    loader = coload.DataLoader(dataset, batch_size=2, on_error=on_error)
+    it = iter(loader)
+    assert next(it).tolist() == [0, 1]
+    with pytest.raises(KeyboardInterrupt):
+        next(it)
+    with pytest.raises(StopIteration):
+        next(it)  # the epoch was stopped
+    assert [b.tolist() for b in loader] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_dataset_that_grows_between_epochs_is_read_whole_as_torchs(workers):
+    # torch's samplers read len(dataset) at each iter(), and len(loader) reads it each time.
+    dataset = IndexDataset(4)
+    loader = coload.DataLoader(dataset, batch_size=3, num_workers=workers)
+    assert [b.tolist() for b in loader] == [[0, 1, 2], [3]]
+    dataset.n = 7
+    assert len(loader) == 3
+    assert [b.tolist() for b in loader] == [[0, 1, 2], [3, 4, 5], [6]]
+    shuffled = coload.DataLoader(dataset, batch_size=3, shuffle=True, num_workers=workers)
+    assert sorted(i for b in shuffled for i in b.tolist()) == list(range(7))
+    dataset.n = 9
+    assert sorted(i for b in shuffled for i in b.tolist()) == list(range(9))
+
+
 def test_python_collate_fn_and_batch_size_none():
     loader = coload.DataLoader(IndexDataset(5), batch_size=2, collate_fn=lambda s: tuple(s))
     assert list(loader) == [(0, 1), (2, 3), (4,)]
