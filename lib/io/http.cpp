@@ -1066,7 +1066,7 @@ Task<std::vector<std::uint64_t>> HttpClient::get_ranges_async(std::string url,
     const auto& whole = driver_->whole_body_origins;
     if (std::find(whole.begin(), whole.end(), origin) != whole.end()) co_return filled;
   }
-  // Neighbours less than `gap` apart are one range: the bytes between come along, dropped.
+  // Neighbours at most `gap` apart are one range: the bytes between come along, dropped.
   std::uint64_t run_begin = s->parts.front().begin, run_end = s->parts.front().end;
   const auto add_run = [&] {
     if (!s->ranges.empty()) s->ranges += ',';

@@ -437,6 +437,16 @@ std::vector<ShardSample> ShardDataset::read_batch(std::span<const Index> indices
   return out;
 }
 
+std::optional<ShardSample> ShardDataset::read_local(Index index) const {
+  const Location at = locate(index);
+  const ShardIndex& shard = state_->shards[at.shard];
+  if (!detail::is_remote(shard.path)) return read(index);
+  if (auto cached = state_->cached(at.shard)) {
+    return read_cached(*cached, shard, shard.samples[at.sample], state_->filler.get());
+  }
+  return std::nullopt;
+}
+
 Task<ShardSample> ShardDataset::read_async(io::Reader& reader, Index index) const {
   const Location at = locate(index);
   const ShardIndex& shard = state_->shards[at.shard];

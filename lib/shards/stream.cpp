@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -24,6 +25,7 @@
 #include "coload/coro/task.hpp"
 #include "coload/io/http.hpp"
 #include "cache.hpp"
+#include "checksum.hpp"
 #include "unindexed.hpp"
 #include "remote.hpp"
 
@@ -311,7 +313,7 @@ class CachedReader final : public ChunkReader {
                std::vector<io::Buffer>& spare, io::HttpClient& client, std::size_t window,
                const io::RetryOptions& retry)
       : file_{std::move(path), detail::cached_size(shard), 0, {}, {}, {}},
-        local_(file_, false, chunk, from, spare, shard.path),
+        local_(std::in_place, file_, false, chunk, from, spare, shard.path),
         shard_(shard), client_(client), window_(window), retry_(retry) {}
   void copy(std::uint64_t begin, std::uint64_t end, std::byte* dst,
             const std::string& key) override {
@@ -324,7 +326,7 @@ class CachedReader final : public ChunkReader {
     if (!remote_) {
       std::string why;
       try {
-        local_.copy(begin, end, dst, key);
+        local_->copy(begin, end, dst, key);
         co_return;
       } catch (const ShardError& e) {
         why = e.what();
@@ -334,7 +336,8 @@ class CachedReader final : public ChunkReader {
       coload::detail::warn("ShardStream: the cached copy '" + file_.path + "' of shard '" +
                            shard_.path + "' failed (" + why + "): the shard is read from its "
                            "URL from byte " + std::to_string(begin) + " on");
-      detail::cache_discard(file_.path, local_.fd());  // a later epoch fetches it anew
+      detail::cache_discard(file_.path, local_->fd());  // a later epoch fetches it anew
+      local_.reset();  // its reads ahead (up to 3 chunks) and its descriptor: not read again
       remote_ = std::make_unique<RemoteReader>(client_, shard_, window_, begin, nullptr, retry_);
       co_await remote_->confirm_size();
     }
@@ -343,7 +346,7 @@ class CachedReader final : public ChunkReader {
 
  private:
   ShardIndex file_;  // only the path and size: what LocalReader reads
-  LocalReader local_;
+  std::optional<LocalReader> local_;  // until the copy fails
   const ShardIndex& shard_;
   io::HttpClient& client_;
   std::size_t window_;
@@ -378,11 +381,11 @@ std::unique_ptr<ChunkReader> open_reader(io::HttpClient& client, const ShardInde
 /// Sample `g` (a resumed shuffle buffer's), its bytes from the cache or the local file (pread)
 /// or, by URL, one ranged GET through `client` that waits without holding a thread.
 Task<ShardSample> read_sample(const ShardDataset& data, std::int64_t g, io::HttpClient& client) {
+  // NOTE: not data.read(g) for a cached shard: a copy evicted since it was found would have
+  // read() fetch the sample from the server with a GET that holds this thread (the driver).
+  if (auto local = data.read_local(g)) co_return std::move(*local);
   const ShardDataset::Location at = data.locate(g);
   const ShardIndex& shard = data.shards()[at.shard];
-  if (!detail::is_remote(shard.path) || detail::cache_find(data.options(), shard)) {
-    co_return data.read(g);
-  }
   const IndexSample& sample = shard.samples[at.sample];
   co_await detail::confirm_size_async(client, shard, sample.end - sample.begin,
                                       data.options().retry);
@@ -450,15 +453,44 @@ const ShardStreamOptions& checked(const ShardStreamOptions& o) {
 }
 }  // namespace
 
+namespace {
+/// What a state names its shards and their order by: XXH3 over each shard's file name (its
+/// path's last part, a URL's query left out), size and sample count (those two for an indexed
+/// shard only), in order, and the shuffle options. The same shards in another folder or by
+/// URL give the same; another list (reordered, a shard added or rewritten) or shuffle another,
+/// whose positions would mean other samples.
+std::uint64_t shards_fingerprint(const ShardDataset& data, const ShardStreamOptions& o) {
+  detail::Checksum sum;
+  const std::uint64_t shuffle[2] = {o.shuffle_shards ? 1u : 0u, o.shuffle_buffer};
+  sum.update(reinterpret_cast<const std::byte*>(shuffle), sizeof shuffle);
+  const auto& shards = data.shards();
+  for (std::size_t s = 0; s < shards.size(); ++s) {
+    std::string_view name = shards[s].path;
+    if (detail::is_remote(name)) name = name.substr(0, name.find('?'));
+    name = name.substr(name.rfind('/') + 1);  // (npos + 1 is 0: the whole path)
+    std::int64_t words[3] = {static_cast<std::int64_t>(name.size()), -1, -1};
+    if (data.indexed(s)) {
+      words[1] = static_cast<std::int64_t>(shards[s].file_size);
+      words[2] = static_cast<std::int64_t>(shards[s].samples.size());
+    }
+    sum.update(reinterpret_cast<const std::byte*>(name.data()), name.size());
+    sum.update(reinterpret_cast<const std::byte*>(words), sizeof words);
+  }
+  return sum.digest();
+}
+}  // namespace
+
 ShardStream::ShardStream(const std::filesystem::path& root, ShardStreamOptions options)
     : dataset_(ShardDataset::streamed(root, checked(options).shards)),
       options_(std::move(options)),
-      learned_(std::make_shared<Learned>(dataset_.shards().size())) {}
+      learned_(std::make_shared<Learned>(dataset_.shards().size())),
+      fingerprint_(shards_fingerprint(dataset_, options_)) {}
 
 ShardStream::ShardStream(std::vector<std::string> shards, ShardStreamOptions options)
     : dataset_(std::move(shards), checked(options).shards, ShardDataset::AllowUnindexed{}),
       options_(std::move(options)),
-      learned_(std::make_shared<Learned>(dataset_.shards().size())) {}
+      learned_(std::make_shared<Learned>(dataset_.shards().size())),
+      fingerprint_(shards_fingerprint(dataset_, options_)) {}
 
 std::int64_t ShardStream::total_samples() const noexcept {
   return dataset_.size() + learned_->total();
@@ -803,8 +835,9 @@ std::string ShardStream::state() const {
   if (!progress_.at) return "shard-stream 1 none";
   const Position& p = *progress_.at;
   std::ostringstream out;
-  out << "shard-stream 1 " << p.epoch_seed << ' ' << p.shard_id << ' ' << p.num_shards << ' '
-      << p.shard_pos << ' ' << p.sample << ' ' << p.rng << ' ' << p.buffer.size();
+  out << "shard-stream 2 " << fingerprint_ << ' ' << p.epoch_seed << ' ' << p.shard_id << ' '
+      << p.num_shards << ' ' << p.shard_pos << ' ' << p.sample << ' ' << p.rng << ' '
+      << p.buffer.size();
   for (std::int64_t g : p.buffer) out << ' ' << g;
   return out.str();
 }
@@ -813,13 +846,25 @@ void ShardStream::load_state(const std::string& state) {
   std::istringstream in(state);
   std::string magic, version;
   in >> magic >> version;
-  if (magic != "shard-stream" || version != "1") {
+  if (magic != "shard-stream" || (version != "1" && version != "2")) {
     throw InvalidArgument("ShardStream::load_state: not a ShardStream state: '" +
                           state.substr(0, 60) + "'");
   }
   if (state == "shard-stream 1 none") {
     resume_.reset();
     return;
+  }
+  // Version 2 names the shards it was taken over (version 1, before it, did not: taken as it
+  // is); a position in other shards would resume at other samples, without a word.
+  if (version == "2") {
+    std::uint64_t fingerprint = 0;
+    if (in >> fingerprint && fingerprint != fingerprint_) {
+      throw InvalidArgument(
+          "ShardStream::load_state: the state was taken over other shards than these " +
+          std::to_string(dataset_.shards().size()) +
+          ", or with other shuffle options (the shards' names, sizes, sample counts and order, "
+          "shuffle_shards and shuffle_buffer must be the same)");
+    }
   }
   Position p;
   std::size_t n = 0;

@@ -270,6 +270,62 @@ TEST_CASE("a stream's state() continues mid-shard with its shuffle buffer: nothi
   }
 }
 
+TEST_CASE("a stream's state names its shards: the same shards moved resume, other shards are refused") {
+  TempDir dir;
+  const auto paths = write_shards(dir.path, 40, 20000);
+  REQUIRE(paths.size() >= 3);
+  const shards::ShardStreamOptions o{.shuffle_buffer = 3};
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 12};
+  std::vector<std::string> whole;
+  {
+    shards::ShardStream s(dir.path, o);
+    for (auto& x : s.samples(info)) whole.push_back(x.key);
+  }
+  std::vector<std::string> got;
+  std::string state;
+  {
+    shards::ShardStream s(dir.path, o);
+    auto gen = s.samples(info);
+    auto it = gen.begin();
+    got.push_back((*it).key);
+    for (int i = 1; i < 15; ++i) got.push_back((*++it).key);
+    state = s.state();
+  }
+  CHECK(state.starts_with("shard-stream 2 "));
+  // The same shards (and their indexes) in another folder: the state resumes there.
+  TempDir moved;
+  for (const auto& e : fs::directory_iterator(dir.path)) {
+    fs::copy_file(e.path(), moved.path / e.path().filename());
+  }
+  shards::ShardStream there(moved.path, o);
+  there.load_state(state);
+  for (auto& x : there.samples(info)) got.push_back(x.key);
+  CHECK(got == whole);
+  // Another order, a shard fewer, or a shard rewritten: the position would name other
+  // samples. Refused, and the stream's own position kept.
+  const auto refused = [&](shards::ShardStream& other, const char* why) {
+    CAPTURE(why);
+    CHECK_THROWS_WITH_AS(other.load_state(state),
+                         doctest::Contains("the state was taken over other shards than these"),
+                         InvalidArgument);
+  };
+  shards::ShardStream reversed(std::vector<std::string>(paths.rbegin(), paths.rend()), o);
+  refused(reversed, "reversed");
+  shards::ShardStream fewer(std::vector<std::string>(paths.begin(), paths.end() - 1), o);
+  refused(fewer, "fewer");
+  TempDir rewritten;
+  write_shards(rewritten.path, 41, 20000);
+  shards::ShardStream grown(rewritten.path, o);
+  refused(grown, "rewritten");
+  shards::ShardStream in_order(dir.path, {.shuffle_shards = false, .shuffle_buffer = 3});
+  refused(in_order, "in order");
+  shards::ShardStream other_buffer(dir.path, {.shuffle_buffer = 4});
+  refused(other_buffer, "buffer");
+  std::vector<std::string> all;
+  for (auto& x : grown.samples(info)) all.push_back(x.key);
+  CHECK(all.size() == 41);
+}
+
 TEST_CASE("a torn shard fails with its name; with on_error = skip its samples are skipped") {
   TempDir dir;
   const auto paths = write_shards(dir.path, 30, 20000);

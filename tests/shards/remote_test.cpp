@@ -410,7 +410,16 @@ TEST_CASE("the LRU cache: later epochs read from disk, within the byte bound, en
   const shards::ShardDataset ds(url(mode), o.shards);
   const int indexed = requests();
   for (Index i = 0; i < total; i += 11) CHECK(ds.read(i).text("bin") == payload(i));
+  // read_local: a cached sample as read() gives it; nothing for a sample only on its server,
+  // and no request for it either (its caller fetches it without holding the thread).
+  const auto got = ds.read_local(5);
+  REQUIRE(got);
+  CHECK(got->text("bin") == payload(5));
   CHECK(requests() == indexed);
+  const shards::ShardDataset uncached(url(mode), stream_options().shards);
+  const int before_local = requests();
+  CHECK_FALSE(uncached.read_local(5));
+  CHECK(requests() == before_local);
   // An entry of the wrong size (torn, or the shard changed) is not used: that shard is fetched
   // again, and the epoch is still the local one.
   const fs::path some = fs::directory_iterator(cache.path)->path();
@@ -1258,7 +1267,7 @@ TEST_CASE("exact resume by URL: a state taken mid-shard continues with nothing l
   // other sample comes once.
   std::istringstream fields(state);
   std::string word;
-  for (int k = 0; k < 10; ++k) fields >> word;  // "shard-stream 1", 7 numbers, the first g
+  for (int k = 0; k < 11; ++k) fields >> word;  // "shard-stream 2", the shards, 7 numbers, g
   const Index buffered = std::stoll(word);
   const auto& failing = second.dataset().shards()[second.dataset().locate(buffered).shard];
   const std::string name = fs::path(failing.path).stem().string();  // shard-00000k
@@ -1303,7 +1312,11 @@ TEST_CASE("two streams of one ShardStream at once: each its own position") {
   };
   CHECK(got_a == keys(a));
   CHECK(got_b == keys(b));
-  CHECK(remote.state().rfind("shard-stream 1 " + std::to_string(b.seed) + " ", 0) == 0);
+  std::istringstream state(remote.state());
+  std::string magic, version, shards, seed;
+  state >> magic >> version >> shards >> seed;
+  CHECK(magic + ' ' + version == "shard-stream 2");
+  CHECK(seed == std::to_string(b.seed));
 }
 
 TEST_CASE("faults are retried from the byte reached: each gives the local epoch exactly") {
@@ -1745,7 +1758,7 @@ TEST_CASE("shards without an index: a state taken after a shard's last sample is
     std::istringstream fields(state);
     std::string word;
     std::size_t shard_pos = 0, sample = 0;
-    for (int k = 0; k < 5; ++k) fields >> word;  // "shard-stream 1", seed, shard id, of
+    for (int k = 0; k < 6; ++k) fields >> word;  // "shard-stream 2", the shards, seed, id, of
     fields >> shard_pos >> sample;
     CHECK(shard_pos == at);
     CHECK(sample == 0);

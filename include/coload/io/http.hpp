@@ -230,7 +230,7 @@ class HttpClient : public std::enable_shared_from_this<HttpClient> {
   Task<void> get_range_async(std::string url, std::uint64_t begin, std::uint64_t end,
                              std::byte* dst, std::uint64_t size = 0, RetryOptions retry = {});
   /// Several ranges of `url` with one request where the server allows it: an HTTP(S) GET whose
-  /// `Range` header lists them all (ranges less than `gap` bytes apart asked as one), its
+  /// `Range` header lists them all (ranges at most `gap` bytes apart asked as one), its
   /// multipart/byteranges answer (or one range that covers them) written to each part's
   /// `dst`. One attempt, no retry and no error: it returns how many bytes of each part arrived,
   /// counted from the part's begin (its whole size for a part done), and the caller fetches

@@ -125,6 +125,10 @@ class ShardDataset {
 
   /// Sample `index` read with pread.
   ShardSample read(Index index) const;
+  /// Sample `index` read with pread from its local file or the cache's copy of its shard;
+  /// nothing when it is only on its server (not cached, or the copy evicted or unreadable
+  /// since it was found): for a caller that then fetches it without holding its thread.
+  std::optional<ShardSample> read_local(Index index) const;
   /// Samples `indices`, in that order. For shards named by URL, samples of one shard whose
   /// byte ranges lie within `gap` bytes of each other are fetched with one ranged GET (the
   /// bytes between come along), and every GET of the batch is in flight at once; local and
@@ -142,7 +146,7 @@ class ShardDataset {
   std::vector<std::vector<std::size_t>> remote_groups(std::span<const Index> indices,
                                                       std::size_t max_parts = 8) const;
   /// One group of remote_groups with one multi-range GET (HttpClient::get_ranges_async;
-  /// neighbours less than `gap` bytes apart asked as one range) on `reader`'s io_context.
+  /// neighbours at most `gap` bytes apart asked as one range) on `reader`'s io_context.
   /// Entry j is the sample at indices[group[j]] when it arrived whole, and empty when the
   /// answer did not complete it: read_async reads that one (with its retries, and the error
   /// that names the URL), so a fault here costs a request, never a sample.

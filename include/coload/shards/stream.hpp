@@ -99,8 +99,11 @@ class ShardStream {
 
   /// Where this replica's stream stands (text; see the class comment).
   std::string state() const;
-  /// Makes the next stream() continue from `state`; InvalidArgument when it is malformed or
-  /// names a position these shards do not have. A stream() of another epoch or worker split
+  /// Makes the next stream() continue from `state`; InvalidArgument when it is malformed,
+  /// was taken over other shards (another list, order, or a shard rewritten: the state names
+  /// the shards by their file names, sizes and sample counts, so the same shards moved to
+  /// another folder or served by URL resume) or with other shuffle options, or names a
+  /// position these shards do not have. A stream() of another epoch or worker split
   /// refuses it (InvalidArgument, at its first sample) and keeps it for the stream it is of;
   /// load_state("shard-stream 1 none") drops it.
   void load_state(const std::string& state);
@@ -147,6 +150,7 @@ class ShardStream {
   ShardDataset dataset_;  // indices and files, shared by copies
   ShardStreamOptions options_;
   std::shared_ptr<Learned> learned_;  // shared by copies
+  std::uint64_t fingerprint_;         // the shards, as state() names them
   // The loader's driver, in the process that set it. Not copied: a copy (a worker's replica,
   // which the loader gives its driver again, or a user's) must not outlive it holding it.
   struct DriverRef {
