@@ -223,9 +223,11 @@ class LoaderCore {
     auto run = current_.lock();
     std::optional<EpochPosition> running;
     if (run && !run->handoff.ended()) running = run->position();
-    LoaderState s = resume_.state(loader_identity(fetcher_), std::move(running),
-                                  static_cast<bool>(run), epochs_started_,
-                                  generator_state(generator_));
+    // A run stopped before its consumer saw the end the stop made is as gone: where it was
+    // stopped says where the loader stands.
+    const bool live = run && !(run->cancelled() && run->handoff.ended());
+    LoaderState s = resume_.state(loader_identity(fetcher_), std::move(running), live,
+                                  epochs_started_, generator_state(generator_));
     // An epoch begun (resumed from its start): the base seed it began with; the next one:
     // the kept one.
     s.base_seed = s.epoch < epochs_started_ ? run_start_base_ : kept_base_;

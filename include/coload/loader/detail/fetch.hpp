@@ -399,6 +399,9 @@ class Fetcher {
           try {
             samples.push_back(get_sample(dataset, i, ctx));
           } catch (...) {
+            // Failed once the epoch was stopped (an interrupt that stopped it, say): the batch
+            // is dropped, and the sample neither skipped nor reported.
+            if (run.cancelled()) throw Cancelled{};
             auto error = wrap_current_exception(worker, batch_no, i, "fetching");
             if (options.on_error != OnError::skip) throw error;
             skips.skip(i, error.what());

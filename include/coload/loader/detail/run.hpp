@@ -156,17 +156,21 @@ class RunBase : public EpochChannel<typename FetchPlan<D, C>::batch>,
         TimeoutError(this->handoff.awaited(), timeout_));
   }
   void cancel() override {
-    // The consumer stops here: remember where, for state() after this run is gone.
+    // The consumer stops here: remember where, for state() after this run is gone. The first
+    // stop says where: a later one (the stopped Epoch destroyed after its consumer saw the
+    // end the stop made) would say the epoch ended.
     // NOTE: Epoch::stop() is noexcept, and the copy allocates: out of memory, the stop goes on
     // without recording its position rather than terminating.
-    try {
-      EpochPosition at = position();
-      std::lock_guard lock(stopped_->mutex);
-      // An older epoch's late stop does not hide a newer one's position.
-      if (!stopped_->position || stopped_->position->epoch <= epoch_) {
-        stopped_->position = std::move(at);
+    if (!cancelled_.load()) {
+      try {
+        EpochPosition at = position();
+        std::lock_guard lock(stopped_->mutex);
+        // An older epoch's late stop does not hide a newer one's position.
+        if (!stopped_->position || stopped_->position->epoch <= epoch_) {
+          stopped_->position = std::move(at);
+        }
+      } catch (...) {
       }
-    } catch (...) {
     }
     this->mark_end();
     if (cancelled_.exchange(true)) return;
