@@ -210,11 +210,10 @@ class DataLoader:
         if native and batch_size is None and batch_sampler is None:
             raise ValueError(f"batch_size=None is not supported with {type(dataset).__name__}")
 
-        # Where indices come from: natively in order (a native dataset, no sampler given), or
-        # torch's samplers, which read a Python dataset's len() again at each iter() (a dataset
-        # may grow between epochs; the native order's length is the loader's first).
-        self._own_order = iterable or (native and sampler is None and batch_sampler is None
-                                       and not shuffle)
+        # Where indices come from: natively in order (no sampler given), or torch's samplers.
+        # NOTE: the native order's length is the dataset's when the native loader is made;
+        # torch's samplers read len() again at each iter() (a dataset grown between epochs).
+        self._own_order = iterable or (sampler is None and batch_sampler is None and not shuffle)
         if sampler is None and not iterable:
             sampler = (RandomSampler(dataset, generator=generator) if shuffle
                        else SequentialSampler(dataset))

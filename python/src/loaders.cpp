@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <span>
@@ -284,21 +285,44 @@ py::object to_python(std::vector<shards::ShardSample>&& batch) {
   return out;
 }
 
-/// Where note_interrupt keeps an interrupt on this thread: set while it fetches for its own
-/// next() (LoaderImpl::next_here).
-thread_local std::optional<py::error_already_set>* interrupt_slot = nullptr;
+/// An interrupt (KeyboardInterrupt, SystemExit) raised in Python code that a loader without
+/// workers runs on the consumer's own thread, while it runs there (Interrupts).
+struct Interrupt {
+  std::optional<py::error_already_set> error;
+  /// Stops the epoch being fetched, at once: the rest of the batch is not fetched (nor, with
+  /// on_error = skip, skipped), and the batch is not counted as delivered.
+  std::function<void()> stop;
+};
 
-/// Sets interrupt_slot for its lifetime (nests).
-class InterruptSlot {
+/// Where note_interrupt keeps an interrupt on this thread (null: nowhere; it is then the
+/// dataset's error, as on a worker thread, where Python raises no signal's exception).
+thread_local Interrupt* interrupt_slot = nullptr;
+
+/// Keeps the interrupts raised on this thread while it lives (nests), and raises the first
+/// one after it (raise_if_any).
+class Interrupts {
  public:
-  explicit InterruptSlot(std::optional<py::error_already_set>& slot) noexcept
-      : previous_(std::exchange(interrupt_slot, &slot)) {}
-  InterruptSlot(const InterruptSlot&) = delete;
-  InterruptSlot& operator=(const InterruptSlot&) = delete;
-  ~InterruptSlot() { interrupt_slot = previous_; }
+  explicit Interrupts(std::function<void()> stop = {}) : previous_(interrupt_slot) {
+    interrupt_.stop = std::move(stop);
+    interrupt_slot = &interrupt_;
+  }
+  Interrupts(const Interrupts&) = delete;
+  Interrupts& operator=(const Interrupts&) = delete;
+  ~Interrupts() { interrupt_slot = previous_; }
+  bool raised() const noexcept { return interrupt_.error.has_value(); }
+  /// Raises the interrupt kept, if any (GIL held).
+  void raise_if_any() {
+    if (!interrupt_.error) return;
+    interrupt_slot = previous_;
+    py::error_already_set error = std::move(*interrupt_.error);
+    interrupt_.error.reset();
+    error.restore();
+    throw py::error_already_set();
+  }
 
  private:
-  std::optional<py::error_already_set>* previous_;
+  Interrupt interrupt_;
+  Interrupt* previous_;
 };
 
 /// What a waiting consumer shares with the loader's hand-off: owned jointly, so that a wait
@@ -366,29 +390,42 @@ class LoaderImpl final : public Loader {
       std::lock_guard lock(indices_->mutex);
       indices_->waiting.emplace_back(std::move(indices));
     }
-    py::gil_scoped_release nogil;
-    epoch_.reset();
-    try {
-      epoch_ =
-          std::make_unique<Epoch<Batch>>(base_seed ? loader_->epoch(*base_seed) : loader_->epoch());
-    } catch (...) {
-      // Not started: no epoch will take the iterator just queued.
-      if (indices_) {
-        PyRef dropped;  // dropped (GIL taken) after the lock
-        std::lock_guard lock(indices_->mutex);
-        dropped = std::move(indices_->waiting.back());
-        indices_->waiting.pop_back();
+    Interrupts interrupts;  // raised in the stopped epoch's sampler, here (see stop_epoch)
+    {
+      py::gil_scoped_release nogil;
+      epoch_.reset();
+      try {
+        epoch_ = std::make_unique<Epoch<Batch>>(base_seed ? loader_->epoch(*base_seed)
+                                                          : loader_->epoch());
+      } catch (...) {
+        // Not started: no epoch will take the iterator just queued.
+        if (indices_) {
+          PyRef dropped;  // dropped (GIL taken) after the lock
+          std::lock_guard lock(indices_->mutex);
+          dropped = std::move(indices_->waiting.back());
+          indices_->waiting.pop_back();
+        }
+        throw;
       }
-      throw;
+    }
+    if (interrupts.raised()) {
+      stop_epoch();  // the epoch just started, which the caller will not take
+      interrupts.raise_if_any();
     }
   }
   void stop_epoch() override {
-    py::gil_scoped_release nogil;
-    epoch_.reset();
-    // The stopped epoch's driver may still be in the index iterator's last call (torch's
-    // RandomSampler draws its trailing permutation there): the front end reads the generator
-    // next.
-    if (loader_) loader_->wait_stopped_epoch();
+    // Without workers the stopped epoch's sampler may run here, on this thread: an interrupt
+    // raised in it is raised after the stop, as it is.
+    Interrupts interrupts;
+    {
+      py::gil_scoped_release nogil;
+      epoch_.reset();
+      // The stopped epoch's driver may still be in the index iterator's last call (torch's
+      // RandomSampler draws its trailing permutation there): the front end reads the
+      // generator next.
+      if (loader_) loader_->wait_stopped_epoch();
+    }
+    interrupts.raise_if_any();
   }
 
   py::object next() override {
@@ -450,20 +487,20 @@ class LoaderImpl final : public Loader {
   /// KeyboardInterrupt in the dataset's code, here: it stops the epoch and is raised as it is,
   /// as the wait of a loader with workers raises it.
   py::object next_here(Native& n) {
-    std::optional<py::error_already_set> interrupt;
-    InterruptSlot slot(interrupt);
+    // The stop records where the epoch stands before the batch is delivered: a state taken
+    // after the interrupt fetches that batch again.
+    Interrupts interrupts([channel = epoch_->channel()] { channel->cancel(); });
     std::optional<Batch> batch;
     try {
       py::gil_scoped_release nogil;
       batch = n.next(*epoch_);  // rethrows the batch's error
       if (!batch) epoch_.reset();
     } catch (...) {
-      if (!interrupt) throw;  // else the loader's SampleError of the interrupt: dropped
+      if (!interrupts.raised()) throw;  // else the loader's error for the interrupt: dropped
     }
-    if (interrupt) {
+    if (interrupts.raised()) {
       stop_epoch();
-      interrupt->restore();
-      throw py::error_already_set();
+      interrupts.raise_if_any();
     }
     if (!batch) return py::none();
     return to_python(std::move(*batch));
@@ -478,6 +515,7 @@ class LoaderImpl final : public Loader {
   }
   void load_state(const std::string& text) override {
     Native& n = open();
+    refresh_size(n.dataset());  // what the state's dataset size is checked against
     py::gil_scoped_release nogil;
     n.load_state(LoaderState::parse(text));
   }
@@ -594,9 +632,9 @@ void enter_python() {
 }
 
 void note_interrupt(const py::error_already_set& e) {
-  if (interrupt_slot != nullptr && !*interrupt_slot && !e.matches(PyExc_Exception)) {
-    *interrupt_slot = e;
-  }
+  if (interrupt_slot == nullptr || interrupt_slot->error || e.matches(PyExc_Exception)) return;
+  interrupt_slot->error = e;
+  if (interrupt_slot->stop) interrupt_slot->stop();
 }
 
 void rethrow_python(py::error_already_set& e) {

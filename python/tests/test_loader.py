@@ -95,36 +95,47 @@ def test_without_workers_an_interrupt_in_the_dataset_is_raised_as_it_is(on_error
     # the dataset's. It is no sample error: raised as it is (not skipped), it stops the epoch.
     class Interrupted(IndexDataset):
         def __getitem__(self, i):
-            if i == 3 and self.armed:
+            self.calls.append(i)
+            if i == 2 and self.armed:
                 self.armed = False
                 raise KeyboardInterrupt
             return i
 
     dataset = Interrupted(8)
-    dataset.armed = True
+    dataset.armed, dataset.calls = True, []
     loader = coload.DataLoader(dataset, batch_size=2, on_error=on_error)
     it = iter(loader)
     assert next(it).tolist() == [0, 1]
     with pytest.raises(KeyboardInterrupt):
         next(it)
+    # Nothing fetched after it (sample 3 neither), nothing skipped, and the batch it stopped
+    # is not delivered: a state taken now resumes with it.
+    assert dataset.calls == [0, 1, 2]
+    assert loader.skipped() == 0
+    state = loader.state_dict()
     with pytest.raises(StopIteration):
         next(it)  # the epoch was stopped
+    resumed = coload.DataLoader(dataset, batch_size=2, on_error=on_error)
+    resumed.load_state_dict(state)
+    assert [b.tolist() for b in resumed] == [[2, 3], [4, 5], [6, 7]]
     assert [b.tolist() for b in loader] == [[0, 1], [2, 3], [4, 5], [6, 7]]
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_a_dataset_that_grows_between_epochs_is_read_whole_as_torchs(workers):
-    # torch's samplers read len(dataset) at each iter(), and len(loader) reads it each time.
+def test_a_dataset_that_grows_between_epochs_is_sampled_whole_as_torchs(workers):
+    # torch's samplers read len(dataset) at each iter(): the indices past the first length are
+    # the dataset's (the loader checked them against the length it read first).
     dataset = IndexDataset(4)
-    loader = coload.DataLoader(dataset, batch_size=3, num_workers=workers)
-    assert [b.tolist() for b in loader] == [[0, 1, 2], [3]]
-    dataset.n = 7
-    assert len(loader) == 3
-    assert [b.tolist() for b in loader] == [[0, 1, 2], [3, 4, 5], [6]]
     shuffled = coload.DataLoader(dataset, batch_size=3, shuffle=True, num_workers=workers)
+    assert sorted(i for b in shuffled for i in b.tolist()) == list(range(4))
+    dataset.n = 7
+    assert len(shuffled) == 3
     assert sorted(i for b in shuffled for i in b.tolist()) == list(range(7))
+    sampled = coload.DataLoader(dataset, batch_size=2, num_workers=workers,
+                                sampler=torch.utils.data.SequentialSampler(dataset))
+    assert len(list(sampled)) == 4
     dataset.n = 9
-    assert sorted(i for b in shuffled for i in b.tolist()) == list(range(9))
+    assert [b.tolist() for b in sampled][-1] == [8]
 
 
 def test_python_collate_fn_and_batch_size_none():
