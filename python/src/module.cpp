@@ -78,7 +78,7 @@ void raise_from_worker_process(const WorkerError& e) {
   if (const auto at = what.find(marker); at != std::string::npos) what.replace(at, marker.size(), type);
   what += ".\n";
   what += text.rfind("Traceback", 0) == 0 ? "Original " + text : text;
-  raise(error_class("SampleError"), what,
+  raise(error_class("sample_error_for")(type), what,
         py::dict(py::arg("worker_id") = e.worker_id(), py::arg("pid") = e.pid(),
                  py::arg("batch") = e.batch(), py::arg("index") = e.index(),
                  py::arg("original_type") = type, py::arg("traceback") = text));
@@ -96,11 +96,12 @@ void translate_exception(std::exception_ptr error) {
       raise_from_worker_process(e);
       return;
     }
-    raise(error_class("SampleError"), e.what(),
+    py::object cause = python_cause(e);
+    raise(error_class("sample_error_for")(cause), e.what(),
           py::dict(py::arg("worker_id") = e.worker_id(), py::arg("pid") = e.pid(),
                    py::arg("batch") = e.batch(), py::arg("index") = e.index(),
                    py::arg("original_type") = e.original_type()),
-          python_cause(e));
+          cause);
   } catch (const WorkerDied& e) {
     raise(error_class("WorkerDied"), e.what(),
           py::dict(py::arg("worker_id") = e.worker_id(), py::arg("pid") = e.pid(),

@@ -1,5 +1,6 @@
 """Errors arrive as Python's: classes, what the message names, the dataset's traceback; Ctrl-C."""
 import os
+import pickle
 import signal
 import subprocess
 import threading
@@ -35,11 +36,45 @@ def test_sample_error_names_worker_batch_sample_and_keeps_traceback(workers):
     message = str(e)
     assert "6" in message and "no sample 6 here" in message
     assert isinstance(e.__cause__, KeyError)
+    # Also a KeyError, as torch raises the worker's KeyError again: `except KeyError:` holds.
+    assert isinstance(e, KeyError) and not isinstance(e, ValueError)
     frames = traceback.extract_tb(e.__cause__.__traceback__)
     assert frames[-1].name == "__getitem__" and frames[-1].filename == __file__
     # The epoch goes on after the failed batch, as torch's does not (it re-raises); coload
     # delivers the batches after it.
     assert next(it).tolist() == [8, 9]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_sample_error_is_also_of_the_datasets_exception_type(workers):
+    class Raises(IndexDataset):
+        def __init__(self, n, error):
+            super().__init__(n)
+            self.error = error
+
+        def __getitem__(self, i):
+            if i == 2:
+                raise self.error
+            return i
+
+    def error_of(error):
+        loader = coload.DataLoader(Raises(4, error), batch_size=2, num_workers=workers)
+        with pytest.raises(coload.SampleError) as info:
+            list(loader)
+        return info.value
+
+    e = error_of(FileNotFoundError(2, "no such file", "x.jpg"))  # OSError's own layout
+    assert isinstance(e, FileNotFoundError) and isinstance(e, RuntimeError)
+    assert "no such file" in str(e) and e.index == 2
+    # One class per type, kept; pickled and loaded, the same class with the same attributes.
+    assert type(error_of(FileNotFoundError(2, "again"))) is type(e)
+    again = pickle.loads(pickle.dumps(e))
+    assert type(again) is type(e) and str(again) == str(e) and again.index == 2
+    plain = pickle.loads(pickle.dumps(coload.SampleError("plain")))
+    assert type(plain) is coload.SampleError and str(plain) == "plain"
+    # A StopIteration stays a plain SampleError: raised from next(), it would end the loop.
+    e = error_of(StopIteration("done"))
+    assert type(e) is coload.SampleError and isinstance(e.__cause__, StopIteration)
 
 
 def test_on_error_skip_leaves_the_sample_out():

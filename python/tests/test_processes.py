@@ -177,6 +177,7 @@ def test_python_exception_in_child_is_sample_error_with_its_traceback():
     assert e.batch == 1 and e.index == 6 and e.worker_id in (0, 1)
     assert e.pid > 0 and e.pid != os.getpid()
     assert e.original_type == "KeyError"
+    assert isinstance(e, KeyError)  # a built-in type, known by its name: `except KeyError:`
     message = str(e)
     assert message.startswith(f"Caught KeyError in DataLoader worker {e.worker_id} (pid {e.pid}) "
                               "while fetching sample 6 of batch 1.\n"
@@ -198,6 +199,7 @@ def test_collate_and_worker_init_errors_in_child():
         list(coload.DataLoader(IndexDataset(4), batch_size=2, num_workers=1,
                                executor="processes", collate_fn=collate))
     assert info.value.index == -1 and info.value.original_type == "ValueError"
+    assert isinstance(info.value, ValueError)
     assert "in collate" in info.value.traceback and "cannot collate" in str(info.value)
 
     def bad_init(worker_id):
