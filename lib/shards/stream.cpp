@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -465,9 +466,24 @@ std::uint64_t shards_fingerprint(const ShardDataset& data, const ShardStreamOpti
   sum.update(reinterpret_cast<const std::byte*>(shuffle), sizeof shuffle);
   const auto& shards = data.shards();
   for (std::size_t s = 0; s < shards.size(); ++s) {
-    std::string_view name = shards[s].path;
-    if (detail::is_remote(name)) name = name.substr(0, name.find('?'));
-    name = name.substr(name.rfind('/') + 1);  // (npos + 1 is 0: the whole path)
+    std::string_view path = shards[s].path;
+    const bool http = path.starts_with("http://") || path.starts_with("https://");
+    if (http) path = path.substr(0, path.find_first_of("?#"));
+    path = path.substr(path.rfind('/') + 1);  // (npos + 1 is 0: the whole path)
+    // An http(s) URL's name percent-decoded, as the file's ("a%20b.tar": "a b.tar"; an s3://
+    // URL names its key as it is).
+    std::string name;
+    for (std::size_t i = 0; i < path.size(); ++i) {
+      unsigned byte = 0;
+      const char* hex = path.data() + i + 1;
+      if (http && path[i] == '%' && i + 2 < path.size() &&
+          std::from_chars(hex, hex + 2, byte, 16).ptr == hex + 2) {
+        name += static_cast<char>(byte);
+        i += 2;
+      } else {
+        name += path[i];
+      }
+    }
     std::int64_t words[3] = {static_cast<std::int64_t>(name.size()), -1, -1};
     if (data.indexed(s)) {
       words[1] = static_cast<std::int64_t>(shards[s].file_size);

@@ -1261,6 +1261,11 @@ TEST_CASE("exact resume by URL: a state taken mid-shard continues with nothing l
   auto all = got;
   all.insert(all.end(), rest.begin(), rest.end());
   CHECK(all == whole);
+  // The state names the shards by name, size and samples: the same shards read from their
+  // folder resume it alike.
+  shards::ShardStream from_folder(*root / "shards", stream_options());
+  from_folder.load_state(state);
+  CHECK(epoch(from_folder, info) == rest);
 
   // The state's shuffle buffer holds samples of a shard that now fails for good: with
   // skip_failed_shards they are counted as skipped with the rest of that shard, and every
