@@ -138,6 +138,35 @@ def test_a_dataset_that_grows_between_epochs_is_sampled_whole_as_torchs(workers)
     assert [b.tolist() for b in sampled][-1] == [8]
 
 
+def test_an_interrupt_after_going_back_to_an_earlier_state_is_kept_where_it_stopped():
+    # A later epoch's stop, then a state of an earlier epoch loaded: the interrupt in that
+    # epoch is where a state taken now resumes (the later stop once hid it: the next epoch).
+    class Interrupted(IndexDataset):
+        def __getitem__(self, i):
+            if i == 2 and self.armed:
+                self.armed = False
+                raise KeyboardInterrupt
+            return i
+
+    dataset = Interrupted(8)
+    dataset.armed = False
+    loader = coload.DataLoader(dataset, batch_size=2)
+    start = loader.state_dict()
+    list(loader)
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    loader.load_state_dict(start)
+    dataset.armed = True
+    it = iter(loader)
+    assert next(it).tolist() == [0, 1]
+    with pytest.raises(KeyboardInterrupt):
+        next(it)
+    resumed = coload.DataLoader(dataset, batch_size=2)
+    resumed.load_state_dict(loader.state_dict())
+    assert [b.tolist() for b in resumed] == [[2, 3], [4, 5], [6, 7]]
+
+
 def test_python_collate_fn_and_batch_size_none():
     loader = coload.DataLoader(IndexDataset(5), batch_size=2, collate_fn=lambda s: tuple(s))
     assert list(loader) == [(0, 1), (2, 3), (4,)]

@@ -95,6 +95,12 @@ class ResumeBook {
   /// state where `use_states`, else how many of its batches to drop).
   void load(const LoaderState& saved, bool iterable, bool use_states) {
     marks_.reset();
+    {
+      // Where a stop left the loader is the loaded state's now: a later epoch's stop kept
+      // there would hide where the resumed (earlier) epoch is stopped next.
+      std::lock_guard lock(stopped_->mutex);
+      stopped_->position.reset();
+    }
     if (!iterable) {
       delivered_.emplace(saved.delivered, saved.beyond);
       return;
