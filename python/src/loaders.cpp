@@ -79,16 +79,17 @@ pid_t python_fork() {
 struct PyMapDataset {
   using sample_type = PyRef;
   std::shared_ptr<PyRef> dataset;
-  /// len(dataset), read again as each epoch starts and by each len(loader), as torch's
-  /// samplers read it (a dataset may grow between epochs); the most an Index can be where the
-  /// dataset's own __getitem__ tells what is out of range (`sized` false).
+  /// len(dataset); the most an Index can be where the dataset's own __getitem__ tells what is
+  /// out of range. Where torch's samplers give the indices (`follows`), read again as each
+  /// epoch starts, by each len(loader) and load_state, as those samplers read it (a dataset
+  /// may grow between epochs); the loader's own order keeps the length it was made with.
   std::shared_ptr<std::atomic<std::int64_t>> length;
-  bool sized = false;
+  bool follows = false;
 
   std::int64_t size() const noexcept { return length->load(std::memory_order_relaxed); }
   /// Reads len(dataset) again (GIL held).
   void refresh() const {
-    if (sized) length->store(static_cast<std::int64_t>(py::len(dataset->get())));
+    if (follows) length->store(static_cast<std::int64_t>(py::len(dataset->get())));
   }
   PyRef get(Index index) const {
     enter_python();
@@ -690,6 +691,7 @@ std::unique_ptr<Loader> make_loader(py::object dataset, Options options) {
   // own __getitem__ then tells an index out of range. Without a sampler, len() raises here as
   // torch's SequentialSampler does.
   const bool sized = !iterable && !(options.batches && !py::hasattr(dataset, "__len__"));
+  const bool follows = sized && options.batches;  // see PyMapDataset::length
   const auto length = std::make_shared<std::atomic<std::int64_t>>(
       sized ? static_cast<std::int64_t>(py::len(dataset))
             : std::numeric_limits<std::int64_t>::max());
@@ -698,11 +700,11 @@ std::unique_ptr<Loader> make_loader(py::object dataset, Options options) {
   if (options.executor == "processes") {
     auto collate = PyWireCollate{fn, ds};
     if (iterable) return make(PyIterableDataset{ds}, options, std::move(collate), ds);
-    return make(PyMapDataset{ds, length, sized}, options, std::move(collate), ds);
+    return make(PyMapDataset{ds, length, follows}, options, std::move(collate), ds);
   }
   auto collate = PyCollate{fn, ds};
   if (iterable) return make(PyIterableDataset{ds}, options, std::move(collate), ds);
-  return make(PyMapDataset{ds, length, sized}, options, std::move(collate), ds);
+  return make(PyMapDataset{ds, length, follows}, options, std::move(collate), ds);
 }
 
 }  // namespace coload::python
