@@ -5,6 +5,7 @@ and the message names them. A Python dataset's own exception is the SampleError'
 with its traceback (from a worker process: its type's name and traceback text).
 """
 import builtins
+import sys
 
 
 class LoaderError(RuntimeError):
@@ -22,14 +23,31 @@ class SampleError(LoaderError):
     _cause_type = None  # the class made for a dataset's exception type: that type
 
     def __reduce__(self):
-        # The class made for a type is found again by that type (pickle finds classes by name).
-        return (_rebuild, (self._cause_type, self.args, self.__dict__))
+        # The class made for a type is found again by that type (pickle finds classes by name);
+        # a type pickle cannot find (one defined in a function) leaves a plain SampleError.
+        cause = self._cause_type if _importable(self._cause_type) else None
+        return (_rebuild, (cause, self.args, self.__dict__))
 
 
 def _rebuild(cause_type, args, state):
     error = _for_type(cause_type)(*args)
     error.__dict__.update(state)
     return error
+
+
+def _importable(cls):
+    """Whether pickle finds `cls` by its module and qualified name."""
+    if cls is None or "<locals>" in getattr(cls, "__qualname__", "<locals>"):
+        return False
+    found = sys.modules.get(getattr(cls, "__module__", None))
+    for part in cls.__qualname__.split("."):
+        found = getattr(found, part, None)
+    return found is cls
+
+
+# What the translator sets on a SampleError (module.cpp), probed on each class made.
+_ATTRIBUTES = {"worker_id": -1, "pid": -1, "batch": -1, "index": -1, "original_type": "",
+               "traceback": ""}
 
 
 class WorkerDied(LoaderError):
@@ -70,7 +88,15 @@ def _for_type(cause):
             made = type("SampleError", (SampleError, cause),
                         {"__module__": __name__, "__str__": BaseException.__str__,
                          "__doc__": SampleError.__doc__, "_cause_type": cause})
-        except TypeError:
+            # Made as the translator makes it: a type whose constructor wants more than the
+            # message (ExceptionGroup), or that refuses one of the attributes, is left out.
+            probe = made("probe")
+            for name, value in _ATTRIBUTES.items():
+                setattr(probe, name, value)
+        except Exception:  # noqa: BLE001 (any failure of a foreign type: plain SampleError)
             made = SampleError
-        _WITH_CAUSE[cause] = made
+        # Kept for types defined at a module's level; one defined in a function (a class per
+        # call) is made again each time, and let go with its type.
+        if _importable(cause):
+            _WITH_CAUSE[cause] = made
     return made

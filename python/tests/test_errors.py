@@ -76,6 +76,25 @@ def test_a_sample_error_is_also_of_the_datasets_exception_type(workers):
     e = error_of(StopIteration("done"))
     assert type(e) is coload.SampleError and isinstance(e.__cause__, StopIteration)
 
+    # A type whose constructor wants more than a message, or that refuses an attribute the
+    # error carries: a plain SampleError, never an error of its own.
+    class Guarded(Exception):
+        @property
+        def index(self):
+            return None
+
+    for error in (ExceptionGroup("group", [ValueError("v")]), Guarded("guarded")):
+        e = error_of(error)
+        assert type(e) is coload.SampleError and type(e.__cause__) is type(error)
+    # A type defined in a function is not kept, and pickles as a plain SampleError.
+    class Local(ValueError):
+        pass
+
+    e = error_of(Local("local"))
+    assert isinstance(e, Local)
+    again = pickle.loads(pickle.dumps(e))
+    assert type(again) is coload.SampleError and str(again) == str(e) and again.index == 2
+
 
 def test_on_error_skip_leaves_the_sample_out():
     loader = coload.DataLoader(Fails(10), batch_size=4, on_error="skip")
