@@ -467,7 +467,8 @@ std::uint64_t shards_fingerprint(const ShardDataset& data, const ShardStreamOpti
   const auto& shards = data.shards();
   for (std::size_t s = 0; s < shards.size(); ++s) {
     std::string_view path = shards[s].path;
-    const bool http = path.starts_with("http://") || path.starts_with("https://");
+    const io::Scheme scheme = io::scheme_of(path);
+    const bool http = scheme == io::Scheme::http || scheme == io::Scheme::https;
     if (http) path = path.substr(0, path.find_first_of("?#"));
     path = path.substr(path.rfind('/') + 1);  // (npos + 1 is 0: the whole path)
     // An http(s) URL's name percent-decoded, as the file's ("a%20b.tar": "a b.tar"; an s3://
