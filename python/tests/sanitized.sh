@@ -10,7 +10,9 @@
 #                                                                and loader tests)
 #
 # Builds build-asan-py or build-tsan-py in the repository (libcoload and the extension only; the
-# first time compiles all of coload with the sanitizer). Leak detection is off (Python and torch
+# first time compiles all of coload with the sanitizer), or in COLOAD_SANITIZED_BUILD: a build
+# folder configured with the same sanitizer and -Dpython=enabled (CI's ASan stage passes its own,
+# so libcoload is compiled once for both). Leak detection is off (Python and torch
 # keep memory for good at exit); TSan runs with die_after_fork=0, as forking a process with
 # threads is what the process executor does (the child execs nothing and uses only what
 # coload's fork hook made safe), and with report_signal_unsafe=0 (Python's signal handler).
@@ -25,10 +27,10 @@ shift
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
 case $kind in
-  address) build=build-asan-py; sanitize=address,undefined; runtime=libasan.so
+  address) build=${COLOAD_SANITIZED_BUILD:-build-asan-py}; sanitize=address,undefined; runtime=libasan.so
            export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=0:halt_on_error=1}
            export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} ;;
-  thread)  build=build-tsan-py; sanitize=thread; runtime=libtsan.so
+  thread)  build=${COLOAD_SANITIZED_BUILD:-build-tsan-py}; sanitize=thread; runtime=libtsan.so
            export TSAN_OPTIONS=${TSAN_OPTIONS:-die_after_fork=0:report_signal_unsafe=0:halt_on_error=0:second_deadlock_stack=1} ;;
   *) echo "sanitized.sh: address or thread, not $kind" >&2; exit 2 ;;
 esac
@@ -37,7 +39,7 @@ if [ ! -f "$build/build.ninja" ]; then
     -Dtests=false -Dexamples=false -Dbench=false -Dpython=enabled >&2
 fi
 ninja -C "$build" python/_C.cpython-311-x86_64-linux-gnu.so tools/gen/make_image_folder >&2
-root=$repo/$build
+root=$(cd "$build" && pwd)
 rm -rf "$root/python-package" && mkdir -p "$root/python-package/coload"
 ln -s "$repo"/python/coload/* "$root"/python/_C.*.so "$root/python-package/coload/"
 ln -s ../lib "$root/python-package/lib"
