@@ -938,6 +938,28 @@ TEST_SUITE("loader") {
     int batches = 0;
     while (sync_wait(epoch.next())) ++batches;
     CHECK(batches == 2);
+    // next(epoch) takes only the loader's own epochs: another loader's would wait on a driver
+    // that never runs its fetches (it hung), a moved-from one has none. Nothing is fetched.
+    {
+      ThreadRecordingDataset ds3;
+      auto third = make_data_loader(ds3, {.batch_size = 2});
+      auto foreign = third.epoch();
+      ThreadRecordingDataset ds4;
+      auto fourth = make_data_loader(ds4, {.batch_size = 2});
+      REQUIRE(fourth.fetches_here());
+      CHECK_THROWS_WITH_AS(fourth.next(foreign),
+                           "DataLoader::next: the epoch was started by another DataLoader",
+                           InvalidArgument);
+      auto taken = std::move(foreign);
+      CHECK_THROWS_WITH_AS(third.next(foreign), "DataLoader::next: the epoch was moved from",
+                           InvalidArgument);
+      CHECK(ds4.take(me) == std::pair{0, 0});
+      CHECK(ds3.take(me) == std::pair{0, 0});
+      // Its own epoch still runs after the refusals.
+      auto batch = third.next(taken);
+      REQUIRE(batch);
+      CHECK(to_vector(*batch) == std::vector<std::int64_t>{0, 1});
+    }
     CHECK(ds2.take(me) == std::pair{0, 6});
     // A timeout needs a driver that runs while a fetch is stuck: it has its thread at once.
     ThreadRecordingDataset ds3;

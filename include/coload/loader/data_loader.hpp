@@ -35,6 +35,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "coload/core/error.hpp"
 #include "coload/coro/sync_wait.hpp"
 #include "coload/dataset/dataset.hpp"
 #include "coload/dataset/iterable.hpp"
@@ -170,8 +171,16 @@ class DataLoader {
   /// Waits on the calling thread for `epoch`'s next batch, as the range-for does: empty at the
   /// epoch's end; the batch's error rethrown. While fetches_here(), the fetches run here, in
   /// this wait, and none runs ahead of it: the dataset is called on the consumer's thread, one
-  /// batch per call, as PyTorch's loader calls it with num_workers = 0.
-  std::optional<batch_type> next(Epoch<batch_type>& epoch) { return next_on(*core_, epoch); }
+  /// batch per call, as PyTorch's loader calls it with num_workers = 0. Throws
+  /// InvalidArgument for an epoch this loader did not start (another loader's, or a moved-from
+  /// one): its wait would run this loader's work, never the epoch's.
+  std::optional<batch_type> next(Epoch<batch_type>& epoch) {
+    if (!epoch) throw InvalidArgument("DataLoader::next: the epoch was moved from");
+    if (!core_->started(epoch.channel())) {
+      throw InvalidArgument("DataLoader::next: the epoch was started by another DataLoader");
+    }
+    return next_on(*core_, epoch);
+  }
   /// True while next() fetches on its caller's thread: no workers (detail::drives_inline) and
   /// no driver thread started yet (async_next, get_executor or a wait outside next() starts
   /// one, for good). Any thread.

@@ -6,6 +6,7 @@
 #include <ATen/core/Generator.h>
 #include <asio/post.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -187,6 +188,15 @@ class LoaderCore {
     runs_.push_back(run);
     asio::post(driver_.context(), [this, run] { scope_.spawn(Run::run(run)); });
     return run;
+  }
+
+  /// True if `channel` is an epoch this loader started (consumer's thread). By owner: no
+  /// count is taken, and an ended run's control block stays while runs_ names it.
+  template <class Channel>
+  bool started(const std::shared_ptr<Channel>& channel) const noexcept {
+    return std::any_of(runs_.begin(), runs_.end(), [&](const std::weak_ptr<Run>& r) {
+      return !r.owner_before(channel) && !channel.owner_before(r);
+    });
   }
 
   /// Waits until a stopped map-style epoch's dispatcher has ended (consumer's thread). It may
