@@ -265,6 +265,8 @@ class DataLoader:
         iterable = isinstance(self.dataset, IterableDataset)
         if self._own_order:
             o.batch_size = 1 if self.batch_size is None else self.batch_size
+            if not iterable:
+                self._own_len = len(self.dataset)  # the length its sequential order is made for
             o.drop_last = self.drop_last
         else:
             o.batches = True  # an iterator of index lists given to each start_epoch
@@ -324,9 +326,27 @@ class DataLoader:
         if not self._own_order:
             # As torch's: the index sampler's length (a TypeError where it has none).
             return len(self.batch_sampler if self.batch_sampler is not None else self.sampler)
-        return len(self._loader())
+        if self._native_dataset:
+            return len(self._loader())
+        # A Python dataset in the native loader's own sequential order: as torch's
+        # SequentialSampler under its BatchSampler, from the dataset's length now.
+        n = len(self.dataset)
+        if self.batch_size is None:
+            return n
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def _follow_length(self):
+        # torch's samplers read len(dataset) at each iter(): a Python dataset whose length
+        # changed since the native loader made its own sequential order gets a loader made for
+        # the new one (its workers too: worker_init_fn runs again in them).
+        if (self._native is not None and self._own_order and not self._native_dataset
+                and not isinstance(self.dataset, IterableDataset)
+                and len(self.dataset) != self._own_len):
+            self._native.close()
+            self._native = None
 
     def __iter__(self):
+        self._follow_length()
         native = self._loader()
         self._epochs += 1  # the current iterator's epoch stops here, if unfinished
         # Before this epoch's draws: a stopped epoch's driver may still be in its index

@@ -136,6 +136,14 @@ def test_a_dataset_that_grows_between_epochs_is_sampled_whole_as_torchs(workers)
     assert len(list(sampled)) == 4
     dataset.n = 9
     assert [b.tolist() for b in sampled][-1] == [8]
+    # Without a sampler or shuffle the loader keeps a sequential order of its own: it follows
+    # the length as torch's SequentialSampler does, growing and shrinking, len() too.
+    own = coload.DataLoader(dataset, batch_size=4, num_workers=workers)
+    peer = torch.utils.data.DataLoader(dataset, batch_size=4)
+    for n in (9, 11, 3, 3, 0, 5):
+        dataset.n = n
+        assert len(own) == len(peer)
+        assert [b.tolist() for b in own] == [b.tolist() for b in peer]
 
 
 def test_an_interrupt_after_going_back_to_an_earlier_state_is_kept_where_it_stopped():
