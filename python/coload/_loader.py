@@ -418,6 +418,7 @@ class DataLoader:
             self._epochs += 1
             if self._native is not None:
                 self._native.stop_epoch()
+        self._follow_length()  # else the next iter() would make a loader without the state
         if self._native is None or state["native_seed"] != self._native_seed:
             own_seed = self._native_seed
             self._native_seed = state["native_seed"]

@@ -144,6 +144,15 @@ def test_a_dataset_that_grows_between_epochs_is_sampled_whole_as_torchs(workers)
         dataset.n = n
         assert len(own) == len(peer)
         assert [b.tolist() for b in own] == [b.tolist() for b in peer]
+    # A state loaded while the length is back to the state's is the one the next epoch resumes.
+    it = iter(own)
+    assert next(it).tolist() == [0, 1, 2, 3]
+    state = own.state_dict()
+    dataset.n = 8
+    assert len(list(own)) == 2
+    dataset.n = 5
+    own.load_state_dict(state)
+    assert [b.tolist() for b in own] == [[4]]
 
 
 def test_an_interrupt_after_going_back_to_an_earlier_state_is_kept_where_it_stopped():
