@@ -27,10 +27,12 @@ shift
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
 case $kind in
-  address) build=${COLOAD_SANITIZED_BUILD:-build-asan-py}; sanitize=address,undefined; runtime=libasan.so
+  address) build=${COLOAD_SANITIZED_BUILD:-build-asan-py}; sanitize=address,undefined
+           runtime=libasan.so
            export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=0:halt_on_error=1}
            export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} ;;
-  thread)  build=${COLOAD_SANITIZED_BUILD:-build-tsan-py}; sanitize=thread; runtime=libtsan.so
+  thread)  build=${COLOAD_SANITIZED_BUILD:-build-tsan-py}; sanitize=thread
+           runtime=libtsan.so
            export TSAN_OPTIONS=${TSAN_OPTIONS:-die_after_fork=0:report_signal_unsafe=0:halt_on_error=0:second_deadlock_stack=1} ;;
   *) echo "sanitized.sh: address or thread, not $kind" >&2; exit 2 ;;
 esac

@@ -24,7 +24,7 @@ build=${1:-build-asan}
 shift || true
 
 # -O1 without debug info: what ASan recommends, and less compile time than the default -O3
-# (the tests compile at -O0 under UBSan: tests/meson.build says why).
+# (the tests compile at -O0: tests/meson.build says why).
 [ -f "$build/build.ninja" ] || meson setup "$build" -Db_sanitize=address,undefined \
   -Db_lundef=false -Doptimization=1 -Ddebug=false -Dtests=true -Dexamples=false -Dbench=false \
   -Dpython=enabled
