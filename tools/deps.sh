@@ -38,3 +38,10 @@ export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros}
 ensure_build() {
   [ -f "$1/build.ninja" ] || meson setup "$1" -Dtests=true -Dexamples=true -Dbench=true
 }
+
+# usage: meson_option BUILD NAME: prints build option NAME's value in the configured folder BUILD.
+meson_option() {
+  /usr/bin/python3 -c 'import json, sys
+print(next(o["value"] for o in json.load(open(sys.argv[1])) if o["name"] == sys.argv[2]))' \
+    "$1/meson-info/intro-buildoptions.json" "$2"
+}

@@ -211,8 +211,9 @@ class DataLoader:
             raise ValueError(f"batch_size=None is not supported with {type(dataset).__name__}")
 
         # Where indices come from: natively in order (no sampler given), or torch's samplers.
-        # NOTE: the native order's length is the dataset's when the native loader is made;
-        # torch's samplers read len() again at each iter() (a dataset grown between epochs).
+        # NOTE: the native order's length is the dataset's when the native loader is made; as
+        # torch's samplers read len() again at each iter(), a loader is made again for a Python
+        # dataset whose length changed (_follow_length).
         self._own_order = iterable or (sampler is None and batch_sampler is None and not shuffle)
         if sampler is None and not iterable:
             sampler = (RandomSampler(dataset, generator=generator) if shuffle
@@ -384,6 +385,8 @@ class DataLoader:
         """Where the loader stands between two batches: load it into a loader made with the same
         arguments (any generator state) and it delivers exactly the batches this one had not,
         then the epochs the uninterrupted run would."""
+        if not self._epoch_open:
+            self._follow_length()  # the next epoch's loader: the one a state must fit
         native = self._loader()
         return {
             "version": _STATE_VERSION,

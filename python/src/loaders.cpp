@@ -82,7 +82,8 @@ struct PyMapDataset {
   /// len(dataset); the most an Index can be where the dataset's own __getitem__ tells what is
   /// out of range. Where torch's samplers give the indices (`follows`), read again as each
   /// epoch starts, by each len(loader) and load_state, as those samplers read it (a dataset
-  /// may grow between epochs); the loader's own order keeps the length it was made with.
+  /// may grow between epochs); the loader's own order keeps the length it was made with (the
+  /// Python DataLoader makes a loader again where that length changed).
   std::shared_ptr<std::atomic<std::int64_t>> length;
   bool follows = false;
 

@@ -153,6 +153,12 @@ def test_a_dataset_that_grows_between_epochs_is_sampled_whole_as_torchs(workers)
     dataset.n = 5
     own.load_state_dict(state)
     assert [b.tolist() for b in own] == [[4]]
+    # One taken between epochs after the length changed is the next epoch's, at the new length.
+    dataset.n = 6
+    state = own.state_dict()
+    fresh = coload.DataLoader(dataset, batch_size=4, num_workers=workers)
+    fresh.load_state_dict(state)
+    assert [b.tolist() for b in fresh] == [[0, 1, 2, 3], [4, 5]]
 
 
 def test_an_interrupt_after_going_back_to_an_earlier_state_is_kept_where_it_stopped():

@@ -17,9 +17,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tools/deps.sh
-# pybind11-dev: the Python package, built here too (.ci/run runs its sanitized tests in this
-# folder after these suites).
-ensure_packages "${COLOAD_BUILD_PACKAGES[@]}" pybind11-dev
+# pybind11-dev and python3-torch: the Python package, built here too (.ci/run runs its
+# sanitized tests in this folder after these suites).
+ensure_packages "${COLOAD_BUILD_PACKAGES[@]}" pybind11-dev python3-torch
 build=${1:-build-asan}
 shift || true
 
@@ -28,6 +28,9 @@ shift || true
 [ -f "$build/build.ninja" ] || meson setup "$build" -Db_sanitize=address,undefined \
   -Db_lundef=false -Doptimization=1 -Ddebug=false -Dtests=true -Dexamples=false -Dbench=false \
   -Dpython=enabled
+# A folder configured before the Python package was built here gets it.
+[ "$(meson_option "$build" python)" = enabled ] ||
+  meson configure "$build" -Dpython=enabled >/dev/null
 ninja -C "$build" -j2 tests/loader_test tests/exec_test tests/io/io_test tests/vision/vision_test \
   tests/hardening/hardening_test tests/shards/shards_remote_test
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=0:halt_on_error=1}
