@@ -173,7 +173,8 @@ class DataLoader {
   /// this wait, and none runs ahead of it: the dataset is called on the consumer's thread, one
   /// batch per call, as PyTorch's loader calls it with num_workers = 0. Throws
   /// InvalidArgument for an epoch this loader did not start (another loader's, or a moved-from
-  /// one): its wait would run this loader's work, never the epoch's.
+  /// one): its wait would run this loader's work, never the epoch's. On the consumer's thread,
+  /// the one that starts the loader's epochs.
   std::optional<batch_type> next(Epoch<batch_type>& epoch) {
     if (!epoch) throw InvalidArgument("DataLoader::next: the epoch was moved from");
     if (!core_->started(epoch.channel())) {
