@@ -266,8 +266,9 @@ class DataLoader:
         iterable = isinstance(self.dataset, IterableDataset)
         if self._own_order:
             o.batch_size = 1 if self.batch_size is None else self.batch_size
-            if not iterable:
-                self._own_len = len(self.dataset)  # the length its sequential order is made for
+            # A Python dataset's length, which its sequential order is made for (else None).
+            self._own_len = (None if iterable or self._native_dataset
+                             else len(self.dataset))
             o.drop_last = self.drop_last
         else:
             o.batches = True  # an iterator of index lists given to each start_epoch
@@ -340,8 +341,7 @@ class DataLoader:
         # torch's samplers read len(dataset) at each iter(): a Python dataset whose length
         # changed since the native loader made its own sequential order gets a loader made for
         # the new one (its workers too: worker_init_fn runs again in them).
-        if (self._native is not None and self._own_order and not self._native_dataset
-                and not isinstance(self.dataset, IterableDataset)
+        if (self._native is not None and self._own_order and self._own_len is not None
                 and len(self.dataset) != self._own_len):
             self._native.close()
             self._native = None

@@ -209,11 +209,7 @@ constexpr bool under_tsan = false;
 TEST_SUITE("loader" * doctest::skip(under_tsan)) {
   TEST_CASE("process workers yield the same batches as threads, from forked processes") {
     // GNU OpenMP hangs a forked child that enters its pool: use the pool here first.
-    // NOTE: not under TSan, which cannot follow a forked child of a multi-threaded process that
-    // starts a thread (as set_num_threads(1) in the worker then must, for ATen's pthreadpool).
-#if !defined(__SANITIZE_THREAD__)
     at::set_num_threads(2);
-#endif
     auto big = at::rand({256, 256});
     CHECK(at::mm(big, big).size(0) == 256);
 

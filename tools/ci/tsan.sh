@@ -32,14 +32,14 @@ ninja -C "$build" -j2 tests/coro_test tests/collate_test tests/dataset_test test
 # A report makes the test fail (exit 66) after the whole run, so one run shows every race.
 export TSAN_OPTIONS=${TSAN_OPTIONS:-second_deadlock_stack=1}
 run() { meson test -C "$build" --no-rebuild --print-errorlogs --timeout-multiplier 6 "$@"; }
+suites=(--suite coro --suite collate --suite dataset --suite exec --suite loader --suite io
+        --suite shards --suite hardening)
 if [ "$#" -gt 0 ]; then
-  run --suite coro --suite collate --suite dataset --suite exec --suite loader --suite io \
-    --suite shards --suite vision --suite hardening "$@"
+  run "${suites[@]}" --suite vision "$@"
   exit
 fi
 rc=0
-run --suite coro --suite collate --suite dataset --suite exec --suite loader --suite io \
-  --suite shards --suite hardening || rc=$?
+run "${suites[@]}" || rc=$?
 # Vision: the cases of the files whose code runs on more than one thread (the folder scan's
 # pool, the loader's workers, the shared checkpoint table). The decode, transform and
 # augmentation cases run one thread each: 14 of the suite's 34 s in the plain build, which
