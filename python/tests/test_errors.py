@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import coload
-from conftest import IndexDataset, task_count
+from conftest import IndexDataset, settled_task_count, task_count
 
 
 class Fails(IndexDataset):
@@ -140,7 +140,7 @@ def test_bad_index_from_a_sampler_names_it():
 
 
 def test_keyboard_interrupt_stops_the_epoch_and_leaves_no_thread():
-    before = task_count()
+    before = settled_task_count()
     release = threading.Event()
 
     class Stuck(IndexDataset):

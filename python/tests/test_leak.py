@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import coload
-from conftest import IndexDataset, fd_count, task_count
+from conftest import IndexDataset, fd_count, settled_task_count, task_count
 
 
 try:
@@ -47,7 +47,7 @@ def test_500_loaders_dropped_mid_epoch():
     for i in range(20):  # warm up allocators and caches
         cycle(i)
     gc.collect()
-    tasks, fds, rss = task_count(), fd_count(), rss_kib()
+    tasks, fds, rss = settled_task_count(), fd_count(), rss_kib()
     for i in range(500):
         cycle(i)
     gc.collect()
@@ -83,7 +83,7 @@ class _Trainer:
 @pytest.mark.parametrize("executor", ["threads", "processes"])
 def test_a_loader_in_a_cycle_through_its_collate_fn_is_collected(executor):
     gc.collect()
-    tasks, fds = task_count(), fd_count()
+    tasks, fds = settled_task_count(), fd_count()
     trainers = []
     for _ in range(5):
         t = _Trainer(executor)
@@ -146,7 +146,7 @@ def test_a_loader_collected_on_its_own_worker_lets_go_at_once(capfd):
             return samples[0]
 
     gc.collect()
-    tasks = task_count()
+    tasks = settled_task_count()
     t = Trainer()
     it = iter(t.loader)
     assert next(it) == 0

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 import coload
-from conftest import IndexDataset, fd_count, task_count
+from conftest import IndexDataset, fd_count, settled_task_count, task_count
 
 
 def children_of_self():
@@ -249,7 +249,7 @@ def test_loaders_dropped_mid_epoch_leave_no_child_thread_or_fd():
         next(it)
 
     cycle(0)
-    before, tasks, fds = children_of_self(), task_count(), fd_count()
+    before, tasks, fds = children_of_self(), settled_task_count(), fd_count()
     for i in range(30):
         cycle(i)
     assert wait_for_no_children(before) == set()  # every child reaped
@@ -257,3 +257,41 @@ def test_loaders_dropped_mid_epoch_leave_no_child_thread_or_fd():
     while (task_count(), fd_count()) != (tasks, fds) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert (task_count(), fd_count()) == (tasks, fds)
+
+
+class _Garbage:
+    """A cycle the parent has dropped; its finaliser writes the pid of the process that runs it."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.me = self
+
+    def __del__(self):
+        os.write(self.fd, b"%d\n" % os.getpid())
+
+
+class _Collecting(IndexDataset):
+    def __getitem__(self, i):
+        gc.collect()  # the worker's collector, as any allocation may run it
+        return i
+
+
+def test_a_worker_never_finalises_the_parents_garbage():
+    # A child's collector once finalised the cycles it inherited: a dropped batch's slot lease
+    # then took a mutex that another of the parent's threads had held at the fork, and the worker
+    # hung. What a child inherits is frozen there: only the parent collects it.
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    gc.disable()  # the garbage waits for the fork, as it did when the collector had not yet run
+    try:
+        _Garbage(w)
+        loader = coload.DataLoader(_Collecting(4), batch_size=2, num_workers=2,
+                                   executor="processes")
+        assert [b.tolist() for b in loader] == [[0, 1], [2, 3]]
+    finally:
+        gc.enable()
+    gc.collect()
+    pids = os.read(r, 4096).split()
+    os.close(r)
+    os.close(w)
+    assert pids == [b"%d" % os.getpid()]
