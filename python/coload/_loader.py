@@ -234,6 +234,7 @@ class DataLoader:
         self._epoch_open = False
         self._epoch_rng = None
         self._base_seed = None
+        self._state_pending = False  # a state load_state_dict took, until iter() resumes it
         self._initialized = True
 
     def __setattr__(self, attr, val):
@@ -253,6 +254,7 @@ class DataLoader:
         other.__dict__.update(self.__dict__)
         other._native = None
         other._epoch_open = False
+        other._state_pending = False
         return other
 
     # -- the native loader, made on first use (load_state_dict may change its seed first) --------
@@ -337,14 +339,22 @@ class DataLoader:
             return n
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
-    def _follow_length(self):
+    def _follow_length(self, keep_state=True):
         # torch's samplers read len(dataset) at each iter(): a Python dataset whose length
         # changed since the native loader made its own sequential order gets a loader made for
         # the new one (its workers too: worker_init_fn runs again in them).
         if (self._native is not None and self._own_order and self._own_len is not None
                 and len(self.dataset) != self._own_len):
+            if self._state_pending and keep_state:
+                # Made anew, it would start the epoch afresh, delivering again what the state
+                # says was delivered: refused as load_state_dict refuses such a state.
+                raise ValueError(f"loader state: load_state_dict() took a state for dataset "
+                                 f"size {self._own_len}, but the dataset has "
+                                 f"{len(self.dataset)} samples now; iter() resumes it at that "
+                                 f"size only")
             self._native.close()
             self._native = None
+            self._state_pending = False
 
     def __iter__(self):
         self._follow_length()
@@ -374,6 +384,7 @@ class DataLoader:
         if not self._native_dataset:
             self._resolve_collate()
         native.start_epoch(indices, self._base_seed)
+        self._state_pending = False
         self._epoch_open = True
         return self._epoch(native)
 
@@ -385,7 +396,7 @@ class DataLoader:
         """Where the loader stands between two batches: load it into a loader made with the same
         arguments (any generator state) and it delivers exactly the batches this one had not,
         then the epochs the uninterrupted run would."""
-        if not self._epoch_open:
+        if not self._epoch_open and not self._state_pending:
             self._follow_length()  # the next epoch's loader: the one a state must fit
         native = self._loader()
         return {
@@ -404,7 +415,8 @@ class DataLoader:
         """Makes the next iter() resume where `state` was taken. An epoch in progress stops
         (its iterator raises RuntimeError from then on), as torchdata's StatefulDataLoader.
         The state's generator is set: the loader's `generator`, or without one torch's global
-        generator (whose draws the shuffle and the base seed take, as in torch)."""
+        generator (whose draws the shuffle and the base seed take, as in torch). A Python
+        dataset's length must be the state's, here and at that iter() (ValueError else)."""
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"coload.DataLoader state version {state.get('version')!r} is not "
                              f"{_STATE_VERSION}")
@@ -421,7 +433,9 @@ class DataLoader:
             self._epochs += 1
             if self._native is not None:
                 self._native.stop_epoch()
-        self._follow_length()  # else the next iter() would make a loader without the state
+        # Else the next iter() would make a loader without the state; one taken before is
+        # replaced.
+        self._follow_length(keep_state=False)
         if self._native is None or state["native_seed"] != self._native_seed:
             own_seed = self._native_seed
             self._native_seed = state["native_seed"]
@@ -439,6 +453,7 @@ class DataLoader:
         self._set_rng_state(state["rng"])
         self._iterated = state["iterated"]
         self._base_seed = state.get("base_seed")
+        self._state_pending = True
 
     def metrics(self, total=False):
         """Where the current (or last) epoch's time went, as a dict (`total`: every epoch)."""

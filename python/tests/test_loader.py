@@ -159,6 +159,23 @@ def test_a_dataset_that_grows_between_epochs_is_sampled_whole_as_torchs(workers)
     fresh = coload.DataLoader(dataset, batch_size=4, num_workers=workers)
     fresh.load_state_dict(state)
     assert [b.tolist() for b in fresh] == [[0, 1, 2, 3], [4, 5]]
+    # A state loaded, then the length changed before iter() resumed it: refused, as
+    # load_state_dict refuses a state of another size (a loader made anew for the new length
+    # would deliver the state's batches again). state_dict() is still the loaded state; back at
+    # its size, iter() resumes it.
+    it = iter(own)
+    assert next(it).tolist() == [0, 1, 2, 3]
+    own.load_state_dict(own.state_dict())
+    dataset.n = 7
+    with pytest.raises(ValueError, match="took a state for dataset size 6, but the dataset has 7 "
+                                         "samples now"):
+        iter(own)
+    again = own.state_dict()
+    dataset.n = 6
+    assert [b.tolist() for b in own] == [[4, 5]]
+    fresh = coload.DataLoader(dataset, batch_size=4, num_workers=workers)
+    fresh.load_state_dict(again)
+    assert [b.tolist() for b in fresh] == [[4, 5]]
 
 
 def test_an_interrupt_after_going_back_to_an_earlier_state_is_kept_where_it_stopped():
