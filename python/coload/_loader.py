@@ -263,7 +263,15 @@ class DataLoader:
             return iter(self.batch_sampler)
         return ([i] for i in self.sampler)  # batch_size=None: one index per batch
 
+    # What the native loader is made with, read again at each iter() (_follow_options).
+    _MADE_WITH = ("num_workers", "auto_workers", "pin_memory", "timeout", "prefetch_factor",
+                  "in_order", "on_error", "executor")
+
+    def _made_with(self):
+        return tuple(getattr(self, name) for name in self._MADE_WITH)
+
     def _make_native(self):
+        made_with = self._made_with()
         o = _C.Options()
         iterable = isinstance(self.dataset, IterableDataset)
         if self._own_order:
@@ -288,14 +296,18 @@ class DataLoader:
         o.timeout = float(self.timeout)
         o.worker_init_fn = (_Through(self, "worker_init_fn") if self.worker_init_fn is not None
                             else None)
-        o.prefetch_factor = self.prefetch_factor
+        # As torch's single-process iterator, one without workers ignores it (num_workers set
+        # to 0 after a loader was made with prefetch_factor).
+        o.prefetch_factor = self.prefetch_factor if self.num_workers > 0 else None
         o.persistent_workers = self.persistent_workers
         o.in_order = self.in_order
         o.seed = self._native_seed
         o.on_error = self.on_error
         o.executor = self.executor
         del iterable
-        return _C.Loader(self.dataset, o)
+        native = _C.Loader(self.dataset, o)
+        self._native_made_with = made_with
+        return native
 
     def _loader(self):
         if self._native is None:
@@ -356,8 +368,28 @@ class DataLoader:
             self._native = None
             self._state_pending = False
 
+    def _follow_options(self):
+        # torch's DataLoader makes an iterator at each iter() from its options as they are then
+        # (num_workers, pin_memory, timeout...), but for persistent workers, which keep theirs:
+        # a loader is made again when they changed, with a state load_state_dict took.
+        if self._native is None or self._native_made_with == self._made_with():
+            return
+        if self.persistent_workers and self.num_workers > 0 and self._iterated:
+            return
+        native = self._make_native()
+        try:
+            if self._state_pending:
+                native.load_state(self._native.state())
+        except BaseException:
+            native.close()
+            raise
+        self._native.close()
+        self._native = native
+        _LIVE.add(native)
+
     def __iter__(self):
         self._follow_length()
+        self._follow_options()
         native = self._loader()
         self._epochs += 1  # the current iterator's epoch stops here, if unfinished
         # Before this epoch's draws: a stopped epoch's driver may still be in its index

@@ -178,6 +178,40 @@ def test_a_dataset_that_grows_between_epochs_is_sampled_whole_as_torchs(workers)
     assert [b.tolist() for b in fresh] == [[4, 5]]
 
 
+class _WhoMade(IndexDataset):
+    """Sample i is (i, the id of the worker that made it, -1 on the caller's thread)."""
+
+    def __getitem__(self, i):
+        info = torch.utils.data.get_worker_info()
+        return i, -1 if info is None else info.id
+
+
+def test_options_set_between_epochs_apply_at_the_next_iter_as_torchs():
+    # torch's DataLoader makes each epoch's iterator from its options as they are at iter():
+    # the native loader is made again when they changed (it once kept its first epoch's).
+    loader = coload.DataLoader(_WhoMade(4), batch_size=2)
+    assert [b[1].tolist() for b in loader] == [[-1, -1], [-1, -1]]
+    loader.num_workers = 2
+    assert {w for b in loader for w in b[1].tolist()} <= {0, 1}  # made on its workers
+    loader.executor = "processes"
+    assert {w for b in loader for w in b[1].tolist()} <= {0, 1}
+    loader.num_workers = 0
+    loader.executor = "threads"
+    loader.prefetch_factor = 4  # ignored without workers, as torch's
+    assert [b[0].tolist() for b in loader] == [[0, 1], [2, 3]]
+    # A state load_state_dict took is resumed by the loader made for the new options.
+    it = iter(loader)
+    assert next(it)[0].tolist() == [0, 1]
+    loader.load_state_dict(loader.state_dict())
+    loader.num_workers = 2
+    assert [b[0].tolist() for b in loader] == [[2, 3]]
+    # Persistent workers are kept, as torch's iterator is, whatever num_workers says since.
+    kept = coload.DataLoader(_WhoMade(4), batch_size=1, num_workers=1, persistent_workers=True)
+    assert [b[1].tolist() for b in kept] == [[0]] * 4
+    kept.num_workers = 2
+    assert [b[1].tolist() for b in kept] == [[0]] * 4
+
+
 def test_an_interrupt_after_going_back_to_an_earlier_state_is_kept_where_it_stopped():
     # A later epoch's stop, then a state of an earlier epoch loaded: the interrupt in that
     # epoch is where a state taken now resumes (the later stop once hid it: the next epoch).
