@@ -235,7 +235,7 @@ struct PyBatches {
       py::gil_scoped_acquire gil;
       it = PyRef(py::iter(given.get()));
     }
-    for (;;) {
+    for (std::int64_t n = 0;; ++n) {
       std::vector<Index> list;
       {
         py::gil_scoped_acquire gil;
@@ -246,7 +246,21 @@ struct PyBatches {
             return false;
           }
           auto batch = py::reinterpret_steal<py::object>(next);
-          for (auto index : batch) list.push_back(index.cast<Index>());
+          for (auto index : batch) {
+            try {
+              list.push_back(index.cast<Index>());
+            } catch (const py::cast_error&) {
+              // NOTE: torch's fetcher hands any key to __getitem__; coload's indices travel as
+              // integers (to its workers, in its state), so a key is refused by name.
+              throw py::type_error(
+                  "coload.DataLoader: the batch_sampler gave " +
+                  py::repr(index).cast<std::string>() + " (" +
+                  py::str(py::type::of(index).attr("__qualname__")).cast<std::string>() +
+                  ") in batch " + std::to_string(n) +
+                  ", not an integer index; coload's loader takes integer indices only (map "
+                  "such keys to integers in the dataset's __getitem__)");
+            }
+          }
           return true;
         });
         if (!more) break;

@@ -139,6 +139,21 @@ def test_bad_index_from_a_sampler_names_it():
         list(loader)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_key_from_a_sampler_is_refused_by_name(workers):
+    # torch's fetcher hands any key to __getitem__; coload's indices are integers (they travel
+    # to its workers and into its state): a key is named with its batch, after the batches
+    # before it.
+    loader = coload.DataLoader(list(range(5)), sampler=[0, 1, 2, "x"], batch_size=2,
+                               num_workers=workers)
+    it = iter(loader)
+    assert next(it).tolist() == [0, 1]
+    with pytest.raises(TypeError, match=r"the batch_sampler gave 'x' \(str\) in batch 1, not an "
+                                        "integer index; coload's loader takes integer indices "
+                                        "only"):
+        next(it)
+
+
 def test_keyboard_interrupt_stops_the_epoch_and_leaves_no_thread():
     before = settled_task_count()
     release = threading.Event()
