@@ -371,15 +371,20 @@ class DataLoader:
     def _follow_options(self):
         # torch's DataLoader makes an iterator at each iter() from its options as they are then
         # (num_workers, pin_memory, timeout...), but for persistent workers, which keep theirs:
-        # a loader is made again when they changed, with a state load_state_dict took.
+        # a loader is made again when they changed, with a state load_state_dict took (one
+        # the new options refuse, as an iterable dataset's for another num_workers, raises).
         if self._native is None or self._native_made_with == self._made_with():
             return
         if self.persistent_workers and self.num_workers > 0 and self._iterated:
             return
+        # It goes on from the epoch the old one would begin next: a native dataset's samples
+        # draw their randomness by (seed, epoch, index).
         native = self._make_native()
         try:
             if self._state_pending:
                 native.load_state(self._native.state())
+            else:
+                native.begin_at_epoch(self._native.state_epoch() + self._epoch_open)
         except BaseException:
             native.close()
             raise

@@ -134,6 +134,11 @@ class Loader {
   virtual void stop_epoch() = 0;
   virtual std::string state() const = 0;
   virtual void load_state(const std::string& text) = 0;
+  /// The epoch state() is in (mid-epoch) or at the start of (between epochs).
+  virtual std::int64_t state_epoch() const = 0;
+  /// Makes a loader that has not begun an epoch begin at `epoch` (one made again for other
+  /// options goes on with the epoch numbers its samples' random streams follow).
+  virtual void begin_at_epoch(std::int64_t epoch) = 0;
   virtual std::string metrics_json(bool total) const = 0;
   virtual std::string verdict() const = 0;
   virtual std::int64_t skipped() const = 0;

@@ -540,6 +540,19 @@ class LoaderImpl final : public Loader {
     py::gil_scoped_release nogil;
     n.load_state(LoaderState::parse(text));
   }
+  std::int64_t state_epoch() const override {
+    Native& n = open();
+    py::gil_scoped_release nogil;
+    return n.state().epoch;
+  }
+  void begin_at_epoch(std::int64_t epoch) override {
+    Native& n = open();
+    refresh_size(n.dataset());
+    py::gil_scoped_release nogil;
+    LoaderState s = n.state();  // its own: compatible, at the start of epoch 0
+    s.epoch = epoch;
+    n.load_state(s);
+  }
   std::string metrics_json(bool total) const override {
     Native& n = open();
     py::gil_scoped_release nogil;

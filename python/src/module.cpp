@@ -321,6 +321,8 @@ PYBIND11_MODULE(_C, m) {
       .def("stop_epoch", &Loader::stop_epoch)
       .def("state", &Loader::state)
       .def("load_state", &Loader::load_state)
+      .def("state_epoch", &Loader::state_epoch)
+      .def("begin_at_epoch", &Loader::begin_at_epoch)
       .def("metrics_json", &Loader::metrics_json, py::arg("total") = false)
       .def("verdict", &Loader::verdict)
       .def("skipped", &Loader::skipped)

@@ -205,6 +205,17 @@ def test_options_set_between_epochs_apply_at_the_next_iter_as_torchs():
     loader.load_state_dict(loader.state_dict())
     loader.num_workers = 2
     assert [b[0].tolist() for b in loader] == [[2, 3]]
+    # The loader made again goes on with the epoch numbers, by which a native dataset's samples
+    # draw their randomness (seed, epoch, index): epochs 0 and 1, 2 broken off, then 3.
+    native = coload.DataLoader(coload.TensorDataset(torch.arange(6)), batch_size=2)
+    assert len(list(native)) == 3 and len(list(native)) == 3
+    native.num_workers = 2
+    it = iter(native)
+    assert next(it)[0].tolist() == [0, 1]
+    assert "\nepoch 2\ndelivered 1\n" in native.state_dict()["native"]
+    native.num_workers = 0
+    assert len(list(native)) == 3
+    assert "\nepoch 4\ndelivered 0\n" in native.state_dict()["native"]
     # Persistent workers are kept, as torch's iterator is, whatever num_workers says since.
     kept = coload.DataLoader(_WhoMade(4), batch_size=1, num_workers=1, persistent_workers=True)
     assert [b[1].tolist() for b in kept] == [[0]] * 4
