@@ -125,6 +125,10 @@ class Arena {
     return static_cast<std::int64_t>(slots_.size() - 1);
   }
   void give_back(std::int64_t id) {
+    // In a process forked from the owner (a Python worker finalising a batch it inherited),
+    // the free list is a copy nobody reads, and its mutex may have been held by another of
+    // the owner's threads at the fork: nothing to give back.
+    if (::getpid() != owner_) return;
     std::lock_guard lock(mutex_);
     free_.push_back(id);
   }
@@ -177,6 +181,7 @@ class Arena {
   };
   std::function<void(void*, std::size_t)> pin_;
   std::function<void(void*)> unpin_;
+  const pid_t owner_ = ::getpid();
   mutable std::mutex mutex_;
   std::vector<Slot> slots_;
   std::vector<std::int64_t> free_;

@@ -49,9 +49,6 @@ struct DatasetScope {
 bool in_worker_process = false;
 /// In a worker process, until the first Python call: PyOS_AfterFork_Child has not run yet.
 bool child_python_pending = false;
-/// In a worker process: whether the parent's collector was on (it is off in the child until
-/// enter_python has frozen what the child inherited).
-bool child_gc_was_enabled = false;
 
 /// Forks a worker process as os.fork() does: with the GIL taken and PyOS_BeforeFork's locks
 /// held, so that the child's interpreter starts consistent. The child keeps the GIL for good:
@@ -59,6 +56,14 @@ bool child_gc_was_enabled = false;
 pid_t python_fork() {
   if (Py_IsInitialized() == 0) return ::fork();
   const PyGILState_STATE gil = PyGILState_Ensure();
+  // gc.freeze, looked up here: the child calls it before anything else (kept for good).
+  static PyObject* const freeze = [] {
+    PyObject* gc = PyImport_ImportModule("gc");
+    PyObject* f = gc != nullptr ? PyObject_GetAttrString(gc, "freeze") : nullptr;
+    Py_XDECREF(gc);
+    PyErr_Clear();  // never seen (gc is built in): the children go unfrozen
+    return f;
+  }();
   PyOS_BeforeFork();
   const pid_t pid = ::fork();
   const int err = errno;
@@ -67,8 +72,14 @@ pid_t python_fork() {
     // runs Python's at-fork hooks) waits for the child's first Python call: a worker of a
     // native dataset never makes one, and so never runs Python code, whose collector could
     // otherwise finalise objects of the parent's (see LoaderImpl::close).
-    // NOTE: the collector stays off until then: see enter_python.
-    child_gc_was_enabled = PyGC_Disable() != 0;
+    // Every object the child inherited moves to the collector's permanent generation at once,
+    // as Python's gc.freeze() documents for fork without exec, before any Python code (the
+    // at-fork hooks) could run a collection: the child's collector would otherwise finalise
+    // the parent's garbage cycles with the parent's native state (a batch tensor's slot lease
+    // took its arena's mutex, which another of the parent's threads may have held at the fork,
+    // and the worker hung). Frozen, they are the parent's alone to collect. A builtin's call
+    // runs no Python code, takes none of the locks the fork left held and allocates nothing.
+    if (freeze != nullptr) Py_XDECREF(PyObject_CallNoArgs(freeze));
     in_worker_process = true;
     child_python_pending = true;
     return 0;
@@ -662,14 +673,6 @@ void enter_python() {
   if (child_python_pending) {
     child_python_pending = false;
     PyOS_AfterFork_Child();
-    // Every object the child inherited moves to the collector's permanent generation, as
-    // Python's gc.freeze() documents for fork without exec: the child's collector would
-    // otherwise finalise the parent's garbage cycles here, with the parent's native state (a
-    // batch tensor's slot lease takes its arena's mutex, which another of the parent's threads
-    // may have held at the fork, and the worker hung). Frozen, they are the parent's
-    // alone to collect.
-    py::module_::import("gc").attr("freeze")();
-    if (child_gc_was_enabled) PyGC_Enable();
   }
 }
 
