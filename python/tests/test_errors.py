@@ -121,14 +121,16 @@ def test_timeout_error():
 
     loader = coload.DataLoader(Slow(4), batch_size=2, num_workers=1, timeout=0.2)
     it = iter(loader)
-    assert next(it).tolist() == [0, 1]
-    t0 = time.monotonic()
-    with pytest.raises(coload.TimeoutError) as info:
-        next(it)
-    assert time.monotonic() - t0 < 10  # 0.2 s asked; generous for a loaded 2-core machine
-    assert isinstance(info.value, TimeoutError) and isinstance(info.value, RuntimeError)
-    assert info.value.batch == 1 and "0.2" in str(info.value)
-    release.set()
+    try:  # the worker let go even when an assertion fails: the next test counts threads
+        assert next(it).tolist() == [0, 1]
+        t0 = time.monotonic()
+        with pytest.raises(coload.TimeoutError) as info:
+            next(it)
+        assert time.monotonic() - t0 < 10  # 0.2 s asked; generous for a loaded 2-core machine
+        assert isinstance(info.value, TimeoutError) and isinstance(info.value, RuntimeError)
+        assert info.value.batch == 1 and "0.2" in str(info.value)
+    finally:
+        release.set()
 
 
 def test_bad_index_from_a_sampler_names_it():
@@ -179,9 +181,9 @@ def test_keyboard_interrupt_stops_the_epoch_and_leaves_no_thread():
                 pass
     finally:
         signal.signal(signal.SIGINT, previous)
+        release.set()  # the workers let go even when an assertion fails
     assert time.monotonic() - t0 < 10  # promptly (signals are checked every 50 ms; 2 cores may be busy)
     assert killer.wait() == 0
-    release.set()
     del it, loader
     deadline = time.monotonic() + 10
     while task_count() > before and time.monotonic() < deadline:
