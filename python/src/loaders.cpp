@@ -268,8 +268,8 @@ struct PyBatches {
                   py::repr(index).cast<std::string>() + " (" +
                   py::str(py::type::of(index).attr("__qualname__")).cast<std::string>() +
                   ") in batch " + std::to_string(n) +
-                  ", not an integer index; coload's loader takes integer indices only (map "
-                  "such keys to integers in the dataset's __getitem__)");
+                  ", which is not a 64-bit integer index; coload's loader takes those only "
+                  "(map other keys to integers in the dataset's __getitem__)");
             }
           }
           return true;

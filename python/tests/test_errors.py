@@ -150,10 +150,11 @@ def test_a_key_from_a_sampler_is_refused_by_name(workers):
                                num_workers=workers)
     it = iter(loader)
     assert next(it).tolist() == [0, 1]
-    with pytest.raises(TypeError, match=r"the batch_sampler gave 'x' \(str\) in batch 1, not an "
-                                        "integer index; coload's loader takes integer indices "
-                                        "only"):
+    with pytest.raises(TypeError, match=r"the batch_sampler gave 'x' \(str\) in batch 1, which "
+                                        "is not a 64-bit integer index"):
         next(it)
+    with pytest.raises(TypeError, match=r"gave 1180591620717411303424 \(int\) in batch 0"):
+        next(iter(coload.DataLoader(list(range(5)), sampler=[2**70], num_workers=workers)))
 
 
 def test_keyboard_interrupt_stops_the_epoch_and_leaves_no_thread():
