@@ -33,6 +33,19 @@ def _close_all():
         native.close()
 
 
+def _fork_executor(context, num_workers):
+    # torch's check of multiprocessing_context (at construction and when set), for coload's
+    # worker processes, which are forked: the executor it asks for.
+    if num_workers == 0:
+        raise ValueError("multiprocessing_context can only be used with multi-process loading "
+                         f"(num_workers > 0), but got num_workers={num_workers}")
+    method = getattr(context, "get_start_method", lambda: context)()
+    if method != "fork":
+        raise ValueError("coload's worker processes are forked: multiprocessing_context must be "
+                         f"'fork', got {method!r}")
+    return "processes"
+
+
 def _draw_seed(generator):
     # As torch's _BaseDataLoaderIter: one int64 from the loader's generator (or the global one).
     return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
@@ -168,15 +181,7 @@ class DataLoader:
         if executor not in ("threads", "processes"):
             raise ValueError(f"executor must be 'threads' or 'processes', got {executor!r}")
         if multiprocessing_context is not None:
-            if num_workers == 0:
-                raise ValueError("multiprocessing_context can only be used with multi-process "
-                                 "loading (num_workers > 0), but got num_workers=0")
-            method = getattr(multiprocessing_context, "get_start_method",
-                             lambda: multiprocessing_context)()
-            if method != "fork":
-                raise ValueError("coload's worker processes are forked: multiprocessing_context "
-                                 f"must be 'fork', got {method!r}")
-            executor = "processes"
+            executor = _fork_executor(multiprocessing_context, num_workers)
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
 
@@ -235,6 +240,11 @@ class DataLoader:
         self._epoch_rng = None
         self._base_seed = None
         self._state_pending = False  # a state load_state_dict took, until iter() resumes it
+        self._epoch_stopped = False  # an epoch iter() stopped, until the next one starts
+        self._native_started = False  # the native loader has started an epoch
+        self._native_made_with = None  # _made_with() when it was made
+        self._carry = None  # what the next native loader goes on from (_carry_from)
+        self._skipped_before = 0  # skipped() of native loaders let go
         self._initialized = True
 
     def __setattr__(self, attr, val):
@@ -244,6 +254,10 @@ class DataLoader:
                 "persistent_workers"):
             raise ValueError(f"{attr} attribute should not be set after "
                              f"{self.__class__.__name__} is initialized")
+        if (attr == "multiprocessing_context" and self.__dict__.get("_initialized")
+                and val is not None):
+            # torch's setter checks it at once; the next iter() forks the workers.
+            super().__setattr__("executor", _fork_executor(val, self.num_workers))
         super().__setattr__(attr, val)
 
     def __copy__(self):
@@ -255,6 +269,10 @@ class DataLoader:
         other._native = None
         other._epoch_open = False
         other._state_pending = False
+        other._epoch_stopped = False
+        other._native_started = False
+        other._carry = None
+        other._skipped_before = 0
         return other
 
     # -- the native loader, made on first use (load_state_dict may change its seed first) --------
@@ -263,15 +281,21 @@ class DataLoader:
             return iter(self.batch_sampler)
         return ([i] for i in self.sampler)  # batch_size=None: one index per batch
 
-    # What the native loader is made with, read again at each iter() (_follow_options).
-    _MADE_WITH = ("num_workers", "auto_workers", "pin_memory", "timeout", "prefetch_factor",
-                  "in_order", "on_error", "executor")
-
     def _made_with(self):
-        return tuple(getattr(self, name) for name in self._MADE_WITH)
+        # The options as the native loader takes them, read again at each iter()
+        # (_follow_options). As torch's single-process iterator, one without workers ignores
+        # prefetch_factor and persistent_workers (num_workers set to 0 after a loader was made
+        # with them); pin_memory pins a native dataset's batches (a Python dataset's are pinned
+        # here, by torch's pin_memory, as each is delivered).
+        workers = self.num_workers > 0
+        return {"num_workers": self.num_workers, "auto_workers": bool(self.auto_workers),
+                "pin_memory": bool(self.pin_memory) and self._native_dataset,
+                "timeout": float(self.timeout),
+                "prefetch_factor": self.prefetch_factor if workers else None,
+                "persistent_workers": bool(self.persistent_workers) and workers,
+                "in_order": self.in_order, "on_error": self.on_error, "executor": self.executor}
 
     def _make_native(self):
-        made_with = self._made_with()
         o = _C.Options()
         iterable = isinstance(self.dataset, IterableDataset)
         if self._own_order:
@@ -287,33 +311,69 @@ class DataLoader:
                 o.batches_len = len(source)
             except TypeError:  # a sampler without __len__ (under a BatchSampler too): as torch's,
                 o.batches_len = None  # iterated all the same
-        o.num_workers = self.num_workers
-        o.auto_workers = bool(self.auto_workers)
+        made_with = self._made_with()
+        o.num_workers = made_with["num_workers"]
+        o.auto_workers = made_with["auto_workers"]
         if not self._native_dataset:
             self._resolve_collate()
             o.collate = _Through(self, "_collate")
-        o.pin_memory = bool(self.pin_memory) and self._native_dataset
-        o.timeout = float(self.timeout)
+        o.pin_memory = made_with["pin_memory"]
+        o.timeout = made_with["timeout"]
         o.worker_init_fn = (_Through(self, "worker_init_fn") if self.worker_init_fn is not None
                             else None)
-        # As torch's single-process iterator, one without workers ignores it (num_workers set
-        # to 0 after a loader was made with prefetch_factor).
-        o.prefetch_factor = self.prefetch_factor if self.num_workers > 0 else None
-        o.persistent_workers = self.persistent_workers
-        o.in_order = self.in_order
+        o.prefetch_factor = made_with["prefetch_factor"]
+        o.persistent_workers = made_with["persistent_workers"]
+        o.in_order = made_with["in_order"]
         o.seed = self._native_seed
-        o.on_error = self.on_error
-        o.executor = self.executor
+        o.on_error = made_with["on_error"]
+        o.executor = made_with["executor"]
         del iterable
-        native = _C.Loader(self.dataset, o)
-        self._native_made_with = made_with
-        return native
+        return _C.Loader(self.dataset, o)
 
     def _loader(self):
         if self._native is None:
-            self._native = self._make_native()
-            _LIVE.add(self._native)
+            native = self._make_native()
+            self._carry_into(native, self._carry)
+            self._install(native)
         return self._native
+
+    def _install(self, native):
+        # The native loader from now on (one before it let go).
+        if self._native is not None:
+            self._let_go()
+        self._native = native
+        self._native_made_with = self._made_with()
+        self._native_started = False
+        self._carry = None
+        _LIVE.add(native)
+
+    def _let_go(self):
+        # Closes the native loader, keeping what the next one goes on from.
+        native = self._native
+        self._carry = self._carry_from()
+        self._skipped_before += native.skipped()
+        native.close()
+        self._native = None
+
+    def _carry_from(self):
+        # What a native loader made again goes on from: a state load_state_dict took that no
+        # iter() has resumed yet, else the epoch the current one would begin next (a native
+        # dataset's samples draw their randomness by (seed, epoch, index); the epoch numbers
+        # began at 0 again).
+        if self._state_pending:
+            return self._native.state()
+        return self._native.state_epoch() + (self._epoch_open or self._epoch_stopped)
+
+    @staticmethod
+    def _carry_into(native, carry):
+        try:
+            if isinstance(carry, str):
+                native.load_state(carry)
+            elif carry:
+                native.begin_at_epoch(carry)
+        except BaseException:
+            native.close()
+            raise
 
     def _resolve_collate(self):
         # What the native loader's collate calls: collate_fn as it is when an epoch starts (as
@@ -364,33 +424,24 @@ class DataLoader:
                                  f"size {self._own_len}, but the dataset has "
                                  f"{len(self.dataset)} samples now; iter() resumes it at that "
                                  f"size only")
-            self._native.close()
-            self._native = None
-            self._state_pending = False
+            self._state_pending = False  # dropped: load_state_dict loads its own next
+            self._let_go()
 
     def _follow_options(self):
         # torch's DataLoader makes an iterator at each iter() from its options as they are then
         # (num_workers, pin_memory, timeout...), but for persistent workers, which keep theirs:
         # a loader is made again when they changed, with a state load_state_dict took (one
         # the new options refuse, as an iterable dataset's for another num_workers, raises).
+        if self._options_changed():
+            native = self._make_native()
+            self._carry_into(native, self._carry_from())
+            self._install(native)
+
+    def _options_changed(self):
         if self._native is None or self._native_made_with == self._made_with():
-            return
-        if self.persistent_workers and self.num_workers > 0 and self._iterated:
-            return
-        # It goes on from the epoch the old one would begin next: a native dataset's samples
-        # draw their randomness by (seed, epoch, index).
-        native = self._make_native()
-        try:
-            if self._state_pending:
-                native.load_state(self._native.state())
-            else:
-                native.begin_at_epoch(self._native.state_epoch() + self._epoch_open)
-        except BaseException:
-            native.close()
-            raise
-        self._native.close()
-        self._native = native
-        _LIVE.add(native)
+            return False
+        # torch's iterator is kept with its workers: not for num_workers=0 (set since).
+        return not (self.persistent_workers and self.num_workers > 0 and self._native_started)
 
     def __iter__(self):
         self._follow_length()
@@ -400,6 +451,7 @@ class DataLoader:
         # Before this epoch's draws: a stopped epoch's driver may still be in its index
         # iterator's last call (the sampler's trailing permutation); stop_epoch waits for it.
         native.stop_epoch()
+        self._epoch_stopped = self._epoch_stopped or self._epoch_open
         self._epoch_open = False
         self._epoch_rng = self._rng_state()
         # As torch's iterator: the sampler's iterator first, then the base seed (its draws come
@@ -422,6 +474,8 @@ class DataLoader:
             self._resolve_collate()
         native.start_epoch(indices, self._base_seed)
         self._state_pending = False
+        self._epoch_stopped = False
+        self._native_started = True
         self._epoch_open = True
         return self._epoch(native)
 
@@ -435,6 +489,7 @@ class DataLoader:
         then the epochs the uninterrupted run would."""
         if not self._epoch_open and not self._state_pending:
             self._follow_length()  # the next epoch's loader: the one a state must fit
+            self._follow_options()
         native = self._loader()
         return {
             "version": _STATE_VERSION,
@@ -473,20 +528,21 @@ class DataLoader:
         # Else the next iter() would make a loader without the state; one taken before is
         # replaced.
         self._follow_length(keep_state=False)
-        if self._native is None or state["native_seed"] != self._native_seed:
+        if (self._native is None or state["native_seed"] != self._native_seed
+                or self._options_changed()):
             own_seed = self._native_seed
             self._native_seed = state["native_seed"]
             try:
                 native = self._make_native()
-                native.load_state(state["native"])
+                self._carry_into(native, state["native"])
             except BaseException:
                 self._native_seed = own_seed
                 raise
-            self._native = native
-            _LIVE.add(native)
+            self._install(native)
         else:
             self._native.load_state(state["native"])
         self._epoch_open = False
+        self._epoch_stopped = False
         self._set_rng_state(state["rng"])
         self._iterated = state["iterated"]
         self._base_seed = state.get("base_seed")
@@ -502,15 +558,16 @@ class DataLoader:
 
     def skipped(self):
         """Samples on_error='skip' has left out so far."""
-        return self._loader().skipped()
+        return self._skipped_before + self._loader().skipped()
 
     def close(self):
         """Stops the epoch and the workers now (as dropping the loader does); an iterator of
-        the loader raises RuntimeError after. The loader makes new workers if used again."""
+        the loader raises RuntimeError after. The loader makes new workers if used again, and
+        goes on where it stood (the next epoch, or a state load_state_dict took)."""
         if self._native is not None:
-            self._native.close()
-        self._native = None
+            self._let_go()
         self._epoch_open = False
+        self._epoch_stopped = False
 
     def __del__(self):
         self._native = None

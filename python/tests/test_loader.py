@@ -216,11 +216,57 @@ def test_options_set_between_epochs_apply_at_the_next_iter_as_torchs():
     native.num_workers = 0
     assert len(list(native)) == 3
     assert "\nepoch 4\ndelivered 0\n" in native.state_dict()["native"]
-    # Persistent workers are kept, as torch's iterator is, whatever num_workers says since.
-    kept = coload.DataLoader(_WhoMade(4), batch_size=1, num_workers=1, persistent_workers=True)
+    # An iter() that failed (its sampler raised) stopped the epoch in progress all the same:
+    # epoch 0 broken off, the failed iter(), then epoch 1 by a loader made again for a new
+    # timeout (it began epoch 0 again).
+    class Failing(torch.utils.data.SequentialSampler):
+        fail = False
+
+        def __iter__(self):
+            if self.fail:
+                self.fail = False
+                raise KeyError("once")
+            return super().__iter__()
+
+    sampler = Failing(range(6))
+    sampled = coload.DataLoader(native.dataset, batch_size=2, sampler=sampler, num_workers=1)
+    it = iter(sampled)
+    assert next(it)[0].tolist() == [0, 1]
+    sampler.fail = True
+    with pytest.raises(KeyError):
+        iter(sampled)
+    sampled.timeout = 5.0
+    assert len(list(sampled)) == 3
+    assert "\nepoch 2\ndelivered 0\n" in sampled.state_dict()["native"]
+    # skipped() counts every epoch's, those of the loader made before too.
+    class Bad(IndexDataset):
+        def __getitem__(self, i):
+            if i == 3:
+                raise IndexError("bad")
+            return i
+
+    skipping = coload.DataLoader(Bad(6), batch_size=2, on_error="skip")
+    assert [b.tolist() for b in skipping] == [[0, 1], [2], [4, 5]] and skipping.skipped() == 1
+    skipping.timeout = 5.0
+    assert len(list(skipping)) == 3 and skipping.skipped() == 2
+    # Persistent workers are kept, as torch's iterator is, whatever num_workers says since;
+    # without workers (num_workers=0 set), as torch's, the loader runs on the caller's thread.
+    kept = coload.DataLoader(_WhoMade(4), batch_size=1, num_workers=1, persistent_workers=True,
+                             prefetch_factor=3)
     assert [b[1].tolist() for b in kept] == [[0]] * 4
     kept.num_workers = 2
     assert [b[1].tolist() for b in kept] == [[0]] * 4
+    kept.num_workers = 0
+    assert [b[1].tolist() for b in kept] == [[-1]] * 4
+    # torch's multiprocessing_context setter checks it at once; "fork" forks the next workers.
+    with pytest.raises(ValueError, match="multiprocessing_context can only be used with "
+                                         "multi-process loading"):
+        kept.multiprocessing_context = "fork"
+    kept.num_workers = 2
+    kept.multiprocessing_context = "fork"
+    assert kept.executor == "processes"
+    with pytest.raises(ValueError, match="must be 'fork', got 'spawn'"):
+        kept.multiprocessing_context = "spawn"
 
 
 def test_an_interrupt_after_going_back_to_an_earlier_state_is_kept_where_it_stopped():
