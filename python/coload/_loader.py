@@ -240,7 +240,6 @@ class DataLoader:
         self._epoch_rng = None
         self._base_seed = None
         self._state_pending = False  # a state load_state_dict took, until iter() resumes it
-        self._epoch_stopped = False  # an epoch iter() stopped, until the next one starts
         self._native_started = False  # the native loader has started an epoch
         self._native_made_with = None  # _made_with() when it was made
         self._carry = None  # what the next native loader goes on from (_carry_from)
@@ -269,7 +268,6 @@ class DataLoader:
         other._native = None
         other._epoch_open = False
         other._state_pending = False
-        other._epoch_stopped = False
         other._native_started = False
         other._carry = None
         other._skipped_before = 0
@@ -348,21 +346,28 @@ class DataLoader:
         _LIVE.add(native)
 
     def _let_go(self):
-        # Closes the native loader, keeping what the next one goes on from.
-        native = self._native
-        self._carry = self._carry_from()
-        self._skipped_before += native.skipped()
-        native.close()
-        self._native = None
+        # Closes the native loader, keeping what the next one goes on from; an epoch open in
+        # it is over.
+        native, self._native = self._native, None
+        try:
+            self._carry = self._carry_from(native)
+            self._skipped_before += native.skipped()
+        except RuntimeError as e:
+            if "was closed" not in str(e):
+                raise
+            self._carry = None  # closed already (at exit, by _close_all): nothing to go on from
+        finally:
+            native.close()
+            self._epoch_open = False
 
-    def _carry_from(self):
+    def _carry_from(self, native):
         # What a native loader made again goes on from: a state load_state_dict took that no
-        # iter() has resumed yet, else the epoch the current one would begin next (a native
-        # dataset's samples draw their randomness by (seed, epoch, index); the epoch numbers
-        # began at 0 again).
+        # iter() has resumed yet, else the epoch `native` would begin next (a native dataset's
+        # samples draw their randomness by (seed, epoch, index); the epoch numbers began at 0
+        # again).
         if self._state_pending:
-            return self._native.state()
-        return self._native.state_epoch() + (self._epoch_open or self._epoch_stopped)
+            return native.state()
+        return native.state_epoch() + self._epoch_open
 
     @staticmethod
     def _carry_into(native, carry):
@@ -434,14 +439,17 @@ class DataLoader:
         # the new options refuse, as an iterable dataset's for another num_workers, raises).
         if self._options_changed():
             native = self._make_native()
-            self._carry_into(native, self._carry_from())
+            self._carry_into(native, self._carry_from(self._native))
             self._install(native)
 
     def _options_changed(self):
         if self._native is None or self._native_made_with == self._made_with():
             return False
-        # torch's iterator is kept with its workers: not for num_workers=0 (set since).
-        return not (self.persistent_workers and self.num_workers > 0 and self._native_started)
+        # torch's iterator is kept with its workers (not for num_workers=0, set since; a loader
+        # made without workers makes new ones when num_workers is set again, where torch would
+        # take up its first iterator's).
+        return not (self.persistent_workers and self.num_workers > 0 and self._native_started
+                    and self._native_made_with["persistent_workers"])
 
     def __iter__(self):
         self._follow_length()
@@ -450,9 +458,19 @@ class DataLoader:
         self._epochs += 1  # the current iterator's epoch stops here, if unfinished
         # Before this epoch's draws: a stopped epoch's driver may still be in its index
         # iterator's last call (the sampler's trailing permutation); stop_epoch waits for it.
+        stopped = self._epoch_open
         native.stop_epoch()
-        self._epoch_stopped = self._epoch_stopped or self._epoch_open
         self._epoch_open = False
+        try:
+            return self._start(native)
+        except BaseException:
+            if stopped:
+                # The stopped epoch is over all the same: the loader (and a state taken now)
+                # stands at the next one, where its next start would begin.
+                native.begin_at_epoch(native.state_epoch() + 1)
+            raise
+
+    def _start(self, native):
         self._epoch_rng = self._rng_state()
         # As torch's iterator: the sampler's iterator first, then the base seed (its draws come
         # at the first next(), after it), which seeds the workers (worker i's seed is base + i);
@@ -474,7 +492,6 @@ class DataLoader:
             self._resolve_collate()
         native.start_epoch(indices, self._base_seed)
         self._state_pending = False
-        self._epoch_stopped = False
         self._native_started = True
         self._epoch_open = True
         return self._epoch(native)
@@ -542,7 +559,6 @@ class DataLoader:
         else:
             self._native.load_state(state["native"])
         self._epoch_open = False
-        self._epoch_stopped = False
         self._set_rng_state(state["rng"])
         self._iterated = state["iterated"]
         self._base_seed = state.get("base_seed")
@@ -567,7 +583,6 @@ class DataLoader:
         if self._native is not None:
             self._let_go()
         self._epoch_open = False
-        self._epoch_stopped = False
 
     def __del__(self):
         self._native = None

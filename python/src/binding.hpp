@@ -136,8 +136,8 @@ class Loader {
   virtual void load_state(const std::string& text) = 0;
   /// The epoch state() is in (mid-epoch) or at the start of (between epochs).
   virtual std::int64_t state_epoch() const = 0;
-  /// Makes a loader that has not begun an epoch begin at `epoch` (one made again for other
-  /// options goes on with the epoch numbers its samples' random streams follow).
+  /// Makes the next epoch `epoch`, from its start, with no epoch in progress (one made again
+  /// for other options goes on with the epoch numbers its samples' random streams follow).
   virtual void begin_at_epoch(std::int64_t epoch) = 0;
   virtual std::string metrics_json(bool total) const = 0;
   virtual std::string verdict() const = 0;

@@ -560,8 +560,12 @@ class LoaderImpl final : public Loader {
     Native& n = open();
     refresh_size(n.dataset());
     py::gil_scoped_release nogil;
-    LoaderState s = n.state();  // its own: compatible, at the start of epoch 0
+    LoaderState s = n.state();  // its own: compatible
     s.epoch = epoch;
+    s.delivered = 0;
+    s.beyond.clear();
+    s.streams.clear();
+    s.last_stream = -1;
     n.load_state(s);
   }
   std::string metrics_json(bool total) const override {

@@ -217,8 +217,9 @@ def test_options_set_between_epochs_apply_at_the_next_iter_as_torchs():
     assert len(list(native)) == 3
     assert "\nepoch 4\ndelivered 0\n" in native.state_dict()["native"]
     # An iter() that failed (its sampler raised) stopped the epoch in progress all the same:
-    # epoch 0 broken off, the failed iter(), then epoch 1 by a loader made again for a new
-    # timeout (it began epoch 0 again).
+    # epoch 0 broken off, the failed iter(), then epoch 1, by a loader made again for a new
+    # timeout (it began epoch 0 again); a state taken in between is epoch 1's (it was epoch
+    # 0's after its first batch, with the rng of epoch 1).
     class Failing(torch.utils.data.SequentialSampler):
         fail = False
 
@@ -235,6 +236,7 @@ def test_options_set_between_epochs_apply_at_the_next_iter_as_torchs():
     sampler.fail = True
     with pytest.raises(KeyError):
         iter(sampled)
+    assert "\nepoch 1\ndelivered 0\n" in sampled.state_dict()["native"]
     sampled.timeout = 5.0
     assert len(list(sampled)) == 3
     assert "\nepoch 2\ndelivered 0\n" in sampled.state_dict()["native"]
@@ -262,7 +264,8 @@ def test_options_set_between_epochs_apply_at_the_next_iter_as_torchs():
     with pytest.raises(ValueError, match="multiprocessing_context can only be used with "
                                          "multi-process loading"):
         kept.multiprocessing_context = "fork"
-    kept.num_workers = 2
+    kept.num_workers = 2  # workers again (new ones: torch would take up its first iterator's)
+    assert {w for b in kept for w in b[1].tolist()} <= {0, 1}
     kept.multiprocessing_context = "fork"
     assert kept.executor == "processes"
     with pytest.raises(ValueError, match="must be 'fork', got 'spawn'"):
