@@ -240,6 +240,9 @@ class DataLoader:
         self._epoch_rng = None
         self._base_seed = None
         self._state_pending = False  # a state load_state_dict took, until iter() resumes it
+        self._state_len = None  # the Python dataset's length it was taken at
+        self._resume_draws_seed = True  # whether its epoch draws a base seed
+        self._own_len = None
         self._native_started = False  # the native loader has started an epoch
         self._native_made_with = None  # _made_with() when it was made
         self._carry = None  # what the next native loader goes on from (_carry_from)
@@ -298,9 +301,6 @@ class DataLoader:
         iterable = isinstance(self.dataset, IterableDataset)
         if self._own_order:
             o.batch_size = 1 if self.batch_size is None else self.batch_size
-            # A Python dataset's length, which its sequential order is made for (else None).
-            self._own_len = (None if iterable or self._native_dataset
-                             else len(self.dataset))
             o.drop_last = self.drop_last
         else:
             o.batches = True  # an iterator of index lists given to each start_epoch
@@ -341,6 +341,9 @@ class DataLoader:
             self._let_go()
         self._native = native
         self._native_made_with = self._made_with()
+        # A Python dataset's length, which the native loader's own sequential order is made
+        # for (else None).
+        self._own_len = self._python_len() if self._own_order else None
         self._native_started = False
         self._carry = None
         _LIVE.add(native)
@@ -416,21 +419,33 @@ class DataLoader:
             return n
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
-    def _follow_length(self, keep_state=True):
+    def _python_len(self):
+        # A map-style Python dataset's length now (None for other datasets).
+        if self._native_dataset or isinstance(self.dataset, IterableDataset):
+            return None
+        return len(self.dataset)
+
+    def _length_changed(self):
         # torch's samplers read len(dataset) at each iter(): a Python dataset whose length
-        # changed since the native loader made its own sequential order gets a loader made for
-        # the new one (its workers too: worker_init_fn runs again in them).
-        if (self._native is not None and self._own_order and self._own_len is not None
-                and len(self.dataset) != self._own_len):
-            if self._state_pending and keep_state:
-                # Made anew, it would start the epoch afresh, delivering again what the state
-                # says was delivered: refused as load_state_dict refuses such a state.
-                raise ValueError(f"loader state: load_state_dict() took a state for dataset "
-                                 f"size {self._own_len}, but the dataset has "
-                                 f"{len(self.dataset)} samples now; iter() resumes it at that "
-                                 f"size only")
-            self._state_pending = False  # dropped: load_state_dict loads its own next
+        # changed since the native loader made its own sequential order needs a loader made
+        # for the new one (its workers too: worker_init_fn runs again in them).
+        return (self._native is not None and self._own_len is not None
+                and len(self.dataset) != self._own_len)
+
+    def _follow_length(self):
+        if self._length_changed():
             self._let_go()
+
+    def _check_state_length(self):
+        # A state load_state_dict took (at its dataset size, which it checked) is for that
+        # size only: resumed at another, with torch's samplers or the own order, it would
+        # deliver again what the state says was delivered, or leave samples out.
+        if self._state_pending and self._state_len is not None:
+            n = len(self.dataset)
+            if n != self._state_len:
+                raise ValueError(f"loader state: load_state_dict() took a state for dataset "
+                                 f"size {self._state_len}, but the dataset has {n} samples "
+                                 f"now; iter() resumes it at that size only")
 
     def _follow_options(self):
         # torch's DataLoader makes an iterator at each iter() from its options as they are then
@@ -452,6 +467,7 @@ class DataLoader:
                     and self._native_made_with["persistent_workers"])
 
     def __iter__(self):
+        self._check_state_length()
         self._follow_length()
         self._follow_options()
         native = self._loader()
@@ -476,7 +492,8 @@ class DataLoader:
         # at the first next(), after it), which seeds the workers (worker i's seed is base + i);
         # persistent workers draw it once.
         indices = None if self._own_order else self._index_iter()
-        if not (self.persistent_workers and self.num_workers > 0 and self._iterated):
+        if (self._resume_draws_seed if self._state_pending
+                else not (self.persistent_workers and self.num_workers > 0 and self._iterated)):
             self._base_seed = _draw_seed(self.generator)
         if indices is not None and self.num_workers > 0:
             # torch's iterator with workers takes its first prefetch_factor x num_workers index
@@ -542,11 +559,11 @@ class DataLoader:
             self._epochs += 1
             if self._native is not None:
                 self._native.stop_epoch()
-        # Else the next iter() would make a loader without the state; one taken before is
-        # replaced.
-        self._follow_length(keep_state=False)
+        # A loader made for the dataset's length and options now (else the next iter() would
+        # make one without the state); the one before stays, with the state it had, where this
+        # state is refused.
         if (self._native is None or state["native_seed"] != self._native_seed
-                or self._options_changed()):
+                or self._length_changed() or self._options_changed()):
             own_seed = self._native_seed
             self._native_seed = state["native_seed"]
             try:
@@ -563,6 +580,11 @@ class DataLoader:
         self._iterated = state["iterated"]
         self._base_seed = state.get("base_seed")
         self._state_pending = True
+        self._state_len = self._python_len()
+        # Whether the resumed epoch draws its base seed is the state's loader's (its options,
+        # which may change before iter(): its draws and the shuffle's share the generator).
+        self._resume_draws_seed = not (self.persistent_workers and self.num_workers > 0
+                                       and self._iterated)
 
     def metrics(self, total=False):
         """Where the current (or last) epoch's time went, as a dict (`total`: every epoch)."""

@@ -79,11 +79,13 @@ pid_t python_fork() {
     // took its arena's mutex, which another of the parent's threads may have held at the fork,
     // and the worker hung). Frozen, they are the parent's alone to collect. A builtin's call
     // runs no Python code, takes none of the locks the fork left held and allocates nothing.
+#ifndef Py_GIL_DISABLED  // a free-threaded build's freeze stops the world, which the fork held
     if (freeze != nullptr) {
       PyObject* none = PyObject_CallNoArgs(freeze);
       if (none == nullptr) PyErr_Clear();  // never seen: the child goes on unfrozen
       Py_XDECREF(none);
     }
+#endif
     in_worker_process = true;
     child_python_pending = true;
     return 0;

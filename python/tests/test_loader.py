@@ -171,11 +171,26 @@ def test_a_dataset_that_grows_between_epochs_is_sampled_whole_as_torchs(workers)
                                          "samples now"):
         iter(own)
     again = own.state_dict()
+    # A state refused meanwhile (taken at 6, the dataset at 7) leaves the one loaded before.
+    with pytest.raises(ValueError, match="saved by a loader with dataset size 6, but this "
+                                         "loader has 7"):
+        own.load_state_dict(again)
     dataset.n = 6
     assert [b.tolist() for b in own] == [[4, 5]]
     fresh = coload.DataLoader(dataset, batch_size=4, num_workers=workers)
     fresh.load_state_dict(again)
     assert [b.tolist() for b in fresh] == [[4, 5]]
+    # So with torch's samplers, which would sample the new length.
+    shuffled = coload.DataLoader(dataset, batch_size=4, shuffle=True, num_workers=workers)
+    it = iter(shuffled)
+    next(it)
+    shuffled.load_state_dict(shuffled.state_dict())
+    dataset.n = 7
+    with pytest.raises(ValueError, match="took a state for dataset size 6, but the dataset has 7 "
+                                         "samples now"):
+        iter(shuffled)
+    dataset.n = 6
+    assert len(list(shuffled)) == 1
 
 
 class _WhoMade(IndexDataset):
@@ -251,6 +266,20 @@ def test_options_set_between_epochs_apply_at_the_next_iter_as_torchs():
     assert [b.tolist() for b in skipping] == [[0, 1], [2], [4, 5]] and skipping.skipped() == 1
     skipping.timeout = 5.0
     assert len(list(skipping)) == 3 and skipping.skipped() == 2
+    # A state of a loader with persistent workers (its epoch drew no base seed, the shuffle's
+    # draws came first) resumed without workers: the rest of its epoch, as it was.
+    for close in (False, True):
+        shuffled = coload.DataLoader(IndexDataset(8), batch_size=2, shuffle=True, num_workers=2,
+                                     persistent_workers=True,
+                                     generator=torch.Generator().manual_seed(1))
+        assert len(list(shuffled)) == 4
+        it = iter(shuffled)
+        first = next(it).tolist()
+        shuffled.load_state_dict(shuffled.state_dict())
+        shuffled.num_workers = 0
+        if close:
+            shuffled.close()
+        assert sorted(first + [i for b in shuffled for i in b.tolist()]) == list(range(8))
     # Persistent workers are kept, as torch's iterator is, whatever num_workers says since;
     # without workers (num_workers=0 set), as torch's, the loader runs on the caller's thread.
     kept = coload.DataLoader(_WhoMade(4), batch_size=1, num_workers=1, persistent_workers=True,
