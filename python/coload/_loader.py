@@ -298,7 +298,6 @@ class DataLoader:
 
     def _make_native(self):
         o = _C.Options()
-        iterable = isinstance(self.dataset, IterableDataset)
         if self._own_order:
             o.batch_size = 1 if self.batch_size is None else self.batch_size
             o.drop_last = self.drop_last
@@ -325,7 +324,6 @@ class DataLoader:
         o.seed = self._native_seed
         o.on_error = made_with["on_error"]
         o.executor = made_with["executor"]
-        del iterable
         return _C.Loader(self.dataset, o)
 
     def _loader(self):
@@ -492,8 +490,7 @@ class DataLoader:
         # at the first next(), after it), which seeds the workers (worker i's seed is base + i);
         # persistent workers draw it once.
         indices = None if self._own_order else self._index_iter()
-        if (self._resume_draws_seed if self._state_pending
-                else not (self.persistent_workers and self.num_workers > 0 and self._iterated)):
+        if self._resume_draws_seed if self._state_pending else self._draws_base_seed():
             self._base_seed = _draw_seed(self.generator)
         if indices is not None and self.num_workers > 0:
             # torch's iterator with workers takes its first prefetch_factor x num_workers index
@@ -512,6 +509,11 @@ class DataLoader:
         self._native_started = True
         self._epoch_open = True
         return self._epoch(native)
+
+    def _draws_base_seed(self):
+        # Whether an epoch begun now draws its workers' base seed: persistent workers draw it
+        # once.
+        return not (self.persistent_workers and self.num_workers > 0 and self._iterated)
 
     def _epoch(self, native):
         return _EpochIterator(self, native)
@@ -583,8 +585,7 @@ class DataLoader:
         self._state_len = self._python_len()
         # Whether the resumed epoch draws its base seed is the state's loader's (its options,
         # which may change before iter(): its draws and the shuffle's share the generator).
-        self._resume_draws_seed = not (self.persistent_workers and self.num_workers > 0
-                                       and self._iterated)
+        self._resume_draws_seed = self._draws_base_seed()
 
     def metrics(self, total=False):
         """Where the current (or last) epoch's time went, as a dict (`total`: every epoch)."""

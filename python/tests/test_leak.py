@@ -46,7 +46,6 @@ def cycle(i):
 def test_500_loaders_dropped_mid_epoch():
     for i in range(20):  # warm up allocators and caches
         cycle(i)
-    gc.collect()
     tasks, fds, rss = settled_task_count(), fd_count(), rss_kib()
     for i in range(500):
         cycle(i)
@@ -147,7 +146,6 @@ def test_a_loader_collected_on_its_own_worker_lets_go_at_once(capfd):
         def collate(self, samples):
             return samples[0]
 
-    gc.collect()
     tasks = settled_task_count()
     t = Trainer()
     it = iter(t.loader)
