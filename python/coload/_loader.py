@@ -526,10 +526,15 @@ class DataLoader:
         if not self._epoch_open and not self._state_pending:
             self._follow_length()  # the next epoch's loader: the one a state must fit
             self._follow_options()
-        native = self._loader()
+        if self._native is None and self._state_pending and isinstance(self._carry, str):
+            # Closed with a state loaded: that state, as it was loaded (a loader made for it
+            # now would refuse it while the dataset's length differs, as iter() does).
+            native_state = self._carry
+        else:
+            native_state = self._loader().state()
         return {
             "version": _STATE_VERSION,
-            "native": native.state(),
+            "native": native_state,
             "native_seed": self._native_seed,
             "rng": (self._epoch_rng if self._epoch_open else self._rng_state()).clone(),
             # Mid-epoch, as the epoch began: its resumption draws the base seed again, from the

@@ -175,6 +175,9 @@ def test_a_dataset_that_grows_between_epochs_is_sampled_whole_as_torchs(workers)
     with pytest.raises(ValueError, match="saved by a loader with dataset size 6, but this "
                                          "loader has 7"):
         own.load_state_dict(again)
+    # So after close(): state_dict() is the loaded state still.
+    own.close()
+    assert own.state_dict()["native"] == again["native"]
     dataset.n = 6
     assert [b.tolist() for b in own] == [[4, 5]]
     fresh = coload.DataLoader(dataset, batch_size=4, num_workers=workers)
