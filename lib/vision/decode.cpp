@@ -162,8 +162,10 @@ ImageView decode_jpeg(std::span<const std::byte> data, std::vector<std::uint8_t>
   // (the same pixels, about 0.7x the entropy decoding's time; with restart markers, where
   // libjpeg-turbo takes its slow path, about 0.6x). Anything it declines, damaged data
   // included, is TurboJPEG's below, which reports it.
+  const auto frame = detail::parse_jpeg_frame(data);
+  if (frame) detail::check_jpeg_data(data, *frame);
   if (!cmyk) {
-    if (const auto frame = detail::parse_jpeg_frame(data)) {
+    if (frame) {
       const auto region =
           detail::decode_scan_region(data, *frame, 0, 0, height, width, out, denominator);
       if (region && region->pixels == out.data() && region->x0 == 0 && region->y0 == 0 &&
@@ -198,8 +200,7 @@ ImageView decode_jpeg(std::span<const std::byte> data, std::vector<std::uint8_t>
     if (message.find("Premature end") != std::string::npos) {
       throw DecodeError("truncated JPEG data: " + message);
     }
-    if (const auto frame = detail::parse_jpeg_frame(data);
-        frame && !detail::eoi_after(data, frame->entropy_at)) {
+    if (frame && !detail::eoi_after(data, frame->entropy_at)) {
       throw DecodeError("truncated JPEG data: no end of image after " + message);
     }
   }

@@ -19,6 +19,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -478,6 +479,33 @@ ImageInfo peek_webp(std::span<const std::byte> bytes) {
 ImageView decode_webp(std::span<const std::byte> bytes, std::vector<std::uint8_t>& out) {
   const ImageInfo info = peek_webp(bytes);
   check_image_pixels(info.width, info.height);
+  WebPBitstreamFeatures features{};
+  if (WebPGetFeatures(bytes_of(bytes), bytes.size(), &features) == VP8_STATUS_OK &&
+      !features.has_animation) {
+    // A still image is the animation decoder's first frame, a key frame decoded straight onto
+    // its canvas: the same pixels from WebPDecode, without the two zero-filled canvases (8
+    // bytes a pixel the header claims, taken before a byte decodes: a 34-byte file claiming
+    // 9000x9000 cost 309 MB). Here the pixels are this call's, left uninitialised, their
+    // pages taken as rows decode.
+    const std::size_t pixels = static_cast<std::size_t>(info.width) * info.height;
+    const std::unique_ptr<std::uint8_t[]> rgb(new std::uint8_t[pixels * 3]);
+    WebPDecoderConfig config;
+    if (!WebPInitDecoderConfig(&config)) throw DecodeError("libwebp: version mismatch");
+    config.output.colorspace = MODE_RGB;
+    config.output.is_external_memory = 1;
+    config.output.u.RGBA.rgba = rgb.get();
+    config.output.u.RGBA.stride = info.width * 3;
+    config.output.u.RGBA.size = pixels * 3;
+    const VP8StatusCode status = WebPDecode(bytes_of(bytes), bytes.size(), &config);
+    WebPFreeDecBuffer(&config.output);  // external memory: frees nothing of ours
+    if (status != VP8_STATUS_OK) {
+      fail(ImageFormat::webp, "the image does not decode (libwebp status " +
+                                  std::to_string(status) + ")");
+    }
+    grow(out, pixels * 3);
+    std::memcpy(out.data(), rgb.get(), pixels * 3);
+    return rgb_view(out, info.width, info.height);
+  }
   WebPAnimDecoderOptions options;
   if (!WebPAnimDecoderOptionsInit(&options)) throw DecodeError("libwebp: version mismatch");
   options.color_mode = MODE_RGBA;
@@ -622,6 +650,30 @@ std::pair<int, int> oriented_source(int orientation, int x, int y, int sw, int s
   }
 }
 
+// The most a strip or tile of `size` compressed bytes can decode to, for the codecs whose
+// output per input byte is bounded (the largest value for the others): Deflate makes at most
+// 1032 bytes of one (a 258-byte match in two 1-bit codes); PackBits 128 of two (a run's header
+// and its byte); LZW codes are at least 9 bits, and the j-th code of a table's fill stands for
+// at most j bytes (each entry is an earlier one and a byte), the table holding 4096 at most.
+std::uint64_t tiff_most_decoded(std::uint16_t compression, std::uint64_t size) noexcept {
+  constexpr std::uint64_t unbounded = std::numeric_limits<std::uint64_t>::max();
+  if (size > (std::uint64_t{1} << 40)) return unbounded;  // no product below can wrap
+  switch (compression) {
+    case COMPRESSION_ADOBE_DEFLATE:
+    case COMPRESSION_DEFLATE:
+      return size * 1032 + 1024;
+    case COMPRESSION_PACKBITS:
+      return (size + 1) / 2 * 128;
+    case COMPRESSION_LZW: {
+      const std::uint64_t codes = size * 8 / 9 + 1;
+      const std::uint64_t rising = std::min<std::uint64_t>(codes, 4096);
+      return rising * (rising + 1) / 2 + (codes - rising) * 4096;
+    }
+    default:
+      return unbounded;
+  }
+}
+
 // Every strip or tile TIFFRGBAImageGet reads is checked to be in the file before the raster is
 // allocated: libtiff notices a missing one only when it reads it (a 110-byte file claiming
 // 9459x9459 cost 358 MB first). A compressed one is its byte count at its offset; an uncompressed
@@ -660,6 +712,19 @@ void check_tiff_striles(TIFF* tif, std::size_t file_size) {
                                   std::to_string(offset) + ") is not inside the file's " +
                                   std::to_string(file_size) + " bytes");
     }
+    if (compression != COMPRESSION_NONE) {
+      // libtiff allocates a strip's or tile's decoded size before decoding it: a byte of
+      // Deflate data claiming a 9000x9000 strip cost 81 MB. Codecs whose output per input byte
+      // is bounded are held to it, as the PNG decoder is.
+      const std::uint64_t decoded =
+          tiled ? TIFFTileSize64(tif)
+                : TIFFVStripSize64(tif, std::min(rows_per_strip,
+                                                 length - i % per_plane * rows_per_strip));
+      if (const auto most = tiff_most_decoded(compression, size); decoded > most) {
+        fail(ImageFormat::tiff, which + "'s " + std::to_string(size) + " bytes of compressed " +
+                                    "data cannot hold its " + std::to_string(decoded) + " bytes");
+      }
+    }
   }
 }
 
@@ -692,10 +757,14 @@ ImageView decode_tiff(std::span<const std::byte> bytes, std::vector<std::uint8_t
   // and the turn is Pillow's, below.
   const int orientation = tiff_orientation(tif.get());
   img.req_orientation = static_cast<std::uint16_t>(orientation);
-  thread_local std::vector<std::uint32_t> raster;
+  // Left uninitialised, and this call's alone: its pages are taken as the strips and tiles
+  // decode (a compressed strip's byte count says nothing of what it decodes to, so a small file
+  // may claim any size up to the pixel limit), and given back after. A zero-filled raster kept
+  // per thread took the whole claimed size at once, and kept it: a 124-byte file claiming
+  // 9000x9000 whose one Deflate strip does not decode held 324 MB.
   const std::size_t pixels = static_cast<std::size_t>(sw) * sh;
-  if (raster.size() < pixels) raster.resize(pixels);
-  if (!TIFFRGBAImageGet(&img, raster.data(), static_cast<std::uint32_t>(sw), static_cast<std::uint32_t>(sh))) {
+  const std::unique_ptr<std::uint32_t[]> raster(new std::uint32_t[pixels]);
+  if (!TIFFRGBAImageGet(&img, raster.get(), static_cast<std::uint32_t>(sw), static_cast<std::uint32_t>(sh))) {
     fail(ImageFormat::tiff, source.error.empty() ? "the pixels do not decode" : source.error);
   }
   const bool turned = orientation >= 5;

@@ -158,6 +158,12 @@ bool eoi_after(std::span<const std::byte> data, std::size_t from) {
 std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, int top, int left,
                                              int height, int width,
                                              std::vector<std::uint8_t>& buffer, int denominator) {
+  const auto frame = parse_jpeg_frame(data);
+  if (frame) {
+    // The limit first: a bomb is named as one whatever its data.
+    check_image_pixels(frame->width, frame->height);
+    check_jpeg_data(data, *frame);
+  }
   // A shard member with restart intervals: only those covering the crop are decoded.
   const RestartHint* hint = restart_hint_for(data);
   if (hint) {
@@ -165,7 +171,6 @@ std::optional<JpegRegion> decode_jpeg_region(std::span<const std::byte> data, in
       return region;
     }
   }
-  const auto frame = parse_jpeg_frame(data);
   if (!hint && frame && frame->restart_interval != 0) {
     // Any other JPEG with restart markers (a folder's, a shard's without an index that says
     // so): telling costs a header parse (0.2 us a file here), finding the rows a scan of the

@@ -7,6 +7,8 @@
 
 #include "jpeg_restart.hpp"
 
+#include "coload/vision/decode.hpp"
+
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -62,6 +64,7 @@ std::optional<JpegFrame> parse_jpeg_frame(std::span<const std::byte> b) {
       }
       // Baseline and extended sequential Huffman; 8-bit only (libjpeg's 12-bit is another build).
       f.huffman_sequential = (marker == 0xc0 || marker == 0xc1) && at(b, seg) == 8;
+      f.arithmetic = marker >= 0xc9;
     } else if (marker == 0xdd) {
       if (seg_len < 2) return std::nullopt;
       f.restart_interval = be16(b, seg);
@@ -80,6 +83,19 @@ std::optional<JpegFrame> parse_jpeg_frame(std::span<const std::byte> b) {
   f.mcus_per_row = (f.width + f.mcu_width - 1) / f.mcu_width;
   f.mcu_rows = (f.height + f.mcu_height - 1) / f.mcu_height;
   return f;
+}
+
+void check_jpeg_data(std::span<const std::byte> jpeg, const JpegFrame& frame) {
+  if (frame.arithmetic || frame.entropy_at > jpeg.size()) return;
+  const std::uint64_t blocks = (static_cast<std::uint64_t>(frame.width) + 7) / 8 *
+                               ((static_cast<std::uint64_t>(frame.height) + 7) / 8);
+  const std::uint64_t bytes = jpeg.size() - frame.entropy_at;
+  if (blocks > bytes * 8) {
+    throw DecodeError("corrupt or truncated JPEG data: its " + std::to_string(bytes) +
+                      " bytes of entropy-coded data cannot hold " + std::to_string(frame.width) +
+                      "x" + std::to_string(frame.height) + " pixels (" +
+                      std::to_string(blocks) + " blocks of 8x8, each at least one bit)");
+  }
 }
 
 std::size_t next_marker(std::span<const std::byte> b, std::size_t pos, unsigned& marker) {

@@ -25,6 +25,7 @@ struct JpegFrame {
   int mcu_rows = 0;
   int components = 0;
   bool huffman_sequential = false;  // SOF0 or SOF1 with one scan: what the region decoder reads
+  bool arithmetic = false;          // SOF9-SOF15: arithmetic-coded
   std::uint32_t restart_interval = 0;  // the DRI before the scan, 0 for none
   std::size_t sof_at = 0;      // offset of the SOF marker
   std::size_t entropy_at = 0;  // offset of the first byte after the SOS segment
@@ -33,6 +34,14 @@ struct JpegFrame {
 /// Parses the markers up to the first scan. Nothing for data that is not a JPEG, or whose
 /// headers are damaged or truncated.
 std::optional<JpegFrame> parse_jpeg_frame(std::span<const std::byte> jpeg);
+
+/// Throws DecodeError where `frame`'s Huffman-coded data (from its first scan to the end of
+/// `jpeg`) is too short for the pixels the frame claims: every 8x8 block of its full-size
+/// component costs a code of at least one bit (its DC difference, in a sequential scan and in a
+/// progressive file's DC scan), so a byte holds at most 8 blocks. Before anything is allocated
+/// for the pixels, as the PNG decoder bounds its image by its compressed bytes. Arithmetic-coded
+/// frames are not bounded so.
+void check_jpeg_data(std::span<const std::byte> jpeg, const JpegFrame& frame);
 
 /// The next marker in entropy-coded data at or after `pos`: the offset of its 0xFF, with
 /// `marker` set; stuffed bytes (FF 00) and fill bytes are skipped. b.size() when there is none.

@@ -4,6 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <fstream>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -952,6 +955,110 @@ TEST_CASE("bad Netpbm, BMP, TIFF and WebP data gives a DecodeError naming the fo
                            DecompressionBombError);
       CHECK(buffer.empty());
     }
+  }
+}
+
+// The peak resident memory `f` adds, in KiB: the kernel's high-water mark reset first
+// (/proc/self/clear_refs, 5), then VmHWM less the resident size before. Nothing where the mark
+// cannot be reset.
+std::optional<long> peak_added_kib(const std::function<void()>& f) {
+  const auto status = [](const char* field) {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.starts_with(field)) return std::stol(line.substr(std::strlen(field)));
+    }
+    return -1L;
+  };
+  {
+    std::ofstream clear("/proc/self/clear_refs");
+    if (!(clear << "5" << std::flush)) return std::nullopt;
+  }
+  const long before = status("VmRSS:");
+  f();
+  const long peak = status("VmHWM:");
+  if (before < 0 || peak < 0) return std::nullopt;
+  return peak - before;
+}
+
+TEST_CASE("a small file claiming 9000x9000 pixels, under the limit, takes no memory for them") {
+  namespace vt = vision::test;
+  // A JPEG: its entropy-coded data cannot hold the blocks the frame claims (at least a bit for
+  // each 8x8 block), so every JPEG path refuses it before the pixels are allocated. It decoded
+  // as a grey 9000x9000 image before, after taking 243 MB.
+  const auto jpeg = vt::bomb_jpeg(9000, 9000);
+  REQUIRE(jpeg.size() < 1024);
+  const auto holds = doctest::Contains("corrupt or truncated JPEG data: its ");
+  const auto pixels = doctest::Contains("cannot hold 9000x9000 pixels (1265625 blocks of 8x8");
+  for (int d : {1, 2, 4, 8}) {
+    CHECK_THROWS_WITH_AS(vision::decode(jpeg, d), holds, DecodeError);
+    CHECK_THROWS_WITH_AS(vision::decode(jpeg, d), pixels, DecodeError);
+    CHECK_THROWS_WITH_AS(vision::decode_resized_crop(jpeg, CropBox{100, 100, 2000, 2000}, 224,
+                                                     224, d),
+                         pixels, DecodeError);
+  }
+  std::vector<std::uint8_t> buffer;
+  CHECK_THROWS_AS(vision::decode_into(jpeg, buffer, 1), DecodeError);
+  CHECK(buffer.empty());
+  for (bool dct : {true, false}) {
+    at::Generator gen = at::detail::createCPUGenerator(1);
+    std::vector<float> out(3 * 224 * 224);
+    CHECK_THROWS_WITH_AS((TrainTransform{.dct_scaling = dct}(jpeg, gen, out.data())), pixels,
+                         DecodeError);
+    CHECK_THROWS_WITH_AS((EvalTransform{.dct_scaling = dct}(jpeg, out.data())), pixels,
+                         DecodeError);
+  }
+  // The same frame with the data it needs is no bomb: 16x16 decodes as before.
+  CHECK(vision::decode(vt::synthetic_jpeg(16, 16, 1)).width == 16);
+
+  // A TIFF whose one Deflate strip is a byte, and a lossless WebP whose header is followed by
+  // junk: no data size bounds what they decode to, so they fail as they decode, and take memory
+  // only for what decoded. Before, 324 MB (libtiff's raster, zero-filled and kept by the thread)
+  // and 309 MB (libwebp's two zero-filled canvases).
+  Bytes tiff = {'I', 'I', 42, 0};
+  put32(tiff, 8);
+  put16(tiff, 8);
+  tiff_entry(tiff, 256, 4, 1, 9000);
+  tiff_entry(tiff, 257, 4, 1, 9000);
+  tiff_entry(tiff, 258, 3, 1, 8);
+  tiff_entry(tiff, 259, 3, 1, 8);  // deflate
+  tiff_entry(tiff, 262, 3, 1, 1);
+  tiff_entry(tiff, 273, 4, 1, 8 + 2 + 8 * 12 + 4);
+  tiff_entry(tiff, 278, 4, 1, 9000);
+  tiff_entry(tiff, 279, 4, 1, 1);
+  put32(tiff, 0);
+  tiff.push_back(0x78);
+  // RIFF, WEBP, then a VP8L chunk: its signature, 14 bits of width - 1 and of height - 1.
+  const std::uint32_t sides = (9000 - 1) | (9000 - 1) << 14;
+  Bytes webp = text_bytes("RIFF");
+  put32(webp, 4 + 8 + 14);
+  for (char c : std::string("WEBPVP8L")) webp.push_back(static_cast<std::uint8_t>(c));
+  put32(webp, 14);
+  webp.push_back(0x2f);
+  put32(webp, sides);
+  webp.insert(webp.end(), 9, 0xff);
+  for (const auto& [name, file] : {std::pair{"TIFF", tiff}, std::pair{"WebP", webp}}) {
+    const std::string format = name;
+    CAPTURE(format);
+    REQUIRE(file.size() < 128);
+    CHECK(vision::peek(bytes(file)).width == 9000);
+    const auto added = peak_added_kib([&] {
+      CHECK_THROWS_WITH_AS(vision::decode(bytes(file)),
+                           doctest::Contains(("corrupt or truncated " + std::string(name) + " data: ").c_str()),
+                           DecodeError);
+    });
+    if (format == "TIFF") {
+      // Deflate's bound (1032 bytes of one) refuses it before libtiff allocates the strip.
+      CHECK_THROWS_WITH_AS(vision::decode(bytes(file)),
+                           "corrupt or truncated TIFF data: strip 0 of 1's 1 bytes of compressed "
+                           "data cannot hold its 81000000 bytes",
+                           DecodeError);
+    }
+    if (!added) {
+      MESSAGE("/proc/self/clear_refs cannot reset the peak: memory not checked");
+      continue;
+    }
+    CHECK(*added < 32 * 1024);
   }
 }
 
