@@ -21,6 +21,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace coload::vision::detail {
@@ -728,35 +729,114 @@ void check_tiff_striles(TIFF* tif, std::size_t file_size) {
   }
 }
 
+// Pillow opens a one-sample 16-bit TIFF as mode I;16 (unsigned, white-is-zero alike: it does
+// not invert) or I (signed), and convert('RGB') clamps each sample to 0..255, as for a 16-bit
+// grey PNG; libtiff's RGBA interface keeps the high byte (and inverts white-is-zero). Whether
+// the file is one (then whether its samples are signed), else nothing.
+std::optional<bool> tiff_gray16(TIFF* tif) {
+  std::uint16_t bits = 0, samples = 0, photometric = 0, format = SAMPLEFORMAT_UINT;
+  TIFFGetFieldDefaulted(tif, TIFFTAG_BITSPERSAMPLE, &bits);
+  TIFFGetFieldDefaulted(tif, TIFFTAG_SAMPLESPERPIXEL, &samples);
+  TIFFGetFieldDefaulted(tif, TIFFTAG_SAMPLEFORMAT, &format);
+  if (bits != 16 || samples != 1 || !TIFFGetField(tif, TIFFTAG_PHOTOMETRIC, &photometric) ||
+      (photometric != PHOTOMETRIC_MINISBLACK && photometric != PHOTOMETRIC_MINISWHITE) ||
+      (format != SAMPLEFORMAT_UINT && format != SAMPLEFORMAT_INT)) {
+    return std::nullopt;
+  }
+  return format == SAMPLEFORMAT_INT;
+}
+
+// The stored rows of a one-sample 16-bit TIFF (tiff_gray16), clamped, as TIFFRGBAImageGet
+// lays out its pixels (R, G, B, A from the low byte up).
+void tiff_gray16_raster(TIFF* tif, const TiffSource& source, bool is_signed,
+                        std::uint32_t* raster, int sw, int sh) {
+  const auto put = [&](const std::uint16_t* samples, int y, int x0, int n) {
+    std::uint32_t* dst = raster + static_cast<std::size_t>(y) * sw + x0;
+    for (int i = 0; i < n; ++i) {
+      const int v = is_signed ? static_cast<std::int16_t>(samples[i]) : samples[i];
+      const auto g = static_cast<std::uint32_t>(std::clamp(v, 0, 255));
+      dst[i] = g | g << 8 | g << 16 | 0xff000000u;
+    }
+  };
+  const auto failed = [&](const std::string& which) {
+    fail(ImageFormat::tiff, source.error.empty() ? which + " does not decode" : source.error);
+  };
+  if (TIFFIsTiled(tif)) {
+    std::uint32_t tw = 0, th = 0;
+    TIFFGetField(tif, TIFFTAG_TILEWIDTH, &tw);
+    TIFFGetField(tif, TIFFTAG_TILELENGTH, &th);
+    const tmsize_t size = TIFFTileSize(tif);
+    if (tw == 0 || th == 0 || size != static_cast<tmsize_t>(std::uint64_t{tw} * th * 2)) {
+      fail(ImageFormat::tiff, "no valid tile size");
+    }
+    const std::unique_ptr<std::uint16_t[]> tile(new std::uint16_t[std::size_t{tw} * th]);
+    for (std::uint32_t ty = 0; ty < static_cast<std::uint32_t>(sh); ty += th) {
+      for (std::uint32_t tx = 0; tx < static_cast<std::uint32_t>(sw); tx += tw) {
+        const std::uint32_t t = TIFFComputeTile(tif, tx, ty, 0, 0);
+        if (TIFFReadEncodedTile(tif, t, tile.get(), size) != size) {
+          failed("tile " + std::to_string(t));
+        }
+        const int n = static_cast<int>(std::min<std::uint32_t>(tw, sw - tx));
+        for (std::uint32_t r = 0; r < th && ty + r < static_cast<std::uint32_t>(sh); ++r) {
+          put(tile.get() + std::size_t{r} * tw, static_cast<int>(ty + r), static_cast<int>(tx), n);
+        }
+      }
+    }
+    return;
+  }
+  std::uint32_t rows_per_strip = 0;
+  TIFFGetFieldDefaulted(tif, TIFFTAG_ROWSPERSTRIP, &rows_per_strip);
+  rows_per_strip = std::clamp<std::uint32_t>(rows_per_strip, 1, static_cast<std::uint32_t>(sh));
+  const std::unique_ptr<std::uint16_t[]> strip(
+      new std::uint16_t[std::size_t{rows_per_strip} * static_cast<std::size_t>(sw)]);
+  for (std::uint32_t y = 0, s = 0; y < static_cast<std::uint32_t>(sh); y += rows_per_strip, ++s) {
+    const std::uint32_t rows = std::min<std::uint32_t>(rows_per_strip, sh - y);
+    const auto size = static_cast<tmsize_t>(std::size_t{rows} * sw * 2);
+    if (TIFFReadEncodedStrip(tif, s, strip.get(), size) != size) failed("strip " + std::to_string(s));
+    for (std::uint32_t r = 0; r < rows; ++r) {
+      put(strip.get() + std::size_t{r} * sw, static_cast<int>(y + r), 0, sw);
+    }
+  }
+}
+
+// The stored rows through libtiff's RGBA interface, which reads every photometric
+// interpretation, compression, strip and tile layout libtiff supports.
+void tiff_rgba_raster(TIFF* tif, const TiffSource& source, int orientation,
+                      std::uint32_t* raster, int sw, int sh) {
+  // Pillow's convert('RGB') drops alpha as stored, where libtiff's RGBA interface would
+  // premultiply unassociated alpha into the colours: call every extra sample unspecified.
+  std::uint16_t extra_count = 0;
+  std::uint16_t* extra = nullptr;
+  if (TIFFGetField(tif, TIFFTAG_EXTRASAMPLES, &extra_count, &extra) && extra_count > 0) {
+    std::vector<std::uint16_t> unspecified(extra_count, EXTRASAMPLE_UNSPECIFIED);
+    TIFFSetField(tif, TIFFTAG_EXTRASAMPLES, extra_count, unspecified.data());
+  }
+  char message[1024] = {};
+  if (!TIFFRGBAImageOK(tif, message)) throw DecodeError(std::string("unsupported TIFF: ") + message);
+  TIFFRGBAImage img{};
+  // Stop at the first strip or tile that does not read: with 0, libtiff goes on with the
+  // previous one's pixels in its buffer and the decode succeeds (Pillow's decoder raises for a
+  // compressed strip that fails; a file whose byte counts libtiff must estimate may now be
+  // refused where Pillow's raw reader decodes it, where before it decoded with wrong rows).
+  if (!TIFFRGBAImageBegin(&img, tif, 1, message)) {
+    throw DecodeError(std::string("unsupported TIFF: ") + message);
+  }
+  const std::unique_ptr<TIFFRGBAImage, RgbaImageEnd> end(&img);
+  img.req_orientation = static_cast<std::uint16_t>(orientation);
+  if (!TIFFRGBAImageGet(&img, raster, static_cast<std::uint32_t>(sw), static_cast<std::uint32_t>(sh))) {
+    fail(ImageFormat::tiff, source.error.empty() ? "the pixels do not decode" : source.error);
+  }
+}
+
 ImageView decode_tiff(std::span<const std::byte> bytes, std::vector<std::uint8_t>& out) {
   TiffSource source{bytes, 0, {}};
   const auto tif = open_tiff(source);
   const auto [sw, sh] = tiff_stored_size(tif.get(), source);
   check_image_pixels(sw, sh);
   check_tiff_striles(tif.get(), bytes.size());
-  // Pillow's convert('RGB') drops alpha as stored, where libtiff's RGBA interface would
-  // premultiply unassociated alpha into the colours: call every extra sample unspecified.
-  std::uint16_t extra_count = 0;
-  std::uint16_t* extra = nullptr;
-  if (TIFFGetField(tif.get(), TIFFTAG_EXTRASAMPLES, &extra_count, &extra) && extra_count > 0) {
-    std::vector<std::uint16_t> unspecified(extra_count, EXTRASAMPLE_UNSPECIFIED);
-    TIFFSetField(tif.get(), TIFFTAG_EXTRASAMPLES, extra_count, unspecified.data());
-  }
-  char message[1024] = {};
-  if (!TIFFRGBAImageOK(tif.get(), message)) throw DecodeError(std::string("unsupported TIFF: ") + message);
-  TIFFRGBAImage img{};
-  // Stop at the first strip or tile that does not read: with 0, libtiff goes on with the
-  // previous one's pixels in its buffer and the decode succeeds (Pillow's decoder raises for a
-  // compressed strip that fails; a file whose byte counts libtiff must estimate may now be
-  // refused where Pillow's raw reader decodes it, where before it decoded with wrong rows).
-  if (!TIFFRGBAImageBegin(&img, tif.get(), 1, message)) {
-    throw DecodeError(std::string("unsupported TIFF: ") + message);
-  }
-  const std::unique_ptr<TIFFRGBAImage, RgbaImageEnd> end(&img);
   // Asking for the file's own orientation makes libtiff flip nothing: rows come as stored,
   // and the turn is Pillow's, below.
   const int orientation = tiff_orientation(tif.get());
-  img.req_orientation = static_cast<std::uint16_t>(orientation);
   // Left uninitialised, and this call's alone: its pages are taken as the strips and tiles
   // decode (a compressed strip's byte count says nothing of what it decodes to, so a small file
   // may claim any size up to the pixel limit), and given back after. A zero-filled raster kept
@@ -764,8 +844,10 @@ ImageView decode_tiff(std::span<const std::byte> bytes, std::vector<std::uint8_t
   // 9000x9000 whose one Deflate strip does not decode held 324 MB.
   const std::size_t pixels = static_cast<std::size_t>(sw) * sh;
   const std::unique_ptr<std::uint32_t[]> raster(new std::uint32_t[pixels]);
-  if (!TIFFRGBAImageGet(&img, raster.get(), static_cast<std::uint32_t>(sw), static_cast<std::uint32_t>(sh))) {
-    fail(ImageFormat::tiff, source.error.empty() ? "the pixels do not decode" : source.error);
+  if (const auto gray = tiff_gray16(tif.get())) {
+    tiff_gray16_raster(tif.get(), source, *gray, raster.get(), sw, sh);
+  } else {
+    tiff_rgba_raster(tif.get(), source, orientation, raster.get(), sw, sh);
   }
   const bool turned = orientation >= 5;
   const int width = turned ? sh : sw;

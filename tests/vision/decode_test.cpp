@@ -690,6 +690,35 @@ Bytes make_deflate_tiff(int bad = -1) {
   return b;
 }
 
+// A 5x2 one-sample 16-bit TIFF, a strip a row, little-endian: 0, 1, 255, 256, 65535; 128,
+// 300, 32767, 32768 (-32768 signed), 65280 (-256 signed).
+Bytes make_gray16_tiff(unsigned photometric, unsigned sample_format) {
+  const std::vector<std::uint16_t> samples = {0, 1, 255, 256, 65535, 128, 300, 32767, 32768, 65280};
+  Bytes b = {'I', 'I', 42, 0};
+  put32(b, 8);
+  const std::uint32_t entries = 10;
+  const std::uint32_t offsets_at = 8 + 2 + entries * 12 + 4, counts_at = offsets_at + 8;
+  const std::uint32_t data_at = counts_at + 8;
+  put16(b, entries);
+  tiff_entry(b, 256, 4, 1, 5);
+  tiff_entry(b, 257, 4, 1, 2);
+  tiff_entry(b, 258, 3, 1, 16);
+  tiff_entry(b, 259, 3, 1, 1);
+  tiff_entry(b, 262, 3, 1, photometric);
+  tiff_entry(b, 273, 4, 2, offsets_at);
+  tiff_entry(b, 277, 3, 1, 1);
+  tiff_entry(b, 278, 4, 1, 1);
+  tiff_entry(b, 279, 4, 2, counts_at);
+  tiff_entry(b, 339, 3, 1, sample_format);
+  put32(b, 0);
+  put32(b, data_at);
+  put32(b, data_at + 10);
+  put32(b, 10);
+  put32(b, 10);
+  for (std::uint16_t v : samples) put16(b, v);
+  return b;
+}
+
 Bytes make_webp_lossless(const Image& rgb) {
   std::uint8_t* out = nullptr;
   const std::size_t n = WebPEncodeLosslessRGB(rgb.data.data(), rgb.width, rgb.height, rgb.width * 3, &out);
@@ -1171,6 +1200,13 @@ TEST_CASE("WebP, TIFF, Netpbm and BMP decodes equal PIL's convert('RGB')" *
     cmyk.push_back(static_cast<std::uint8_t>(i * 5));
   }
   vision::test::write_bytes(dir / "cmyk.raw", cmyk);
+  // 16-bit samples, little-endian (read big-endian as well): below 256, above, and the top.
+  Bytes gray16;
+  for (std::size_t i = 0; i < img.data.size() / 3; ++i) {
+    const auto v = static_cast<std::uint16_t>(i % 5 == 0 ? 65535 - i : i * 37 % 600);
+    put16(gray16, v);
+  }
+  vision::test::write_bytes(dir / "g16.raw", gray16);
   const std::string size = " 45 29 ";
   // Files PIL writes: name, then the encode command's MODE FORMAT [options] from rgb/rgba/cmyk.
   const std::vector<std::pair<std::string, std::string>> by_pil = {
@@ -1188,6 +1224,9 @@ TEST_CASE("WebP, TIFF, Netpbm and BMP decodes equal PIL's convert('RGB')" *
       {"right_top.tif", "rgb RGB TIFF orientation=6"},
       {"left_bottom.tif", "rgb RGB TIFF compression=tiff_lzw orientation=8"},
       {"cmyk.tif", "cmyk CMYK TIFF"},
+      {"gray16.tif", "g16 I;16 TIFF"},
+      {"gray16_lzw.tif", "g16 I;16 TIFF compression=tiff_lzw"},
+      {"gray16_big.tif", "g16 I;16B TIFF"},
       {"pil.ppm", "rgb RGB PPM"},
       {"pil.bmp", "rgb RGB BMP"},
       {"pil_rgba.bmp", "rgba RGBA BMP"}};
@@ -1209,7 +1248,9 @@ TEST_CASE("WebP, TIFF, Netpbm and BMP decodes equal PIL's convert('RGB')" *
       {"p5_7.pgm", concat(text_bytes("P5 8 1 7\n"), Bytes{0, 1, 2, 3, 4, 5, 6, 7})},
       {"p2_300.pgm", text_bytes("P2 4 1 300 0 1 150 300")},
       {"p4.pbm", concat(text_bytes("P4 9 2\n"), Bytes{0xa5, 0x80, 0x3c, 0x00})},
-      {"p1.pbm", text_bytes("P1 3 2 101 0 1 1")}};
+      {"p1.pbm", text_bytes("P1 3 2 101 0 1 1")},
+      {"gray16_white.tif", make_gray16_tiff(0, 1)},
+      {"gray16_signed.tif", make_gray16_tiff(1, 2)}};
   {
     BmpSpec s{.width = 3, .height = 2, .bits = 16};
     s.pixels = {0x00, 0x7c, 0xe0, 0x03, 0x1f, 0x00, 0, 0, 0x55, 0x55, 0xaa, 0x2a, 0x11, 0x11, 0, 0};
