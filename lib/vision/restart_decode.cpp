@@ -239,20 +239,20 @@ std::optional<JpegRegion> decode_scan_region(std::span<const std::byte> data,
   // A crop of a file without restart markers starts from the checkpoints an earlier crop of the
   // same bytes left (scan_checkpoints.cpp); a whole image needs every MCU and keeps none.
   ScanCheckpoints* checkpoints = nullptr;
-  std::uint64_t key = 0;
+  CheckpointKey key;
   const bool whole = top == 0 && left == 0 &&
                      height == (frame.height + denominator - 1) / denominator &&
                      width == (frame.width + denominator - 1) / denominator;
   if (frame.restart_interval == 0 && !whole) {
     thread_local ScanCheckpoints points;
     key = load_checkpoints(data, frame.mcus_per_row, frame.mcu_rows, points);
-    if (key != 0) checkpoints = &points;
+    if (key) checkpoints = &points;
   }
   bool warned = false;
   auto region = decode_jpeg_region_checked(stream, top, left, height, width, buffer, denominator,
                                            &warned, &segments, checkpoints);
   if (!region || warned) return std::nullopt;
-  if (checkpoints) store_checkpoints(key, data.size(), *checkpoints);
+  if (checkpoints) store_checkpoints(key, *checkpoints);
   scan_decodes.fetch_add(1, std::memory_order_relaxed);
   return region;
 }

@@ -80,14 +80,24 @@ struct ScanCheckpoints {
   void reset(int per_row_, int rows_);
 };
 
+/// What names a file's checkpoints: the 128-bit XXH3 of its bytes (64 bits alone could be
+/// made to collide by a crafted file, whose crops would then start from another file's points:
+/// wrong pixels, though never a read out of bounds) and their count. Empty (false) when
+/// checkpoints are off.
+struct CheckpointKey {
+  std::uint64_t low = 0;
+  std::uint64_t high = 0;
+  std::size_t size = 0;
+  explicit operator bool() const noexcept { return size != 0; }
+};
+
 /// The checkpoints kept for the JPEG `data` (scan_checkpoints.cpp), copied into `out`, which is
 /// first reset for a scan of `rows` rows of `per_row` MCUs; returns the key that
-/// store_checkpoints takes (a hash of `data`), or 0 when checkpoints are off (the budget is 0).
-std::uint64_t load_checkpoints(std::span<const std::byte> data, int per_row, int rows,
+/// store_checkpoints takes, empty when checkpoints are off (the budget is 0).
+CheckpointKey load_checkpoints(std::span<const std::byte> data, int per_row, int rows,
                                ScanCheckpoints& out);
-/// Keeps the points a decode of the `size` bytes `key` names recorded, with those kept before.
-void store_checkpoints(std::uint64_t key, std::size_t size,
-                       const ScanCheckpoints& checkpoints) noexcept;
+/// Keeps the points a decode of the bytes `key` names recorded, with those kept before.
+void store_checkpoints(const CheckpointKey& key, const ScanCheckpoints& checkpoints) noexcept;
 
 /// Replaces the Huffman decoder of a decompressor that jpeg_start_decompress has set up for a
 /// stream of at most `segments.begin.size() * segments.mcus` MCUs (a baseline sequential scan;

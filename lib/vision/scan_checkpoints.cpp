@@ -28,7 +28,8 @@ namespace {
 using Point = detail::ScanCheckpoints::Point;
 
 struct Kept {
-  std::size_t size = 0;  // the file's bytes
+  std::uint64_t high = 0;  // the high half of the file's hash (its low half is the table's key)
+  std::size_t size = 0;    // the file's bytes
   int per_row = 0;
   int rows = 0;
   std::vector<Point> points;
@@ -143,45 +144,46 @@ std::size_t jpeg_checkpoint_bytes() noexcept {
 
 namespace detail {
 
-std::uint64_t load_checkpoints(std::span<const std::byte> data, int per_row, int rows,
+CheckpointKey load_checkpoints(std::span<const std::byte> data, int per_row, int rows,
                                ScanCheckpoints& out) {
   out.reset(per_row, rows);
-  if (budget_now() == 0) return 0;
+  if (budget_now() == 0 || data.empty()) return {};
   // XXH3 of the whole file: about 4 us for 80 KB, against about 300 us of Huffman decoding.
-  std::uint64_t key = XXH3_64bits(data.data(), data.size());
-  key += key == 0;  // 0 says "off"
+  const XXH128_hash_t hash = XXH3_128bits(data.data(), data.size());
+  const CheckpointKey key{hash.low64, hash.high64, data.size()};
   Table& t = table();
   std::lock_guard lock(t.mutex);
-  const auto it = t.files.find(key);
-  if (it != t.files.end() && it->second.size == data.size() && it->second.per_row == per_row &&
+  const auto it = t.files.find(key.low);
+  if (it != t.files.end() && it->second.high == key.high && it->second.size == key.size &&
+      it->second.per_row == per_row &&
       it->second.rows == rows && it->second.points.size() == out.points.size()) {
     out.points = it->second.points;
   }
   return key;
 }
 
-void store_checkpoints(std::uint64_t key, std::size_t size,
-                       const ScanCheckpoints& checkpoints) noexcept {
-  if (key == 0 || !checkpoints.added || budget_now() == 0) return;  // warns, if it must, here
+void store_checkpoints(const CheckpointKey& key, const ScanCheckpoints& checkpoints) noexcept {
+  if (!key || !checkpoints.added || budget_now() == 0) return;  // warns, if it must, here
   try {
     Table& t = table();
     std::lock_guard lock(t.mutex);
     const std::size_t limit = budget_quiet();  // what set_jpeg_checkpoint_budget set last
     if (limit == 0) return;
-    const auto it = t.files.find(key);
+    const auto it = t.files.find(key.low);
     if (it == t.files.end()) {
       // Built whole before it goes in: running out of memory leaves the table as it was.
-      Kept kept{size, checkpoints.per_row, checkpoints.rows, checkpoints.points};
+      Kept kept{key.high, key.size, checkpoints.per_row, checkpoints.rows, checkpoints.points};
       const std::size_t bytes = cost(kept);
-      t.order.push_back(key);
+      t.order.push_back(key.low);
       try {
-        t.files.emplace(key, std::move(kept));
+        t.files.emplace(key.low, std::move(kept));
       } catch (...) {
         t.order.pop_back();
         throw;
       }
       t.bytes += bytes;
-    } else if (Kept& k = it->second; k.size == size && k.per_row == checkpoints.per_row &&
+    } else if (Kept& k = it->second; k.high == key.high && k.size == key.size &&
+                                     k.per_row == checkpoints.per_row &&
                                      k.rows == checkpoints.rows &&
                                      k.points.size() == checkpoints.points.size()) {
       // Another thread's decode of the same bytes may have kept points meanwhile: both are right.
