@@ -53,6 +53,26 @@ std::string env(const char* name) {
   return v ? v : "";
 }
 
+// An s3:// URL's bucket must be a bucket's name: S3's rules, and the legacy names of
+// us-east-1 (upper case, '_'), are 1-255 of A-Z a-z 0-9 . - _. Anything else could name
+// another host or path once put in the URL: "s3://evil?x/key" was sent, signed, to host
+// "evil"; "s3://a@host/k" to host "host".
+void check_s3_url(std::string_view url) {
+  const std::string_view rest = url.substr(std::min<std::size_t>(url.size(), 5));
+  const std::string_view bucket = rest.substr(0, rest.find('/'));
+  if (bucket.empty()) {
+    throw InvalidArgument("'" + std::string(url) + "' names no bucket (s3://bucket/key)");
+  }
+  const bool named = bucket.size() <= 255 && std::all_of(bucket.begin(), bucket.end(), [](char c) {
+                       return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                              (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_';
+                     });
+  if (!named) {
+    throw InvalidArgument("'" + std::string(url) + "': '" + std::string(bucket) +
+                          "' is no S3 bucket name (1-255 letters, digits, '.', '-' and '_')");
+  }
+}
+
 /// How an s3:// URL is fetched: the HTTP(S) URL and its signing, from the standard AWS
 /// variables (read at each attempt, so a rotated session token is picked up).
 struct S3Target {
@@ -120,9 +140,7 @@ std::string s3_http_url(std::string_view url) {
   if (scheme_of(url) != Scheme::s3) {
     throw InvalidArgument("'" + std::string(url) + "' is not an s3:// URL");
   }
-  if (url.size() == 5 || url[5] == '/') {
-    throw InvalidArgument("'" + std::string(url) + "' names no bucket (s3://bucket/key)");
-  }
+  check_s3_url(url);
   return resolve_s3(url).url;
 }
 
@@ -953,6 +971,7 @@ std::shared_ptr<BodyStream::Transfer> HttpClient::prepare(const std::string& url
                                                           const RetryOptions& retry,
                                                           std::uint64_t limit, std::byte* sink) {
   validate(retry);
+  if (scheme_of(url) == Scheme::s3) check_s3_url(url);
   // Every field the loop reads is set here, before the loop can see the transfer.
   auto t = std::make_shared<BodyStream::Transfer>();
   t->driver = driver_.get();
@@ -1165,12 +1184,31 @@ void BodyStream::cancel() {
   });
 }
 
-void BodyStream::read(std::byte* dst, std::size_t n) {
-  if (read_up_to(dst, n) != n) {
-    throw HttpError(transfer_->url, 0, 0,
-                    "cannot read '" + transfer_->url + "': the body ended at byte " +
-                        std::to_string(position_) + ", before the bytes wanted");
+namespace {
+
+// A read past the body's end: its transfer ended whole (not failed), so its status and
+// attempts are final, written by the loop before it set `done` under the mutex taken here.
+HttpError ended_before_wanted(BodyStream::Transfer& t, std::uint64_t position) {
+  long status = 0;
+  int attempts = 0;
+  {
+    std::lock_guard lock(t.mutex);
+    if (t.done) {
+      status = t.status;
+      attempts = t.attempts;
+    }
   }
+  return HttpError(t.url, status, attempts,
+                   "cannot read '" + t.url + "': the body ended at byte " +
+                       std::to_string(position) + ", before the bytes wanted (HTTP " +
+                       std::to_string(status) + ", " + std::to_string(attempts) +
+                       (attempts == 1 ? " attempt)" : " attempts)"));
+}
+
+}  // namespace
+
+void BodyStream::read(std::byte* dst, std::size_t n) {
+  if (read_up_to(dst, n) != n) throw ended_before_wanted(*transfer_, position_);
 }
 
 std::size_t BodyStream::take(std::byte* dst, std::size_t n, bool wait) {
@@ -1281,11 +1319,7 @@ Task<std::size_t> BodyStream::read_async(std::byte* dst, std::size_t n) {
 Task<void> BodyStream::skip_async(std::uint64_t n) {
   while (n > 0) {
     const auto k = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1 << 30));
-    if (co_await read_async(nullptr, k) != k) {
-      throw HttpError(transfer_->url, 0, 0,
-                      "cannot read '" + transfer_->url + "': the body ended at byte " +
-                          std::to_string(position_) + ", before the bytes wanted");
-    }
+    if (co_await read_async(nullptr, k) != k) throw ended_before_wanted(*transfer_, position_);
     n -= k;
   }
 }

@@ -389,6 +389,52 @@ TEST_CASE("a transfer whose start was still queued when its io_context went fail
   }
 }
 
+TEST_CASE("a read past a body's end names the URL, the answer's HTTP status and the attempts") {
+  // Before, BodyStream::read and skip threw with status 0 and 0 attempts.
+  const std::string shard = url("ok") + "shard-000000.tar";
+  auto client = std::make_shared<io::HttpClient>();
+  const std::uint64_t size = client->get(shard).size();
+  REQUIRE(size > 0);
+  for (const bool skip : {false, true}) {
+    CAPTURE(skip);
+    auto body = client->stream(shard, 0, ~std::uint64_t{0}, 1 << 16);
+    std::vector<std::byte> bytes(size + 1);
+    try {
+      if (skip) {
+        sync_wait(body->skip_async(size + 1));
+      } else {
+        body->read(bytes.data(), bytes.size());
+      }
+      FAIL("a read past the end returned");
+    } catch (const io::HttpError& e) {
+      CHECK(e.url() == shard);
+      CHECK(e.status() == 200);
+      CHECK(e.attempts() == 1);
+      CHECK(std::string(e.what()) == "cannot read '" + shard + "': the body ended at byte " +
+                                         std::to_string(size) +
+                                         ", before the bytes wanted (HTTP 200, 1 attempt)");
+    }
+  }
+}
+
+TEST_CASE("an s3:// URL whose bucket is no bucket name is refused before any request") {
+  // Put in the URL, it named another host: s3://evil?x/key was sent, signed, to host "evil".
+  for (const char* bad : {"s3://evil?x/key", "s3://2130706433:8000#/key", "s3://a@evil/k",
+                          "s3://b%2e/k"}) {
+    CAPTURE(bad);
+    const std::string bucket = std::string(bad).substr(5, std::string(bad).find('/', 5) - 5);
+    const std::string said = "'" + std::string(bad) + "': '" + bucket +
+                             "' is no S3 bucket name (1-255 letters, digits, '.', '-' and '_')";
+    CHECK_THROWS_WITH_AS((void)io::s3_http_url(bad), said.c_str(), coload::InvalidArgument);
+    CHECK_THROWS_WITH_AS((void)io::HttpClient::shared()->get(bad), said.c_str(),
+                         coload::InvalidArgument);
+  }
+  CHECK_THROWS_WITH_AS((void)io::HttpClient::shared()->get("s3:///k"),
+                       "'s3:///k' names no bucket (s3://bucket/key)", coload::InvalidArgument);
+  // S3's names and the legacy ones (upper case, '_') pass.
+  CHECK(io::s3_http_url("s3://Legacy_Bucket-1.x/k").ends_with("/Legacy_Bucket-1.x/k"));
+}
+
 TEST_CASE("a client with its own loop whose last owner lets go on that loop's thread closes "
           "and frees itself there; a blocking call on that thread is refused, not a wait for "
           "itself") {
