@@ -162,8 +162,8 @@ ImageView decode_jpeg(std::span<const std::byte> data, std::vector<std::uint8_t>
   // (the same pixels, about 0.7x the entropy decoding's time; with restart markers, where
   // libjpeg-turbo takes its slow path, about 0.6x). Anything it declines, damaged data
   // included, is TurboJPEG's below, which reports it.
+  detail::check_jpeg_claims(data);
   const auto frame = detail::parse_jpeg_frame(data);
-  if (frame) detail::check_jpeg_data(data, *frame);
   if (!cmyk) {
     if (frame) {
       const auto region =

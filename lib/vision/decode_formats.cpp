@@ -486,25 +486,32 @@ ImageView decode_webp(std::span<const std::byte> bytes, std::vector<std::uint8_t
     // A still image is the animation decoder's first frame, a key frame decoded straight onto
     // its canvas: the same pixels from WebPDecode, without the two zero-filled canvases (8
     // bytes a pixel the header claims, taken before a byte decodes: a 34-byte file claiming
-    // 9000x9000 cost 309 MB). Here the pixels are this call's, left uninitialised, their
-    // pages taken as rows decode.
-    const std::size_t pixels = static_cast<std::size_t>(info.width) * info.height;
-    const std::unique_ptr<std::uint8_t[]> rgb(new std::uint8_t[pixels * 3]);
+    // 9000x9000 cost 309 MB). Into `out` where it is large enough; else into memory of this
+    // call's, left uninitialised (its pages taken as rows decode), and `out` grown after.
+    const std::size_t bytes_out = static_cast<std::size_t>(info.width) * info.height * 3;
+    std::unique_ptr<std::uint8_t[]> fresh;
+    std::uint8_t* rgb = out.data();
+    if (out.size() < bytes_out) {
+      fresh.reset(new std::uint8_t[bytes_out]);
+      rgb = fresh.get();
+    }
     WebPDecoderConfig config;
     if (!WebPInitDecoderConfig(&config)) throw DecodeError("libwebp: version mismatch");
     config.output.colorspace = MODE_RGB;
     config.output.is_external_memory = 1;
-    config.output.u.RGBA.rgba = rgb.get();
+    config.output.u.RGBA.rgba = rgb;
     config.output.u.RGBA.stride = info.width * 3;
-    config.output.u.RGBA.size = pixels * 3;
+    config.output.u.RGBA.size = bytes_out;
     const VP8StatusCode status = WebPDecode(bytes_of(bytes), bytes.size(), &config);
     WebPFreeDecBuffer(&config.output);  // external memory: frees nothing of ours
     if (status != VP8_STATUS_OK) {
       fail(ImageFormat::webp, "the image does not decode (libwebp status " +
                                   std::to_string(status) + ")");
     }
-    grow(out, pixels * 3);
-    std::memcpy(out.data(), rgb.get(), pixels * 3);
+    if (fresh) {
+      grow(out, bytes_out);
+      std::memcpy(out.data(), fresh.get(), bytes_out);
+    }
     return rgb_view(out, info.width, info.height);
   }
   WebPAnimDecoderOptions options;
@@ -655,7 +662,8 @@ std::pair<int, int> oriented_source(int orientation, int x, int y, int sw, int s
 // output per input byte is bounded (the largest value for the others): Deflate makes at most
 // 1032 bytes of one (a 258-byte match in two 1-bit codes); PackBits 128 of two (a run's header
 // and its byte); LZW codes are at least 9 bits, and the j-th code of a table's fill stands for
-// at most j bytes (each entry is an earlier one and a byte), the table holding 4096 at most.
+// at most j bytes (each entry is an earlier one and a byte), libtiff's table holding 5119
+// entries at most (4096 and a margin for encoders late to widen their codes).
 std::uint64_t tiff_most_decoded(std::uint16_t compression, std::uint64_t size) noexcept {
   constexpr std::uint64_t unbounded = std::numeric_limits<std::uint64_t>::max();
   if (size > (std::uint64_t{1} << 40)) return unbounded;  // no product below can wrap
@@ -667,8 +675,8 @@ std::uint64_t tiff_most_decoded(std::uint16_t compression, std::uint64_t size) n
       return (size + 1) / 2 * 128;
     case COMPRESSION_LZW: {
       const std::uint64_t codes = size * 8 / 9 + 1;
-      const std::uint64_t rising = std::min<std::uint64_t>(codes, 4096);
-      return rising * (rising + 1) / 2 + (codes - rising) * 4096;
+      const std::uint64_t rising = std::min<std::uint64_t>(codes, 5120);
+      return rising * (rising + 1) / 2 + (codes - rising) * 5120;
     }
     default:
       return unbounded;

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 namespace coload::vision::detail {
 namespace {
@@ -64,7 +65,6 @@ std::optional<JpegFrame> parse_jpeg_frame(std::span<const std::byte> b) {
       }
       // Baseline and extended sequential Huffman; 8-bit only (libjpeg's 12-bit is another build).
       f.huffman_sequential = (marker == 0xc0 || marker == 0xc1) && at(b, seg) == 8;
-      f.arithmetic = marker >= 0xc9;
     } else if (marker == 0xdd) {
       if (seg_len < 2) return std::nullopt;
       f.restart_interval = be16(b, seg);
@@ -85,16 +85,72 @@ std::optional<JpegFrame> parse_jpeg_frame(std::span<const std::byte> b) {
   return f;
 }
 
-void check_jpeg_data(std::span<const std::byte> jpeg, const JpegFrame& frame) {
-  if (frame.arithmetic || frame.entropy_at > jpeg.size()) return;
-  const std::uint64_t blocks = (static_cast<std::uint64_t>(frame.width) + 7) / 8 *
-                               ((static_cast<std::uint64_t>(frame.height) + 7) / 8);
-  const std::uint64_t bytes = jpeg.size() - frame.entropy_at;
+void check_jpeg_claims(std::span<const std::byte> b) {
+  if (b.size() < 4 || at(b, 0) != 0xff || at(b, 1) != 0xd8) return;
+  const auto* data = reinterpret_cast<const unsigned char*>(b.data());
+  std::uint64_t width = 0, height = 0;
+  int hmax = 1, vmax = 1;
+  std::vector<std::pair<int, int>> factors;
+  bool arithmetic = false;
+  std::size_t pos = 2;
+  for (;;) {
+    // As libjpeg's next_marker: anything up to an 0xFF followed by a marker code is skipped
+    // (with a warning), fill bytes too.
+    while (pos + 1 < b.size() && !(data[pos] == 0xff && data[pos + 1] != 0xff &&
+                                   data[pos + 1] != 0x00)) {
+      const void* ff = std::memchr(data + pos + 1, 0xff, b.size() - pos - 1);
+      if (!ff) return;
+      pos = static_cast<std::size_t>(static_cast<const unsigned char*>(ff) - data);
+    }
+    if (pos + 1 >= b.size()) return;
+    const unsigned marker = data[pos + 1];
+    if (marker == 0x01 || (marker >= 0xd0 && marker <= 0xd7)) {  // TEM, RSTn: no length
+      pos += 2;
+      continue;
+    }
+    if (marker == 0xd8 || marker == 0xd9 || pos + 4 > b.size()) return;  // libjpeg stops too
+    const std::size_t length = be16(b, pos + 2);
+    if (length < 2) return;
+    const std::size_t seg = pos + 4;
+    const bool sof = marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8 &&
+                     marker != 0xcc;
+    if (sof) {
+      if (!factors.empty() || length < 8 || seg + 6 > b.size()) return;
+      height = be16(b, seg + 1);
+      width = be16(b, seg + 3);
+      const std::size_t count = at(b, seg + 5);
+      if (count == 0 || length < 8 + 3 * count || seg + 6 + 3 * count > b.size()) return;
+      for (std::size_t c = 0; c < count; ++c) {
+        const unsigned hv = at(b, seg + 6 + 3 * c + 1);
+        const int h = static_cast<int>(hv >> 4), v = static_cast<int>(hv & 15);
+        if (h < 1 || h > 4 || v < 1 || v > 4) return;
+        factors.emplace_back(h, v);
+        hmax = std::max(hmax, h);
+        vmax = std::max(vmax, v);
+      }
+      arithmetic = marker >= 0xc9;
+    } else if (marker == 0xda) {
+      if (factors.empty()) return;
+      pos += 2 + length;
+      break;
+    }
+    pos += 2 + length;
+  }
+  check_image_pixels(static_cast<std::int64_t>(width), static_cast<std::int64_t>(height));
+  if (arithmetic || pos > b.size()) return;
+  // The component with the most blocks: each costs at least a bit.
+  std::uint64_t blocks = 0;
+  for (const auto& [h, v] : factors) {
+    const std::uint64_t w = (width * static_cast<std::uint64_t>(h) + hmax - 1) / hmax;
+    const std::uint64_t r = (height * static_cast<std::uint64_t>(v) + vmax - 1) / vmax;
+    blocks = std::max(blocks, (w + 7) / 8 * ((r + 7) / 8));
+  }
+  const std::uint64_t bytes = b.size() - pos;
   if (blocks > bytes * 8) {
     throw DecodeError("corrupt or truncated JPEG data: its " + std::to_string(bytes) +
-                      " bytes of entropy-coded data cannot hold " + std::to_string(frame.width) +
-                      "x" + std::to_string(frame.height) + " pixels (" +
-                      std::to_string(blocks) + " blocks of 8x8, each at least one bit)");
+                      " bytes of entropy-coded data cannot hold " + std::to_string(width) + "x" +
+                      std::to_string(height) + " pixels (" + std::to_string(blocks) +
+                      " blocks of 8x8, each at least one bit)");
   }
 }
 

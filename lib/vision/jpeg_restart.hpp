@@ -25,7 +25,6 @@ struct JpegFrame {
   int mcu_rows = 0;
   int components = 0;
   bool huffman_sequential = false;  // SOF0 or SOF1 with one scan: what the region decoder reads
-  bool arithmetic = false;          // SOF9-SOF15: arithmetic-coded
   std::uint32_t restart_interval = 0;  // the DRI before the scan, 0 for none
   std::size_t sof_at = 0;      // offset of the SOF marker
   std::size_t entropy_at = 0;  // offset of the first byte after the SOS segment
@@ -35,13 +34,15 @@ struct JpegFrame {
 /// headers are damaged or truncated.
 std::optional<JpegFrame> parse_jpeg_frame(std::span<const std::byte> jpeg);
 
-/// Throws DecodeError where `frame`'s Huffman-coded data (from its first scan to the end of
-/// `jpeg`) is too short for the pixels the frame claims: every 8x8 block of its full-size
-/// component costs a code of at least one bit (its DC difference, in a sequential scan and in a
-/// progressive file's DC scan), so a byte holds at most 8 blocks. Before anything is allocated
-/// for the pixels, as the PNG decoder bounds its image by its compressed bytes. Arithmetic-coded
-/// frames are not bounded so.
-void check_jpeg_data(std::span<const std::byte> jpeg, const JpegFrame& frame);
+/// Checks what a JPEG's frame claims before anything is allocated for its pixels: the pixel
+/// limit (check_image_pixels), then that its Huffman-coded data (from its first scan to the
+/// end of `jpeg`) can hold them: each 8x8 block of a component costs a code of at least one
+/// bit (its DC difference, in a sequential scan and in a progressive file's DC scan), so a byte
+/// holds at most 8 of the largest component's blocks (a DecodeError else), as the PNG decoder
+/// bounds its image by its compressed bytes. The markers are walked as libjpeg reads them
+/// (standalone markers and stray bytes passed over), so that no file libjpeg decodes escapes
+/// the check; one it cannot read, or arithmetic-coded, is not bounded here.
+void check_jpeg_claims(std::span<const std::byte> jpeg);
 
 /// The next marker in entropy-coded data at or after `pos`: the offset of its 0xFF, with
 /// `marker` set; stuffed bytes (FF 00) and fill bytes are skipped. b.size() when there is none.

@@ -80,10 +80,10 @@ struct ScanCheckpoints {
   void reset(int per_row_, int rows_);
 };
 
-/// What names a file's checkpoints: the 128-bit XXH3 of its bytes (64 bits alone could be
-/// made to collide by a crafted file, whose crops would then start from another file's points:
-/// wrong pixels, though never a read out of bounds) and their count. Empty (false) when
-/// checkpoints are off.
+/// What names a file's checkpoints: the 128-bit XXH3 of its bytes, seeded at random once a
+/// process (with a known seed a crafted file could be made to collide with another, whose
+/// crops would then start from its points: wrong pixels, though never a read out of bounds),
+/// and their count. Empty (false) when checkpoints are off.
 struct CheckpointKey {
   std::uint64_t low = 0;
   std::uint64_t high = 0;

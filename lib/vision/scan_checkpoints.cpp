@@ -9,7 +9,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <deque>
+#include <chrono>
 #include <mutex>
+#include <random>
 #include <new>
 #include <string>
 #include <unordered_map>
@@ -38,7 +40,21 @@ struct Kept {
 // A file's cost: its points, and about what its table entry and place in line take.
 std::size_t cost(const Kept& k) { return k.points.size() * sizeof(Point) + 96; }
 
+std::uint64_t draw_seed() noexcept {
+  try {
+    std::random_device device;
+    return std::uint64_t{device()} << 32 ^ device();
+  } catch (...) {  // no entropy source: the clock's, which no file is crafted for ahead of time
+    return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+}
+
 struct Table {
+  // XXH3's seed, drawn once a process (forked workers share their parent's): with the
+  // default one, two files can be made to hash alike whatever the hash's width (two 8-byte
+  // words chosen within a block), and a crafted file's crops would start from another's
+  // points (review).
+  const std::uint64_t seed = draw_seed();
   std::mutex mutex;
   std::unordered_map<std::uint64_t, Kept> files;
   std::deque<std::uint64_t> order;  // oldest first
@@ -149,7 +165,7 @@ CheckpointKey load_checkpoints(std::span<const std::byte> data, int per_row, int
   out.reset(per_row, rows);
   if (budget_now() == 0 || data.empty()) return {};
   // XXH3 of the whole file: about 4 us for 80 KB, against about 300 us of Huffman decoding.
-  const XXH128_hash_t hash = XXH3_128bits(data.data(), data.size());
+  const XXH128_hash_t hash = XXH3_128bits_withSeed(data.data(), data.size(), table().seed);
   const CheckpointKey key{hash.low64, hash.high64, data.size()};
   Table& t = table();
   std::lock_guard lock(t.mutex);
