@@ -54,22 +54,28 @@ std::string env(const char* name) {
 }
 
 // An s3:// URL's bucket must be a bucket's name: S3's rules, and the legacy names of
-// us-east-1 (upper case, '_'), are 1-255 of A-Z a-z 0-9 . - _. Anything else could name
-// another host or path once put in the URL: "s3://evil?x/key" was sent, signed, to host
-// "evil"; "s3://a@host/k" to host "host".
+// us-east-1 (upper case, '_'), are 1-255 of A-Z a-z 0-9 . - _, a letter or digit at each end,
+// no ".." Anything else could name another host or path once put in the URL: "s3://evil?x/key"
+// was sent, signed, to host "evil"; "s3://a@host/k" to host "host"; "s3://../k" (path-style,
+// the path taken as it is) above an endpoint's path.
 void check_s3_url(std::string_view url) {
   const std::string_view rest = url.substr(std::min<std::size_t>(url.size(), 5));
   const std::string_view bucket = rest.substr(0, rest.find('/'));
   if (bucket.empty()) {
     throw InvalidArgument("'" + std::string(url) + "' names no bucket (s3://bucket/key)");
   }
-  const bool named = bucket.size() <= 255 && std::all_of(bucket.begin(), bucket.end(), [](char c) {
-                       return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                              (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_';
-                     });
+  const auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
+  const bool named =
+      bucket.size() <= 255 && alnum(bucket.front()) && alnum(bucket.back()) &&
+      bucket.find("..") == std::string_view::npos &&
+      std::all_of(bucket.begin(), bucket.end(),
+                  [&](char c) { return alnum(c) || c == '.' || c == '-' || c == '_'; });
   if (!named) {
     throw InvalidArgument("'" + std::string(url) + "': '" + std::string(bucket) +
-                          "' is no S3 bucket name (1-255 letters, digits, '.', '-' and '_')");
+                          "' is no S3 bucket name (1-255 letters, digits, '.', '-' and '_', a "
+                          "letter or digit at each end)");
   }
 }
 

@@ -420,11 +420,12 @@ TEST_CASE("a read past a body's end names the URL, the answer's HTTP status and 
 TEST_CASE("an s3:// URL whose bucket is no bucket name is refused before any request") {
   // Put in the URL, it named another host: s3://evil?x/key was sent, signed, to host "evil".
   for (const char* bad : {"s3://evil?x/key", "s3://2130706433:8000#/key", "s3://a@evil/k",
-                          "s3://b%2e/k"}) {
+                          "s3://b%2e/k", "s3://../k", "s3://./k", "s3://a..b/k", "s3://-a/k"}) {
     CAPTURE(bad);
     const std::string bucket = std::string(bad).substr(5, std::string(bad).find('/', 5) - 5);
     const std::string said = "'" + std::string(bad) + "': '" + bucket +
-                             "' is no S3 bucket name (1-255 letters, digits, '.', '-' and '_')";
+                             "' is no S3 bucket name (1-255 letters, digits, '.', '-' and "
+                             "'_', a letter or digit at each end)";
     CHECK_THROWS_WITH_AS((void)io::s3_http_url(bad), said.c_str(), coload::InvalidArgument);
     CHECK_THROWS_WITH_AS((void)io::HttpClient::shared()->get(bad), said.c_str(),
                          coload::InvalidArgument);
