@@ -16,6 +16,7 @@
 #include <jpeglib.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <utility>
 
@@ -90,7 +91,9 @@ void check_jpeg_claims(std::span<const std::byte> b) {
   const auto* data = reinterpret_cast<const unsigned char*>(b.data());
   std::uint64_t width = 0, height = 0;
   int hmax = 1, vmax = 1;
-  std::vector<std::pair<int, int>> factors;
+  // Each component's sampling factors; libjpeg reads 10 components at most (MAX_COMPONENTS).
+  std::array<std::pair<int, int>, 10> factors{};
+  std::size_t components = 0;
   bool arithmetic = false;
   std::size_t pos = 2;
   for (;;) {
@@ -115,22 +118,26 @@ void check_jpeg_claims(std::span<const std::byte> b) {
     const bool sof = marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8 &&
                      marker != 0xcc;
     if (sof) {
-      if (!factors.empty() || length < 8 || seg + 6 > b.size()) return;
+      if (components != 0 || length < 8 || seg + 6 > b.size()) return;
       height = be16(b, seg + 1);
       width = be16(b, seg + 3);
       const std::size_t count = at(b, seg + 5);
-      if (count == 0 || length < 8 + 3 * count || seg + 6 + 3 * count > b.size()) return;
+      if (count == 0 || count > factors.size() || length < 8 + 3 * count ||
+          seg + 6 + 3 * count > b.size()) {
+        return;
+      }
       for (std::size_t c = 0; c < count; ++c) {
         const unsigned hv = at(b, seg + 6 + 3 * c + 1);
         const int h = static_cast<int>(hv >> 4), v = static_cast<int>(hv & 15);
         if (h < 1 || h > 4 || v < 1 || v > 4) return;
-        factors.emplace_back(h, v);
+        factors[c] = {h, v};
         hmax = std::max(hmax, h);
         vmax = std::max(vmax, v);
       }
+      components = count;
       arithmetic = marker >= 0xc9;
     } else if (marker == 0xda) {
-      if (factors.empty()) return;
+      if (components == 0) return;
       pos += 2 + length;
       break;
     }
@@ -140,7 +147,8 @@ void check_jpeg_claims(std::span<const std::byte> b) {
   if (arithmetic || pos > b.size()) return;
   // The component with the most blocks: each costs at least a bit.
   std::uint64_t blocks = 0;
-  for (const auto& [h, v] : factors) {
+  for (std::size_t c = 0; c < components; ++c) {
+    const auto [h, v] = factors[c];
     const std::uint64_t w = (width * static_cast<std::uint64_t>(h) + hmax - 1) / hmax;
     const std::uint64_t r = (height * static_cast<std::uint64_t>(v) + vmax - 1) / vmax;
     blocks = std::max(blocks, (w + 7) / 8 * ((r + 7) / 8));
