@@ -777,6 +777,12 @@ void tiff_gray16_raster(TIFF* tif, const TiffSource& source, bool is_signed,
     if (tw == 0 || th == 0 || size != static_cast<tmsize_t>(std::uint64_t{tw} * th * 2)) {
       fail(ImageFormat::tiff, "no valid tile size");
     }
+    // Held to what libtiff may allocate at once here (open_tiff): the tile's size is told.
+    if (const std::int64_t limit = max_image_pixels();
+        limit > 0 && size > std::max<std::int64_t>(limit * 8, 64 << 20)) {
+      fail(ImageFormat::tiff, "a tile of " + std::to_string(tw) + "x" + std::to_string(th) +
+                                  " samples is larger than the pixel limit allows");
+    }
     const std::unique_ptr<std::uint16_t[]> tile(new std::uint16_t[std::size_t{tw} * th]);
     for (std::uint32_t ty = 0; ty < static_cast<std::uint32_t>(sh); ty += th) {
       for (std::uint32_t tx = 0; tx < static_cast<std::uint32_t>(sw); tx += tw) {
@@ -846,8 +852,8 @@ ImageView decode_tiff(std::span<const std::byte> bytes, std::vector<std::uint8_t
   // and the turn is Pillow's, below.
   const int orientation = tiff_orientation(tif.get());
   // Left uninitialised, and this call's alone: its pages are taken as the strips and tiles
-  // decode (a compressed strip's byte count says nothing of what it decodes to, so a small file
-  // may claim any size up to the pixel limit), and given back after. A zero-filled raster kept
+  // decode (a strip of a codec tiff_most_decoded cannot bound may claim any size up to the
+  // pixel limit in a few bytes), and given back after. A zero-filled raster kept
   // per thread took the whole claimed size at once, and kept it: a 124-byte file claiming
   // 9000x9000 whose one Deflate strip does not decode held 324 MB.
   const std::size_t pixels = static_cast<std::size_t>(sw) * sh;
