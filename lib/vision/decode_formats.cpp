@@ -465,24 +465,29 @@ struct AnimDecoderDeleter {
   void operator()(WebPAnimDecoder* d) const noexcept { WebPAnimDecoderDelete(d); }
 };
 
-ImageInfo peek_webp(std::span<const std::byte> bytes) {
+// The header's features (DecodeError where it has none that libwebp reads).
+WebPBitstreamFeatures webp_features(std::span<const std::byte> bytes) {
   WebPBitstreamFeatures features{};
   const VP8StatusCode status =
       WebPGetFeatures(bytes_of(bytes), bytes.size(), &features);
   if (status != VP8_STATUS_OK || features.width <= 0 || features.height <= 0) {
     fail(ImageFormat::webp, "no readable header (libwebp status " + std::to_string(status) + ")");
   }
+  return features;
+}
+
+ImageInfo peek_webp(std::span<const std::byte> bytes) {
+  const WebPBitstreamFeatures features = webp_features(bytes);
   return {ImageFormat::webp, features.width, features.height};
 }
 
 // Pillow opens every WebP through libwebp's animation decoder in RGBA and takes the first
 // frame's canvas: so a transparent pixel's colour is the canvas's (0, 0, 0), not the stored one.
 ImageView decode_webp(std::span<const std::byte> bytes, std::vector<std::uint8_t>& out) {
-  const ImageInfo info = peek_webp(bytes);
+  const WebPBitstreamFeatures features = webp_features(bytes);
+  const ImageInfo info{ImageFormat::webp, features.width, features.height};
   check_image_pixels(info.width, info.height);
-  WebPBitstreamFeatures features{};
-  if (WebPGetFeatures(bytes_of(bytes), bytes.size(), &features) == VP8_STATUS_OK &&
-      !features.has_animation) {
+  if (!features.has_animation) {
     // A still image is the animation decoder's first frame, a key frame decoded straight onto
     // its canvas: the same pixels from WebPDecode, without the two zero-filled canvases (8
     // bytes a pixel the header claims, taken before a byte decodes: a 34-byte file claiming
@@ -589,18 +594,23 @@ struct TiffOptionsDeleter {
   void operator()(TIFFOpenOptions* o) const noexcept { TIFFOpenOptionsFree(o); }
 };
 
+// The most libtiff may allocate at once (0: no bound): what the pixel limit allows for a 16-bit
+// RGBA image, at least 64 MiB (for its tables).
+std::int64_t tiff_alloc_bound() noexcept {
+  const std::int64_t limit = max_image_pixels();
+  return limit > 0 ? std::max<std::int64_t>(limit * 8, 64 << 20) : 0;
+}
+
 // Opens the first directory of the TIFF in `source` (DecodeError with libtiff's message).
 std::unique_ptr<TIFF, TiffCloser> open_tiff(TiffSource& source) {
   std::unique_ptr<TIFFOpenOptions, TiffOptionsDeleter> options(TIFFOpenOptionsAlloc());
   if (!options) throw std::bad_alloc();
   TIFFOpenOptionsSetErrorHandlerExtR(options.get(), tiff_error, &source);
   TIFFOpenOptionsSetWarningHandlerExtR(options.get(), tiff_warning, &source);
-  // No single allocation of libtiff's above what the pixel limit allows for a 16-bit RGBA image
-  // (at least 64 MiB, for its tables): a strip or tile that claims more is refused.
-  const std::int64_t limit = max_image_pixels();
-  if (limit > 0) {
-    TIFFOpenOptionsSetMaxSingleMemAlloc(options.get(),
-                                        static_cast<tmsize_t>(std::max<std::int64_t>(limit * 8, 64 << 20)));
+  // No single allocation of libtiff's above tiff_alloc_bound(): a strip or tile that claims
+  // more is refused.
+  if (const std::int64_t bound = tiff_alloc_bound(); bound > 0) {
+    TIFFOpenOptionsSetMaxSingleMemAlloc(options.get(), static_cast<tmsize_t>(bound));
   }
   const auto open = [&](const char* mode) {
     source.pos = 0;
@@ -778,8 +788,7 @@ void tiff_gray16_raster(TIFF* tif, const TiffSource& source, bool is_signed,
       fail(ImageFormat::tiff, "no valid tile size");
     }
     // Held to what libtiff may allocate at once here (open_tiff): the tile's size is told.
-    if (const std::int64_t limit = max_image_pixels();
-        limit > 0 && size > std::max<std::int64_t>(limit * 8, 64 << 20)) {
+    if (const std::int64_t bound = tiff_alloc_bound(); bound > 0 && size > bound) {
       fail(ImageFormat::tiff, "a tile of " + std::to_string(tw) + "x" + std::to_string(th) +
                                   " samples is larger than the pixel limit allows");
     }
