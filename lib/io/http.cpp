@@ -330,7 +330,7 @@ std::size_t on_header_of(char* p, std::size_t size, std::size_t n, void* user) {
   if (line.starts_with("HTTP/")) {
     t->response_etag.clear();  // a new response (after a redirect or a 100): its own headers
     t->response_modified.clear();
-    t->range_start = t->range_total = t->unsatisfied_total = -1;
+    t->range_start = t->range_last = t->range_total = t->unsatisfied_total = -1;
   } else if (auto v = header_value(line, "etag:")) {
     t->response_etag = std::move(*v);
   } else if (auto m = header_value(line, "last-modified:")) {
@@ -348,6 +348,7 @@ std::size_t on_header_of(char* p, std::size_t size, std::size_t n, void* user) {
     unsigned long long total = 0;
     if (const auto r = parse_content_range(value)) {
       t->range_start = static_cast<std::int64_t>(r->first);
+      t->range_last = static_cast<std::int64_t>(r->last);
       t->range_total = r->total ? static_cast<std::int64_t>(*r->total) : -1;
     } else if (std::sscanf(value.c_str(), " bytes */%llu", &total) == 1) {
       t->unsatisfied_total = static_cast<std::int64_t>(total);
@@ -756,7 +757,7 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   t->easy = easy;
   t->attempt_start = t->reached;
   t->skip = 0;
-  t->range_start = t->range_total = t->unsatisfied_total = -1;
+  t->range_start = t->range_last = t->range_total = t->unsatisfied_total = -1;
   t->checked = false;
   t->status = 0;
   t->fatal.clear();
@@ -886,11 +887,15 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
     this->complete(t);
     return;
   }
-  if (sized && t.end == to_end && result == CURLE_OK && t.fatal.empty() &&
-      t.reached > t.attempt_start && !closing) {
-    // A 206 that ended where it said, short of the whole size, having brought bytes: a server
-    // that caps its answers to open ranges. The next piece is asked for at once, costing no
-    // attempt (each must bring bytes: the pieces end).
+  // A 206 that ended where it said, short of what was asked, having brought bytes: a server
+  // that caps the bytes it answers at once. The next piece is asked for at once, costing no
+  // attempt (each must bring bytes: the pieces end). Asked for a bounded range, the answer's
+  // body must have reached the last byte its Content-Range named: one cut short of that is a
+  // fault, retried after a backoff.
+  const bool capped =
+      t.end == to_end || (t.range_last >= 0 && t.reached == static_cast<std::uint64_t>(t.range_last) + 1);
+  if (sized && capped && result == CURLE_OK && t.fatal.empty() && t.reached > t.attempt_start &&
+      !closing) {
     t.failures = 0;
     launch(keep);
     return;

@@ -1600,6 +1600,36 @@ TEST_CASE("retry options: the attempts set are the attempts made") {
   CHECK_THROWS_AS(get_on(ctx, failing, reader, 0), io::HttpError);
 }
 
+TEST_CASE("a server that caps the bytes it answers at once: each piece is asked for at once and costs no attempt") {
+  const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
+  // One attempt: a piece taken for a fault would fail the read at once.
+  const io::RetryOptions once{.attempts = 1, .backoff = std::chrono::milliseconds(1)};
+  // A stream: each shard's GET answered 4 KiB at a time.
+  auto options = stream_options();
+  options.shards.retry = once;
+  shards::ShardStream remote(url("cap4096,rcs"), options);
+  CHECK(epoch(remote, info) == local_epoch(info));
+  CHECK(requests_made("cap4096,rcs") > 2 * 60000 / 4096);
+  // Map-style: each sample's ranged GET answered 1000 bytes at a time, on a thread's own
+  // client and on a reader's io_context.
+  const std::string mode = "cap1000,rcm";
+  const shards::ShardDataset ds(url(mode), {.retry = once});
+  asio::io_context ctx;
+  io::Reader reader(ctx);
+  int pieces = 0;  // the fewest the samples' payloads alone take
+  for (std::int64_t i = 0; i < total; ++i) {
+    CAPTURE(i);
+    CHECK(ds.read(i).text("bin") == payload(i));
+    CHECK(get_on(ctx, ds, reader, i).text("bin") == payload(i));
+    pieces += 2 * static_cast<int>((payload(i).size() + 999) / 1000);
+  }
+  CHECK(requests_made(mode) >= pieces);
+  // A body that ends early where its Content-Length lied (curl sees no fault) short of its
+  // Content-Range's end is still a fault: with one attempt, the error.
+  const shards::ShardDataset cut(url("cap1000,lie1,rcx"), {.retry = once});
+  CHECK_THROWS_AS(cut.read(total - 1), io::HttpError);
+}
+
 TEST_CASE("shards without an index stream by their tar headers: the local epoch, under faults too") {
   const WorkerInfo info{.id = 0, .num_workers = 1, .seed = 11};
   const auto local = local_epoch(info);

@@ -50,6 +50,9 @@ to .tar paths only, unless the token "all" is given, and with "on<text>" only to
   shortpart     a multipart/byteranges answer's first part is 10 bytes shorter than its
                 Content-Range says (the Content-Length stays true)
   shortlast     its last part is 100 bytes shorter, cut a quarter into its data
+  cap<k>        a request for one range is forwarded as one for at most its first k bytes
+                (nginx's 206 then ends there, where its Content-Range says), as a server that
+                caps the bytes it answers at once; several ranges and whole GETs pass as asked
   cutat<k>      a body (whole, or one range: not a multipart one) that reaches past byte k of
                 the file stops there (the bytes before it sent with the true Content-Length,
                 then the connection closed): every try of it fails at that byte, resumed ones
@@ -182,7 +185,7 @@ class Proxy:
         tokens = mode.split(",")
         opts = {}
         for t in tokens:
-            k = re.fullmatch(r"(lat|bw|link|reset|503x|short|lie|lielong|from|changed|s3timeout|cutat)(\d+)", t)
+            k = re.fullmatch(r"(lat|bw|link|reset|503x|short|lie|lielong|from|changed|s3timeout|cutat|cap)(\d+)", t)
             if k:
                 opts[k.group(1)] = int(k.group(2))
         faulty = path.endswith(".tar") or "all" in tokens
@@ -264,6 +267,16 @@ class Proxy:
                     spans = [tuple(int(x) for x in r.split("-")) for r in m.group(1).split(",")]
                     keep[k] = "Range: bytes=%d-%d" % (min(a for a, _ in spans),
                                                       max(b for _, b in spans))
+        if "cap" in opts:
+            # One range asked: at most its first `cap` bytes.
+            for k, l in enumerate(keep):
+                m = re.fullmatch(r"(?i)range:\s*bytes=(\d+)-(\d*)\s*", l)
+                if m:
+                    first = int(m.group(1))
+                    last = first + opts["cap"] - 1
+                    if m.group(2):
+                        last = min(last, int(m.group(2)))
+                    keep[k] = "Range: bytes=%d-%d" % (first, last)
         uw.write((f"{method} {path} HTTP/1.1\r\n" + "".join(l + "\r\n" for l in keep) +
                   "\r\n").encode("latin-1"))
         await uw.drain()
