@@ -53,6 +53,17 @@ std::string env(const char* name) {
   return v ? v : "";
 }
 
+// The file of CA certificates an HTTPS answer to `url` is checked against, and the variable
+// that named it: CURL_CA_BUNDLE, as curl's tool reads it; for s3:// URLs AWS_CA_BUNDLE first,
+// as botocore reads it. Neither set: none (libcurl's own, the system's store).
+std::pair<const char*, std::string> ca_bundle(std::string_view url) {
+  if (scheme_of(url) == Scheme::s3) {
+    if (std::string v = env("AWS_CA_BUNDLE"); !v.empty()) return {"AWS_CA_BUNDLE", std::move(v)};
+  }
+  if (std::string v = env("CURL_CA_BUNDLE"); !v.empty()) return {"CURL_CA_BUNDLE", std::move(v)};
+  return {nullptr, {}};
+}
+
 // An s3:// URL's bucket must be a bucket's name: S3's rules, and the legacy names of
 // us-east-1 (upper case, '_'), are 1-255 of A-Z a-z 0-9 . - _, a letter or digit at each end,
 // no ".." Anything else could name another host or path once put in the URL: "s3://evil?x/key"
@@ -784,6 +795,9 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   } else {
     curl_easy_setopt(easy, CURLOPT_URL, t->url.c_str());
   }
+  if (const auto [name, file] = ca_bundle(t->url); name) {
+    curl_easy_setopt(easy, CURLOPT_CAINFO, file.c_str());  // copied by curl
+  }
   // A resumed body asks for the rest of the version it began with: a server whose object
   // changed answers the whole new one (200), which same_version() refuses. RFC 9110 lets a
   // client send neither a weak ETag there nor a date when it has an ETag: with a weak one,
@@ -921,6 +935,15 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
   } else {
     why = curl_easy_strerror(result);
     if (t.errbuf[0]) why += std::string(" (") + t.errbuf + ")";
+    if (result == CURLE_PEER_FAILED_VERIFICATION || result == CURLE_SSL_CACERT_BADFILE) {
+      // Where the trusted CAs came from, and how to name others.
+      const auto [name, file] = ca_bundle(t.url);
+      why += name ? std::string(", checked against the CA certificates in '") + file +
+                        "' (" + name + ")"
+                  : std::string(", checked against the system's CA certificates: set "
+                                "CURL_CA_BUNDLE (AWS_CA_BUNDLE for s3:// URLs) to a file of "
+                                "the CA certificates that sign the server's");
+    }
   }
   if (scheme_of(t.url) == Scheme::s3) {
     // What was asked of whom: the endpoint and the signing come from the environment.

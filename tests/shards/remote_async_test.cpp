@@ -5,10 +5,12 @@
 // shards_remote_test (remote_test.cpp starts the servers).
 
 #include <ATen/ATen.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <coroutine>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <functional>
@@ -192,6 +194,33 @@ Owned drain(shards::ShardStream& stream, WorkerInfo info, std::vector<std::strin
   done = true;
 }
 
+// Environment variable `name` set to `value` (unset where nullptr) until the scope ends, then
+// as it was.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* was = std::getenv(name)) was_ = was;
+    if (value) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {
+    if (was_) {
+      ::setenv(name_, was_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> was_;
+};
+
 // The ids a loader over `data` delivers, in order; `threads` counts this process's threads
 // while the first batch is in hand.
 template <class D>
@@ -285,6 +314,53 @@ TEST_CASE("a loader streaming shards by URL gives the local epoch's batches exac
       // No more threads than over the folder (whose reader has a helper thread of its own):
       // the transfers run on the loader's driver.
       if (c.executor == Executor::threads) CHECK(threads <= local_threads);
+    }
+  }
+}
+
+TEST_CASE("https: shards stream and read by sample over TLS, checked against the CA certificates CURL_CA_BUNDLE names; an untrusted server fails at once, naming the URL and the variable") {
+  REQUIRE(server->nginx_https > 0);
+  // serve.py's nginx over HTTPS, its certificate self-signed for 127.0.0.1.
+  const std::string base = "https://127.0.0.1:" + std::to_string(server->nginx_https) + "/shards/";
+  const shards::ShardStream local(*root / "shards", {.shuffle_buffer = 5});
+  const shards::ShardDataset local_map(*root / "shards");
+  std::vector<Executor> executors{Executor::threads};
+#if !defined(__SANITIZE_THREAD__)
+  executors.push_back(Executor::processes);  // a forked worker's own client, over TLS too
+#endif
+  {
+    const ScopedEnv ca("CURL_CA_BUNDLE", COLOAD_TLS_CERT);
+    const ScopedEnv aws("AWS_CA_BUNDLE", "/nonexistent/aws-ca.pem");  // s3:// URLs' alone
+    const shards::ShardStream remote(base, {.shuffle_buffer = 5, .read_ahead = 64 << 10});
+    const shards::ShardDataset remote_map(base);
+    for (const Executor executor : executors) {
+      CAPTURE(static_cast<int>(executor));
+      const auto streamed = loader_ids(remote, 2, executor);
+      CHECK(streamed.size() == static_cast<std::size_t>(total));
+      CHECK(streamed == loader_ids(local, 2, executor));
+      CHECK(loader_ids(remote_map, 2, executor) == loader_ids(local_map, 2, executor));
+    }
+    CHECK(remote_map.read(7).text("bin") == payload(7));  // on this thread's own client
+  }
+  // Not trusted: the error names the URL, where the CAs came from and how to name others, and
+  // the certificate is not retried.
+  for (const char* file : {static_cast<const char*>(nullptr), "/nonexistent/ca.pem"}) {
+    CAPTURE(file ? file : "(unset)");
+    const ScopedEnv ca("CURL_CA_BUNDLE", file);
+    try {
+      const shards::ShardDataset remote(base);
+      FAIL("an HTTPS server whose certificate is not trusted was read");
+    } catch (const io::HttpError& e) {
+      const std::string what = e.what();
+      CHECK(e.url().starts_with(base));
+      CHECK(e.status() == 0);
+      CHECK(e.attempts() == 1);
+      CHECK(what.starts_with("cannot read '" + base));
+      CHECK(what.find(file ? "checked against the CA certificates in '/nonexistent/ca.pem' "
+                             "(CURL_CA_BUNDLE)"
+                           : "checked against the system's CA certificates: set CURL_CA_BUNDLE "
+                             "(AWS_CA_BUNDLE for s3:// URLs) to a file of the CA certificates "
+                             "that sign the server's") != std::string::npos);
     }
   }
 }

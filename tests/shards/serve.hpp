@@ -21,6 +21,7 @@ struct Server {
   pid_t pid = -1;
   int to_child = -1;
   int nginx = 0, proxy = 0;
+  int nginx_https = 0;  // serve.py's nginx over HTTPS (0: none, as s3_serve.py)
   std::string skip;
   std::string key_id, key_secret;
 
@@ -53,9 +54,13 @@ struct Server {
     if (text.rfind("SKIP ", 0) == 0) {
       skip = text.substr(5);
     } else if (char id[128] = {}, secret[128] = {};
-               std::sscanf(line, "PORTS %d %d %127s %127s", &nginx, &proxy, id, secret) >= 2) {
-      key_id = id;  // s3_serve.py: the access key its server checks signatures with
-      key_secret = secret;
+               std::sscanf(line, "PORTS %d %d %127s %127s %d", &nginx, &proxy, id, secret,
+                           &nginx_https) >= 2) {
+      // s3_serve.py: the access key its server checks signatures with ("-": serve.py's none)
+      if (std::string(id) != "-") {
+        key_id = id;
+        key_secret = secret;
+      }
     } else {
       throw std::runtime_error("serve.py said '" + text + "'");
     }

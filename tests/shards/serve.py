@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Serves a folder over HTTP for the remote-shard tests and benchmarks: nginx on 127.0.0.1 at
 an ephemeral port and, in front of it, a proxy that injects faults chosen by the URL's first
-path segment. Prints "PORTS <nginx> <proxy>" once both accept connections, or "SKIP <reason>"
-when nginx is not installed, and runs until its standard input closes.
+path segment; nginx also serves the folder over HTTPS with the test certificate
+(data/tls/cert.pem). Prints "PORTS <nginx> <proxy> - - <nginx https>" once all three accept
+connections (the dashes: s3_serve.py's access key there), or "SKIP <reason>" when nginx is not
+installed, and runs until its standard input closes.
 
 usage: serve.py ROOT
 
@@ -97,8 +99,13 @@ def start_nginx(root, tmp):
         print("SKIP nginx is not installed (Debian's nginx-light; tools/deps.sh installs it)",
               flush=True)
         sys.exit(0)
+    # HTTPS beside HTTP: the test certificate (tests/shards/data/tls, self-signed for
+    # 127.0.0.1, valid to 2126) is its own CA, which a client trusts through CURL_CA_BUNDLE.
+    tls_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tls")
     for _ in range(20):  # another process may take the port between free_port and listen
-        port = free_port()
+        port, tls_port = free_port(), free_port()
+        if port == tls_port:
+            continue
         conf = os.path.join(tmp, "nginx.conf")
         # COLOAD_SERVE_FILE_CACHE=1 (the benchmarks): nginx keeps files open between requests,
         # as a server of shards is set up. The tests leave it off: they rewrite files under it.
@@ -117,6 +124,8 @@ http {{
   fastcgi_temp_path {tmp}/fastcgi; uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
   default_type application/octet-stream;
   server {{ listen 127.0.0.1:{port}; root {root}; }}
+  server {{ listen 127.0.0.1:{tls_port} ssl; root {root};
+    ssl_certificate {tls_dir}/cert.pem; ssl_certificate_key {tls_dir}/key.pem; }}
 }}
 """)
         proc = subprocess.Popen([nginx, "-e", f"{tmp}/error.log", "-p", tmp, "-c", conf],
@@ -124,8 +133,9 @@ http {{
         # nginx tells no one it is ready: its port accepting a connection is the sign.
         while proc.poll() is None:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return proc, port
+                for p in (port, tls_port):
+                    socket.create_connection(("127.0.0.1", p), timeout=1).close()
+                return proc, port, tls_port
             except OSError:
                 time.sleep(0.02)
     sys.exit("serve.py: nginx did not start; see " + tmp + "/error.log")
@@ -394,12 +404,12 @@ class _Bytes:
 
 async def main(root):
     tmp = tempfile.mkdtemp(prefix="coload-serve-")
-    nginx, nginx_port = start_nginx(os.path.abspath(root), tmp)
+    nginx, nginx_port, tls_port = start_nginx(os.path.abspath(root), tmp)
     try:
         proxy = Proxy(nginx_port)
         server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0, backlog=256)
         port = server.sockets[0].getsockname()[1]
-        print(f"PORTS {nginx_port} {port}", flush=True)
+        print(f"PORTS {nginx_port} {port} - - {tls_port}", flush=True)
         closed = asyncio.get_running_loop().create_future()
         loop = asyncio.get_running_loop()
 
