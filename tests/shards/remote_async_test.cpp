@@ -5,12 +5,10 @@
 // shards_remote_test (remote_test.cpp starts the servers).
 
 #include <ATen/ATen.h>
-#include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <coroutine>
-#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <functional>
@@ -193,33 +191,6 @@ Owned drain(shards::ShardStream& stream, WorkerInfo info, std::vector<std::strin
   }
   done = true;
 }
-
-// Environment variable `name` set to `value` (unset where nullptr) until the scope ends, then
-// as it was.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* was = std::getenv(name)) was_ = was;
-    if (value) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-  ~ScopedEnv() {
-    if (was_) {
-      ::setenv(name_, was_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> was_;
-};
 
 // The ids a loader over `data` delivers, in order; `threads` counts this process's threads
 // while the first batch is in hand.

@@ -5,8 +5,12 @@
 
 #include <ATen/ATen.h>
 
+#include <stdlib.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -58,6 +62,39 @@ inline void write_shards(const fs::path& dir, int version = 0,
 inline std::string url(const std::string& mode, const std::string& path = "shards/") {
   return "http://127.0.0.1:" + std::to_string(server->proxy) + "/" + mode + "/" + path;
 }
+
+// The same through the proxy over HTTPS (its certificate: COLOAD_TLS_CERT, see ScopedEnv).
+inline std::string tls_url(const std::string& mode, const std::string& path = "shards/") {
+  return "https://127.0.0.1:" + std::to_string(server->proxy_https) + "/" + mode + "/" + path;
+}
+
+// Environment variable `name` set to `value` (unset where nullptr) until the scope ends, then
+// as it was.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* was = std::getenv(name)) was_ = was;
+    if (value) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {
+    if (was_) {
+      ::setenv(name_, was_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> was_;
+};
+
 
 // Each sample's key and bytes, in the order streamed.
 inline std::vector<std::string> epoch(shards::ShardStream& stream, const WorkerInfo& info) {

@@ -1334,15 +1334,21 @@ TEST_CASE("faults are retried from the byte reached: each gives the local epoch 
                          "lielong1",    "lie1,reset1",  "bw4000",      "s3timeout2",
                          "503x2,bigbody"};
   int nonce = 0;
-  for (const char* mode : modes) {
-    CAPTURE(mode);
-    const std::string m = std::string(mode) + ",n" + std::to_string(nonce++);
-    shards::ShardStream remote(url(m), stream_options(16 << 10));
-    CHECK(epoch(remote, info) == local);
-    // Map-style reads through the same faults.
-    const shards::ShardDataset ds(url(m + "m"));
-    for (Index i : {Index{0}, Index{61}, Index{total - 1}}) {
-      CHECK(ds.read(i).text("bin") == payload(i));
+  // Over HTTPS too: a TLS stream cut short or reset fails as curl's TLS layer says it.
+  const ScopedEnv ca("CURL_CA_BUNDLE", COLOAD_TLS_CERT);
+  for (const bool tls : {false, true}) {
+    for (const char* mode : modes) {
+      CAPTURE(tls);
+      CAPTURE(mode);
+      const std::string m = std::string(mode) + ",n" + std::to_string(nonce++);
+      const auto at = [&](const std::string& mode) { return tls ? tls_url(mode) : url(mode); };
+      shards::ShardStream remote(at(m), stream_options(16 << 10));
+      CHECK(epoch(remote, info) == local);
+      // Map-style reads through the same faults.
+      const shards::ShardDataset ds(at(m + "m"));
+      for (Index i : {Index{0}, Index{61}, Index{total - 1}}) {
+        CHECK(ds.read(i).text("bin") == payload(i));
+      }
     }
   }
   // A body read to its end (an index) is reset, and its resumed 206 then ends early, as its

@@ -21,7 +21,7 @@ struct Server {
   pid_t pid = -1;
   int to_child = -1;
   int nginx = 0, proxy = 0;
-  int nginx_https = 0;  // serve.py's nginx over HTTPS (0: none, as s3_serve.py)
+  int nginx_https = 0, proxy_https = 0;  // serve.py's over HTTPS (0: none, as s3_serve.py's)
   std::string skip;
   std::string key_id, key_secret;
 
@@ -54,8 +54,8 @@ struct Server {
     if (text.rfind("SKIP ", 0) == 0) {
       skip = text.substr(5);
     } else if (char id[128] = {}, secret[128] = {};
-               std::sscanf(line, "PORTS %d %d %127s %127s %d", &nginx, &proxy, id, secret,
-                           &nginx_https) >= 2) {
+               std::sscanf(line, "PORTS %d %d %127s %127s %d %d", &nginx, &proxy, id, secret,
+                           &nginx_https, &proxy_https) >= 2) {
       // s3_serve.py: the access key its server checks signatures with ("-": serve.py's none)
       if (std::string(id) != "-") {
         key_id = id;

@@ -2,9 +2,9 @@
 """Serves a folder over HTTP for the remote-shard tests and benchmarks: nginx on 127.0.0.1 at
 an ephemeral port and, in front of it, a proxy that injects faults chosen by the URL's first
 path segment; nginx also serves the folder over HTTPS with the test certificate
-(data/tls/cert.pem). Prints "PORTS <nginx> <proxy> - - <nginx https>" once all three accept
-connections (the dashes: s3_serve.py's access key there), or "SKIP <reason>" when nginx is not
-installed, and runs until its standard input closes.
+(data/tls/cert.pem), and so does the proxy. Prints "PORTS <nginx> <proxy> - - <nginx https>
+<proxy https>" once all four accept connections (the dashes: s3_serve.py's access key there),
+or "SKIP <reason>" when nginx is not installed, and runs until its standard input closes.
 
 usage: serve.py ROOT
 
@@ -70,6 +70,7 @@ import os
 import re
 import shutil
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -409,7 +410,14 @@ async def main(root):
         proxy = Proxy(nginx_port)
         server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0, backlog=256)
         port = server.sockets[0].getsockname()[1]
-        print(f"PORTS {nginx_port} {port} - - {tls_port}", flush=True)
+        # The proxy over HTTPS too (the same faults, the same counts), with nginx's certificate.
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tls")
+        tls.load_cert_chain(os.path.join(tls_dir, "cert.pem"), os.path.join(tls_dir, "key.pem"))
+        tls_server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0, backlog=256,
+                                                ssl=tls)
+        tls_proxy = tls_server.sockets[0].getsockname()[1]
+        print(f"PORTS {nginx_port} {port} - - {tls_port} {tls_proxy}", flush=True)
         closed = asyncio.get_running_loop().create_future()
         loop = asyncio.get_running_loop()
 
@@ -420,6 +428,7 @@ async def main(root):
         loop.add_reader(sys.stdin.fileno(), on_stdin)
         await closed
         server.close()
+        tls_server.close()
     finally:
         nginx.terminate()
         nginx.wait()
