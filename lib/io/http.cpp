@@ -906,8 +906,9 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
   // attempt (each must bring bytes: the pieces end). Asked for a bounded range, the answer's
   // body must have reached the last byte its Content-Range named: one cut short of that is a
   // fault, retried after a backoff.
-  const bool capped =
-      t.end == to_end || (t.range_last >= 0 && t.reached == static_cast<std::uint64_t>(t.range_last) + 1);
+  const bool ended_where_said =
+      t.range_last >= 0 && t.reached == static_cast<std::uint64_t>(t.range_last) + 1;
+  const bool capped = t.end == to_end || ended_where_said;
   if (sized && capped && result == CURLE_OK && t.fatal.empty() && t.reached > t.attempt_start &&
       !closing) {
     t.failures = 0;

@@ -79,7 +79,8 @@ struct BodyStream::Transfer : std::enable_shared_from_this<BodyStream::Transfer>
   std::uint64_t reached = 0;        // the next byte of the body wanted
   std::uint64_t attempt_start = 0;  // reached when this attempt began
   std::uint64_t skip = 0;           // bytes of this response before `reached` (a 200 to a Range)
-  std::int64_t range_start = -1, range_last = -1, range_total = -1;  // this response's Content-Range
+  // This response's Content-Range: its first and last byte, the whole size.
+  std::int64_t range_start = -1, range_last = -1, range_total = -1;
   std::int64_t unsatisfied_total = -1;  // a 416's "Content-Range: bytes */TOTAL"
   bool checked = false;  // this response's status and range checked
   long status = 0;

@@ -313,6 +313,29 @@ TEST_CASE("https: shards stream and read by sample over TLS, checked against the
     }
     CHECK(remote_map.read(7).text("bin") == payload(7));  // on this thread's own client
   }
+  {
+    // s3:// at an HTTPS endpoint (nginx, the bucket its folder "shards", unsigned): the CAs of
+    // AWS_CA_BUNDLE, CURL_CA_BUNDLE's not looked at.
+    const ScopedEnv endpoint("AWS_ENDPOINT_URL_S3",
+                             ("https://127.0.0.1:" + std::to_string(server->nginx_https)).c_str());
+    const ScopedEnv id("AWS_ACCESS_KEY_ID", nullptr), secret("AWS_SECRET_ACCESS_KEY", nullptr);
+    const ScopedEnv ca("CURL_CA_BUNDLE", "/nonexistent/ca.pem");
+    {
+      const ScopedEnv aws("AWS_CA_BUNDLE", COLOAD_TLS_CERT);
+      CHECK(loader_ids(shards::ShardDataset("s3://shards/"), 2, Executor::threads) ==
+            loader_ids(local_map, 2, Executor::threads));
+    }
+    const ScopedEnv aws("AWS_CA_BUNDLE", nullptr);
+    try {
+      const shards::ShardDataset remote("s3://shards/");
+      FAIL("an HTTPS endpoint whose certificate is not trusted was read");
+    } catch (const io::HttpError& e) {
+      CHECK(e.attempts() == 1);
+      CHECK(std::string(e.what()).find("checked against the CA certificates in "
+                                       "'/nonexistent/ca.pem' (CURL_CA_BUNDLE)") !=
+            std::string::npos);
+    }
+  }
   // Not trusted: the error names the URL, where the CAs came from and how to name others, and
   // the certificate is not retried.
   for (const char* file : {static_cast<const char*>(nullptr), "/nonexistent/ca.pem"}) {

@@ -41,6 +41,8 @@
 //  - train link+rtt cached: the same with ShardOptions::cache_dir (an empty folder each run):
 //    an untimed epoch whose map-style reads fill the cache, then the timed epochs (later
 //    epochs: from local disk).
+//  - train nginx https (with --https): nginx over TLS (the tests' certificate, trusted through
+//    CURL_CA_BUNDLE), what TLS costs beside plain HTTP.
 // Each: images/s, this process's CPU ms per image, the servers' (nginx + the proxies, which
 // share the cores) CPU ms per image, peak RSS, and an epoch's first batch (from the epoch's
 // start: what a round trip adds to each epoch's fill); ratios against train local. --no-raw
@@ -403,6 +405,10 @@ int main(int argc, char** argv) {
   app.add_flag("--trim", trim,
                "malloc_trim(0) before each row: what glibc keeps from the rows before is let go");
   app.add_option("--splice", splice, "link_proxy forwards with splice(2) (1) or read/send (0)");
+  bool https = false;
+  app.add_flag("--https", https,
+               "a train row from nginx over HTTPS too (the tests' certificate, trusted through "
+               "CURL_CA_BUNDLE)");
   app.add_flag("--python-proxy", python_proxy,
                "the proxy rows through serve.py's Python proxy (as before link_proxy)");
   CLI11_PARSE(app, argc, argv);
@@ -539,6 +545,13 @@ int main(int argc, char** argv) {
   const CacheDir cache;
   train_rows.push_back({train_rows.back().name + " cached", train_rows.back().where});
   train_rows.back().cache_dir = cache.path.string();
+  if (https) {
+    // TLS's cost beside plain HTTP's: nginx over HTTPS, the tests' self-signed certificate.
+    ::setenv("CURL_CA_BUNDLE",
+             (fs::path(COLOAD_SERVE_SCRIPT).parent_path() / "data" / "tls" / "cert.pem").c_str(), 1);
+    train_rows.push_back(
+        {"train nginx https", "https://127.0.0.1:" + std::to_string(server.nginx_https) + "/images/"});
+  }
   train(train_rows[0].where, workers, batch, 1, server.pid);  // warms the page cache
   if (!all_rows) {
     std::erase_if(train_rows, [&](const TrainRow& r) { return r.name.find(only) == std::string::npos; });
@@ -582,5 +595,10 @@ int main(int argc, char** argv) {
               median(train_rows[3].images_per_s) / median(train_rows[2].images_per_s));
   if (all_rows) std::printf("train with the delay, later epochs from the cache / local: %.3f\n",
                             median(train_rows[4].images_per_s) / local);
+  if (all_rows && https) {
+    std::printf("train nginx over https / local: %.3f   / nginx over http: %.3f\n",
+                median(train_rows[5].images_per_s) / local,
+                median(train_rows[5].images_per_s) / median(train_rows[1].images_per_s));
+  }
   return 0;
 }
