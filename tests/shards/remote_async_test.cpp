@@ -694,15 +694,22 @@ TEST_CASE("ranged GETs keep their connection: map-style reads of N samples over 
   };
   // One read after another through the process's client: shards.txt, the indices and every
   // sample over the one connection (at most two, should curl find one of its pool closed).
-  const shards::ShardDataset remote(url("ok,keep1"));
-  const int shards_n = static_cast<int>(remote.shards().size());
-  int reads = 0;
-  for (Index i = 0; i < total; i += 3, ++reads) CHECK(remote.read(i).text("bin") == payload(i));
-  CHECK(count("count", "ok,keep1") == 1 + shards_n + reads);
-  const int serial = count("connections", "ok,keep1");
-  CAPTURE(serial);
-  CHECK(serial >= 1);
-  CHECK(serial <= 2);
+  // Over HTTPS too: a TLS connection kept is a handshake saved.
+  const ScopedEnv ca("CURL_CA_BUNDLE", COLOAD_TLS_CERT);
+  int shards_n = 0;
+  for (const bool tls : {false, true}) {
+    CAPTURE(tls);
+    const std::string mode = tls ? "ok,keep1s" : "ok,keep1";
+    const shards::ShardDataset remote(tls ? tls_url(mode) : url(mode));
+    shards_n = static_cast<int>(remote.shards().size());
+    int reads = 0;
+    for (Index i = 0; i < total; i += 3, ++reads) CHECK(remote.read(i).text("bin") == payload(i));
+    CHECK(count("count", mode) == 1 + shards_n + reads);
+    const int serial = count("connections", mode);
+    CAPTURE(serial);
+    CHECK(serial >= 1);
+    CHECK(serial <= 2);
+  }
   // A loader's batches (2 workers, 8 samples a batch, each sample its own GET on the driver):
   // connections are opened for the GETs in flight together, and then reused.
   const shards::ShardDataset batched(url("ok,keep2"));
