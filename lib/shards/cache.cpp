@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <map>
@@ -371,19 +372,41 @@ std::uint64_t cached_size(const ShardIndex& shard) noexcept {
   return shard.samples.empty() ? 0 : shard.samples.back().end;
 }
 
+std::uint64_t entry_size(const ShardIndex& shard) noexcept {
+  return cached_size(shard) + entry_trailer_size;
+}
+
 namespace {
 
 enum class Check { good, bad, gone, replaced };
+
+constexpr char trailer_magic[8] = {'c', 'o', 'l', 'o', 'a', 'd', '\x01', '\n'};
+
+// The checksum an entry's trailer records (see entry_trailer_size), from the open file `fd`
+// of `data` bytes before it; nothing when the trailer is not one (never written out) or
+// cannot be read.
+std::optional<std::uint64_t> trailer_checksum(int fd, std::uint64_t data) {
+  unsigned char t[entry_trailer_size];
+  ssize_t n;
+  while ((n = ::pread(fd, t, sizeof t, static_cast<off_t>(data))) < 0 && errno == EINTR) {
+  }
+  if (n != static_cast<ssize_t>(sizeof t) || std::memcmp(t, trailer_magic, 8) != 0) {
+    return std::nullopt;
+  }
+  std::uint64_t sum = 0;
+  for (int k = 7; k >= 0; --k) sum = (sum << 8) | t[8 + k];
+  return sum;
+}
 
 // Whether the entry at `path`, as `st` describes it, holds `shard`'s bytes: its size, and its
 // checksum where the index has one (a bad entry is removed); `gone` when it was evicted since
 // that stat, `replaced` when another process committed a new copy over it meanwhile.
 Check check_entry(const std::string& path, const struct stat& st, const ShardIndex& shard) {
-  if (static_cast<std::uint64_t>(st.st_size) != cached_size(shard)) {
-    ::unlink(path.c_str());  // not this shard's bytes (the shard changed, or a torn copy)
+  if (static_cast<std::uint64_t>(st.st_size) != entry_size(shard)) {
+    // Not this shard's bytes (the shard changed, a torn copy, an entry from before trailers).
+    ::unlink(path.c_str());
     return Check::bad;
   }
-  if (!shard.checksum) return Check::good;
   {
     std::lock_guard lock(verified_mutex);
     const auto it = verified().find(path);
@@ -397,26 +420,36 @@ Check check_entry(const std::string& path, const struct stat& st, const ShardInd
     ::close(fd);
     return Check::replaced;
   }
+  // The index's checksum where it records one, else the one the entry was written with.
+  const std::optional<std::uint64_t> expected =
+      shard.checksum ? shard.checksum : trailer_checksum(fd, cached_size(shard));
   std::optional<std::uint64_t> sum;
-  try {
-    sum = file_checksum(fd, cached_size(shard));
-  } catch (...) {
-    ::close(fd);
-    throw;
+  if (expected) {
+    try {
+      sum = file_checksum(fd, cached_size(shard));
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
   }
+  const bool good = expected && sum == expected;
   // Removed by what it is, not by name: another reader may have removed it while this one
   // hashed and committed a fresh copy under the name, which stays (and is checked instead).
   const bool named = still_named(fd, path);
-  if (sum != shard.checksum && named) ::unlink(path.c_str());
+  if (!good && named) ::unlink(path.c_str());
   ::close(fd);
   if (!named) return Check::replaced;
-  if (sum != shard.checksum) {
+  if (!good) {
     ++mismatches;
-    coload::detail::warn("the cache entry '" + path + "' of shard '" + shard.path +
-                         "' does not match the checksum its index records (" +
-                         (sum ? format_checksum(*sum) : std::string("unreadable")) +
-                         ", expected " + format_checksum(*shard.checksum) +
-                         "): removed, and the shard fetched again");
+    const std::string entry = "the cache entry '" + path + "' of shard '" + shard.path + "'";
+    coload::detail::warn(
+        !expected ? entry + " has no checksum after its bytes (they may not have reached the "
+                            "disk before a crash): removed, and the shard fetched again"
+                  : entry + " does not match the checksum " +
+                        (shard.checksum ? "its index records" : "it was written with") + " (" +
+                        (sum ? format_checksum(*sum) : std::string("unreadable")) +
+                        ", expected " + format_checksum(*expected) +
+                        "): removed, and the shard fetched again");
     return Check::bad;
   }
   remember(path, fst);
@@ -473,7 +506,8 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
   CacheRefusal& refusal = why ? *why : ignored;
   refusal = CacheRefusal::never;
   const std::uint64_t size = cached_size(shard);
-  if (options.cache_dir.empty() || options.cache_bytes == 0 || size > options.cache_bytes) {
+  if (options.cache_dir.empty() || options.cache_bytes == 0 ||
+      entry_size(shard) > options.cache_bytes) {
     return nullptr;
   }
   std::error_code ec;
@@ -506,7 +540,7 @@ std::unique_ptr<CacheEntry> cache_start(const ShardOptions& options, const Shard
   e->size_ = size;
   e->url_ = shard.path;
   e->expected_ = shard.checksum;
-  if (shard.checksum) e->sum_ = std::make_unique<Checksum>();
+  e->sum_ = std::make_unique<Checksum>();
   {
     // Ours before it exists: this process's eviction never probes it (by its name, whatever
     // spelling of the folder another dataset uses). The destructor lets go of it.
@@ -552,7 +586,7 @@ bool CacheEntry::make_room(CacheRefusal* why) {
     refusal = CacheRefusal::later;
     return false;
   }
-  switch (evict_for(dir_, tmp_, size_, bound_, keep_used_since_)) {
+  switch (evict_for(dir_, tmp_, size_ + entry_trailer_size, bound_, keep_used_since_)) {
     case Room::made:
       break;
     case Room::held:
@@ -561,8 +595,8 @@ bool CacheEntry::make_room(CacheRefusal* why) {
     case Room::kept:
       return false;
   }
-  if (const int err = reserve(fd_, size_)) {
-    unusable(dir_, "cannot reserve " + std::to_string(size_) + " bytes for '" + tmp_ +
+  if (const int err = reserve(fd_, size_ + entry_trailer_size)) {
+    unusable(dir_, "cannot reserve " + std::to_string(size_ + entry_trailer_size) + " bytes for '" + tmp_ +
                        "' (shard '" + url_ + "')",
              err);
     return false;
@@ -600,7 +634,7 @@ void CacheEntry::write(const std::byte* data, std::size_t n) {
       fd_ = -1;
       return;
     }
-    if (sum_) sum_->update(data, static_cast<std::size_t>(k));
+    sum_->update(data, static_cast<std::size_t>(k));
     data += k;
     n -= static_cast<std::size_t>(k);
     written_ += static_cast<std::uint64_t>(k);
@@ -612,15 +646,31 @@ bool CacheEntry::commit() {
   // eviction takes a part no one holds for an abandoned one. What is not renamed, the
   // destructor removes (unlink, then close).
   if (fd_ < 0 || written_ != size_) return true;  // a write failed: said there
-  if (sum_ && sum_->digest() != expected_) {
+  const std::uint64_t digest = sum_->digest();
+  if (expected_ && digest != *expected_) {
     // The server sent other bytes than the index describes (the shard replaced without its
     // index): not kept, so a later epoch does not take them for the indexed shard.
     ::unlink(tmp_.c_str());
     ::close(std::exchange(fd_, -1));
     ++mismatches;
     coload::detail::warn("shard '" + url_ + "' as fetched does not match the checksum its index "
-                         "records (" + format_checksum(sum_->digest()) + ", expected " +
+                         "records (" + format_checksum(digest) + ", expected " +
                          format_checksum(*expected_) + "): not cached");
+    return true;
+  }
+  // The trailer (see entry_trailer_size): the checksum the entry is checked by where its
+  // index records none.
+  unsigned char trailer[entry_trailer_size];
+  std::memcpy(trailer, trailer_magic, 8);
+  for (int k = 0; k < 8; ++k) trailer[8 + k] = static_cast<unsigned char>(digest >> (8 * k));
+  ssize_t n;
+  while ((n = ::pwrite(fd_, trailer, sizeof trailer, static_cast<off_t>(size_))) < 0 &&
+         errno == EINTR) {
+  }
+  if (n != static_cast<ssize_t>(sizeof trailer)) {
+    unusable(dir_, "cannot write '" + tmp_ + "' (shard '" + url_ + "')", n < 0 ? errno : ENOSPC);
+    ::unlink(tmp_.c_str());
+    ::close(std::exchange(fd_, -1));
     return true;
   }
   {
@@ -630,7 +680,7 @@ bool CacheEntry::commit() {
     if (folder.busy(dir_, url_)) return false;  // the destructor removes the part
     // Room was made at the start; made again here where a writer without the folder's lock
     // (a file system without flock) took some meanwhile.
-    evict_for(dir_, tmp_, size_, bound_, keep_used_since_);
+    evict_for(dir_, tmp_, size_ + entry_trailer_size, bound_, keep_used_since_);
     // Used now: its atime was the download's start, older than entries used meanwhile.
     struct timespec now {};
     ::clock_gettime(CLOCK_REALTIME, &now);
@@ -641,7 +691,7 @@ bool CacheEntry::commit() {
   ::close(std::exchange(fd_, -1));
   struct stat st {};
   // Hashed as it was written: its first use need not read it again.
-  if (sum_ && ::stat(final_.c_str(), &st) == 0) remember(final_, st);
+  if (::stat(final_.c_str(), &st) == 0) remember(final_, st);
   return true;
 }
 

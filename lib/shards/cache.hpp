@@ -27,16 +27,27 @@ namespace coload::shards::detail {
 
 class Checksum;
 
-/// The bytes a cache entry of `shard` holds: [0, its last sample's end).
+/// The bytes of `shard` a cache entry holds: [0, its last sample's end).
 std::uint64_t cached_size(const ShardIndex& shard) noexcept;
+
+/// After those bytes, an entry's file ends with a trailer: 8 bytes "coload\x01\n", then the
+/// XXH3-64 of the bytes (little-endian), computed as they were written. An index without a
+/// checksum (one built from a tar, not written by the shard writer) leaves the entry's own to
+/// check it by: a copy whose bytes never reached the disk (a crash after the rename, its
+/// reserved size all there) is then found out, not read as zeros.
+inline constexpr std::uint64_t entry_trailer_size = 16;
+
+/// The size of a cache entry's file for `shard`: cached_size and the trailer.
+std::uint64_t entry_size(const ShardIndex& shard) noexcept;
 
 /// The cached file of `shard`, and marked most recently used; nothing when the cache is off or
 /// has no such entry. An entry is named for the URL and the version of the shard its index
-/// describes (size, mtime), and verified by its size and, where the index records one, by its
-/// checksum: hashed at its first use in this process (or since cache_forget_verified), and
-/// again whenever its size, mtime or inode has changed. One of the wrong size is removed; one
-/// of the wrong checksum is removed with a warning naming it and the URL (the caller then
-/// fetches the shard), and `*removed` (where given) set. Hashing a 64 MiB entry costs about
+/// describes (size, mtime), and verified by its size and by a checksum, the index's where it
+/// records one, else the trailer's: hashed at its first use in this process (or since
+/// cache_forget_verified), and again whenever its size, mtime or inode has changed. One of the
+/// wrong size is removed; one of the wrong checksum, or whose trailer is not one, is removed
+/// with a warning naming it and the URL (the caller then fetches the shard), and `*removed`
+/// (where given) set. Hashing a 64 MiB entry costs about
 /// 10 ms, on the calling thread.
 std::optional<std::string> cache_find(const ShardOptions& options, const ShardIndex& shard,
                                       bool* removed = nullptr);
@@ -78,7 +89,7 @@ class CacheEntry {
   /// evicts nothing). False, and why in `*why`, where there is no room (`later` or `never`,
   /// as for cache_start); the entry is then to be dropped.
   [[nodiscard]] bool make_room(CacheRefusal* why = nullptr);
-  /// Puts the entry in place; false where it was not kept for a passing cause (the folder's
+  /// Writes the trailer and puts the entry in place; false where it was not kept for a passing cause (the folder's
   /// lock stayed held by another process, the rename failed), so that fetching it again may
   /// keep it. True also where it is not kept for good reason (a failed write, a checksum
   /// missed), which says so itself.
@@ -92,7 +103,7 @@ class CacheEntry {
   std::uint64_t bound_ = 0, size_ = 0, written_ = 0;
   std::int64_t keep_used_since_ = 0;  // see cache_start
   std::optional<std::uint64_t> expected_;  // the index's checksum
-  std::unique_ptr<Checksum> sum_;          // of the bytes written, when it has one
+  std::unique_ptr<Checksum> sum_;          // of the bytes written (the trailer's)
   int fd_ = -1;
   pid_t owner_ = 0;  // the writer's process: a forked child's copy removes nothing
   // The entry's fetch lock (`<dir>/.coload-fetch-<entry>`), held while it is written so

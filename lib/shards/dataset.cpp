@@ -169,7 +169,7 @@ ShardDataset::ShardDataset(std::vector<std::string> shards, ShardOptions options
   if (o.cache_dir.empty() || o.cache_bytes == 0) return;
   std::uint64_t remote = 0;
   for (const ShardIndex& shard : state_->shards) {
-    if (detail::is_remote(shard.path)) remote += detail::cached_size(shard);
+    if (detail::is_remote(shard.path)) remote += detail::entry_size(shard);
   }
   if (remote > 0 && remote <= o.cache_bytes) {
     state_->filler = std::make_unique<detail::CacheFiller>(o);

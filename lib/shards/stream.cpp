@@ -372,7 +372,7 @@ std::unique_ptr<ChunkReader> open_reader(io::HttpClient& client, const ShardInde
     // only where the cache could take it (its entry is started with the first byte).
     const bool cache = from == shard.samples.front().begin && !o.shards.cache_dir.empty() &&
                        o.shards.cache_bytes > 0 &&
-                       detail::cached_size(shard) <= o.shards.cache_bytes;
+                       detail::entry_size(shard) <= o.shards.cache_bytes;
     return std::make_unique<RemoteReader>(client, shard, window, from,
                                           cache ? &o.shards : nullptr, o.shards.retry);
   }

@@ -846,7 +846,8 @@ TEST_CASE("a cache entry is checked against its index's checksum: one altered at
   for (Index i = 0; i < total; ++i) CHECK(ds.read(i).text("bin") == payload(i));
   CHECK(requests() == before);  // the new entry verified and used
   CHECK(warned.messages().size() == 2);
-  // An index without a checksum (version 1, from before) still works: entries checked by size.
+  // An index without a checksum (version 1, from before; or one built from a tar) still works:
+  // entries checked by the checksum they were written with, in their trailer.
   const fs::path old = *root / "old-index";
   write_shards(old);
   const shards::ShardDataset written(old);
@@ -864,6 +865,48 @@ TEST_CASE("a cache entry is checked against its index's checksum: one altered at
   CHECK(epoch(plain, info) == want);
   CHECK(requests() == before);
   CHECK(warned.messages().size() == 2);
+  // Each entry: the shard's bytes up to its last sample's end, then "coload\x01\n" and their
+  // XXH3-64, little-endian.
+  std::vector<fs::path> plain_entries;
+  for (const auto& e : fs::directory_iterator(cache.path)) {
+    if (std::find(entries.begin(), entries.end(), e.path()) != entries.end()) continue;
+    plain_entries.push_back(e.path());
+    const std::string text = shards_test::read_text(e.path());
+    const shards::ShardIndex& s = written.shards()[static_cast<std::size_t>(shard_of(e.path()))];
+    REQUIRE(text.size() == s.samples.back().end + 16);
+    CHECK(text.substr(0, s.samples.back().end) ==
+          shards_test::read_text(s.path).substr(0, s.samples.back().end));
+    CHECK(text.substr(s.samples.back().end, 8) == std::string("coload\x01\n", 8));
+    std::uint64_t sum = 0;
+    for (int k = 7; k >= 0; --k) {
+      sum = (sum << 8) | static_cast<unsigned char>(text[s.samples.back().end + 8 + k]);
+    }
+    CHECK(sum == XXH3_64bits(text.data(), s.samples.back().end));
+  }
+  REQUIRE(plain_entries.size() == n);
+  // One altered at the same size: fetched again, with a warning naming it.
+  alter(plain_entries.front());
+  before = requests();
+  CHECK(epoch(plain, info) == want);
+  CHECK(requests() - before == 1);
+  REQUIRE(warned.messages().size() == 3);
+  CHECK(warned.messages()[2].find(plain_entries.front().string()) != std::string::npos);
+  CHECK(warned.messages()[2].find("does not match the checksum it was written with") !=
+        std::string::npos);
+  // One whose bytes never reached the disk (a crash after the rename): its size all there, its
+  // bytes and trailer zeros. Before the trailer, it passed as the shard.
+  fs::resize_file(plain_entries.back(), 0);
+  fs::resize_file(plain_entries.back(),
+                  written.shards()[static_cast<std::size_t>(shard_of(plain_entries.back()))]
+                          .samples.back()
+                          .end +
+                      16);
+  before = requests();
+  CHECK(epoch(plain, info) == want);
+  CHECK(requests() - before == 1);
+  REQUIRE(warned.messages().size() == 4);
+  CHECK(warned.messages()[3].find(plain_entries.back().string()) != std::string::npos);
+  CHECK(warned.messages()[3].find("has no checksum after its bytes") != std::string::npos);
 }
 
 TEST_CASE("get_ranges_async: several ranges of one URL with one GET, neighbours as one range; a fault leaves parts short, never wrong") {

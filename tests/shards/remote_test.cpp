@@ -508,7 +508,8 @@ TEST_CASE("the cache's bound holds while shards download: room is made as a fetc
   shards::ShardStreamOptions o = stream_options();
   o.shards.cache_bytes = 2 * 60000;  // two shards' bytes
   // The cache's files now: their bytes, and each unfinished one ("<entry>.coload-part.<pid>.<n>")
-  // checked to have its entry's full size (its shard's bytes up to the last sample's end).
+  // checked to have its entry's full size (its shard's bytes up to the last sample's end, and
+  // the 16-byte trailer that records their checksum).
   struct Seen {
     std::uint64_t bytes = 0;
     std::size_t parts = 0, short_parts = 0;
@@ -523,7 +524,8 @@ TEST_CASE("the cache's bound holds while shards download: room is made as a fetc
       ++seen.parts;
       const std::string shard_name = name.substr(17, part - 17);  // after "<16 hex digits>-"
       for (const auto& shard : stream.dataset().shards()) {
-        if (shard.path.ends_with("/" + shard_name) && e.file_size() != shard.samples.back().end) {
+        if (shard.path.ends_with("/" + shard_name) &&
+            e.file_size() != shard.samples.back().end + 16) {
           ++seen.short_parts;
         }
       }
