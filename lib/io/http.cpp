@@ -53,9 +53,10 @@ std::string env(const char* name) {
   return v ? v : "";
 }
 
-// The file of CA certificates an HTTPS answer to `url` is checked against, and the variable
-// that named it: CURL_CA_BUNDLE, as curl's tool reads it; for s3:// URLs AWS_CA_BUNDLE first,
-// as botocore reads it. Neither set: none (libcurl's own, the system's store).
+// The file of CA certificates an HTTPS answer to `url` is checked against, in place of the
+// system's (as botocore's AWS_CA_BUNDLE and requests' REQUESTS_CA_BUNDLE replace them), and the
+// variable that named it: CURL_CA_BUNDLE, the name curl's tool reads; for s3:// URLs
+// AWS_CA_BUNDLE first, as botocore reads it. Neither set: none (libcurl's own, the system's).
 std::pair<const char*, std::string> ca_bundle(std::string_view url) {
   if (scheme_of(url) == Scheme::s3) {
     if (std::string v = env("AWS_CA_BUNDLE"); !v.empty()) return {"AWS_CA_BUNDLE", std::move(v)};
@@ -797,6 +798,8 @@ void HttpClient::Driver::launch(const std::shared_ptr<BodyStream::Transfer>& t) 
   }
   if (const auto [name, file] = ca_bundle(t->url); name) {
     curl_easy_setopt(easy, CURLOPT_CAINFO, file.c_str());  // copied by curl
+    // Those alone: Debian's libcurl also looks in /etc/ssl/certs (its CA path) by default.
+    curl_easy_setopt(easy, CURLOPT_CAPATH, nullptr);
   }
   // A resumed body asks for the rest of the version it began with: a server whose object
   // changed answers the whole new one (200), which same_version() refuses. RFC 9110 lets a
@@ -937,13 +940,13 @@ void HttpClient::Driver::finished(CURL* easy, CURLcode result) {
     why = curl_easy_strerror(result);
     if (t.errbuf[0]) why += std::string(" (") + t.errbuf + ")";
     if (result == CURLE_PEER_FAILED_VERIFICATION || result == CURLE_SSL_CACERT_BADFILE) {
-      // Where the trusted CAs came from, and how to name others.
+      // Where the trusted CAs came from, and how to name others (the failure may be another's:
+      // a name the certificate does not hold, an expired one).
       const auto [name, file] = ca_bundle(t.url);
-      why += name ? std::string(", checked against the CA certificates in '") + file +
-                        "' (" + name + ")"
-                  : std::string(", checked against the system's CA certificates: set "
-                                "CURL_CA_BUNDLE (AWS_CA_BUNDLE for s3:// URLs) to a file of "
-                                "the CA certificates that sign the server's");
+      why += name ? std::string("; the CA certificates trusted: those in '") + file + "' (" +
+                        name + ")"
+                  : std::string("; the CA certificates trusted: the system's (CURL_CA_BUNDLE, "
+                                "or AWS_CA_BUNDLE for s3:// URLs, names a file of others)");
     }
   }
   if (scheme_of(t.url) == Scheme::s3) {

@@ -1,8 +1,9 @@
 // The byte-bounded LRU cache of remote shards: an entry's atime is its last use (set by hand,
 // so that its mtime changes only when its bytes do); eviction removes the least recently used
 // until a new entry fits. Entries are written under a temporary name and renamed, so a reader
-// (another worker, another process) never sees half of one. An entry whose index records a
-// checksum is hashed before its first use, and again when its size or mtime changes.
+// (another worker, another process) never sees half of one. An entry is hashed before its
+// first use, and again when its size or mtime changes, against its index's checksum where it
+// records one, else the one in the entry's trailer (see entry_trailer_size).
 
 #include "cache.hpp"
 
@@ -52,6 +53,9 @@ std::string entry_name(const ShardIndex& shard) {
                                   std::string("\n"), std::to_string(shard.mtime_ns)}) {
     mix(part);
   }
+  // The entry's format (since the trailer): entries of an older coload sharing the folder have
+  // other names, so neither removes the other's for its size; they age out by use.
+  mix("\ntrailer1");
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   // The readable part: the path's last name, without an http(s) URL's query (a token of
@@ -82,13 +86,16 @@ bool still_named(int fd, const std::string& path) {
          same_file(opened, named);
 }
 
-// The entries this process found equal to their index's checksum, by path: the file as it was
-// then. One whose inode, size or mtime differs since (rewritten, or written to) is hashed again.
+// The entries this process found equal to their checksum (or wrote), by path: the file as it
+// was then, and its bytes' checksum, which an index's must equal where it records one (another
+// dataset may have checked the entry by its trailer). One whose inode, size or mtime differs
+// since (rewritten, or written to) is hashed again.
 struct Verified {
   dev_t dev;
   ino_t ino;
   std::uint64_t size;
   std::int64_t mtime_ns;
+  std::uint64_t sum;
   bool same(const struct stat& st) const {
     return dev == st.st_dev && ino == st.st_ino && size == static_cast<std::uint64_t>(st.st_size) &&
            mtime_ns == ns(st.st_mtim);
@@ -120,9 +127,10 @@ void unlock_after_fork() {
 [[maybe_unused]] const int fork_handlers_registered =
     ::pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
 
-void remember(const std::string& path, const struct stat& st) {
+void remember(const std::string& path, const struct stat& st, std::uint64_t sum) {
   std::lock_guard lock(verified_mutex);
-  verified()[path] = {st.st_dev, st.st_ino, static_cast<std::uint64_t>(st.st_size), ns(st.st_mtim)};
+  verified()[path] = {st.st_dev, st.st_ino, static_cast<std::uint64_t>(st.st_size), ns(st.st_mtim),
+                      sum};
 }
 
 // Marks the entry used now: its atime, which eviction orders by; its mtime stays its bytes'.
@@ -399,7 +407,7 @@ std::optional<std::uint64_t> trailer_checksum(int fd, std::uint64_t data) {
 }
 
 // Whether the entry at `path`, as `st` describes it, holds `shard`'s bytes: its size, and its
-// checksum where the index has one (a bad entry is removed); `gone` when it was evicted since
+// checksum, the index's or else its trailer's (a bad entry is removed); `gone` when it was evicted since
 // that stat, `replaced` when another process committed a new copy over it meanwhile.
 Check check_entry(const std::string& path, const struct stat& st, const ShardIndex& shard) {
   if (static_cast<std::uint64_t>(st.st_size) != entry_size(shard)) {
@@ -410,7 +418,10 @@ Check check_entry(const std::string& path, const struct stat& st, const ShardInd
   {
     std::lock_guard lock(verified_mutex);
     const auto it = verified().find(path);
-    if (it != verified().end() && it->second.same(st)) return Check::good;
+    if (it != verified().end() && it->second.same(st) &&
+        (!shard.checksum || it->second.sum == *shard.checksum)) {
+      return Check::good;
+    }
   }
   // Hashed from an fd opened now, if it is the file the stat above saw.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -452,7 +463,7 @@ Check check_entry(const std::string& path, const struct stat& st, const ShardInd
                         "): removed, and the shard fetched again");
     return Check::bad;
   }
-  remember(path, fst);
+  remember(path, fst, *sum);
   return Check::good;
 }
 
@@ -691,7 +702,7 @@ bool CacheEntry::commit() {
   ::close(std::exchange(fd_, -1));
   struct stat st {};
   // Hashed as it was written: its first use need not read it again.
-  if (::stat(final_.c_str(), &st) == 0) remember(final_, st);
+  if (::stat(final_.c_str(), &st) == 0) remember(final_, st, digest);
   return true;
 }
 

@@ -331,7 +331,7 @@ TEST_CASE("https: shards stream and read by sample over TLS, checked against the
       FAIL("an HTTPS endpoint whose certificate is not trusted was read");
     } catch (const io::HttpError& e) {
       CHECK(e.attempts() == 1);
-      CHECK(std::string(e.what()).find("checked against the CA certificates in "
+      CHECK(std::string(e.what()).find("; the CA certificates trusted: those in "
                                        "'/nonexistent/ca.pem' (CURL_CA_BUNDLE)") !=
             std::string::npos);
     }
@@ -350,11 +350,11 @@ TEST_CASE("https: shards stream and read by sample over TLS, checked against the
       CHECK(e.status() == 0);
       CHECK(e.attempts() == 1);
       CHECK(what.starts_with("cannot read '" + base));
-      CHECK(what.find(file ? "checked against the CA certificates in '/nonexistent/ca.pem' "
+      CHECK(what.find(file ? "; the CA certificates trusted: those in '/nonexistent/ca.pem' "
                              "(CURL_CA_BUNDLE)"
-                           : "checked against the system's CA certificates: set CURL_CA_BUNDLE "
-                             "(AWS_CA_BUNDLE for s3:// URLs) to a file of the CA certificates "
-                             "that sign the server's") != std::string::npos);
+                           : "; the CA certificates trusted: the system's (CURL_CA_BUNDLE, or "
+                             "AWS_CA_BUNDLE for s3:// URLs, names a file of others)") !=
+            std::string::npos);
     }
   }
 }
