@@ -407,8 +407,9 @@ std::optional<std::uint64_t> trailer_checksum(int fd, std::uint64_t data) {
 }
 
 // Whether the entry at `path`, as `st` describes it, holds `shard`'s bytes: its size, and its
-// checksum, the index's or else its trailer's (a bad entry is removed); `gone` when it was evicted since
-// that stat, `replaced` when another process committed a new copy over it meanwhile.
+// checksum, the index's or else its trailer's (a bad entry is removed); `gone` when it was
+// evicted since that stat, `replaced` when another process committed a new copy over it
+// meanwhile.
 Check check_entry(const std::string& path, const struct stat& st, const ShardIndex& shard) {
   if (static_cast<std::uint64_t>(st.st_size) != entry_size(shard)) {
     // Not this shard's bytes (the shard changed, a torn copy, an entry from before trailers).
@@ -607,8 +608,8 @@ bool CacheEntry::make_room(CacheRefusal* why) {
       return false;
   }
   if (const int err = reserve(fd_, size_ + entry_trailer_size)) {
-    unusable(dir_, "cannot reserve " + std::to_string(size_ + entry_trailer_size) + " bytes for '" + tmp_ +
-                       "' (shard '" + url_ + "')",
+    unusable(dir_, "cannot reserve " + std::to_string(size_ + entry_trailer_size) +
+                       " bytes for '" + tmp_ + "' (shard '" + url_ + "')",
              err);
     return false;
   }

@@ -89,10 +89,10 @@ class CacheEntry {
   /// evicts nothing). False, and why in `*why`, where there is no room (`later` or `never`,
   /// as for cache_start); the entry is then to be dropped.
   [[nodiscard]] bool make_room(CacheRefusal* why = nullptr);
-  /// Writes the trailer and puts the entry in place; false where it was not kept for a passing cause (the folder's
-  /// lock stayed held by another process, the rename failed), so that fetching it again may
-  /// keep it. True also where it is not kept for good reason (a failed write, a checksum
-  /// missed), which says so itself.
+  /// Writes the trailer and puts the entry in place; false where it was not kept for a passing
+  /// cause (the folder's lock stayed held by another process, the rename failed), so that
+  /// fetching it again may keep it. True also where it is not kept for good reason (a failed
+  /// write, a checksum missed), which says so itself.
   [[nodiscard]] bool commit();
 
  private:

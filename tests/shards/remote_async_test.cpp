@@ -512,7 +512,10 @@ TEST_CASE("a client with its own loop whose last owner lets go on that loop's th
   // A coroutine outside sync_wait is resumed on the client's own loop thread. Before, a
   // blocking get_range there waited for the loop it blocked, and ~HttpClient joined its own
   // thread (std::terminate).
-  const std::string shard = url("ok") + "shard-000000.tar";
+  // The answer comes 300 ms after the request (the proxy's delay), so that the coroutine waits
+  // for its bytes and the loop resumes it: without the delay, under TSan the bytes were there
+  // once before the coroutine asked (CI, session 47), and read_async returned on this thread.
+  const std::string shard = url("lat300,own-loop") + "shard-000000.tar";
   auto client = std::make_shared<io::HttpClient>();
   auto body = client->stream(shard, 0, 1000, 1 << 16);
   std::promise<std::string> done;
